@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/vpcgw/vpcgw/internal/controller"
+	"github.com/vpcgw/vpcgw/internal/dataplane"
+	"github.com/vpcgw/vpcgw/internal/lab"
+	"github.com/vpcgw/vpcgw/internal/netlab"
+	"github.com/vpcgw/vpcgw/internal/transport"
+)
+
+func newLogger(debug bool) logr.Logger {
+	l := zap.New(zap.UseDevMode(debug))
+	ctrl.SetLogger(l)
+	return l
+}
+
+func runController(ctx context.Context, args []string) error {
+	if err := controller.CheckRemovedFlags(args); err != nil {
+		return err
+	}
+	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
+	var opts controller.Options
+	opts.Flags.Register(fs)
+	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: in-cluster or $KUBECONFIG)")
+	transportName := fs.String("transport", "local", "how to reach gateway agents: local (ip netns exec, for the lab)")
+	fs.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", `metrics listen address ("0" turns it off)`)
+	fs.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", `health probe listen address ("0" turns it off)`)
+	fs.BoolVar(&opts.LeaderElection, "leader-elect", false, "elect a leader among controller replicas")
+	fs.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease")
+	debug := fs.Bool("debug", false, "human-readable debug logs")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := newLogger(*debug)
+	if err := opts.Flags.Validate(); err != nil {
+		return err
+	}
+	switch *transportName {
+	case "local":
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("finding own executable for the local transport: %w", err)
+		}
+		opts.Dialer = &transport.LocalNetns{AgentCommand: []string{exe, "agent"}, Log: log.WithName("transport")}
+	default:
+		return fmt.Errorf("unknown --transport %q (supported: local)", *transportName)
+	}
+	if *kubeconfig != "" {
+		if err := os.Setenv("KUBECONFIG", *kubeconfig); err != nil {
+			return err
+		}
+	}
+	cfg, err := config.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	return controller.Run(ctx, cfg, opts, log)
+}
+
+func runAgent(ctx context.Context, args []string) error {
+	if len(args) > 0 {
+		return errors.New("agent takes no arguments: it reads gateway states on stdin")
+	}
+	return dataplane.Main(ctx, os.Stdin, os.Stdout)
+}
+
+func runEcho(_ context.Context, args []string) error  { return netlab.EchoMain(args) }
+func runProbe(_ context.Context, args []string) error { return netlab.ProbeMain(args) }
+
+func runLab(ctx context.Context, args []string) error {
+	return lab.Main(ctx, args)
+}

@@ -1,0 +1,56 @@
+// Command vpcgw serves Kubernetes Services from kube-ovn VPC NAT gateways.
+//
+//	vpcgw controller  watch the cluster and program the gateways
+//	vpcgw agent       apply desired gateway states (JSON lines on stdin) with nftables
+//	vpcgw lab         run the local lab (real API server, namespaces, traffic)
+//	vpcgw echo        a backend that answers with its name (lab helper)
+//	vpcgw probe       send requests and count answers per backend (lab helper)
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+type command struct {
+	name, help string
+	run        func(ctx context.Context, args []string) error
+}
+
+var commands = []command{
+	{"controller", "watch the cluster and program the VPC NAT gateways", runController},
+	{"agent", "apply desired gateway states read from stdin (runs inside a gateway)", runAgent},
+	{"lab", "run the local lab: API server, gateway, backends and traffic", runLab},
+	{"echo", "serve HTTP and UDP answering with a name (lab backend)", runEcho},
+	{"probe", "send requests from this network namespace and count answers", runProbe},
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	for _, c := range commands {
+		if c.name == os.Args[1] {
+			if err := c.run(ctx, os.Args[2:]); err != nil {
+				fmt.Fprintf(os.Stderr, "vpcgw %s: %v\n", c.name, err)
+				os.Exit(1)
+			}
+			return
+		}
+	}
+	usage()
+	os.Exit(2)
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: vpcgw <command> [flags]\n\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintf(os.Stderr, "  %-11s %s\n", c.name, c.help)
+	}
+}

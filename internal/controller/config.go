@@ -1,0 +1,65 @@
+package controller
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/vpcgw/vpcgw/internal/model"
+)
+
+// Flags are the controller's mode switches (SPEC F1, F2).
+type Flags struct {
+	EnableGwNftableLbSvc        bool // --enable-gw-nftable-lb-svc
+	EnableGwNftableSvcClusterIP bool // --enable-gw-nftable-svc-cluster-ip
+	EnableLb                    bool // --enable-lb: OVN load balancers own the ClusterIP data plane
+	EnableLbSvc                 bool // --enable-lb-svc: kube-ovn's LB pods own LoadBalancer ingress
+}
+
+// RemovedFlag is the flag of kube-ovn's first implementation, which vpcgw does not accept (SPEC F3).
+const RemovedFlag = "enable-nftable-lb-svc"
+
+// Register adds the flags to fs.
+func (f *Flags) Register(fs *flag.FlagSet) {
+	fs.BoolVar(&f.EnableGwNftableLbSvc, "enable-gw-nftable-lb-svc", false, "serve LoadBalancer Services through their EIP on the VPC NAT gateway")
+	fs.BoolVar(&f.EnableGwNftableSvcClusterIP, "enable-gw-nftable-svc-cluster-ip", false, "hold and serve Service ClusterIPs on the VPC NAT gateway")
+	fs.BoolVar(&f.EnableLb, "enable-lb", false, "the cluster's kube-ovn serves ClusterIPs with OVN load balancers")
+	fs.BoolVar(&f.EnableLbSvc, "enable-lb-svc", false, "the cluster's kube-ovn serves LoadBalancer Services with its LB pods")
+}
+
+// Validate applies the startup matrix of SPEC F2.
+func (f Flags) Validate() error {
+	var errs []error
+	if f.EnableGwNftableSvcClusterIP && f.EnableLb {
+		errs = append(errs, errors.New("--enable-gw-nftable-svc-cluster-ip and --enable-lb both claim Service ClusterIPs: turn one off"))
+	}
+	if f.EnableGwNftableLbSvc && f.EnableLbSvc {
+		errs = append(errs, errors.New("--enable-gw-nftable-lb-svc and --enable-lb-svc both claim LoadBalancer ingress: turn one off"))
+	}
+	if f.EnableLbSvc && !f.EnableLb && !f.EnableGwNftableSvcClusterIP {
+		errs = append(errs, errors.New("--enable-lb-svc needs ClusterIPs to be served: turn on --enable-lb or --enable-gw-nftable-svc-cluster-ip"))
+	}
+	return errors.Join(errs...)
+}
+
+// Gates returns the model's view of the flags.
+func (f Flags) Gates() model.Gates {
+	return model.Gates{LoadBalancer: f.EnableGwNftableLbSvc, ClusterIP: f.EnableGwNftableSvcClusterIP}
+}
+
+// CheckRemovedFlags fails with a message naming the replacements when args use the removed flag.
+// It runs before flag parsing so that the user sees this message, not "flag provided but not defined".
+func CheckRemovedFlags(args []string) error {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		name := strings.TrimLeft(a, "-")
+		name, _, _ = strings.Cut(name, "=")
+		if strings.HasPrefix(a, "-") && name == RemovedFlag {
+			return fmt.Errorf("--%s was removed: use --enable-gw-nftable-lb-svc (LoadBalancer ingress through the EIP) and/or --enable-gw-nftable-svc-cluster-ip (ClusterIPs on the gateway)", RemovedFlag)
+		}
+	}
+	return nil
+}

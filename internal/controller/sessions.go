@@ -1,0 +1,128 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/vpcgw/vpcgw/internal/gwstate"
+	"github.com/vpcgw/vpcgw/internal/transport"
+)
+
+// sessions keeps one open stream per gateway instance, keyed by pod UID: a replaced instance (new
+// UID) gets a new stream and with it the full state (SPEC L6).
+type sessions struct {
+	dialer       transport.Dialer
+	applyTimeout time.Duration
+	log          logr.Logger
+
+	mu    sync.Mutex
+	byGw  map[string]map[types.UID]*session
+	nextG int64 // generations are unique across all streams, which keeps logs unambiguous
+}
+
+type session struct {
+	inst transport.Instance
+	conn *transport.Conn
+}
+
+func newSessions(d transport.Dialer, applyTimeout time.Duration, log logr.Logger) *sessions {
+	return &sessions{dialer: d, applyTimeout: applyTimeout, log: log, byGw: map[string]map[types.UID]*session{}}
+}
+
+// apply sends st to every instance of gateway gw and waits for all acknowledgements (SPEC D7).
+// Streams of instances that are gone are closed.
+func (s *sessions) apply(ctx context.Context, gw string, instances []transport.Instance, st gwstate.State) error {
+	s.mu.Lock()
+	live := s.byGw[gw]
+	if live == nil {
+		live = map[types.UID]*session{}
+		s.byGw[gw] = live
+	}
+	want := map[types.UID]bool{}
+	for _, inst := range instances {
+		want[inst.UID] = true
+	}
+	for uid, sess := range live {
+		if !want[uid] {
+			_ = sess.conn.Close()
+			delete(live, uid)
+		}
+	}
+	s.nextG++
+	st.Generation = s.nextG
+	s.mu.Unlock()
+
+	errs := make([]error, len(instances))
+	var wg sync.WaitGroup
+	for i, inst := range instances {
+		wg.Go(func() { errs[i] = s.applyOne(ctx, gw, inst, st) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (s *sessions) applyOne(ctx context.Context, gw string, inst transport.Instance, st gwstate.State) error {
+	conn, err := s.conn(ctx, gw, inst)
+	if err != nil {
+		return err
+	}
+	actx, cancel := context.WithTimeout(ctx, s.applyTimeout)
+	defer cancel()
+	if err := conn.Apply(actx, st); err != nil {
+		if conn.Broken() {
+			s.drop(gw, inst.UID, conn)
+		}
+		return fmt.Errorf("instance %s: %w", inst, err)
+	}
+	return nil
+}
+
+func (s *sessions) conn(ctx context.Context, gw string, inst transport.Instance) (*transport.Conn, error) {
+	s.mu.Lock()
+	sess := s.byGw[gw][inst.UID]
+	s.mu.Unlock()
+	if sess != nil && !sess.conn.Broken() {
+		return sess.conn, nil
+	}
+	conn, err := s.dialer.Dial(ctx, inst)
+	if err != nil {
+		return nil, fmt.Errorf("instance %s: connecting to its agent: %w", inst, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byGw[gw] == nil {
+		s.byGw[gw] = map[types.UID]*session{}
+	}
+	if old := s.byGw[gw][inst.UID]; old != nil {
+		_ = old.conn.Close()
+	}
+	s.byGw[gw][inst.UID] = &session{inst: inst, conn: conn}
+	return conn, nil
+}
+
+func (s *sessions) drop(gw string, uid types.UID, conn *transport.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sess := s.byGw[gw][uid]; sess != nil && sess.conn == conn {
+		_ = conn.Close()
+		delete(s.byGw[gw], uid)
+	}
+}
+
+// closeAll ends every stream (controller shutdown).
+func (s *sessions) closeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for gw, live := range s.byGw {
+		for _, sess := range live {
+			_ = sess.conn.Close()
+		}
+		delete(s.byGw, gw)
+	}
+}

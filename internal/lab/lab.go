@@ -1,0 +1,300 @@
+// Package lab runs vpcgw end to end on one machine: a real kube-apiserver and etcd (envtest), the
+// kube-ovn objects, a gateway, backends and an external client in network namespaces, and the
+// controller programming the gateway's agent through the local transport (SPEC O1).
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/vpcgw/vpcgw/config/crd"
+	"github.com/vpcgw/vpcgw/internal/controller"
+	"github.com/vpcgw/vpcgw/internal/netlab"
+	"github.com/vpcgw/vpcgw/internal/transport"
+)
+
+// Options configure a lab.
+type Options struct {
+	// Exe is the vpcgw binary that runs agents, echo servers and probes inside the namespaces.
+	Exe string
+	// AssetsDir holds kube-apiserver and etcd (KUBEBUILDER_ASSETS).
+	AssetsDir string
+	Log       logr.Logger
+}
+
+// Lab is a running lab.
+type Lab struct {
+	opts   Options
+	env    *envtest.Environment
+	Config *rest.Config
+	Client client.Client
+	net    *netlab.Lab
+	topo   *topology
+	dir    string
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	errMu  sync.Mutex
+	errs   []error
+
+	// Backends maps a backend pod name to its namespace and address.
+	Backends map[string]Backend
+}
+
+// Backend is one lab backend.
+type Backend struct {
+	Pod   string `json:"pod"`
+	Netns string `json:"netns"`
+	IP    string `json:"ip"`
+}
+
+// Description is the machine-readable description of a running lab (SPEC O1).
+type Description struct {
+	Kubeconfig string  `json:"kubeconfig"`
+	Namespaces []Netns `json:"namespaces"`
+	Vpc        string  `json:"vpc"`
+	Subnets    struct {
+		VPC      string `json:"vpc"`
+		External string `json:"external"`
+	} `json:"subnets"`
+	Gateway      string             `json:"gateway"`
+	EIPs         map[string]string  `json:"eips"` // name -> address
+	Backends     map[string]Backend `json:"backends"`
+	DemoService  string             `json:"demoService"`
+	AddBackendUI string             `json:"addBackend"`
+}
+
+// Start brings the whole lab up: API server, CRDs, namespaces, kube-ovn objects, backends, the
+// demo Service, the lab's EndpointSlice controller and the vpcgw controller.
+func Start(ctx context.Context, opts Options) (l *Lab, err error) {
+	if opts.Exe == "" {
+		return nil, errors.New("lab: no vpcgw binary given")
+	}
+	if err := netlab.Available(); err != nil {
+		return nil, err
+	}
+	crds, err := crd.All()
+	if err != nil {
+		return nil, fmt.Errorf("loading CRDs: %w", err)
+	}
+	l = &Lab{opts: opts, Backends: map[string]Backend{}}
+	defer func() {
+		if err != nil {
+			_ = l.Stop()
+		}
+	}()
+	if l.dir, err = os.MkdirTemp("", "vpcgw-lab-"); err != nil {
+		return nil, err
+	}
+
+	l.env = &envtest.Environment{
+		BinaryAssetsDirectory: opts.AssetsDir,
+		CRDInstallOptions:     envtest.CRDInstallOptions{CRDs: crds},
+		ErrorIfCRDPathMissing: true,
+	}
+	opts.Log.Info("starting kube-apiserver and etcd", "assets", opts.AssetsDir)
+	if l.Config, err = l.env.Start(); err != nil {
+		return nil, fmt.Errorf("starting the API server (are kube-apiserver and etcd in %q? run hack/tools/build-assets.sh): %w", opts.AssetsDir, err)
+	}
+	scheme, err := controller.Scheme()
+	if err != nil {
+		return nil, err
+	}
+	if l.Client, err = client.New(l.Config, client.Options{Scheme: scheme}); err != nil {
+		return nil, err
+	}
+
+	if l.net, err = netlab.New("vl"); err != nil {
+		return nil, err
+	}
+	if l.topo, err = buildTopology(l.net); err != nil {
+		return nil, err
+	}
+	if err := createKubeOVNObjects(ctx, l.Client, l.topo.gw); err != nil {
+		return nil, err
+	}
+	if err := l.topo.addEIP(EIPAddress); err != nil {
+		return nil, err
+	}
+	if err := createEIP(ctx, l.Client, EIPName, EIPAddress); err != nil {
+		return nil, err
+	}
+	if err := l.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DemoNamespace}}); err != nil {
+		return nil, fmt.Errorf("creating namespace %s: %w", DemoNamespace, err)
+	}
+	for _, name := range []string{"web-be1", "web-be2"} {
+		if _, err := l.AddBackend(ctx, DemoNamespace, name, DemoService); err != nil {
+			return nil, err
+		}
+	}
+	if err := l.Client.Create(ctx, demoService()); err != nil {
+		return nil, fmt.Errorf("creating Service %s/%s: %w", DemoNamespace, DemoService, err)
+	}
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
+	if err := l.startEndpointSlices(runCtx, scheme); err != nil {
+		return nil, err
+	}
+	l.run("controller", func() error {
+		return controller.Run(runCtx, l.Config, controller.Options{
+			Flags:       controller.Flags{EnableGwNftableLbSvc: true},
+			Dialer:      &transport.LocalNetns{AgentCommand: []string{opts.Exe, "agent"}, Log: opts.Log.WithName("transport")},
+			MetricsAddr: "0",
+			HealthAddr:  "0",
+		}, opts.Log.WithName("controller"))
+	})
+	return l, nil
+}
+
+func (l *Lab) startEndpointSlices(ctx context.Context, scheme *runtime.Scheme) error {
+	mgr, err := ctrl.NewManager(l.Config, ctrl.Options{Scheme: scheme, Logger: l.opts.Log.WithName("lab-endpointslices"),
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	if err != nil {
+		return fmt.Errorf("lab EndpointSlice manager: %w", err)
+	}
+	if err := (&endpointSlices{client: mgr.GetClient()}).setup(mgr); err != nil {
+		return err
+	}
+	l.run("lab-endpointslices", func() error { return mgr.Start(ctx) })
+	return nil
+}
+
+func (l *Lab) run(name string, f func() error) {
+	l.wg.Go(func() {
+		if err := f(); err != nil {
+			l.errMu.Lock()
+			l.errs = append(l.errs, fmt.Errorf("%s: %w", name, err))
+			l.errMu.Unlock()
+			l.opts.Log.Error(err, "lab component stopped", "component", name)
+		}
+	})
+}
+
+// AddBackend creates a backend: a namespace on the VPC switch running an echo server that answers
+// with the pod's name, and its Running, Ready Pod labelled app=<app>.
+func (l *Lab) AddBackend(ctx context.Context, namespace, pod, app string) (Backend, error) {
+	ns, ip, err := l.topo.addBackend(pod)
+	if err != nil {
+		return Backend{}, err
+	}
+	if _, err := l.net.StartEcho(ns, []string{l.opts.Exe, "echo"}, pod, fmt.Sprintf("%s:%d", ip, BackendPort)); err != nil {
+		return Backend{}, fmt.Errorf("starting echo server of %s: %w", pod, err)
+	}
+	if err := createBackendPod(ctx, l.Client, namespace, pod, app, ip); err != nil {
+		return Backend{}, err
+	}
+	b := Backend{Pod: pod, Netns: ns, IP: ip}
+	l.Backends[pod] = b
+	return b, nil
+}
+
+// ExternalClient is the namespace of the external client.
+func (l *Lab) ExternalClient() string { return l.topo.ext }
+
+// GatewayNetns is the namespace of the gateway instance.
+func (l *Lab) GatewayNetns() string { return l.topo.gw }
+
+// WaitIngress waits until the Service publishes a LoadBalancer ingress and returns its IP.
+func (l *Lab) WaitIngress(ctx context.Context, ns, name string, timeout time.Duration) (string, error) {
+	var ip string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		var svc corev1.Service
+		if err := l.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &svc); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		if len(svc.Status.LoadBalancer.Ingress) > 0 {
+			ip = svc.Status.LoadBalancer.Ingress[0].IP
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("waiting for the ingress of %s/%s: %w (component errors: %v)", ns, name, err, l.Errors())
+	}
+	return ip, nil
+}
+
+// Probe sends n requests from namespace ns to addr ("ip:port") over proto ("tcp" or "udp"), each
+// a new flow, and counts the answers per backend name.
+func (l *Lab) Probe(ns, proto, addr string, n int) (netlab.ProbeResult, error) {
+	return l.net.Probe(ns, []string{l.opts.Exe, "probe"}, netlab.ProbeOptions{Target: addr, Proto: proto, Count: n})
+}
+
+// NftTable returns `nft list table ip kube-ovn` from the gateway.
+func (l *Lab) NftTable() (string, error) {
+	out, err := l.net.Exec(l.topo.gw, "nft", "list", "table", "ip", "kube-ovn")
+	return string(out), err
+}
+
+// Errors returns what lab components reported when they stopped.
+func (l *Lab) Errors() []error {
+	l.errMu.Lock()
+	defer l.errMu.Unlock()
+	return append([]error(nil), l.errs...)
+}
+
+// Describe writes the lab's description (with a kubeconfig for an admin user) into the lab's
+// directory and returns the paths of the description and of the kubeconfig.
+func (l *Lab) Describe() (descPath, kubeconfig string, err error) {
+	user, err := l.env.AddUser(envtest.User{Name: "lab-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", "", fmt.Errorf("creating the lab's admin user: %w", err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		return "", "", err
+	}
+	kcPath := filepath.Join(l.dir, "kubeconfig")
+	if err := os.WriteFile(kcPath, kc, 0o600); err != nil {
+		return "", "", err
+	}
+	d := Description{
+		Kubeconfig: kcPath, Namespaces: l.topo.namespaces, Vpc: VpcName, Gateway: GatewayName,
+		EIPs: map[string]string{EIPName: EIPAddress}, Backends: l.Backends, DemoService: DemoNamespace + "/" + DemoService,
+		AddBackendUI: "create a Pod in namespace " + DemoNamespace + " labelled app=" + DemoService + " is not enough: backends need a namespace; use lab.AddBackend (Go) — a CLI follows with the lab issue",
+	}
+	d.Subnets.VPC, d.Subnets.External = VpcSubnetName, ExternalSubnetName
+	data, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		return "", "", err
+	}
+	p := filepath.Join(l.dir, "lab.json")
+	return p, kcPath, os.WriteFile(p, append(data, '\n'), 0o644)
+}
+
+// Stop ends the controller, every process and namespace the lab started, and the API server.
+func (l *Lab) Stop() error {
+	var errs []error
+	if l.cancel != nil {
+		l.cancel()
+		l.wg.Wait()
+	}
+	if l.net != nil {
+		errs = append(errs, l.net.Cleanup())
+	}
+	if l.env != nil && l.Config != nil {
+		errs = append(errs, l.env.Stop())
+	}
+	if l.dir != "" {
+		errs = append(errs, os.RemoveAll(l.dir))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,98 @@
+package lab
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+)
+
+// Main is `vpcgw lab`: bring the lab up, show a LoadBalancer Service served through its EIP, and
+// either tear everything down or (--stay) keep it up for the user's own Services.
+func Main(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("lab", flag.ContinueOnError)
+	stay := fs.Bool("stay", false, "keep the lab up after the demo, until interrupted, and write its description")
+	assets := fs.String("assets", os.Getenv("KUBEBUILDER_ASSETS"), "directory with kube-apiserver and etcd")
+	requests := fs.Int("requests", 20, "requests the external client sends through the EIP")
+	verbose := fs.Bool("v", false, "show the components' logs")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	logOut := io.Discard
+	if *verbose {
+		logOut = os.Stderr
+	}
+	log := zap.New(zap.WriteTo(logOut), zap.UseDevMode(true))
+	ctrl.SetLogger(log)
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	out := os.Stdout
+	started := time.Now()
+	fmt.Fprintln(out, "== vpcgw lab: starting kube-apiserver, etcd, namespaces and the controller")
+	l, err := Start(ctx, Options{Exe: exe, AssetsDir: *assets, Log: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Fprintln(out, "== stopping the lab (namespaces, processes, API server)")
+		if err := l.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "lab cleanup:", err)
+		}
+	}()
+
+	ip, err := l.WaitIngress(ctx, DemoNamespace, DemoService, 60*time.Second)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "== Service %s/%s (LoadBalancer, gateway %s, EIP %s) is served after %s\n",
+		DemoNamespace, DemoService, GatewayName, EIPName, time.Since(started).Round(time.Millisecond))
+	fmt.Fprintf(out, "NAMESPACE  NAME  TYPE          EXTERNAL-IP\n%-10s %-5s LoadBalancer  %s\n\n", DemoNamespace, DemoService, ip)
+
+	for _, proto := range []string{"tcp", "udp"} {
+		port := 80
+		if proto == "udp" {
+			port = 5353
+		}
+		target := fmt.Sprintf("%s:%d", ip, port)
+		res, err := l.Probe(l.ExternalClient(), proto, target, *requests)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "== %d %s requests from the external client (%s) to %s:\n", *requests, proto, ExternalIP, target)
+		names := make([]string, 0, len(res.Answers))
+		for n := range res.Answers {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			fmt.Fprintf(out, "   %-10s %d\n", n, res.Answers[n])
+		}
+		if res.Errors > 0 {
+			fmt.Fprintf(out, "   failed     %d (%s)\n", res.Errors, res.LastError)
+		}
+	}
+	table, err := l.NftTable()
+	if err != nil {
+		return fmt.Errorf("listing the gateway's table: %w", err)
+	}
+	fmt.Fprintf(out, "\n== nft list table ip kube-ovn (in the gateway, netns %s)\n%s\n", l.GatewayNetns(), table)
+
+	if !*stay {
+		return nil
+	}
+	desc, kubeconfig, err := l.Describe()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "== the lab stays up; press Ctrl-C to end it\nexport KUBECONFIG=%s\nlab description: %s\n", kubeconfig, desc)
+	<-ctx.Done()
+	return nil
+}

@@ -1,0 +1,145 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	"github.com/vpcgw/vpcgw/internal/controller"
+	"github.com/vpcgw/vpcgw/internal/model"
+	"github.com/vpcgw/vpcgw/internal/transport"
+)
+
+// Names of the kube-ovn objects the lab creates, playing kube-ovn's part.
+const (
+	VpcName            = "lab-vpc"
+	VpcSubnetName      = "lab-vpc-subnet"
+	ExternalSubnetName = "lab-external"
+	GatewayName        = "lab-gw"
+	EIPName            = "lab-eip"
+	DemoNamespace      = "demo"
+	DemoService        = "web"
+	GatewayNamespace   = controller.DefaultGatewayNamespace
+	labNode            = "lab-node"
+)
+
+// createKubeOVNObjects creates the Vpc, its Subnet, the external Subnet and the gateway, and the
+// gateway pod that the controller finds by kube-ovn's labels (netns given by annotation).
+func createKubeOVNObjects(ctx context.Context, c client.Client, gwNetns string) error {
+	objs := []client.Object{
+		&kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: VpcName}},
+		&kubeovnv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: VpcSubnetName}, Spec: kubeovnv1.SubnetSpec{
+			Vpc: VpcName, CIDRBlock: VPCCIDR, Gateway: VPCGatewayIP, Protocol: "IPv4", Provider: "ovn"}},
+		&kubeovnv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: ExternalSubnetName}, Spec: kubeovnv1.SubnetSpec{
+			CIDRBlock: ExternalCIDR, Gateway: "172.31.100.1", Protocol: "IPv4", Provider: ExternalSubnetName + "." + GatewayNamespace}},
+		&kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: GatewayName}, Spec: kubeovnv1.VpcNatGatewaySpec{
+			Vpc: VpcName, Subnet: VpcSubnetName, LanIP: GatewayLanIP, Replicas: 1, ExternalSubnets: []string{ExternalSubnetName}}},
+	}
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil {
+			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: controller.GatewayAppLabelPrefx + GatewayName + "-0", Namespace: GatewayNamespace,
+			Labels: map[string]string{"app": controller.GatewayAppLabelPrefx + GatewayName, controller.GatewayPodLabel: "true"},
+			Annotations: map[string]string{
+				controller.GatewayPodAnnotation:     GatewayName,
+				transport.NetnsAnnotation:           gwNetns,
+				"ovn.kubernetes.io/ip_address":      GatewayLanIP,
+				"ovn.kubernetes.io/logical_switch":  VpcSubnetName,
+				"ovn.kubernetes.io/vpc_nat_gw_init": "true",
+			},
+		},
+		Spec: corev1.PodSpec{NodeName: labNode, Containers: []corev1.Container{{Name: "vpc-nat-gw", Image: "vpcgw-lab"}}},
+	}
+	return createRunningPod(ctx, c, pod, GatewayLanIP)
+}
+
+// createEIP creates a Ready IptablesEIP, as kube-ovn does after `eip-add` on net1.
+func createEIP(ctx context.Context, c client.Client, name, ip string) error {
+	eip := &kubeovnv1.IptablesEIP{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: kubeovnv1.IptablesEIPSpec{V4ip: ip, NatGwDp: GatewayName, ExternalSubnet: ExternalSubnetName}}
+	if err := c.Create(ctx, eip); err != nil {
+		return fmt.Errorf("creating IptablesEIP %s: %w", name, err)
+	}
+	eip.Status.Ready = true
+	eip.Status.IP = ip
+	if err := c.Status().Update(ctx, eip); err != nil {
+		return fmt.Errorf("marking IptablesEIP %s Ready: %w", name, err)
+	}
+	return nil
+}
+
+// createBackendPod creates a Running, Ready pod with kube-ovn's address annotations.
+func createBackendPod(ctx context.Context, c client.Client, ns, name, app, ip string) error {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": app},
+			Annotations: map[string]string{
+				"ovn.kubernetes.io/ip_address":     ip,
+				"ovn.kubernetes.io/logical_switch": VpcSubnetName,
+				"ovn.kubernetes.io/allocated":      "true",
+			}},
+		Spec: corev1.PodSpec{NodeName: labNode, Containers: []corev1.Container{{
+			Name: "echo", Image: "vpcgw-lab",
+			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: BackendPort}},
+		}}},
+	}
+	return createRunningPod(ctx, c, pod, ip)
+}
+
+// createRunningPod creates the pod and sets the status a kubelet would (envtest has none).
+func createRunningPod(ctx context.Context, c client.Client, pod *corev1.Pod, ip string) error {
+	if err := c.Create(ctx, pod); err != nil {
+		return fmt.Errorf("creating pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	pod.Status = corev1.PodStatus{
+		Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}},
+	}
+	if err := c.Status().Update(ctx, pod); err != nil {
+		return fmt.Errorf("setting pod %s/%s Running: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// SetPodReady flips a pod's Ready condition, as a kubelet does when a readiness probe fails.
+func SetPodReady(ctx context.Context, c client.Client, ns, name string, ready bool) error {
+	var pod corev1.Pod
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &pod); err != nil {
+		return err
+	}
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Now()}}
+	return c.Status().Update(ctx, &pod)
+}
+
+// demoService is the LoadBalancer Service the lab serves through the EIP: HTTP on 80 and UDP on
+// 5353, both to the backends' echo server on 8080.
+func demoService() *corev1.Service {
+	noNodePorts := false
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: DemoService, Namespace: DemoNamespace, Annotations: map[string]string{
+			model.AnnotationGateway: GatewayName,
+			model.AnnotationEIP:     EIPName,
+		}},
+		Spec: corev1.ServiceSpec{
+			Type:                          corev1.ServiceTypeLoadBalancer,
+			Selector:                      map[string]string{"app": DemoService},
+			AllocateLoadBalancerNodePorts: &noNodePorts,
+			Ports: []corev1.ServicePort{
+				{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(BackendPort)},
+				{Name: "udp", Port: 5353, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(BackendPort)},
+			},
+		},
+	}
+}

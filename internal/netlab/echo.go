@@ -1,0 +1,97 @@
+package netlab
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// EchoMain is a backend for tests and the lab (`vpcgw echo --name be1 --listen 10.0.1.11:8080`):
+// on the TCP port it serves HTTP, answering every request with "<name>\n"; on the UDP port of
+// the same number it answers every datagram with "<name>\n". Once both listeners are bound it
+// prints "listening <addr>" on stdout. It serves until the process is killed.
+func EchoMain(args []string) error {
+	fs := flag.NewFlagSet("echo", flag.ContinueOnError)
+	name := fs.String("name", "", "name to answer with")
+	listen := fs.String("listen", "", "host:port to listen on (TCP and UDP)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *name == "" || *listen == "" {
+		return errors.New("echo: --name and --listen are required")
+	}
+	tl, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("echo: %w", err)
+	}
+	ul, err := net.ListenPacket("udp", *listen)
+	if err != nil {
+		return fmt.Errorf("echo: %w", err)
+	}
+	body := []byte(*name + "\n")
+	errc := make(chan error, 2)
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			n, addr, err := ul.ReadFrom(buf)
+			if err != nil {
+				errc <- fmt.Errorf("echo udp: %w", err)
+				return
+			}
+			_ = n
+			_, _ = ul.WriteTo(body, addr)
+		}
+	}()
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain")
+			_, _ = w.Write(body)
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	go func() { errc <- fmt.Errorf("echo http: %w", srv.Serve(tl)) }()
+	fmt.Fprintf(os.Stdout, "listening %s\n", *listen)
+	return <-errc
+}
+
+// StartEcho starts an echo server in ns as `<cmd...> --name <name> --listen <listen>` (cmd is the
+// executable and its leading arguments, e.g. {"/usr/bin/vpcgw", "echo"}) and returns once it
+// listens.
+func (l *Lab) StartEcho(ns string, cmd []string, name, listen string) (*Proc, error) {
+	argv := append(append([]string(nil), cmd...), "--name", name, "--listen", listen)
+	var stdout io.ReadCloser
+	p, err := l.start(ns, argv, func(c *exec.Cmd, closers *[]io.Closer) error {
+		var err error
+		stdout, err = stdoutPipe(c, closers)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	lines := make(chan string, 1)
+	go func() {
+		s := bufio.NewScanner(stdout)
+		for s.Scan() {
+			select {
+			case lines <- s.Text():
+			default:
+			}
+		}
+		close(lines)
+		_ = stdout.Close()
+	}()
+	line, ok := waitLine(lines, 10*time.Second)
+	if !ok || !strings.HasPrefix(line, "listening ") {
+		p.Stop()
+		return nil, fmt.Errorf("echo %s in %s did not start (stdout %q): %s", name, ns, line, p.Stderr())
+	}
+	return p, nil
+}

@@ -1,0 +1,100 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// NetnsAnnotation on a gateway pod names the network namespace that plays that pod in the lab.
+const NetnsAnnotation = "lab.vpcgw.io/netns"
+
+// LocalNetns starts the agent as a subprocess inside a named network namespace:
+// `ip netns exec <netns> <AgentCommand...>`. The lab and the tests use it.
+type LocalNetns struct {
+	// AgentCommand is the agent's argv, e.g. {"/usr/local/bin/vpcgw", "agent"}.
+	AgentCommand []string
+	Log          logr.Logger
+}
+
+var _ Dialer = (*LocalNetns)(nil)
+
+func (l *LocalNetns) Dial(_ context.Context, inst Instance) (*Conn, error) {
+	if inst.Netns == "" {
+		return nil, fmt.Errorf("instance %s has no %s annotation: the local transport cannot find its namespace", inst, NetnsAnnotation)
+	}
+	if len(l.AgentCommand) == 0 {
+		return nil, errors.New("local transport: no agent command configured")
+	}
+	argv := append([]string{"netns", "exec", inst.Netns}, l.AgentCommand...)
+	// Not CommandContext: the agent must outlive the reconcile that dialled it.
+	cmd := exec.Command("ip", argv...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("agent stdin: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("agent stdout: %w", err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, fmt.Errorf("agent stderr: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting agent in netns %s: %w", inst.Netns, err)
+	}
+	log := l.Log.WithValues("instance", inst.String(), "netns", inst.Netns, "pid", cmd.Process.Pid)
+	log.Info("agent started")
+	logDone := make(chan struct{})
+	go func() {
+		defer close(logDone)
+		forwardLines(stderr, log)
+	}()
+	return NewConn(stdin, stdout, &process{cmd: cmd, stdin: stdin, logDone: logDone, log: log}), nil
+}
+
+// process ends an agent subprocess: closing stdin asks it to exit; it is killed if it does not.
+type process struct {
+	cmd     *exec.Cmd
+	stdin   io.Closer
+	logDone chan struct{}
+	log     logr.Logger
+	once    sync.Once
+	err     error
+}
+
+func (p *process) Close() error {
+	p.once.Do(func() {
+		_ = p.stdin.Close()
+		exited := make(chan error, 1)
+		go func() {
+			<-p.logDone // Wait must not run before the stderr reader finished.
+			exited <- p.cmd.Wait()
+		}()
+		select {
+		case err := <-exited:
+			p.err = err
+		case <-time.After(5 * time.Second):
+			_ = p.cmd.Process.Kill()
+			p.err = <-exited
+		}
+		p.log.Info("agent stopped", "result", fmt.Sprint(p.err))
+	})
+	return nil
+}
+
+func forwardLines(r io.Reader, log logr.Logger) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		log.Info("agent: " + sc.Text())
+	}
+}

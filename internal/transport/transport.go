@@ -1,0 +1,171 @@
+// Package transport carries desired gateway states from the controller to the agent that runs in
+// each gateway instance, and the agent's acknowledgements back. The protocol is one JSON
+// gwstate.State per line towards the agent and one JSON gwstate.Ack per line back; how the bytes
+// travel (a local `ip netns exec` subprocess, or later the Kubernetes exec API) is a Dialer.
+package transport
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/vpcgw/vpcgw/internal/gwstate"
+)
+
+// Instance is one running instance (pod) of a VpcNatGateway.
+type Instance struct {
+	Gateway   string
+	Namespace string
+	Pod       string
+	UID       types.UID
+	// Netns is the network namespace that stands in for the pod in the lab (local transport).
+	Netns string
+}
+
+func (i Instance) String() string {
+	return fmt.Sprintf("%s/%s (gateway %s)", i.Namespace, i.Pod, i.Gateway)
+}
+
+// Dialer opens a stream to the agent of one gateway instance.
+type Dialer interface {
+	Dial(ctx context.Context, inst Instance) (*Conn, error)
+}
+
+// Conn is an open stream to one agent. Apply is safe for concurrent use but serialises callers:
+// the agent answers states in order.
+type Conn struct {
+	mu      sync.Mutex
+	enc     *json.Encoder
+	closer  io.Closer
+	acks    chan gwstate.Ack
+	readErr chan error // receives the reader's terminal error once
+	done    chan struct{}
+	once    sync.Once
+	err     error // terminal error, set when the stream broke
+}
+
+// NewConn wraps the agent's stdin (w) and stdout (r). closer ends the stream (and its process).
+func NewConn(w io.Writer, r io.Reader, closer io.Closer) *Conn {
+	c := &Conn{
+		enc:     json.NewEncoder(w),
+		closer:  closer,
+		acks:    make(chan gwstate.Ack),
+		readErr: make(chan error, 1),
+		done:    make(chan struct{}),
+	}
+	go c.read(r)
+	return c
+}
+
+func (c *Conn) read(r io.Reader) {
+	br := bufio.NewReaderSize(r, 1<<16)
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(line) > 0 {
+			var ack gwstate.Ack
+			if jerr := json.Unmarshal(line, &ack); jerr != nil {
+				c.readErr <- fmt.Errorf("agent sent a line that is not an acknowledgement: %q: %w", truncate(line), jerr)
+				return
+			}
+			select {
+			case c.acks <- ack:
+			case <-c.done:
+				return
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("agent closed its output")
+			}
+			c.readErr <- fmt.Errorf("reading acknowledgements: %w", err)
+			return
+		}
+	}
+}
+
+// Apply sends one state and waits for the acknowledgement of its generation. A transport failure
+// breaks the Conn for good (the caller redials and resends the full state); an error the agent
+// reports in its Ack is returned as *AgentError and leaves the Conn usable.
+func (c *Conn) Apply(ctx context.Context, st gwstate.State) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return c.err
+	}
+	if err := c.enc.Encode(st); err != nil {
+		return c.fail(fmt.Errorf("sending state generation %d: %w", st.Generation, err))
+	}
+	for {
+		select {
+		case ack := <-c.acks:
+			if ack.Generation != st.Generation && ack.Error == "" {
+				// An ack of an older state that outlived its caller's context; skip it.
+				continue
+			}
+			if ack.Error != "" {
+				return &AgentError{Generation: st.Generation, Message: ack.Error}
+			}
+			return nil
+		case err := <-c.readErr:
+			return c.fail(err)
+		case <-ctx.Done():
+			// The agent may still answer; the stream's order is unknown now, so start over.
+			return c.fail(fmt.Errorf("waiting for acknowledgement of generation %d: %w", st.Generation, ctx.Err()))
+		}
+	}
+}
+
+// Broken reports whether the stream failed and must be redialled.
+func (c *Conn) Broken() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err != nil
+}
+
+func (c *Conn) fail(err error) error {
+	c.err = err
+	c.shutdown()
+	return err
+}
+
+// Close ends the stream.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = errors.New("connection closed")
+	}
+	return c.shutdown()
+}
+
+func (c *Conn) shutdown() error {
+	var err error
+	c.once.Do(func() {
+		close(c.done)
+		err = c.closer.Close()
+	})
+	return err
+}
+
+// AgentError is an error the agent reported for a state it could not apply.
+type AgentError struct {
+	Generation int64
+	Message    string
+}
+
+func (e *AgentError) Error() string {
+	return fmt.Sprintf("agent rejected generation %d: %s", e.Generation, e.Message)
+}
+
+func truncate(b []byte) []byte {
+	if len(b) > 200 {
+		return b[:200]
+	}
+	return b
+}
