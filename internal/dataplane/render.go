@@ -195,12 +195,23 @@ func writeIdentity(tx *knftables.Transaction, old, new *gwstate.Identity) {
 	}
 	if old != nil && old.AffinityTimeoutSeconds > 0 {
 		removeEndpoints(tx, *old, keep)
+		if new.AffinityTimeoutSeconds > 0 && new.AffinityTimeoutSeconds != old.AffinityTimeoutSeconds {
+			// Not every kernel updates the timeout of an existing set on "add set": recreate
+			// the sets of the backends that stay (their entries are lost, as with any change
+			// of the timeout), after the rules that reference them are gone.
+			for _, b := range old.Backends {
+				if keep[AffinitySet(*old, b)] {
+					tx.Flush(&knftables.Chain{Name: EndpointChain(*old, b)})
+					tx.Delete(&knftables.Set{Name: AffinitySet(*old, b)})
+				}
+			}
+		}
 	}
 	if new.AffinityTimeoutSeconds > 0 {
 		for _, b := range new.Backends {
 			ep := EndpointChain(*new, b)
-			// "add set" on an existing set updates its timeout and keeps its elements, so a
-			// backend that stays keeps its clients (SPEC D3).
+			// "add set" on an existing set keeps its elements, so a backend that stays keeps
+			// its clients (SPEC D3).
 			tx.Add(affinitySet(*new, b))
 			tx.Add(&knftables.Chain{Name: ep})
 			tx.Flush(&knftables.Chain{Name: ep})

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	"github.com/vpcgw/vpcgw/config/crd"
 	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/netlab"
@@ -130,10 +131,7 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 	if err := createKubeOVNObjects(ctx, l.Client, l.topo.gw); err != nil {
 		return nil, err
 	}
-	if err := l.topo.addEIP(EIPAddress); err != nil {
-		return nil, err
-	}
-	if err := createEIP(ctx, l.Client, EIPName, EIPAddress); err != nil {
+	if err := l.AddEIP(ctx, EIPName, EIPAddress, true); err != nil {
 		return nil, err
 	}
 	if err := l.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DemoNamespace}}); err != nil {
@@ -204,6 +202,30 @@ func (l *Lab) AddBackend(ctx context.Context, namespace, pod, app string) (Backe
 	b := Backend{Pod: pod, Netns: ns, IP: ip}
 	l.Backends[pod] = b
 	return b, nil
+}
+
+// AddEIP creates an IptablesEIP of the lab's gateway. A ready EIP is bound to the gateway's net1
+// first, as kube-ovn does; an EIP that is not ready waits for MarkEIPReady.
+func (l *Lab) AddEIP(ctx context.Context, name, ip string, ready bool) error {
+	if ready {
+		if err := l.topo.addEIP(ip); err != nil {
+			return err
+		}
+	}
+	return createEIP(ctx, l.Client, name, ip, ready)
+}
+
+// MarkEIPReady binds the EIP's address to net1 and marks it Ready (kube-ovn's `eip-add`).
+func (l *Lab) MarkEIPReady(ctx context.Context, name string) error {
+	var eip kubeovnv1.IptablesEIP
+	if err := l.Client.Get(ctx, client.ObjectKey{Name: name}, &eip); err != nil {
+		return err
+	}
+	if err := l.topo.addEIP(eip.Spec.V4ip); err != nil {
+		return err
+	}
+	eip.Status.Ready, eip.Status.IP = true, eip.Spec.V4ip
+	return l.Client.Status().Update(ctx, &eip)
 }
 
 // ExternalClient is the namespace of the external client.

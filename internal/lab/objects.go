@@ -62,12 +62,16 @@ func createKubeOVNObjects(ctx context.Context, c client.Client, gwNetns string) 
 	return createRunningPod(ctx, c, pod, GatewayLanIP)
 }
 
-// createEIP creates a Ready IptablesEIP, as kube-ovn does after `eip-add` on net1.
-func createEIP(ctx context.Context, c client.Client, name, ip string) error {
+// createEIP creates an IptablesEIP of the lab's gateway; ready marks it bound, as kube-ovn does
+// after `eip-add` on net1.
+func createEIP(ctx context.Context, c client.Client, name, ip string, ready bool) error {
 	eip := &kubeovnv1.IptablesEIP{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: kubeovnv1.IptablesEIPSpec{V4ip: ip, NatGwDp: GatewayName, ExternalSubnet: ExternalSubnetName}}
 	if err := c.Create(ctx, eip); err != nil {
 		return fmt.Errorf("creating IptablesEIP %s: %w", name, err)
+	}
+	if !ready {
+		return nil
 	}
 	eip.Status.Ready = true
 	eip.Status.IP = ip

@@ -1,4 +1,4 @@
-// covers: R1, W4, S7, I1
+// covers: R1, W4, S7
 //
 // These tests install config/crd into a real kube-apiserver (controller-runtime envtest) and
 // check the schema the controller and the webhook rely on: enums, port and timeout ranges, the
@@ -134,6 +134,7 @@ func expectInvalid(t *testing.T, err error, fragments ...string) {
 	if !apierrors.IsInvalid(err) {
 		t.Fatalf("expected an Invalid error, got %v", err)
 	}
+	t.Logf("rejected as expected: %v", err)
 	for _, f := range fragments {
 		if !strings.Contains(err.Error(), f) {
 			t.Errorf("error %q does not mention %q", err, f)
@@ -285,6 +286,20 @@ func TestDnatRuleAffinityTimeoutRange(t *testing.T) {
 			}
 			expectInvalid(t, err, "spec.sessionAffinityTimeoutSeconds")
 		})
+	}
+
+	// The Go type omits zero values, so also send 0 and "" explicitly: both mean "default".
+	d := validShareDnat(uniqueName("dnat-timeout"))
+	if err := c.Create(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"sessionAffinityTimeoutSeconds":0,"sessionAffinity":""}}`))
+	if err := c.Patch(context.Background(), d, patch); err != nil {
+		t.Fatalf("explicit timeout 0 and sessionAffinity \"\" rejected: %v", err)
+	}
+	if d.Spec.EffectiveSessionAffinityTimeoutSeconds() != kubeovnv1.DefaultDnatSessionAffinityTimeoutSeconds {
+		t.Errorf("timeout 0 resolves to %d, want %d", d.Spec.EffectiveSessionAffinityTimeoutSeconds(),
+			kubeovnv1.DefaultDnatSessionAffinityTimeoutSeconds)
 	}
 }
 

@@ -30,6 +30,11 @@ type VpcNatGatewaySpec struct {
 	Selector []string `json:"selector,omitempty"`
 	// +optional
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// Affinity of the gateway pods. Kept schemaless (as in kube-ovn): the full corev1.Affinity
+	// schema would make this CRD about 140 KB, too close to kubectl apply's annotation limit.
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:pruning:PreserveUnknownFields
 	// +optional
 	Affinity corev1.Affinity `json:"affinity,omitempty"`
 	// +optional
@@ -129,6 +134,11 @@ type VpcNatGatewayStatus struct {
 	LanIP string `json:"lanIp,omitempty"`
 	// +optional
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// Affinity of the gateway pods. Kept schemaless (as in kube-ovn): the full corev1.Affinity
+	// schema would make this CRD about 140 KB, too close to kubectl apply's annotation limit.
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:pruning:PreserveUnknownFields
 	// +optional
 	Affinity corev1.Affinity `json:"affinity,omitempty"`
 	// +optional

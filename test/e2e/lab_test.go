@@ -1,0 +1,292 @@
+// Package e2e runs vpcgw end to end in the lab: a real kube-apiserver, the controller, the agent in
+// a gateway network namespace, backends serving real TCP and UDP, and an external client.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/vpcgw/vpcgw/internal/lab"
+	"github.com/vpcgw/vpcgw/internal/model"
+	"github.com/vpcgw/vpcgw/internal/netlab"
+)
+
+var (
+	theLab    *lab.Lab
+	skipWhy   string
+	labLogDir string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if why := missing(); why != "" {
+		skipWhy = why
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "vpcgw-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	exe := filepath.Join(dir, "vpcgw")
+	build := exec.Command("go", "build", "-o", exe, "github.com/vpcgw/vpcgw/cmd/vpcgw")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building vpcgw:", err)
+		return 1
+	}
+	logFile, err := os.Create(filepath.Join(dir, "lab.log"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	log := zap.New(zap.WriteTo(logFile), zap.UseDevMode(true))
+	theLab, err = lab.Start(context.Background(), lab.Options{Exe: exe, AssetsDir: os.Getenv("KUBEBUILDER_ASSETS"), Log: log})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the lab:", err)
+		return 1
+	}
+	code := m.Run()
+	if err := theLab.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping the lab:", err)
+		code = 1
+	}
+	if code != 0 {
+		data, _ := os.ReadFile(logFile.Name())
+		fmt.Fprintf(os.Stderr, "---- lab log (last 8 KiB) ----\n%s\n", tail(data, 8<<10))
+	}
+	return code
+}
+
+// missing says what this machine lacks for the lab, or "".
+func missing() string {
+	if err := netlab.Available(); err != nil {
+		return err.Error()
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		return "nft is not installed (apt-get install -y nftables)"
+	}
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		return "KUBEBUILDER_ASSETS is not set (run hack/tools/build-assets.sh, or make test)"
+	}
+	for _, b := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(assets, b)); err != nil {
+			return fmt.Sprintf("%s is missing in KUBEBUILDER_ASSETS=%s", b, assets)
+		}
+	}
+	return ""
+}
+
+func needLab(t *testing.T) *lab.Lab {
+	t.Helper()
+	if theLab == nil {
+		t.Skip("lab not available: " + skipWhy)
+	}
+	return theLab
+}
+
+// TestLoadBalancerServedThroughEIP is the walking skeleton's promise: a LoadBalancer Service gets
+// the EIP as its ingress, both backends answer through it, and a backend whose endpoint goes away
+// leaves the gateway's map and the traffic.
+// covers: S1, S2, B1, D1, D2, T1
+func TestLoadBalancerServedThroughEIP(t *testing.T) {
+	l := needLab(t)
+	ctx := context.Background()
+
+	ip, err := l.WaitIngress(ctx, lab.DemoNamespace, lab.DemoService, 60*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ip != lab.EIPAddress {
+		t.Fatalf("ingress = %s, want the EIP %s", ip, lab.EIPAddress)
+	}
+
+	// 40 new connections; each backend answers at least once unless dispatch is broken
+	// (a fair coin misses one backend 40 times with probability 2^-39).
+	for _, p := range []struct {
+		proto string
+		port  int
+	}{{"tcp", 80}, {"udp", 5353}} {
+		res, err := l.Probe(l.ExternalClient(), p.proto, fmt.Sprintf("%s:%d", ip, p.port), 40)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Errors != 0 || res.Answers["web-be1"] == 0 || res.Answers["web-be2"] == 0 || res.Total() != 40 {
+			t.Fatalf("%s through the EIP: answers %v, %d errors (%s); want both backends and no error", p.proto, res.Answers, res.Errors, res.LastError)
+		}
+	}
+
+	be2 := l.Backends["web-be2"].IP
+	if err := lab.SetPodReady(ctx, l.Client, lab.DemoNamespace, "web-be2", false); err != nil {
+		t.Fatal(err)
+	}
+	waitTable(t, l, "backend "+be2+" removed", func(table string) bool { return !strings.Contains(table, be2) })
+	res, err := l.Probe(l.ExternalClient(), "tcp", ip+":80", 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Answers["web-be1"] != 20 {
+		t.Fatalf("after web-be2 left: answers %v, %d errors (%s); want all 20 from web-be1", res.Answers, res.Errors, res.LastError)
+	}
+
+	if err := lab.SetPodReady(ctx, l.Client, lab.DemoNamespace, "web-be2", true); err != nil {
+		t.Fatal(err)
+	}
+	waitTable(t, l, "backend "+be2+" back", func(table string) bool { return strings.Contains(table, be2) })
+}
+
+// TestLoadBalancerWithoutEIPAnnotation: the gateway annotation alone on a LoadBalancer Service is
+// reported with a Warning event and nothing is programmed for it.
+// covers: S2, T3
+func TestLoadBalancerWithoutEIPAnnotation(t *testing.T) {
+	l := needLab(t)
+	ctx := context.Background()
+	svc := webService("no-eip", 8081, map[string]string{model.AnnotationGateway: lab.GatewayName})
+	if err := l.Client.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Client.Delete(ctx, svc) })
+
+	ev := waitEvent(t, l, svc.Name, model.ReasonEIPMissing)
+	if ev.Type != corev1.EventTypeWarning || !strings.Contains(ev.Message, model.AnnotationEIP) {
+		t.Fatalf("event = %s %q, want a Warning naming %s", ev.Type, ev.Message, model.AnnotationEIP)
+	}
+	table, err := l.NftTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(table, ". 8081 :") {
+		t.Fatalf("port 8081 of a Service without EIP was programmed:\n%s", table)
+	}
+	assertNoIngress(t, l, svc.Name)
+}
+
+// TestEIPBecomesReady: a Service whose EIP is not Ready is not programmed, and is served as soon
+// as the EIP turns Ready, woken by the EIP's own update (no restart, no resync wait).
+// covers: S4, T1, T3
+func TestEIPBecomesReady(t *testing.T) {
+	l := needLab(t)
+	ctx := context.Background()
+	const eipName, eipIP = "late-eip", "172.31.100.11"
+	if err := l.AddEIP(ctx, eipName, eipIP, false); err != nil {
+		t.Fatal(err)
+	}
+	svc := webService("late", 80, map[string]string{model.AnnotationGateway: lab.GatewayName, model.AnnotationEIP: eipName})
+	if err := l.Client.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Client.Delete(ctx, svc) })
+
+	waitEvent(t, l, svc.Name, model.ReasonEIPNotReady)
+	table, err := l.NftTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(table, eipIP) {
+		t.Fatalf("a Service with a not-Ready EIP was programmed:\n%s", table)
+	}
+	assertNoIngress(t, l, svc.Name)
+
+	if err := l.MarkEIPReady(ctx, eipName); err != nil {
+		t.Fatal(err)
+	}
+	ip, err := l.WaitIngress(ctx, svc.Namespace, svc.Name, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ip != eipIP {
+		t.Fatalf("ingress = %s, want %s", ip, eipIP)
+	}
+	res, err := l.Probe(l.ExternalClient(), "tcp", eipIP+":80", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Total() != 10 {
+		t.Fatalf("through the late EIP: answers %v, %d errors (%s)", res.Answers, res.Errors, res.LastError)
+	}
+}
+
+func webService(name string, port int32, annotations map[string]string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: lab.DemoNamespace, Annotations: annotations},
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeLoadBalancer,
+			Selector: map[string]string{"app": lab.DemoService},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: port, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(lab.BackendPort)}},
+		},
+	}
+}
+
+func waitTable(t *testing.T, l *lab.Lab, what string, ok func(string) bool) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		table, err := l.NftTable()
+		if err != nil {
+			return false, err
+		}
+		last = table
+		return ok(table), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v; table:\n%s", what, err, last)
+	}
+}
+
+func waitEvent(t *testing.T, l *lab.Lab, svcName, reason string) corev1.Event {
+	t.Helper()
+	var found corev1.Event
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var evs corev1.EventList
+		if err := l.Client.List(ctx, &evs, client.InNamespace(lab.DemoNamespace)); err != nil {
+			return false, err
+		}
+		for _, ev := range evs.Items {
+			if ev.InvolvedObject.Name == svcName && ev.Reason == reason {
+				found = ev
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for event %s on Service %s: %v", reason, svcName, err)
+	}
+	return found
+}
+
+func assertNoIngress(t *testing.T, l *lab.Lab, name string) {
+	t.Helper()
+	var svc corev1.Service
+	if err := l.Client.Get(context.Background(), client.ObjectKey{Namespace: lab.DemoNamespace, Name: name}, &svc); err != nil {
+		t.Fatal(err)
+	}
+	if len(svc.Status.LoadBalancer.Ingress) != 0 {
+		t.Fatalf("Service %s has ingress %v, want none", name, svc.Status.LoadBalancer.Ingress)
+	}
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
