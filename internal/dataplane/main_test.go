@@ -1,3 +1,4 @@
+// covers: D1, D2, D8 (helpers: the test binary re-executed as agent, echo backend and probe)
 package dataplane
 
 import (
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/vpcgw/vpcgw/internal/netlab"
+	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
 const helperEnv = "DATAPLANE_TEST_HELPER"
@@ -49,10 +51,10 @@ func helperCmd(t *testing.T, mode string) []string {
 func newLab(t *testing.T) *netlab.Lab {
 	t.Helper()
 	if err := netlab.Available(); err != nil {
-		t.Skipf("skipping real-kernel test: %v", err)
+		testutil.Skip(t, fmt.Sprintf("skipping real-kernel test: %v", err))
 	}
 	if _, err := exec.LookPath("nft"); err != nil {
-		t.Skip("skipping real-kernel test: the nft command is missing (apt-get install -y nftables)")
+		testutil.Skip(t, "skipping real-kernel test: the nft command is missing (apt-get install -y nftables)")
 	}
 	l, err := netlab.New("dp")
 	if err != nil {

@@ -279,8 +279,20 @@ func TestRealTraffic(t *testing.T) {
 		t.Errorf("affinity: %+v, want 20 answers from one backend", res)
 	}
 
+	// Changing the timeout recreates the sets in one transaction the kernel accepts; a
+	// backend change keeps the staying backend's set.
+	sticky.AffinityTimeoutSeconds = 600
+	mustSend(t, a, state(4, sticky, udp))
+	sticky.Backends = sticky.Backends[1:]
+	mustSend(t, a, state(5, sticky, udp))
+	res = probe("tcp", "80", 5)
+	if res.Errors != 0 || res.Answers["be2"] != 5 {
+		t.Errorf("affinity, one backend left: %+v, want 5 answers from be2", res)
+	}
+	wantContains(t, "table with affinity", nftList(t, l, gw, "list", "table", "ip", "kube-ovn"), "timeout 10m", "10.0.0.2")
+
 	// Without identities nothing is DNATed: the VIP is not served.
-	mustSend(t, a, state(4))
+	mustSend(t, a, state(6))
 	res, err := l.Probe(client, helperCmd(t, "probe"), netlab.ProbeOptions{Target: vip + ":80", Count: 1, Timeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

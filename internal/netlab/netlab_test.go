@@ -6,6 +6,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
 const helperEnv = "NETLAB_TEST_HELPER"
@@ -43,7 +45,7 @@ func helperCmd(t *testing.T, mode string) []string {
 func newLab(t *testing.T) *Lab {
 	t.Helper()
 	if err := Available(); err != nil {
-		t.Skipf("skipping namespace test: %v", err)
+		testutil.Skip(t, fmt.Sprintf("skipping namespace test: %v", err))
 	}
 	l, err := New("nl")
 	if err != nil {
@@ -101,7 +103,7 @@ func TestEchoAndProbeAcrossNamespaces(t *testing.T) {
 
 func TestCleanupDeletesExactlyItsNamespaces(t *testing.T) {
 	if err := Available(); err != nil {
-		t.Skipf("skipping namespace test: %v", err)
+		testutil.Skip(t, fmt.Sprintf("skipping namespace test: %v", err))
 	}
 	l1, err := New("nl")
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/vpcgw/vpcgw/internal/lab"
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/netlab"
+	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
 var (
@@ -98,7 +99,7 @@ func missing() string {
 func needLab(t *testing.T) *lab.Lab {
 	t.Helper()
 	if theLab == nil {
-		t.Skip("lab not available: " + skipWhy)
+		testutil.Skip(t, "lab not available: "+skipWhy)
 	}
 	return theLab
 }

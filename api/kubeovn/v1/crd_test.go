@@ -16,7 +16,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -25,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
 // The API server is started once, on first use, and stopped in TestMain.
@@ -52,7 +55,7 @@ func apiClient(t *testing.T) client.Client {
 	t.Helper()
 	envOnce.Do(startEnv)
 	if envSkip != "" {
-		t.Skip(envSkip)
+		testutil.Skip(t, envSkip)
 	}
 	if envErr != nil {
 		t.Fatalf("envtest: %v", envErr)
@@ -171,6 +174,12 @@ func TestCRDsAcceptValidObjects(t *testing.T) {
 			Selector:        []string{"kubernetes.io/os: linux"},
 			BgpSpeaker:      kubeovnv1.VpcBgpSpeaker{Enabled: true, ASN: 65001, RemoteASN: 65000, Neighbors: []string{"172.18.0.1"}},
 			Routes:          []kubeovnv1.Route{{CIDR: "192.168.0.0/16", NextHopIP: "gateway"}},
+			Tolerations:     []corev1.Toleration{{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			Affinity: corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+				RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+					MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/os", Operator: corev1.NodeSelectorOpIn, Values: []string{"linux"}}},
+				}}},
+			}},
 		},
 	}
 	eip := &kubeovnv1.IptablesEIP{
@@ -202,6 +211,15 @@ func TestCRDsAcceptValidObjects(t *testing.T) {
 	}
 	if b := gw.Spec.BFD; b.Enabled || b.MinRX != 1000 || b.MinTX != 1000 || b.Multiplier != 3 {
 		t.Errorf("gateway spec.bfd defaults = %+v, want disabled 1000/1000/3", b)
+	}
+
+	// affinity is schemaless in the CRD; it must still survive a round trip unpruned.
+	var gotGw kubeovnv1.VpcNatGateway
+	if err := c.Get(ctx, client.ObjectKeyFromObject(gw), &gotGw); err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(gotGw.Spec.Affinity, gw.Spec.Affinity) || len(gotGw.Spec.Tolerations) != 1 {
+		t.Errorf("gateway affinity/tolerations did not round-trip: %+v %+v", gotGw.Spec.Affinity, gotGw.Spec.Tolerations)
 	}
 
 	var got kubeovnv1.IptablesDnatRule

@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"sort"
 	"testing"
+
+	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
 // repoRoot is the module root, three levels above this package.
@@ -25,11 +27,11 @@ func repoRoot(t *testing.T) string {
 // committed files to match byte for byte, so a type change without `hack/generate.sh` fails CI.
 func TestGeneratedFilesUpToDate(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("skipping: the go command is not in PATH, cannot run controller-gen")
+		testutil.Skip(t, "skipping: the go command is not in PATH, cannot run controller-gen")
 	}
 	bash, err := exec.LookPath("bash")
 	if err != nil {
-		t.Skip("skipping: bash is not in PATH, cannot run hack/generate.sh")
+		testutil.Skip(t, "skipping: bash is not in PATH, cannot run hack/generate.sh")
 	}
 	root := repoRoot(t)
 	out := t.TempDir()

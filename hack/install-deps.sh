@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the lab and the tests use, when they are missing. Idempotent.
+set -euo pipefail
+
+packages=(nftables iproute2 conntrack ovn-central)
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+	exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+	echo "missing packages: ${missing[*]}; run as root (or: sudo apt-get install -y ${missing[*]})" >&2
+	exit 1
+fi
+echo "installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q >/dev/null
+apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
