@@ -25,6 +25,9 @@ type State struct {
 	// it in its Ack.
 	Generation int64      `json:"generation"`
 	Identities []Identity `json:"identities"`
+	// ClusterIPs are the Service ClusterIPs the instance holds as <ip>/32 on lo with label
+	// lo:ko-vip (SPEC D5), sorted. The agent converges that label's addresses to exactly this set.
+	ClusterIPs []string `json:"clusterIPs,omitempty"`
 }
 
 // Identity is one (VIP, port, protocol) the gateway answers for (SPEC I1) with its backends.
@@ -67,6 +70,8 @@ func (s *State) Normalize() {
 	slices.SortFunc(s.Identities, func(a, b Identity) int {
 		return cmp.Or(compareAddrs(a.VIP, b.VIP), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Protocol, b.Protocol))
 	})
+	slices.SortFunc(s.ClusterIPs, compareAddrs)
+	s.ClusterIPs = slices.Compact(s.ClusterIPs)
 }
 
 // Validate reports the first problem that would make the state unsafe to apply.
@@ -96,6 +101,11 @@ func (s State) Validate() error {
 			if err := validPort(b.Port); err != nil {
 				return fmt.Errorf("identity %s: backend %s: %w", id.Key(), b, err)
 			}
+		}
+	}
+	for _, ip := range s.ClusterIPs {
+		if err := validIPv4(ip); err != nil {
+			return fmt.Errorf("clusterIP: %w", err)
 		}
 	}
 	return nil
