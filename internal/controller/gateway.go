@@ -1,10 +1,10 @@
-// Package controller watches Services, EndpointSlices, IptablesEIPs, VpcNatGateways and gateway
-// pods, asks the model what each gateway must serve, programs every gateway instance through the
-// transport, and then publishes the Services' ingress and events.
+// Package controller watches Services, EndpointSlices, Pods, IptablesEIPs, VpcNatGateways and the
+// Service records, asks the model what each gateway must serve, and writes the Plan: finalizers
+// and records first, then every gateway instance through the transport, then record status,
+// ingress, releases and events.
 package controller
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -14,8 +14,6 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -29,33 +27,52 @@ import (
 	"github.com/vpcgw/vpcgw/internal/transport"
 )
 
-// Gateway pod labels and annotation (kube-ovn's names).
 const (
-	GatewayPodLabel      = "ovn.kubernetes.io/vpc-nat-gw" // "true" on every gateway pod
-	GatewayAppLabelPrefx = "vpc-nat-gw-"                  // app=vpc-nat-gw-<gateway>
-	GatewayPodAnnotation = model.AnnotationGateway        // the gateway's name, on its pods
 	// DefaultGatewayNamespace is where kube-ovn runs gateway pods when spec.namespace is empty.
-	DefaultGatewayNamespace = "kube-system"
+	DefaultGatewayNamespace = model.DefaultGatewayNamespace
+	// GatewayPodLabel, GatewayAppLabelPrefx and GatewayPodAnnotation find a gateway's pods.
+	GatewayPodLabel      = model.LabelGatewayPod
+	GatewayAppLabelPrefx = model.GatewayAppPrefix
+	GatewayPodAnnotation = model.AnnotationGatewayPod
 
-	indexServiceGateway = "vpcgw.gateway"
+	// unboundKey is the reconcile key of Services that hold the finalizer but name no gateway:
+	// they only need releasing.
+	unboundKey = ""
+
+	indexServiceGateway = "vpcgw.gateway" // annotation, or unboundKey for finalizer holders without one
 	indexServiceEIP     = "vpcgw.eip"
 	indexSliceService   = "vpcgw.service"
+	indexSlicePod       = "vpcgw.pod" // namespace/name of the Pods an EndpointSlice targets
 )
 
-// CacheOptions restricts the Pod informer to gateway pods: vpcgw never needs the others here.
+// CacheOptions keeps only what the model reads of Pods: vpcgw caches every Pod (backends can be
+// anywhere) and this keeps that cache small.
 func CacheOptions() cache.Options {
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{GatewayPodLabel: "true"})},
+		&corev1.Pod{}: {Transform: trimPod},
 	}}
 }
 
+func trimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	p.ManagedFields = nil
+	p.Spec = corev1.PodSpec{NodeName: p.Spec.NodeName}
+	p.Status = corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs}
+	return p, nil
+}
+
 // GatewayReconciler programs one VpcNatGateway per reconcile: all its instances get the same
-// complete state, then the Services it serves get their ingress.
+// complete state, and the Services bound to it get their records, ingress and finalizer.
 type GatewayReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
 	Flags    Flags
 	Dialer   transport.Dialer
+	// Routes writes the gateways' VIP router policies; nil turns route writing off.
+	Routes RouteWriter
 	// ApplyTimeout bounds the wait for an agent's acknowledgement.
 	ApplyTimeout time.Duration
 	Log          logr.Logger
@@ -65,6 +82,11 @@ type GatewayReconciler struct {
 	// once, not on every reconcile (SPEC T3).
 	eventsMu  sync.Mutex
 	lastEvent map[types.UID]map[string]string
+}
+
+// RouteWriter converges one gateway's VIP router policies (SPEC V1).
+type RouteWriter interface {
+	Sync(ctx context.Context, want model.VIPRoutes) error
 }
 
 // SetupWithManager registers the indexes and watches.
@@ -77,212 +99,70 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 	go func() { <-ctx.Done(); r.sessions.closeAll() }()
 
 	idx := mgr.GetFieldIndexer()
-	if err := idx.IndexField(ctx, &corev1.Service{}, indexServiceGateway, func(o client.Object) []string {
-		return nonEmpty(o.GetAnnotations()[model.AnnotationGateway])
-	}); err != nil {
-		return fmt.Errorf("indexing Services by gateway: %w", err)
-	}
-	if err := idx.IndexField(ctx, &corev1.Service{}, indexServiceEIP, func(o client.Object) []string {
-		return nonEmpty(o.GetAnnotations()[model.AnnotationEIP])
-	}); err != nil {
-		return fmt.Errorf("indexing Services by EIP: %w", err)
-	}
-	if err := idx.IndexField(ctx, &discoveryv1.EndpointSlice{}, indexSliceService, func(o client.Object) []string {
-		return nonEmpty(o.GetLabels()[discoveryv1.LabelServiceName])
-	}); err != nil {
-		return fmt.Errorf("indexing EndpointSlices by Service: %w", err)
+	for _, ix := range []struct {
+		obj  client.Object
+		name string
+		fn   client.IndexerFunc
+	}{
+		{&corev1.Service{}, indexServiceGateway, func(o client.Object) []string { return serviceGatewayKeys(o) }},
+		{&corev1.Service{}, indexServiceEIP, func(o client.Object) []string { return nonEmpty(o.GetAnnotations()[model.AnnotationEIP]) }},
+		{&discoveryv1.EndpointSlice{}, indexSliceService, func(o client.Object) []string {
+			return nonEmpty(o.GetLabels()[discoveryv1.LabelServiceName])
+		}},
+		{&discoveryv1.EndpointSlice{}, indexSlicePod, slicePods},
+	} {
+		if err := idx.IndexField(ctx, ix.obj, ix.name, ix.fn); err != nil {
+			return fmt.Errorf("index %s: %w", ix.name, err)
+		}
 	}
 
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("vpcgw-gateway").
 		For(&kubeovnv1.VpcNatGateway{}).
 		Watches(&corev1.Service{}, handler.Funcs{
-			CreateFunc: func(_ context.Context, e handlerCreate, q reqQueue) { enqueueGateway(q, e.Object) },
+			CreateFunc: func(_ context.Context, e handlerCreate, q reqQueue) { enqueue(q, serviceGatewayKeys(e.Object)) },
 			UpdateFunc: func(_ context.Context, e handlerUpdate, q reqQueue) {
-				enqueueGateway(q, e.ObjectOld)
-				enqueueGateway(q, e.ObjectNew)
+				enqueue(q, serviceGatewayKeys(e.ObjectOld))
+				enqueue(q, serviceGatewayKeys(e.ObjectNew))
 			},
-			DeleteFunc:  func(_ context.Context, e handlerDelete, q reqQueue) { enqueueGateway(q, e.Object) },
-			GenericFunc: func(_ context.Context, e handlerGeneric, q reqQueue) { enqueueGateway(q, e.Object) },
+			DeleteFunc:  func(_ context.Context, e handlerDelete, q reqQueue) { enqueue(q, serviceGatewayKeys(e.Object)) },
+			GenericFunc: func(_ context.Context, e handlerGeneric, q reqQueue) { enqueue(q, serviceGatewayKeys(e.Object)) },
 		}).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfSlice)).
 		Watches(&kubeovnv1.IptablesEIP{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfEIP)).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(gatewayOfPod)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfPod)).
+		Watches(&kubeovnv1.IptablesDnatRule{}, handler.EnqueueRequestsFromMapFunc(gatewayOfRecord)).
 		Complete(r)
 }
 
-// Reconcile programs gateway req.Name.
-func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	log := r.Log.WithValues("gateway", req.Name)
-	snap, gw, err := r.snapshot(ctx, req.Name)
-	if err != nil {
-		return reconcile.Result{}, err
+// serviceGatewayKeys are the reconcile keys a Service wakes: its gateway, or the unbound key
+// when it holds the finalizer without naming a gateway.
+func serviceGatewayKeys(o client.Object) []string {
+	if gw := o.GetAnnotations()[model.AnnotationGateway]; gw != "" {
+		return []string{gw}
 	}
-	plan := model.Compute(snap, r.Flags.Gates())
-
-	programmed := false
-	if gw != nil {
-		instances, err := r.instances(ctx, gw)
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		state := plan.Gateways[slices.IndexFunc(plan.Gateways, func(g model.GatewayPlan) bool { return g.Name == gw.Name })].State
-		switch {
-		case len(instances) == 0:
-			log.Info("gateway has no running instance yet; waiting for one")
-		default:
-			if err := r.sessions.apply(ctx, gw.Name, instances, state); err != nil {
-				r.emitAll(plan, corev1.EventTypeWarning, "NftableLbSvcProgrammingFailed",
-					fmt.Sprintf("programming gateway %s failed, retrying: %v", gw.Name, err))
-				return reconcile.Result{}, fmt.Errorf("programming gateway %s: %w", gw.Name, err)
-			}
-			programmed = true
-			log.V(1).Info("gateway programmed", "instances", len(instances), "identities", len(state.Identities))
-		}
+	if slices.Contains(o.GetFinalizers(), model.Finalizer) {
+		return []string{unboundKey}
 	}
-
-	var errs []error
-	for _, sp := range plan.Services {
-		r.emit(sp)
-		if !programmed && sp.EIPServed {
-			continue // publish ingress only once the gateway serves it (SPEC T1)
-		}
-		if err := r.publishIngress(ctx, sp); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) > 0 {
-		return reconcile.Result{}, fmt.Errorf("publishing ingress: %v", errs)
-	}
-	return reconcile.Result{}, nil
-}
-
-// snapshot reads what the model needs for one gateway. A missing gateway yields gw == nil.
-func (r *GatewayReconciler) snapshot(ctx context.Context, name string) (model.Snapshot, *kubeovnv1.VpcNatGateway, error) {
-	var snap model.Snapshot
-	var gw *kubeovnv1.VpcNatGateway
-	var g kubeovnv1.VpcNatGateway
-	switch err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &g); {
-	case err == nil:
-		gw = &g
-		snap.Gateways = []kubeovnv1.VpcNatGateway{g}
-	case apierrors.IsNotFound(err):
-	default:
-		return snap, nil, fmt.Errorf("reading gateway %s: %w", name, err)
-	}
-
-	var svcs corev1.ServiceList
-	if err := r.Client.List(ctx, &svcs, client.MatchingFields{indexServiceGateway: name}); err != nil {
-		return snap, nil, fmt.Errorf("listing Services of gateway %s: %w", name, err)
-	}
-	snap.Services = svcs.Items
-	seenEIP := map[string]bool{}
-	for _, svc := range svcs.Items {
-		if eipName := svc.Annotations[model.AnnotationEIP]; eipName != "" && !seenEIP[eipName] {
-			seenEIP[eipName] = true
-			var eip kubeovnv1.IptablesEIP
-			switch err := r.Client.Get(ctx, types.NamespacedName{Name: eipName}, &eip); {
-			case err == nil:
-				snap.EIPs = append(snap.EIPs, eip)
-			case !apierrors.IsNotFound(err):
-				return snap, nil, fmt.Errorf("reading IptablesEIP %s: %w", eipName, err)
-			}
-		}
-		var es discoveryv1.EndpointSliceList
-		if err := r.Client.List(ctx, &es, client.InNamespace(svc.Namespace), client.MatchingFields{indexSliceService: svc.Name}); err != nil {
-			return snap, nil, fmt.Errorf("listing EndpointSlices of %s/%s: %w", svc.Namespace, svc.Name, err)
-		}
-		snap.EndpointSlices = append(snap.EndpointSlices, es.Items...)
-	}
-	return snap, gw, nil
-}
-
-// instances lists the gateway's running pods (kube-ovn's getNatGwPods).
-func (r *GatewayReconciler) instances(ctx context.Context, gw *kubeovnv1.VpcNatGateway) ([]transport.Instance, error) {
-	ns := gw.Spec.Namespace
-	if ns == "" {
-		ns = DefaultGatewayNamespace
-	}
-	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{
-		"app": GatewayAppLabelPrefx + gw.Name, GatewayPodLabel: "true",
-	}); err != nil {
-		return nil, fmt.Errorf("listing pods of gateway %s: %w", gw.Name, err)
-	}
-	var out []transport.Instance
-	for _, p := range pods.Items {
-		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
-			continue
-		}
-		out = append(out, transport.Instance{
-			Gateway: gw.Name, Namespace: p.Namespace, Pod: p.Name, UID: p.UID,
-			Netns: p.Annotations[transport.NetnsAnnotation],
-		})
-	}
-	slices.SortFunc(out, func(a, b transport.Instance) int { return cmp.Compare(a.Pod, b.Pod) })
-	return out, nil
-}
-
-// publishIngress makes status.loadBalancer.ingress equal to the plan's.
-func (r *GatewayReconciler) publishIngress(ctx context.Context, sp model.ServicePlan) error {
-	var svc corev1.Service
-	if err := r.Client.Get(ctx, sp.Key, &svc); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if svc.UID != sp.UID || svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
-		return nil
-	}
-	if ingressEqual(svc.Status.LoadBalancer.Ingress, sp.Ingress) {
-		return nil
-	}
-	patch := client.MergeFrom(svc.DeepCopy())
-	svc.Status.LoadBalancer.Ingress = sp.Ingress
-	if err := r.Client.Status().Patch(ctx, &svc, patch); err != nil {
-		return fmt.Errorf("service %s: %w", sp.Key, err)
-	}
-	r.Log.Info("ingress published", "service", sp.Key, "ingress", sp.Ingress)
 	return nil
 }
 
-func ingressEqual(a, b []corev1.LoadBalancerIngress) bool {
-	return slices.EqualFunc(a, b, func(x, y corev1.LoadBalancerIngress) bool { return x.IP == y.IP && x.Hostname == y.Hostname })
-}
-
-// emit records the plan's events for one Service, each cause once.
-func (r *GatewayReconciler) emit(sp model.ServicePlan) {
-	for _, ev := range sp.Events {
-		if r.seen(sp.UID, ev.Reason, ev.Message) {
-			continue
-		}
-		r.Recorder.Eventf(serviceRef(sp), nil, ev.Type, ev.Reason, "Reconcile", "%s", ev.Message)
+func slicePods(o client.Object) []string {
+	es, ok := o.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return nil
 	}
-}
-
-func (r *GatewayReconciler) emitAll(plan model.Plan, typ, reason, msg string) {
-	for _, sp := range plan.Services {
-		if sp.EIPServed && !r.seen(sp.UID, reason, msg) {
-			r.Recorder.Eventf(serviceRef(sp), nil, typ, reason, "Program", "%s", msg)
+	var out []string
+	for _, ep := range es.Endpoints {
+		if ref := ep.TargetRef; ref != nil && ref.Kind == "Pod" {
+			ns := ref.Namespace
+			if ns == "" {
+				ns = es.Namespace
+			}
+			out = append(out, ns+"/"+ref.Name)
 		}
 	}
-}
-
-func (r *GatewayReconciler) seen(uid types.UID, reason, msg string) bool {
-	r.eventsMu.Lock()
-	defer r.eventsMu.Unlock()
-	m := r.lastEvent[uid]
-	if m == nil {
-		m = map[string]string{}
-		r.lastEvent[uid] = m
-	}
-	if m[reason] == msg {
-		return true
-	}
-	m[reason] = msg
-	return false
-}
-
-func serviceRef(sp model.ServicePlan) *corev1.ObjectReference {
-	return &corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: sp.Key.Namespace, Name: sp.Key.Name, UID: sp.UID}
+	return out
 }
 
 func (r *GatewayReconciler) gatewayOfSlice(ctx context.Context, o client.Object) []reconcile.Request {
@@ -294,7 +174,7 @@ func (r *GatewayReconciler) gatewayOfSlice(ctx context.Context, o client.Object)
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: o.GetNamespace(), Name: name}, &svc); err != nil {
 		return nil
 	}
-	return requests(svc.Annotations[model.AnnotationGateway])
+	return requests(serviceGatewayKeys(&svc))
 }
 
 // gatewaysOfEIP wakes the gateways of every Service that names the EIP (SPEC S4: served as soon
@@ -305,29 +185,58 @@ func (r *GatewayReconciler) gatewaysOfEIP(ctx context.Context, o client.Object) 
 		r.Log.Error(err, "listing Services of EIP", "eip", o.GetName())
 		return nil
 	}
-	var out []reconcile.Request
-	for _, svc := range svcs.Items {
-		out = append(out, requests(svc.Annotations[model.AnnotationGateway])...)
+	var keys []string
+	for i := range svcs.Items {
+		keys = append(keys, serviceGatewayKeys(&svcs.Items[i])...)
 	}
 	if eip, ok := o.(*kubeovnv1.IptablesEIP); ok {
-		out = append(out, requests(eip.Spec.NatGwDp)...)
+		keys = append(keys, nonEmpty(eip.Spec.NatGwDp)...)
+	}
+	return requests(keys)
+}
+
+// gatewaysOfPod wakes a gateway pod's gateway, and the gateways of Services whose endpoints
+// target the pod (a backend's NIC annotations decide its address, SPEC B2).
+func (r *GatewayReconciler) gatewaysOfPod(ctx context.Context, o client.Object) []reconcile.Request {
+	var keys []string
+	if o.GetLabels()[model.LabelGatewayPod] == "true" {
+		keys = append(keys, nonEmpty(o.GetAnnotations()[model.AnnotationGatewayPod])...)
+	}
+	var es discoveryv1.EndpointSliceList
+	if err := r.Client.List(ctx, &es, client.MatchingFields{indexSlicePod: o.GetNamespace() + "/" + o.GetName()}); err == nil {
+		for i := range es.Items {
+			keys = append(keys, reqNames(r.gatewayOfSlice(ctx, &es.Items[i]))...)
+		}
+	}
+	return requests(keys)
+}
+
+// gatewayOfRecord: a record's own events only wake its gateway (SPEC R3).
+func gatewayOfRecord(_ context.Context, o client.Object) []reconcile.Request {
+	if o.GetLabels()[model.LabelRecord] != "true" {
+		return nil
+	}
+	return requests(nonEmpty(o.GetLabels()[model.LabelGateway]))
+}
+
+func requests(keys []string) []reconcile.Request {
+	out := make([]reconcile.Request, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: k}})
 	}
 	return out
 }
 
-func gatewayOfPod(_ context.Context, o client.Object) []reconcile.Request {
-	return requests(o.GetAnnotations()[GatewayPodAnnotation])
-}
-
-func requests(gw string) []reconcile.Request {
-	if gw == "" {
-		return nil
+func reqNames(rs []reconcile.Request) []string {
+	out := make([]string, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, r.Name)
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: gw}}}
+	return out
 }
 
-func enqueueGateway(q reqQueue, o client.Object) {
-	for _, r := range requests(o.GetAnnotations()[model.AnnotationGateway]) {
+func enqueue(q reqQueue, keys []string) {
+	for _, r := range requests(keys) {
 		q.Add(r)
 	}
 }

@@ -2,7 +2,9 @@ package dataplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -13,65 +15,265 @@ import (
 	"github.com/vpcgw/vpcgw/internal/gwstate"
 )
 
-// Agent converges the table "ip kube-ovn" to desired states. It remembers the state it last
-// committed and sends only the difference to the kernel, as one atomic transaction per Apply.
-// The first Apply (and the first after a failed one) lists the table once and reconciles it
-// fully: it adopts what is there, rewrites the rules of every desired identity and deletes stale
-// objects it owns. Agent is safe for concurrent use (Apply calls are serialised).
+// Agent converges one gateway instance's data plane to desired states: the table "ip kube-ovn"
+// (SPEC D1-D4), the ClusterIPs held on lo (D5) and stale conntrack entries (D6). It remembers
+// the state it last committed and sends only the difference to the kernel, as one atomic
+// transaction per Apply. The first Apply (and the first after a failed one or after drift was
+// found) lists the table once and reconciles it fully: it adopts what is there, rewrites the
+// rules of every desired identity and deletes stale objects it owns. Agent is safe for
+// concurrent use (Apply, Verify and Retry are serialised).
 type Agent struct {
-	nft knftables.Interface
-	log logr.Logger
+	be    backend
+	log   logr.Logger
+	iface string
+	vips  vipHolder   // nil: lo is not managed
+	ct    flowCleaner // nil: conntrack is not managed
 
 	mu sync.Mutex
 	// applied holds the committed identities that have at least one backend, by Key().
 	applied map[string]gwstate.Identity
-	// synced is false until a full reconcile succeeded, and again after any failed Apply, so
-	// that drift which made a transaction fail is repaired by the next one.
+	// present holds every identity of the committed state, with or without backends.
+	present map[string]gwstate.Identity
+	// last is the last valid desired state, committed or not: what Retry and Verify converge to.
+	last *gwstate.State
+	// synced is false until a full reconcile succeeded, and again after any failed Apply or
+	// when drift was found, so that the next transaction starts from what the kernel has.
 	synced bool
+	// vipsSynced is false when the last lo convergence failed.
+	vipsSynced bool
 }
 
-// NewAgent returns an agent that manages the table through nft, which must be an interface for
-// family ip, table "kube-ovn" (knftables.New(knftables.IPv4Family, TableName)).
+// NewAgent returns an agent that manages the table through knftables (the nft binary, or its
+// Fake in tests), which must be an interface for family ip, table "kube-ovn"
+// (knftables.New(knftables.IPv4Family, TableName)). It manages neither lo nor conntrack.
 func NewAgent(nft knftables.Interface, log logr.Logger) *Agent {
-	return &Agent{nft: nft, log: log, applied: map[string]gwstate.Identity{}}
+	return newAgent(&knftBackend{nft: nft}, log, DefaultVPCInterface, nil, nil)
 }
 
-// Apply converges the kernel to st, which must be normalized and valid. On error the kernel and
-// the agent's memory keep the previous state; the error carries nft's message.
+func newAgent(be backend, log logr.Logger, iface string, vips vipHolder, ct flowCleaner) *Agent {
+	if iface == "" {
+		iface = DefaultVPCInterface
+	}
+	return &Agent{be: be, log: log, iface: iface, vips: vips, ct: ct,
+		applied: map[string]gwstate.Identity{}, present: map[string]gwstate.Identity{}}
+}
+
+// Config says how an agent reaches the kernel of the network namespace it runs in.
+type Config struct {
+	// VPCInterface is the gateway's interface into the VPC (hairpin, SPEC D4); default eth0.
+	VPCInterface string
+	// TextPath sends transactions through the nft binary (knftables) instead of netlink.
+	TextPath bool
+	// NoLoopback and NoConntrack switch off lo VIPs (D5) and conntrack cleanup (D6).
+	NoLoopback, NoConntrack bool
+}
+
+// NewKernelAgent returns an agent for the network namespace of the calling thread: netlink
+// (github.com/google/nftables) for nftables unless cfg.TextPath, rtnetlink for lo, conntrack
+// netlink for flows. The sockets are opened now, so a caller that switched namespaces on a
+// locked thread may switch back afterwards.
+func NewKernelAgent(cfg Config, log logr.Logger) (*Agent, error) {
+	var be backend
+	if cfg.TextPath {
+		nft, err := knftables.New(knftables.IPv4Family, TableName)
+		if err != nil {
+			return nil, fmt.Errorf("nftables is not usable: %w", err)
+		}
+		be = &knftBackend{nft: nft}
+	} else {
+		nl, err := newNLBackend()
+		if err != nil {
+			return nil, err
+		}
+		be = nl
+	}
+	var vips vipHolder
+	if !cfg.NoLoopback {
+		lo, err := newLoVIPs()
+		if err != nil {
+			return nil, err
+		}
+		vips = lo
+	}
+	var ct flowCleaner
+	if !cfg.NoConntrack {
+		c, err := newCTCleaner()
+		if err != nil {
+			return nil, err
+		}
+		ct = c
+	}
+	return newAgent(be, log, cfg.VPCInterface, vips, ct), nil
+}
+
+// Apply converges the kernel to st, which must be normalized and valid. On error the table and
+// the agent's memory keep the previous state; the error carries the kernel's message.
 func (a *Agent) Apply(ctx context.Context, st gwstate.State) error {
 	if err := st.Validate(); err != nil {
 		return fmt.Errorf("invalid state: %w", err)
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.last = &st
+	return a.applyLocked(ctx, st)
+}
+
+// Retry re-applies the last desired state if it is not committed (after a failed Apply). It
+// reports whether there was anything to retry.
+func (a *Agent) Retry(ctx context.Context) (bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.last == nil || (a.synced && a.vipsSynced) {
+		return false, nil
+	}
+	return true, a.applyLocked(ctx, *a.last)
+}
+
+// Verify looks for drift cheaply, without reading rules back: the table and both base chains
+// exist, each base chain has its one rule, the numbers of map elements, owned chains and owned
+// sets are what the agent committed, and lo holds exactly the desired VIPs. On drift it logs
+// what it found, reconciles fully and logs the repair. It returns the drift found ("" if none).
+func (a *Agent) Verify(ctx context.Context) (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.last == nil {
+		return "", nil
+	}
+	if !a.synced || !a.vipsSynced {
+		return "", a.applyLocked(ctx, *a.last)
+	}
+	drift, err := a.be.check(ctx, a.expectation())
+	if err != nil {
+		return "", fmt.Errorf("verifying: %w", err)
+	}
+	if drift == "" && a.vips != nil {
+		have, err := a.vips.list()
+		if err != nil {
+			return "", fmt.Errorf("verifying lo: %w", err)
+		}
+		if want := wantVIPs(a.last.ClusterIPs); !slices.Equal(have, want) {
+			drift = fmt.Sprintf("lo holds %v with label %s, want %v", have, VIPLabel, want)
+		}
+	}
+	if drift == "" {
+		return "", nil
+	}
+	a.log.Info("drift detected, repairing with a full reconcile", "drift", drift)
+	a.synced = false
+	a.vipsSynced = false
+	if err := a.applyLocked(ctx, *a.last); err != nil {
+		return drift, fmt.Errorf("repairing drift (%s): %w", drift, err)
+	}
+	a.log.Info("drift repaired", "drift", drift, "generation", a.last.Generation)
+	return drift, nil
+}
+
+func (a *Agent) expectation() expectation {
+	e := expectation{elements: len(a.applied)}
+	for _, id := range a.applied {
+		e.chains++
+		if id.AffinityTimeoutSeconds > 0 {
+			e.chains += len(id.Backends)
+			e.sets += len(id.Backends)
+		}
+	}
+	return e
+}
+
+func wantVIPs(ips []string) []netip.Addr {
+	out := make([]netip.Addr, 0, len(ips))
+	for _, s := range ips {
+		out = append(out, netip.MustParseAddr(s))
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}
+
+func (a *Agent) applyLocked(ctx context.Context, st gwstate.State) error {
 	desired := make(map[string]gwstate.Identity, len(st.Identities))
+	present := make(map[string]gwstate.Identity, len(st.Identities))
 	for _, id := range st.Identities {
+		present[id.Key()] = id
 		if len(id.Backends) > 0 {
 			desired[id.Key()] = id
 		}
 	}
 
-	a.mu.Lock()
-	defer a.mu.Unlock()
-
-	tx := a.nft.NewTransaction()
+	tx := a.be.begin()
 	full := !a.synced
 	if full {
-		if err := a.fullSync(ctx, tx, desired); err != nil {
+		inv, err := a.be.inventory(ctx)
+		if err != nil {
 			return err
 		}
+		a.fullSync(tx, inv, desired)
 	} else {
 		a.incremental(tx, desired)
 	}
-	ops := tx.NumOperations()
+	ops := tx.size()
 	if ops > 0 {
-		if err := a.nft.Run(ctx, tx); err != nil {
+		if err := a.be.commit(ctx, tx); err != nil {
 			a.synced = false
-			return fmt.Errorf("nft transaction (%d operations) failed: %w", ops, err)
+			return fmt.Errorf("%s transaction (%d operations) failed: %w", a.be.name(), ops, err)
 		}
 	}
-	a.applied = desired
+	targets := a.cleanTargets(full, desired, present)
+	a.applied, a.present = desired, present
 	a.synced = true
 	a.log.V(1).Info("applied state", "generation", st.Generation, "identities", len(desired), "operations", ops, "full", full)
-	return nil
+
+	var errs []error
+	if a.vips != nil {
+		added, deleted, err := a.vips.converge(wantVIPs(st.ClusterIPs))
+		a.vipsSynced = err == nil
+		if len(added)+len(deleted) > 0 {
+			a.log.V(1).Info("lo VIPs converged", "added", added, "deleted", deleted)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	} else {
+		a.vipsSynced = true
+	}
+	if a.ct != nil && len(targets) > 0 {
+		n, err := a.ct.clean(targets)
+		if n > 0 {
+			a.log.V(1).Info("deleted stale conntrack entries", "count", n)
+		}
+		if err != nil {
+			// Not fatal for the state: the entries expire; the next change retries.
+			a.log.Error(err, "conntrack cleanup")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cleanTargets says which conntrack entries must go after committing desired (SPEC D6): for a
+// UDP identity whose backends changed (or that went to or from zero backends), the flows whose
+// reply does not come from a current backend; for an identity that left the state, all its
+// flows. A full sync reconciles every UDP identity. TCP flows to backends that stay are never
+// named.
+func (a *Agent) cleanTargets(full bool, desired, present map[string]gwstate.Identity) []cleanTarget {
+	if a.ct == nil {
+		return nil
+	}
+	var out []cleanTarget
+	for k, id := range present {
+		if id.Protocol != gwstate.UDP {
+			continue
+		}
+		old, had := a.applied[k]
+		now, has := desired[k]
+		if full || had != has || (had && !slices.Equal(old.Backends, now.Backends)) {
+			out = append(out, newCleanTarget(id.VIP, id.Port, id.Protocol, now.Backends))
+		}
+	}
+	for k, id := range a.present {
+		if _, ok := present[k]; !ok {
+			out = append(out, newCleanTarget(id.VIP, id.Port, id.Protocol, nil))
+		}
+	}
+	return out
 }
 
 // Applied returns a copy of the identities the agent believes are installed, sorted by key.
@@ -96,7 +298,7 @@ func sortedKeys(m map[string]gwstate.Identity) []string {
 }
 
 // incremental writes only what differs between a.applied and desired.
-func (a *Agent) incremental(tx *knftables.Transaction, desired map[string]gwstate.Identity) {
+func (a *Agent) incremental(tx txn, desired map[string]gwstate.Identity) {
 	// Removals first: a removed identity's objects never share names with a desired one.
 	for _, k := range sortedKeys(a.applied) {
 		if _, ok := desired[k]; !ok {
@@ -116,42 +318,22 @@ func (a *Agent) incremental(tx *knftables.Transaction, desired map[string]gwstat
 	}
 }
 
-// fullSync lists the table once and writes a transaction that makes it exactly desired, as far
-// as owned objects go.
-func (a *Agent) fullSync(ctx context.Context, tx *knftables.Transaction, desired map[string]gwstate.Identity) error {
-	chains, err := a.list(ctx, "chain")
-	if err != nil {
-		return err
-	}
-	sets, err := a.list(ctx, "set")
-	if err != nil {
-		return err
-	}
-	maps, err := a.list(ctx, "map")
-	if err != nil {
-		return err
-	}
-	var elements []*knftables.Element
-	if slices.Contains(maps, ServiceMap) {
-		elements, err = a.nft.ListElements(ctx, "map", ServiceMap)
-		if err != nil && !knftables.IsNotFound(err) {
-			return fmt.Errorf("listing map %s: %w", ServiceMap, err)
-		}
-	}
-
-	writeBase(tx)
+// fullSync writes a transaction that makes the listed table exactly desired, as far as owned
+// objects go. Desired identities are rewritten in place (add, flush and re-add in the same
+// transaction), so traffic sees no gap (SPEC L7).
+func (a *Agent) fullSync(tx txn, inv *inventory, desired map[string]gwstate.Identity) {
+	writeBase(tx, a.iface)
 
 	// Elements that name no desired identity, or point elsewhere than they should, go first.
 	wantElem := make(map[string]string, len(desired))
 	for _, id := range desired {
 		wantElem[strings.Join(elementKey(id), " . ")] = strings.Join(elementValue(id), " ")
 	}
-	for _, e := range elements {
-		k := strings.Join(e.Key, " . ")
-		if v, ok := wantElem[k]; ok && v == strings.Join(e.Value, " ") {
+	for _, e := range inv.elements {
+		if v, ok := wantElem[strings.Join(e.key, " . ")]; ok && v == e.value {
 			continue
 		}
-		tx.Delete(&knftables.Element{Map: ServiceMap, Key: e.Key})
+		tx.deleteElementKey(e.key)
 	}
 
 	keepChains := map[string]bool{}
@@ -169,12 +351,12 @@ func (a *Agent) fullSync(ctx context.Context, tx *knftables.Transaction, desired
 	}
 
 	var staleChains, staleSets []string
-	for _, c := range chains {
+	for _, c := range inv.chains {
 		if owned(c) && !keepChains[c] {
 			staleChains = append(staleChains, c)
 		}
 	}
-	for _, s := range sets {
+	for _, s := range inv.sets {
 		if owned(s) && !keepSets[s] {
 			staleSets = append(staleSets, s)
 		}
@@ -183,28 +365,15 @@ func (a *Agent) fullSync(ctx context.Context, tx *knftables.Transaction, desired
 	slices.Sort(staleSets)
 	// Flush every stale chain before deleting any, so goto references between them are gone.
 	for _, c := range staleChains {
-		tx.Flush(&knftables.Chain{Name: c})
+		tx.flushChain(c)
 	}
 	for _, c := range staleChains {
-		tx.Delete(&knftables.Chain{Name: c})
+		tx.deleteChain(c)
 	}
 	for _, s := range staleSets {
-		tx.Delete(&knftables.Set{Name: s})
+		tx.deleteSet(s)
 	}
 	if len(staleChains)+len(staleSets) > 0 {
-		a.log.Info("removing stale objects", "chains", staleChains, "sets", staleSets)
+		a.log.Info("removing stale objects", "chains", len(staleChains), "sets", len(staleSets))
 	}
-	return nil
-}
-
-// list returns the names of objects of one type in the table; a missing table is empty.
-func (a *Agent) list(ctx context.Context, objectType string) ([]string, error) {
-	names, err := a.nft.List(ctx, objectType)
-	if err != nil {
-		if knftables.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("listing %ss of table ip %s: %w", objectType, TableName, err)
-	}
-	return names, nil
 }

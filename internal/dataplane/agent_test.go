@@ -20,8 +20,10 @@ import (
 )
 
 const baseDump = `add table ip kube-ovn
+add chain ip kube-ovn postrouting { type nat hook postrouting priority 100 ; policy accept ; }
 add chain ip kube-ovn prerouting { type nat hook prerouting priority -150 ; policy accept ; }
 add map ip kube-ovn service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }
+add rule ip kube-ovn postrouting iifname "eth0" oifname "eth0" ct status dnat masquerade fully-random
 add rule ip kube-ovn prerouting ip daddr . meta l4proto . th dport vmap @service-ips
 `
 
@@ -94,9 +96,11 @@ func TestGoldenDumps(t *testing.T) {
 		st:   state(1, ident("10.0.0.1", 53, gwstate.UDP, be("10.0.1.2", 5353))),
 		want: `add table ip kube-ovn
 add chain ip kube-ovn dnat-e1f1e9fbffa9
+add chain ip kube-ovn postrouting { type nat hook postrouting priority 100 ; policy accept ; }
 add chain ip kube-ovn prerouting { type nat hook prerouting priority -150 ; policy accept ; }
 add map ip kube-ovn service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }
 add rule ip kube-ovn dnat-e1f1e9fbffa9 meta l4proto udp dnat ip to 10.0.1.2:5353
+add rule ip kube-ovn postrouting iifname "eth0" oifname "eth0" ct status dnat masquerade fully-random
 add rule ip kube-ovn prerouting ip daddr . meta l4proto . th dport vmap @service-ips
 add element ip kube-ovn service-ips { 10.0.0.1 . udp . 53 : goto dnat-e1f1e9fbffa9 }
 `,
@@ -105,9 +109,11 @@ add element ip kube-ovn service-ips { 10.0.0.1 . udp . 53 : goto dnat-e1f1e9fbff
 		st:   state(1, ident("10.0.0.1", 80, gwstate.TCP, be("10.0.1.2", 8080), be("10.0.1.1", 8080))),
 		want: `add table ip kube-ovn
 add chain ip kube-ovn dnat-f5227434ff40
+add chain ip kube-ovn postrouting { type nat hook postrouting priority 100 ; policy accept ; }
 add chain ip kube-ovn prerouting { type nat hook prerouting priority -150 ; policy accept ; }
 add map ip kube-ovn service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }
 add rule ip kube-ovn dnat-f5227434ff40 meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.0.1.1 . 8080, 1 : 10.0.1.2 . 8080 }
+add rule ip kube-ovn postrouting iifname "eth0" oifname "eth0" ct status dnat masquerade fully-random
 add rule ip kube-ovn prerouting ip daddr . meta l4proto . th dport vmap @service-ips
 add element ip kube-ovn service-ips { 10.0.0.1 . tcp . 80 : goto dnat-f5227434ff40 }
 `,
@@ -117,9 +123,11 @@ add element ip kube-ovn service-ips { 10.0.0.1 . tcp . 80 : goto dnat-f5227434ff
 			be("10.0.1.10", 8080), be("10.0.1.9", 8080), be("10.0.1.9", 8080), be("10.0.1.9", 80))),
 		want: `add table ip kube-ovn
 add chain ip kube-ovn dnat-f5227434ff40
+add chain ip kube-ovn postrouting { type nat hook postrouting priority 100 ; policy accept ; }
 add chain ip kube-ovn prerouting { type nat hook prerouting priority -150 ; policy accept ; }
 add map ip kube-ovn service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }
 add rule ip kube-ovn dnat-f5227434ff40 meta l4proto tcp dnat ip addr . port to numgen random mod 3 map { 0 : 10.0.1.9 . 80, 1 : 10.0.1.9 . 8080, 2 : 10.0.1.10 . 8080 }
+add rule ip kube-ovn postrouting iifname "eth0" oifname "eth0" ct status dnat masquerade fully-random
 add rule ip kube-ovn prerouting ip daddr . meta l4proto . th dport vmap @service-ips
 add element ip kube-ovn service-ips { 10.0.0.1 . tcp . 80 : goto dnat-f5227434ff40 }
 `,
@@ -131,6 +139,7 @@ add element ip kube-ovn service-ips { 10.0.0.1 . tcp . 80 : goto dnat-f5227434ff
 add chain ip kube-ovn dnat-cfeb8225efaf
 add chain ip kube-ovn ep-cfeb8225efaf-12583fe9
 add chain ip kube-ovn ep-cfeb8225efaf-9ce4ed06
+add chain ip kube-ovn postrouting { type nat hook postrouting priority 100 ; policy accept ; }
 add chain ip kube-ovn prerouting { type nat hook prerouting priority -150 ; policy accept ; }
 add set ip kube-ovn aff-cfeb8225efaf-12583fe9 { type ipv4_addr ; flags dynamic,timeout ; timeout 300s ; }
 add set ip kube-ovn aff-cfeb8225efaf-9ce4ed06 { type ipv4_addr ; flags dynamic,timeout ; timeout 300s ; }
@@ -142,6 +151,7 @@ add rule ip kube-ovn ep-cfeb8225efaf-12583fe9 update @aff-cfeb8225efaf-12583fe9 
 add rule ip kube-ovn ep-cfeb8225efaf-12583fe9 meta l4proto tcp dnat ip to 10.0.1.2:8080
 add rule ip kube-ovn ep-cfeb8225efaf-9ce4ed06 update @aff-cfeb8225efaf-9ce4ed06 { ip saddr }
 add rule ip kube-ovn ep-cfeb8225efaf-9ce4ed06 meta l4proto tcp dnat ip to 10.0.1.1:8080
+add rule ip kube-ovn postrouting iifname "eth0" oifname "eth0" ct status dnat masquerade fully-random
 add rule ip kube-ovn prerouting ip daddr . meta l4proto . th dport vmap @service-ips
 add element ip kube-ovn service-ips { 10.0.0.2 . tcp . 80 : goto dnat-cfeb8225efaf }
 `,

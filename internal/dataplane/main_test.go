@@ -22,7 +22,7 @@ func TestMain(m *testing.M) {
 	case "":
 		os.Exit(m.Run())
 	case "agent":
-		err = Main(context.Background(), os.Stdin, os.Stdout)
+		err = MainWithArgs(context.Background(), os.Args[1:], os.Stdin, os.Stdout)
 	case "echo":
 		err = netlab.EchoMain(os.Args[1:])
 	case "probe":

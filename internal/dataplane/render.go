@@ -12,7 +12,10 @@
 //	  set   aff-<idhash>-<bkhash>    (ClientIP affinity) bkhash = md5("<ip>:<port>")[:8 hex]
 //	  chain ep-<idhash>-<bkhash>     (ClientIP affinity)
 //
-// The agent owns the base chain "prerouting", the map "service-ips" and every chain or set whose
+//	chain postrouting  type nat hook postrouting priority 100; one rule (hairpin, SPEC D4):
+//	                   iifname "<vpc if>" oifname "<vpc if>" ct status dnat masquerade fully-random
+//
+// The agent owns the base chains "prerouting" and "postrouting", the map "service-ips" and every chain or set whose
 // name starts with "dnat-", "ep-" or "aff-" followed by the hash format above. It never touches
 // anything else, in this table or in any other.
 package dataplane
@@ -24,8 +27,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"sigs.k8s.io/knftables"
 
 	"github.com/vpcgw/vpcgw/internal/gwstate"
 )
@@ -44,6 +45,13 @@ const (
 	DispatchRule = "ip daddr . meta l4proto . th dport vmap @" + ServiceMap
 	// ServiceMapType is the type of the verdict map.
 	ServiceMapType = "ipv4_addr . inet_proto . inet_service : verdict"
+
+	// PostroutingChain is the nat postrouting base chain holding the hairpin rule (SPEC D4).
+	PostroutingChain = "postrouting"
+	// PostroutingPriority is srcnat.
+	PostroutingPriority = "100"
+	// DefaultVPCInterface is the gateway's interface into the VPC.
+	DefaultVPCInterface = "eth0"
 
 	identityPrefix = "dnat-"
 	endpointPrefix = "ep-"
@@ -109,82 +117,144 @@ func elementValue(id gwstate.Identity) []string {
 	return []string{"goto " + IdentityChain(id.VIP, id.Port, id.Protocol)}
 }
 
-// dnatRule is the rule that DNATs to one backend or spreads over several with numgen.
-func dnatRule(proto gwstate.Protocol, backends []gwstate.Backend) string {
-	if len(backends) == 1 {
-		return fmt.Sprintf("meta l4proto %s dnat ip to %s:%d", proto, backends[0].IP, backends[0].Port)
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "meta l4proto %s dnat ip addr . port to numgen random mod %d map { ", proto, len(backends))
-	for i, be := range backends {
-		if i > 0 {
-			b.WriteString(", ")
+// HairpinRule is the only rule of the postrouting chain (SPEC D4): a connection that came in
+// from the VPC, was DNATed and goes back out into the VPC is masqueraded to the gateway's
+// address on that interface, so that the backend's reply returns through the gateway. Clients
+// that enter on another interface (net1: external clients) keep their source address. Like
+// kube-ovn's own hairpin rule it does not depend on any address, so it never changes.
+func HairpinRule(vpcInterface string) string {
+	return fmt.Sprintf("iifname %q oifname %q ct status dnat masquerade fully-random", vpcInterface, vpcInterface)
+}
+
+// ruleKind is the shape of one rule the agent writes.
+type ruleKind int
+
+const (
+	ruleDispatch       ruleKind = iota // ip daddr . meta l4proto . th dport vmap @service-ips
+	ruleHairpin                        // HairpinRule(iface)
+	ruleDNAT                           // dnat to one backend, or numgen over several
+	ruleAffinityCheck                  // ip saddr @<set> goto <chain>
+	ruleAffinityPick                   // numgen random mod N vmap { i : goto <chain i> }
+	ruleAffinityUpdate                 // update @<set> { ip saddr }
+)
+
+// rule is one rule in a structured form that both writers (nft text and netlink) render.
+type rule struct {
+	kind     ruleKind
+	iface    string           // ruleHairpin
+	proto    gwstate.Protocol // ruleDNAT
+	backends []gwstate.Backend
+	set      string   // ruleAffinityCheck, ruleAffinityUpdate
+	chains   []string // ruleAffinityCheck (one), ruleAffinityPick
+}
+
+// text is the rule in nft syntax, as knftables sends it and as the golden tests show it.
+func (r rule) text() string {
+	switch r.kind {
+	case ruleDispatch:
+		return DispatchRule
+	case ruleHairpin:
+		return HairpinRule(r.iface)
+	case ruleDNAT:
+		if len(r.backends) == 1 {
+			return fmt.Sprintf("meta l4proto %s dnat ip to %s:%d", r.proto, r.backends[0].IP, r.backends[0].Port)
 		}
-		fmt.Fprintf(&b, "%d : %s . %d", i, be.IP, be.Port)
+		var b strings.Builder
+		fmt.Fprintf(&b, "meta l4proto %s dnat ip addr . port to numgen random mod %d map { ", r.proto, len(r.backends))
+		for i, be := range r.backends {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%d : %s . %d", i, be.IP, be.Port)
+		}
+		b.WriteString(" }")
+		return b.String()
+	case ruleAffinityCheck:
+		return fmt.Sprintf("ip saddr @%s goto %s", r.set, r.chains[0])
+	case ruleAffinityPick:
+		var b strings.Builder
+		fmt.Fprintf(&b, "numgen random mod %d vmap { ", len(r.chains))
+		for i, c := range r.chains {
+			if i > 0 {
+				b.WriteString(" , ") // spaced so that knftables' Fake can check the goto target
+			}
+			fmt.Fprintf(&b, "%d : goto %s", i, c)
+		}
+		b.WriteString(" }")
+		return b.String()
+	case ruleAffinityUpdate:
+		return "update @" + r.set + " { ip saddr }"
 	}
-	b.WriteString(" }")
-	return b.String()
+	panic(fmt.Sprintf("unknown rule kind %d", r.kind))
+}
+
+func dnatRule(proto gwstate.Protocol, backends []gwstate.Backend) rule {
+	return rule{kind: ruleDNAT, proto: proto, backends: backends}
 }
 
 // affinityRules are the identity chain's rules in ClientIP mode: a known client goes to its
 // backend, everyone else is spread at random over the endpoint chains.
-func affinityRules(id gwstate.Identity) []string {
-	rules := make([]string, 0, len(id.Backends)+1)
+func affinityRules(id gwstate.Identity) []rule {
+	rules := make([]rule, 0, len(id.Backends)+1)
+	chains := make([]string, 0, len(id.Backends))
 	for _, b := range id.Backends {
-		rules = append(rules, fmt.Sprintf("ip saddr @%s goto %s", AffinitySet(id, b), EndpointChain(id, b)))
+		ep := EndpointChain(id, b)
+		chains = append(chains, ep)
+		rules = append(rules, rule{kind: ruleAffinityCheck, set: AffinitySet(id, b), chains: []string{ep}})
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "numgen random mod %d vmap { ", len(id.Backends))
-	for i, be := range id.Backends {
-		if i > 0 {
-			b.WriteString(" , ") // spaced so that knftables' Fake can check the goto target
-		}
-		fmt.Fprintf(&b, "%d : goto %s", i, EndpointChain(id, be))
-	}
-	b.WriteString(" }")
-	return append(rules, b.String())
+	return append(rules, rule{kind: ruleAffinityPick, chains: chains})
 }
 
-func affinitySet(id gwstate.Identity, b gwstate.Backend) *knftables.Set {
-	return &knftables.Set{
-		Name:    AffinitySet(id, b),
-		Type:    "ipv4_addr",
-		Flags:   []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
-		Timeout: knftables.PtrTo(time.Duration(id.AffinityTimeoutSeconds) * time.Second),
-	}
+// txn is one atomic transaction under construction, in the vocabulary of the ruleset. The
+// knftables writer renders it as nft text (tests, the `nft -f` path, showing the ruleset); the
+// netlink writer sends the same operations as one netlink batch (the hot path).
+type txn interface {
+	addTable()
+	// addBaseChain adds a nat base chain (hook "prerouting" or "postrouting") with policy accept.
+	addBaseChain(name, hook, priority string)
+	addServiceMap()
+	addChain(name string)
+	flushChain(name string)
+	deleteChain(name string)
+	addAffinitySet(name string, timeout time.Duration)
+	deleteSet(name string)
+	addRule(chain string, r rule)
+	addElement(id gwstate.Identity)
+	deleteElement(id gwstate.Identity)
+	// deleteElementKey deletes an element found in the kernel by its key.
+	deleteElementKey(key []string)
+	// size is the number of operations so far.
+	size() int
 }
 
-// writeBase adds the table, the map, and the base chain with its single dispatch rule.
-func writeBase(tx *knftables.Transaction) {
-	tx.Add(&knftables.Table{})
-	tx.Add(&knftables.Map{Name: ServiceMap, Type: ServiceMapType})
-	tx.Add(&knftables.Chain{
-		Name:     BaseChain,
-		Type:     knftables.PtrTo(knftables.NATType),
-		Hook:     knftables.PtrTo(knftables.PreroutingHook),
-		Priority: knftables.PtrTo(knftables.BaseChainPriority(BaseChainPriority)),
-		Policy:   knftables.PtrTo(knftables.AcceptPolicy),
-	})
-	tx.Flush(&knftables.Chain{Name: BaseChain})
-	tx.Add(&knftables.Rule{Chain: BaseChain, Rule: DispatchRule})
+// writeBase adds the table, the map, and the base chains with their single rules.
+func writeBase(tx txn, vpcInterface string) {
+	tx.addTable()
+	tx.addServiceMap()
+	tx.addBaseChain(BaseChain, "prerouting", BaseChainPriority)
+	tx.flushChain(BaseChain)
+	tx.addRule(BaseChain, rule{kind: ruleDispatch})
+	tx.addBaseChain(PostroutingChain, "postrouting", PostroutingPriority)
+	tx.flushChain(PostroutingChain)
+	tx.addRule(PostroutingChain, rule{kind: ruleHairpin, iface: vpcInterface})
 }
 
 // writeIdentity adds the operations that take the kernel from old to new for one identity. old
 // is nil when the identity is not (known to be) installed; new is nil when it must go. Both,
 // when set, have at least one backend. Objects are flushed before they are deleted and
 // references are removed before their targets, so the kernel accepts the order.
-func writeIdentity(tx *knftables.Transaction, old, new *gwstate.Identity) {
+func writeIdentity(tx txn, old, new *gwstate.Identity) {
 	if new == nil {
 		idc := IdentityChain(old.VIP, old.Port, old.Protocol)
-		tx.Delete(&knftables.Element{Map: ServiceMap, Key: elementKey(*old)})
-		tx.Flush(&knftables.Chain{Name: idc})
-		tx.Delete(&knftables.Chain{Name: idc})
+		tx.deleteElement(*old)
+		tx.flushChain(idc)
+		tx.deleteChain(idc)
 		removeEndpoints(tx, *old, nil)
 		return
 	}
 	idc := IdentityChain(new.VIP, new.Port, new.Protocol)
-	tx.Add(&knftables.Chain{Name: idc})
-	tx.Flush(&knftables.Chain{Name: idc})
+	tx.addChain(idc)
+	tx.flushChain(idc)
 
 	var keep map[string]bool
 	if new.AffinityTimeoutSeconds > 0 {
@@ -201,35 +271,36 @@ func writeIdentity(tx *knftables.Transaction, old, new *gwstate.Identity) {
 			// of the timeout), after the rules that reference them are gone.
 			for _, b := range old.Backends {
 				if keep[AffinitySet(*old, b)] {
-					tx.Flush(&knftables.Chain{Name: EndpointChain(*old, b)})
-					tx.Delete(&knftables.Set{Name: AffinitySet(*old, b)})
+					tx.flushChain(EndpointChain(*old, b))
+					tx.deleteSet(AffinitySet(*old, b))
 				}
 			}
 		}
 	}
 	if new.AffinityTimeoutSeconds > 0 {
+		timeout := time.Duration(new.AffinityTimeoutSeconds) * time.Second
 		for _, b := range new.Backends {
 			ep := EndpointChain(*new, b)
 			// "add set" on an existing set keeps its elements, so a backend that stays keeps
 			// its clients (SPEC D3).
-			tx.Add(affinitySet(*new, b))
-			tx.Add(&knftables.Chain{Name: ep})
-			tx.Flush(&knftables.Chain{Name: ep})
-			tx.Add(&knftables.Rule{Chain: ep, Rule: "update @" + AffinitySet(*new, b) + " { ip saddr }"})
-			tx.Add(&knftables.Rule{Chain: ep, Rule: dnatRule(new.Protocol, []gwstate.Backend{b})})
+			tx.addAffinitySet(AffinitySet(*new, b), timeout)
+			tx.addChain(ep)
+			tx.flushChain(ep)
+			tx.addRule(ep, rule{kind: ruleAffinityUpdate, set: AffinitySet(*new, b)})
+			tx.addRule(ep, dnatRule(new.Protocol, []gwstate.Backend{b}))
 		}
 		for _, r := range affinityRules(*new) {
-			tx.Add(&knftables.Rule{Chain: idc, Rule: r})
+			tx.addRule(idc, r)
 		}
 	} else {
-		tx.Add(&knftables.Rule{Chain: idc, Rule: dnatRule(new.Protocol, new.Backends)})
+		tx.addRule(idc, dnatRule(new.Protocol, new.Backends))
 	}
-	tx.Add(&knftables.Element{Map: ServiceMap, Key: elementKey(*new), Value: elementValue(*new)})
+	tx.addElement(*new)
 }
 
 // removeEndpoints deletes the endpoint chains and affinity sets of old's backends except those
 // whose set name is in keep. The identity chain must already be flushed in tx.
-func removeEndpoints(tx *knftables.Transaction, old gwstate.Identity, keep map[string]bool) {
+func removeEndpoints(tx txn, old gwstate.Identity, keep map[string]bool) {
 	if old.AffinityTimeoutSeconds <= 0 {
 		return
 	}
@@ -237,10 +308,10 @@ func removeEndpoints(tx *knftables.Transaction, old gwstate.Identity, keep map[s
 		if keep[AffinitySet(old, b)] {
 			continue
 		}
-		ep := &knftables.Chain{Name: EndpointChain(old, b)}
-		tx.Flush(ep)
-		tx.Delete(ep)
-		tx.Delete(&knftables.Set{Name: AffinitySet(old, b)})
+		ep := EndpointChain(old, b)
+		tx.flushChain(ep)
+		tx.deleteChain(ep)
+		tx.deleteSet(AffinitySet(old, b))
 	}
 }
 

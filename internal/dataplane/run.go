@@ -6,9 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
@@ -24,8 +27,50 @@ import (
 // loop. RunAgent returns nil at EOF, ctx.Err() when ctx ends, or an error when in cannot be read
 // or out cannot be written.
 func RunAgent(ctx context.Context, in io.Reader, out io.Writer, nft knftables.Interface, log logr.Logger) error {
-	agent := NewAgent(nft, log)
+	return Serve(ctx, NewAgent(nft, log), in, out, ServeOptions{}, log)
+}
+
+// ServeOptions tune the agent loop.
+type ServeOptions struct {
+	// VerifyInterval is how often the agent looks for drift (Agent.Verify); 0 disables it.
+	VerifyInterval time.Duration
+	// RetryMin and RetryMax bound the backoff with which a failed apply is retried (SPEC D8);
+	// RetryMin 0 disables retries.
+	RetryMin, RetryMax time.Duration
+}
+
+// Serve is RunAgent's loop for any agent: one ack per state line, plus a drift check every
+// VerifyInterval and, after a failed apply, retries of the last state with exponential backoff
+// until one succeeds or a new state arrives. Retries and repairs are logged (an ack answers
+// one line; the controller resends its state on every reconcile anyway).
+func Serve(ctx context.Context, agent *Agent, in io.Reader, out io.Writer, o ServeOptions, log logr.Logger) error {
 	enc := json.NewEncoder(out)
+	var verify <-chan time.Time
+	if o.VerifyInterval > 0 {
+		t := time.NewTicker(o.VerifyInterval)
+		defer t.Stop()
+		verify = t.C
+	}
+	if o.RetryMax < o.RetryMin {
+		o.RetryMax = o.RetryMin
+	}
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	backoff := time.Duration(0)
+	scheduleRetry := func(failed bool) {
+		retry.Stop()
+		if !failed || o.RetryMin <= 0 {
+			backoff = 0
+			return
+		}
+		if backoff == 0 {
+			backoff = o.RetryMin
+		} else if backoff = 2 * backoff; backoff > o.RetryMax {
+			backoff = o.RetryMax
+		}
+		retry.Reset(backoff)
+	}
 
 	type line struct {
 		data []byte
@@ -56,10 +101,29 @@ func RunAgent(ctx context.Context, in io.Reader, out io.Writer, nft knftables.In
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-verify:
+			if _, err := agent.Verify(ctx); err != nil {
+				log.Error(err, "verify")
+				scheduleRetry(true)
+			}
+			continue
+		case <-retry.C:
+			if did, err := agent.Retry(ctx); err != nil {
+				log.Error(err, "retry failed", "next", 2*backoff)
+				scheduleRetry(true)
+			} else if did {
+				log.Info("retry succeeded")
+				scheduleRetry(false)
+			}
+			continue
 		case l = <-lines:
 		}
 		if data := bytes.TrimSpace(l.data); len(data) > 0 {
 			ack := handleLine(ctx, agent, data, log)
+			if ack.Generation != 0 || ack.Error == "" {
+				backoff = 0 // a new state restarts the backoff
+				scheduleRetry(ack.Error != "" && !strings.HasPrefix(ack.Error, "invalid state"))
+			}
 			if err := enc.Encode(ack); err != nil {
 				return fmt.Errorf("writing ack: %w", err)
 			}
@@ -108,14 +172,40 @@ func NewLogger(w io.Writer, verbosity int) logr.Logger {
 	}, funcr.Options{Verbosity: verbosity}).WithName("agent")
 }
 
-// Main is the agent's entry point (`vpcgw agent`): it reads states on in, writes acks on out and
-// logs to stderr. It fails at once when nft is missing or unusable (not root, no kernel support).
+// Main is the agent's entry point (`vpcgw agent`) with default flags.
 func Main(ctx context.Context, in io.Reader, out io.Writer) error {
-	log := NewLogger(os.Stderr, 0)
-	nft, err := knftables.New(knftables.IPv4Family, TableName)
-	if err != nil {
-		return fmt.Errorf("nftables is not usable: %w", err)
+	return MainWithArgs(ctx, nil, in, out)
+}
+
+// MainWithArgs is `vpcgw agent [flags]`: it reads states on in, writes acks on out and logs to
+// stderr. Flags:
+//
+//	--vpc-interface eth0     the gateway's interface into the VPC (hairpin SNAT, SPEC D4)
+//	--verify-interval 10s    how often to look for drift and repair it (SPEC L6); 0 disables
+//	--retry-max 30s          longest backoff between retries of a rejected state (SPEC D8)
+//	--text-path              program nftables through the nft binary instead of netlink
+//	--v 0                    log verbosity
+//
+// It fails at once when the kernel interfaces are unusable (not root, no nftables support).
+func MainWithArgs(ctx context.Context, args []string, in io.Reader, out io.Writer) error {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	var cfg Config
+	fs.StringVar(&cfg.VPCInterface, "vpc-interface", DefaultVPCInterface, "the gateway's interface into the VPC")
+	verify := fs.Duration("verify-interval", 10*time.Second, "how often to look for drift and repair it (0: never)")
+	retryMax := fs.Duration("retry-max", 30*time.Second, "longest backoff between retries of a rejected state")
+	fs.BoolVar(&cfg.TextPath, "text-path", false, "program nftables through the nft binary instead of netlink")
+	verbosity := fs.Int("v", 0, "log verbosity")
+	if err := fs.Parse(args); err != nil {
+		return err
 	}
-	log.Info("agent started", "table", "ip "+TableName)
-	return RunAgent(ctx, in, out, nft, log)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("agent: unexpected arguments %q", fs.Args())
+	}
+	log := NewLogger(os.Stderr, *verbosity)
+	agent, err := NewKernelAgent(cfg, log)
+	if err != nil {
+		return err
+	}
+	log.Info("agent started", "table", "ip "+TableName, "backend", agent.be.name(), "vpcInterface", agent.iface, "verifyInterval", verify.String())
+	return Serve(ctx, agent, in, out, ServeOptions{VerifyInterval: *verify, RetryMin: 200 * time.Millisecond, RetryMax: *retryMax}, log)
 }

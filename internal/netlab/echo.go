@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -18,6 +19,10 @@ import (
 // on the TCP port it serves HTTP, answering every request with "<name>\n"; on the UDP port of
 // the same number it answers every datagram with "<name>\n". Once both listeners are bound it
 // prints "listening <addr>" on stdout. It serves until the process is killed.
+//
+// Two more answers help tests: GET /whoami (or a datagram "whoami") is answered with
+// "<name> <client ip>", the source address the backend sees (hairpin SNAT); GET /stream?ms=N
+// streams "<name>\n" every 10 ms for N milliseconds (a long transfer), then "<name> done\n".
 func EchoMain(args []string) error {
 	fs := flag.NewFlagSet("echo", flag.ContinueOnError)
 	name := fs.String("name", "", "name to answer with")
@@ -46,20 +51,49 @@ func EchoMain(args []string) error {
 				errc <- fmt.Errorf("echo udp: %w", err)
 				return
 			}
-			_ = n
+			if strings.TrimSpace(string(buf[:n])) == "whoami" {
+				_, _ = ul.WriteTo([]byte(*name+" "+hostOf(addr.String())+"\n"), addr)
+				continue
+			}
 			_, _ = ul.WriteTo(body, addr)
 		}
 	}()
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/plain")
-			_, _ = w.Write(body)
+			switch r.URL.Path {
+			case "/whoami":
+				_, _ = fmt.Fprintf(w, "%s %s\n", *name, hostOf(r.RemoteAddr))
+			case "/stream":
+				ms, _ := strconv.Atoi(r.URL.Query().Get("ms"))
+				end := time.Now().Add(time.Duration(ms) * time.Millisecond)
+				flusher, _ := w.(http.Flusher)
+				for time.Now().Before(end) {
+					if _, err := w.Write(body); err != nil {
+						return
+					}
+					if flusher != nil {
+						flusher.Flush()
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				_, _ = fmt.Fprintf(w, "%s done\n", *name)
+			default:
+				_, _ = w.Write(body)
+			}
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	go func() { errc <- fmt.Errorf("echo http: %w", srv.Serve(tl)) }()
 	fmt.Fprintf(os.Stdout, "listening %s\n", *listen)
 	return <-errc
+}
+
+func hostOf(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
 }
 
 // StartEcho starts an echo server in ns as `<cmd...> --name <name> --listen <listen>` (cmd is the

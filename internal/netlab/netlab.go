@@ -96,6 +96,25 @@ func (l *Lab) Veth(nsA, ifA, nsB, ifB string) error {
 	return err
 }
 
+// AddBridge creates the bridge br in ns and sets it up.
+func (l *Lab) AddBridge(ns, br string) error {
+	if _, err := Run("ip", "-n", ns, "link", "add", br, "type", "bridge"); err != nil {
+		return err
+	}
+	_, err := Run("ip", "-n", ns, "link", "set", br, "up")
+	return err
+}
+
+// VethToBridge creates a veth pair with end ifA in nsA and port in nsB, and enslaves port to
+// the bridge br in nsB.
+func (l *Lab) VethToBridge(nsA, ifA, nsB, port, br string) error {
+	if err := l.Veth(nsA, ifA, nsB, port); err != nil {
+		return err
+	}
+	_, err := Run("ip", "-n", nsB, "link", "set", port, "master", br)
+	return err
+}
+
 // AddAddr adds cidr (e.g. "10.0.1.1/24") to dev in ns.
 func (l *Lab) AddAddr(ns, dev, cidr string) error {
 	_, err := Run("ip", "-n", ns, "addr", "add", cidr, "dev", dev)

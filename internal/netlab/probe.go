@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strconv"
@@ -21,9 +22,16 @@ import (
 // connection (TCP) or socket (UDP), so that each is a new conntrack flow.
 type ProbeOptions struct {
 	Target  string        // host:port
-	Proto   string        // "tcp" (HTTP GET /) or "udp"
+	Proto   string        // "tcp" (HTTP GET Path), "udp", or "connect" (TCP connect and close)
 	Count   int           // number of requests
 	Timeout time.Duration // per request
+	// Path is the HTTP path (default "/"); for UDP, "/whoami" sends the datagram "whoami".
+	Path string
+	// Source is the local address ("ip" or "ip:port") to send from; empty: the kernel picks.
+	// With a port, UDP requests reuse that source port, so they belong to one conntrack flow.
+	Source string
+	// Body keeps the whole body as the answer (default: the last line).
+	Body bool
 }
 
 // ProbeResult counts answers by body (trimmed), plus failed requests.
@@ -31,6 +39,8 @@ type ProbeResult struct {
 	Answers   map[string]int `json:"answers"`
 	Errors    int            `json:"errors"`
 	LastError string         `json:"lastError,omitempty"`
+	// Seconds is the wall time of all requests (for rates).
+	Seconds float64 `json:"seconds"`
 }
 
 // Total is the number of answered requests.
@@ -48,17 +58,48 @@ func DoProbe(ctx context.Context, o ProbeOptions) ProbeResult {
 		o.Timeout = 2 * time.Second
 	}
 	res := ProbeResult{Answers: map[string]int{}}
+	if o.Path == "" {
+		o.Path = "/"
+	}
+	var local net.Addr
+	if o.Source != "" {
+		src := o.Source
+		if _, _, err := net.SplitHostPort(src); err != nil {
+			src = net.JoinHostPort(src, "0")
+		}
+		ap, err := netip.ParseAddrPort(src)
+		if err != nil {
+			res.Errors = o.Count
+			res.LastError = fmt.Sprintf("bad source %q: %v", o.Source, err)
+			return res
+		}
+		if o.Proto == "udp" {
+			local = net.UDPAddrFromAddrPort(ap)
+		} else {
+			local = net.TCPAddrFromAddrPort(ap)
+		}
+	}
+	dialer := &net.Dialer{Timeout: o.Timeout, LocalAddr: local}
 	client := &http.Client{
-		Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil},
+		Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil, DialContext: dialer.DialContext},
 		Timeout:   o.Timeout,
 	}
+	start := time.Now()
+	defer func() { res.Seconds = time.Since(start).Seconds() }()
 	for i := 0; i < o.Count; i++ {
 		var body string
 		var err error
-		if o.Proto == "udp" {
-			body, err = udpRequest(ctx, o.Target, o.Timeout)
-		} else {
-			body, err = httpRequest(ctx, client, o.Target)
+		switch o.Proto {
+		case "udp":
+			body, err = udpRequest(ctx, dialer, o.Target, o.Path, o.Timeout)
+		case "connect":
+			var c net.Conn
+			if c, err = dialer.DialContext(ctx, "tcp", o.Target); err == nil {
+				_ = c.Close()
+				body = "connected"
+			}
+		default:
+			body, err = httpRequest(ctx, client, o.Target, o.Path, o.Body)
 		}
 		if err != nil {
 			res.Errors++
@@ -70,8 +111,8 @@ func DoProbe(ctx context.Context, o ProbeOptions) ProbeResult {
 	return res
 }
 
-func httpRequest(ctx context.Context, client *http.Client, target string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+target+"/", nil)
+func httpRequest(ctx context.Context, client *http.Client, target, path string, whole bool) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+target+path, nil)
 	if err != nil {
 		return "", err
 	}
@@ -80,25 +121,32 @@ func httpRequest(ctx context.Context, client *http.Client, target string) (strin
 		return "", err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
 		return "", err
 	}
 	if resp.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("status %s", resp.Status)
 	}
-	return strings.TrimSpace(string(b)), nil
+	text := strings.TrimSpace(string(b))
+	if !whole {
+		text = text[strings.LastIndexByte(text, '\n')+1:]
+	}
+	return text, nil
 }
 
-func udpRequest(ctx context.Context, target string, timeout time.Duration) (string, error) {
-	d := net.Dialer{Timeout: timeout}
+func udpRequest(ctx context.Context, d *net.Dialer, target, path string, timeout time.Duration) (string, error) {
 	c, err := d.DialContext(ctx, "udp", target)
 	if err != nil {
 		return "", err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(timeout))
-	if _, err := c.Write([]byte("ping\n")); err != nil {
+	msg := "ping\n"
+	if path == "/whoami" {
+		msg = "whoami\n"
+	}
+	if _, err := c.Write([]byte(msg)); err != nil {
 		return "", err
 	}
 	buf := make([]byte, 4096)
@@ -115,7 +163,10 @@ func ProbeMain(args []string) error {
 	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
 	var o ProbeOptions
 	fs.StringVar(&o.Target, "target", "", "host:port to probe")
-	fs.StringVar(&o.Proto, "proto", "tcp", "tcp (HTTP GET /) or udp")
+	fs.StringVar(&o.Proto, "proto", "tcp", "tcp (HTTP GET), udp, or connect (TCP connect and close)")
+	fs.StringVar(&o.Path, "path", "/", "HTTP path; /whoami also selects the UDP whoami request")
+	fs.StringVar(&o.Source, "source", "", "local ip or ip:port to send from")
+	fs.BoolVar(&o.Body, "body", false, "keep the whole body as the answer (default: its last line)")
 	fs.IntVar(&o.Count, "count", 10, "number of requests")
 	fs.DurationVar(&o.Timeout, "timeout", 2*time.Second, "timeout per request")
 	if err := fs.Parse(args); err != nil {
@@ -124,8 +175,8 @@ func ProbeMain(args []string) error {
 	if o.Target == "" {
 		return errors.New("probe: --target is required")
 	}
-	if o.Proto != "tcp" && o.Proto != "udp" {
-		return fmt.Errorf("probe: --proto %q is not tcp or udp", o.Proto)
+	if o.Proto != "tcp" && o.Proto != "udp" && o.Proto != "connect" {
+		return fmt.Errorf("probe: --proto %q is not tcp, udp or connect", o.Proto)
 	}
 	return json.NewEncoder(os.Stdout).Encode(DoProbe(context.Background(), o))
 }
@@ -141,6 +192,15 @@ func (l *Lab) Probe(ns string, cmd []string, o ProbeOptions) (ProbeResult, error
 	}
 	argv := append([]string{"netns", "exec", ns}, cmd...)
 	argv = append(argv, "--target", o.Target, "--proto", o.Proto, "--count", strconv.Itoa(o.Count), "--timeout", o.Timeout.String())
+	if o.Path != "" {
+		argv = append(argv, "--path", o.Path)
+	}
+	if o.Source != "" {
+		argv = append(argv, "--source", o.Source)
+	}
+	if o.Body {
+		argv = append(argv, "--body")
+	}
 	c := exec.Command("ip", argv...)
 	var stdout, stderr bytes.Buffer
 	c.Stdout, c.Stderr = &stdout, &stderr

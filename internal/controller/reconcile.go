@@ -1,0 +1,259 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	"github.com/vpcgw/vpcgw/internal/model"
+	"github.com/vpcgw/vpcgw/internal/transport"
+)
+
+// Reconcile writes the plan of gateway req.Name in the order SPEC R3 and T2 ask for:
+// finalizers, record claims, the gateway's instances, VIP routes, then record status, ingress,
+// record deletions and finalizer releases.
+func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	key := req.Name
+	log := r.Log.WithValues("gateway", key)
+	snap, err := r.snapshot(ctx, key)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	plan := model.Compute(snap, r.Flags.Gates())
+	gp := plan.Gateway(key) // nil: the gateway does not exist (or is the unbound key)
+
+	// Only the Services this gateway is responsible for; others are written by their own.
+	var mine []*model.ServicePlan
+	for i := range plan.Services {
+		if plan.Services[i].Gateway == key {
+			mine = append(mine, &plan.Services[i])
+		}
+	}
+
+	// 1. Finalizer first, then the records claim the identities (SPEC T2, R3).
+	var errs []error
+	for _, sp := range mine {
+		r.emit(sp)
+		if sp.AddFinalizer {
+			if err := r.patchFinalizer(ctx, sp, true); err != nil {
+				errs = append(errs, err)
+				sp.CreateRecords, sp.UpdateRecords, sp.StatusRecords = nil, nil, nil
+				continue
+			}
+		}
+		errs = append(errs, r.writeRecords(ctx, sp)...)
+	}
+
+	// 2. The gateway's instances, then its VIP routes.
+	programmed := false
+	if gp != nil {
+		switch {
+		case len(gp.Instances) == 0:
+			log.Info("gateway has no running instance: nothing programmed until one runs")
+		default:
+			if err := r.sessions.apply(ctx, key, transportInstances(gp), gp.State); err != nil {
+				msg := fmt.Sprintf("programming gateway %s failed, retrying: %v", key, err)
+				for _, sp := range mine {
+					if sp.Served() {
+						r.emitOnce(sp, model.Event{Type: corev1.EventTypeWarning, Reason: model.ReasonProgrammingFailed, Message: msg})
+					}
+				}
+				return reconcile.Result{}, errors.Join(append(errs, fmt.Errorf("programming gateway %s: %w", key, err))...)
+			}
+			programmed = true
+			log.V(1).Info("gateway programmed", "instances", len(gp.Instances), "identities", len(gp.State.Identities), "clusterIPs", len(gp.State.ClusterIPs))
+		}
+		if r.Routes != nil {
+			if err := r.Routes.Sync(ctx, gp.Routes); err != nil {
+				errs = append(errs, fmt.Errorf("VIP routes of gateway %s: %w", key, err))
+			}
+		}
+	}
+
+	// 3. What programming confirmed, and what is released. With a gateway that exists but runs no
+	// instance nothing is confirmed; releases go on (the instance gets the full state later).
+	released := gp == nil || programmed || len(gp.Instances) == 0
+	for _, sp := range mine {
+		if programmed {
+			errs = append(errs, r.writeRecordStatus(ctx, sp)...)
+		}
+		if sp.IngressWrite && (programmed || !sp.EIPServed) {
+			if err := r.publishIngress(ctx, sp); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if !released {
+			continue
+		}
+		delErrs := r.deleteRecords(ctx, sp.DeleteRecords)
+		errs = append(errs, delErrs...)
+		if sp.ReleaseFinalizer && len(delErrs) == 0 && (!sp.IngressWrite || len(sp.Ingress) == 0) {
+			if err := r.patchFinalizer(ctx, sp, false); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if released && key != unboundKey {
+		errs = append(errs, r.deleteRecords(ctx, plan.OrphanRecords)...)
+	}
+	return reconcile.Result{}, errors.Join(errs...)
+}
+
+func transportInstances(gp *model.GatewayPlan) []transport.Instance {
+	out := make([]transport.Instance, 0, len(gp.Instances))
+	for _, inst := range gp.Instances {
+		out = append(out, transport.Instance{
+			Gateway: gp.Name, Namespace: inst.Pod.Namespace, Pod: inst.Pod.Name, UID: inst.Pod.UID,
+			Netns: inst.Pod.Annotations[transport.NetnsAnnotation],
+		})
+	}
+	return out
+}
+
+func (r *GatewayReconciler) patchFinalizer(ctx context.Context, sp *model.ServicePlan, add bool) error {
+	var svc corev1.Service
+	if err := r.Client.Get(ctx, sp.Key, &svc); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if svc.UID != sp.UID {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(svc.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	changed := false
+	if add {
+		changed = controllerutil.AddFinalizer(&svc, model.Finalizer)
+	} else {
+		changed = controllerutil.RemoveFinalizer(&svc, model.Finalizer)
+	}
+	if !changed {
+		return nil
+	}
+	if err := r.Client.Patch(ctx, &svc, patch); err != nil {
+		return fmt.Errorf("service %s: finalizer: %w", sp.Key, err)
+	}
+	r.Log.Info("finalizer "+map[bool]string{true: "added", false: "released"}[add], "service", sp.Key)
+	return nil
+}
+
+// writeRecords creates and updates the Service's records: the ledger claims before programming.
+func (r *GatewayReconciler) writeRecords(ctx context.Context, sp *model.ServicePlan) []error {
+	var errs []error
+	for i := range sp.CreateRecords {
+		rec := sp.CreateRecords[i].DeepCopy()
+		rec.Status = kubeovnv1.IptablesDnatRuleStatus{}
+		err := r.Client.Create(ctx, rec)
+		if apierrors.IsAlreadyExists(err) {
+			// A record of a former Service of the same name (another UID): it goes as an orphan
+			// first (SPEC I3), and this one is created on the next pass.
+			err = fmt.Errorf("record %s exists for another owner; retrying after its release", rec.Name)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("creating record %s: %w", rec.Name, err))
+		}
+	}
+	for i := range sp.UpdateRecords {
+		want := sp.UpdateRecords[i]
+		var cur kubeovnv1.IptablesDnatRule
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: want.Name}, &cur); err != nil {
+			errs = append(errs, fmt.Errorf("reading record %s: %w", want.Name, err))
+			continue
+		}
+		cur.Spec = want.Spec
+		if cur.Labels == nil {
+			cur.Labels = map[string]string{}
+		}
+		maps.Copy(cur.Labels, want.Labels)
+		cur.Status.Ready = false
+		if err := r.Client.Update(ctx, &cur); err != nil {
+			errs = append(errs, fmt.Errorf("updating record %s: %w", want.Name, err))
+		}
+	}
+	return errs
+}
+
+// writeRecordStatus marks records Ready with the values the gateway now serves (SPEC R3).
+func (r *GatewayReconciler) writeRecordStatus(ctx context.Context, sp *model.ServicePlan) []error {
+	var errs []error
+	for i := range sp.StatusRecords {
+		want := sp.StatusRecords[i]
+		var cur kubeovnv1.IptablesDnatRule
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: want.Name}, &cur); err != nil {
+			errs = append(errs, fmt.Errorf("reading record %s: %w", want.Name, client.IgnoreNotFound(err)))
+			continue
+		}
+		if cur.Labels[model.LabelRecordUID] != string(sp.UID) {
+			continue
+		}
+		conds := cur.Status.Conditions
+		cur.Status = want.Status
+		cur.Status.Conditions = conds
+		cur.Status.Conditions.Set(kubeovnv1.ConditionType("Ready"), corev1.ConditionTrue, "Programmed", "served by every instance of gateway "+sp.Gateway, cur.Generation)
+		if err := r.Client.Status().Update(ctx, &cur); err != nil {
+			errs = append(errs, fmt.Errorf("record %s status: %w", want.Name, err))
+		}
+	}
+	return errs
+}
+
+func (r *GatewayReconciler) deleteRecords(ctx context.Context, names []string) []error {
+	var errs []error
+	for _, name := range names {
+		rec := &kubeovnv1.IptablesDnatRule{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if err := r.Client.Delete(ctx, rec); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("deleting record %s: %w", name, err))
+		}
+	}
+	return errs
+}
+
+// publishIngress makes status.loadBalancer.ingress equal to the plan's (SPEC T1).
+func (r *GatewayReconciler) publishIngress(ctx context.Context, sp *model.ServicePlan) error {
+	var svc corev1.Service
+	if err := r.Client.Get(ctx, sp.Key, &svc); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if svc.UID != sp.UID {
+		return nil
+	}
+	patch := client.MergeFrom(svc.DeepCopy())
+	svc.Status.LoadBalancer.Ingress = sp.Ingress
+	if err := r.Client.Status().Patch(ctx, &svc, patch); err != nil {
+		return fmt.Errorf("service %s ingress: %w", sp.Key, err)
+	}
+	r.Log.Info("ingress written", "service", sp.Key, "ingress", sp.Ingress)
+	return nil
+}
+
+// emit records the plan's events for one Service, each cause once.
+func (r *GatewayReconciler) emit(sp *model.ServicePlan) {
+	for _, ev := range sp.Events {
+		r.emitOnce(sp, ev)
+	}
+}
+
+func (r *GatewayReconciler) emitOnce(sp *model.ServicePlan, ev model.Event) {
+	r.eventsMu.Lock()
+	m := r.lastEvent[sp.UID]
+	if m == nil {
+		m = map[string]string{}
+		r.lastEvent[sp.UID] = m
+	}
+	dup := m[ev.Reason] == ev.Message
+	m[ev.Reason] = ev.Message
+	r.eventsMu.Unlock()
+	if dup {
+		return
+	}
+	ref := &corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: sp.Key.Namespace, Name: sp.Key.Name, UID: sp.UID}
+	r.Recorder.Eventf(ref, nil, ev.Type, ev.Reason, "Reconcile", "%s", ev.Message)
+}

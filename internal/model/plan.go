@@ -1,0 +1,155 @@
+package model
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/vpcgw/vpcgw/internal/gwstate"
+)
+
+// Plan is what the controller must make true.
+type Plan struct {
+	Services []ServicePlan // sorted by namespace/name
+	Gateways []GatewayPlan // one per existing gateway, sorted by name
+	// OrphanRecords are records whose owner Service (by UID) no longer exists (SPEC R4, R5, I3).
+	OrphanRecords []string
+}
+
+// GatewayPlan is what one gateway must serve.
+type GatewayPlan struct {
+	Name string
+	// Instances are the gateway's running pods; every one gets State (SPEC D7).
+	Instances []Instance
+	State     gwstate.State // Generation is left to the sender
+	// Routes are the gateway's VIP router policies (SPEC V1).
+	Routes VIPRoutes
+	// Services bound to the gateway through an EIP or a ClusterIP.
+	Services []types.NamespacedName
+}
+
+// Instance is one running pod of a gateway.
+type Instance struct {
+	Pod *corev1.Pod
+	// LanIP is the instance's IPv4 address in the VPC (eth0).
+	LanIP string
+	// Initialized: kube-ovn ran the gateway's init (annotation vpc_nat_gw_init=true).
+	Initialized bool
+}
+
+// VIPRoutes are the Logical_Router_Policies of one gateway: priority 29210, match
+// ip4.dst == <vip>, reroute to NextHops (SPEC V1). No next hops means no policies.
+type VIPRoutes struct {
+	Router   string // the VPC's logical router (named like the Vpc)
+	Gateway  string
+	NextHops []string
+	VIPs     []string
+}
+
+// Compute turns a snapshot into a Plan. It is deterministic: the same snapshot in any order
+// gives the same Plan.
+func Compute(s Snapshot, gates Gates) Plan {
+	ix := NewIndex(s, gates)
+	plan := Plan{}
+	live := map[types.UID]bool{}
+	states := map[string]*GatewayPlan{}
+	for name, gw := range ix.gateways {
+		if gw.DeletionTimestamp != nil {
+			continue
+		}
+		gp := &GatewayPlan{Name: name, State: gwstate.State{Identities: []gwstate.Identity{}}}
+		gp.Instances = ix.instances(name)
+		gp.Routes = VIPRoutes{Router: gw.Spec.Vpc, Gateway: name}
+		for _, inst := range gp.Instances {
+			if inst.Initialized && inst.LanIP != "" {
+				gp.Routes.NextHops = append(gp.Routes.NextHops, inst.LanIP)
+			}
+		}
+		states[name] = gp
+	}
+	for i := range s.Services {
+		svc := &s.Services[i]
+		live[svc.UID] = true
+		sp := ix.PlanService(svc)
+		if gp := states[sp.Gateway]; gp != nil && sp.Served() {
+			gp.State.Identities = append(gp.State.Identities, sp.Identities...)
+			gp.Services = append(gp.Services, sp.Key)
+			if sp.ClusterIP != "" {
+				gp.State.ClusterIPs = append(gp.State.ClusterIPs, sp.ClusterIP)
+			}
+			for _, vip := range []string{sp.EIP, sp.ClusterIP} {
+				if vip != "" {
+					gp.Routes.VIPs = append(gp.Routes.VIPs, vip)
+				}
+			}
+		}
+		plan.Services = append(plan.Services, sp)
+	}
+	for uid, rs := range ix.records {
+		if !live[uid] {
+			for _, r := range rs {
+				plan.OrphanRecords = append(plan.OrphanRecords, r.Name)
+			}
+		}
+	}
+	slices.Sort(plan.OrphanRecords)
+	slices.SortFunc(plan.Services, func(a, b ServicePlan) int {
+		return cmp.Or(strings.Compare(a.Key.Namespace, b.Key.Namespace), strings.Compare(a.Key.Name, b.Key.Name))
+	})
+	for _, gp := range states {
+		gp.State.Normalize()
+		sortAddrs(&gp.Routes.NextHops)
+		sortAddrs(&gp.Routes.VIPs)
+		slices.SortFunc(gp.Services, func(a, b types.NamespacedName) int {
+			return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+		})
+		plan.Gateways = append(plan.Gateways, *gp)
+	}
+	slices.SortFunc(plan.Gateways, func(a, b GatewayPlan) int { return strings.Compare(a.Name, b.Name) })
+	return plan
+}
+
+// Gateway returns the plan of one gateway, or nil.
+func (p Plan) Gateway(name string) *GatewayPlan {
+	for i := range p.Gateways {
+		if p.Gateways[i].Name == name {
+			return &p.Gateways[i]
+		}
+	}
+	return nil
+}
+
+// instances lists a gateway's running pods, sorted by name (kube-ovn's getNatGwPods).
+func (ix *Index) instances(gw string) []Instance {
+	g := ix.gateways[gw]
+	ns := g.Spec.Namespace
+	if ns == "" {
+		ns = DefaultGatewayNamespace
+	}
+	provider := "ovn"
+	if sub := ix.subnets[g.Spec.Subnet]; sub != nil && sub.Spec.Provider != "" {
+		provider = sub.Spec.Provider
+	}
+	var out []Instance
+	for _, p := range ix.gatewayPods[gw] {
+		if p.Namespace != ns || p.Labels["app"] != GatewayAppPrefix+gw || p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+			continue
+		}
+		lan, ok := firstIPv4(strings.Split(p.Annotations[provider+ipAddressSuffix], ","))
+		if !ok {
+			lan, _ = firstIPv4([]string{p.Status.PodIP})
+		}
+		out = append(out, Instance{Pod: p, LanIP: lan, Initialized: p.Annotations[AnnotationGwInit] == "true"})
+	}
+	slices.SortFunc(out, func(a, b Instance) int { return strings.Compare(a.Pod.Name, b.Pod.Name) })
+	return out
+}
+
+func sortAddrs(s *[]string) {
+	slices.SortFunc(*s, func(a, b string) int { return netip.MustParseAddr(a).Compare(netip.MustParseAddr(b)) })
+	*s = slices.Compact(*s)
+}

@@ -1,0 +1,158 @@
+package model
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	"github.com/vpcgw/vpcgw/internal/gwstate"
+)
+
+// RecordName is "lb-<service name, truncated>-<12 hex of sha256(ns/name/proto/port/backendIP/
+// targetPort)>", at most 63 characters and a valid DNS-1123 label (SPEC R1).
+func RecordName(ns, name string, proto gwstate.Protocol, port int32, backendIP string, targetPort int32) string {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s/%s/%s/%d/%s/%d", ns, name, proto, port, backendIP, targetPort)))
+	hash := hex.EncodeToString(sum[:])[:12]
+	const maxName = 63 - len("lb-") - len("-") - 12
+	base := strings.Trim(name[:min(len(name), maxName)], "-.")
+	base = strings.ReplaceAll(base, ".", "-")
+	return "lb-" + base + "-" + hash
+}
+
+// recordLabels are the labels of a Service's records on one port (SPEC R2). The records of that
+// port share the map: treat it as read-only.
+func recordLabels(svc *corev1.Service, b binding, sp *ServicePlan, port int32) map[string]string {
+	l := map[string]string{
+		LabelRecordNamespace: svc.Namespace,
+		LabelRecordName:      svc.Name,
+		LabelRecordUID:       string(svc.UID),
+		LabelRecord:          "true",
+		LabelGateway:         b.gateway,
+		LabelExternalPort:    strconv.Itoa(int(port)),
+	}
+	if sp.EIP != "" {
+		l[LabelEIPAddress] = sp.EIP
+		l[LabelEIPUID] = string(b.eip.UID)
+	}
+	return l
+}
+
+// desiredRecord is the ledger entry of one (Service port, backend) (SPEC R1, R3).
+func desiredRecord(svc *corev1.Service, b binding, sp *ServicePlan, labels map[string]string, p corev1.ServicePort, proto gwstate.Protocol, be gwstate.Backend, timeout int32) kubeovnv1.IptablesDnatRule {
+	port := labels[LabelExternalPort]
+	target := strconv.Itoa(int(be.Port))
+	r := kubeovnv1.IptablesDnatRule{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:   RecordName(svc.Namespace, svc.Name, proto, p.Port, be.IP, be.Port),
+			Labels: labels,
+		},
+		Spec: kubeovnv1.IptablesDnatRuleSpec{
+			Type:         kubeovnv1.DnatRuleTypeShare,
+			EIP:          b.eipName,
+			ExternalPort: port,
+			Protocol:     string(proto),
+			InternalIP:   be.IP,
+			InternalPort: target,
+			ClusterIP:    sp.ClusterIP,
+		},
+		Status: kubeovnv1.IptablesDnatRuleStatus{
+			Ready: true, NatGwDp: b.gateway, Protocol: string(proto),
+			InternalIP: be.IP, InternalPort: target, ExternalPort: port,
+			V4IP: cmp.Or(sp.EIP, sp.ClusterIP),
+		},
+	}
+	if sp.EIP == "" {
+		r.Spec.EIP = ""
+	}
+	if timeout > 0 {
+		r.Spec.SessionAffinity = kubeovnv1.DnatSessionAffinityClientIP
+		r.Spec.SessionAffinityTimeoutSeconds = timeout
+	}
+	return r
+}
+
+func dedupeRecords(rs *[]kubeovnv1.IptablesDnatRule) {
+	slices.SortFunc(*rs, func(a, b kubeovnv1.IptablesDnatRule) int { return strings.Compare(a.Name, b.Name) })
+	*rs = slices.CompactFunc(*rs, func(a, b kubeovnv1.IptablesDnatRule) bool { return a.Name == b.Name })
+}
+
+// recordGateway is the gateway named by a Service's existing records.
+func (ix *Index) recordGateway(uid types.UID) string {
+	for _, r := range ix.records[uid] {
+		if gw := r.Labels[LabelGateway]; gw != "" {
+			return gw
+		}
+	}
+	return ""
+}
+
+// planWrites compares the desired Service state with the snapshot (SPEC R1-R5, T1, T2, L2, L3).
+func (ix *Index) planWrites(svc *corev1.Service, b binding, sp *ServicePlan) {
+	existing := map[string]*kubeovnv1.IptablesDnatRule{}
+	for _, r := range ix.records[svc.UID] {
+		existing[r.Name] = r
+	}
+	want := map[string]bool{}
+	for i := range sp.Records {
+		d := &sp.Records[i]
+		want[d.Name] = true
+		cur := existing[d.Name]
+		switch {
+		case cur == nil:
+			sp.CreateRecords = append(sp.CreateRecords, d)
+			sp.StatusRecords = append(sp.StatusRecords, d)
+		case cur.Spec != d.Spec || !labelsInclude(cur.Labels, d.Labels):
+			sp.UpdateRecords = append(sp.UpdateRecords, d)
+			sp.StatusRecords = append(sp.StatusRecords, d)
+		case !statusEqual(&cur.Status, &d.Status):
+			sp.StatusRecords = append(sp.StatusRecords, d)
+		}
+	}
+	for name := range existing {
+		if !want[name] {
+			sp.DeleteRecords = append(sp.DeleteRecords, name)
+		}
+	}
+	slices.Sort(sp.DeleteRecords)
+
+	hasFinalizer := slices.Contains(svc.Finalizers, Finalizer)
+	served := sp.Served()
+	sp.AddFinalizer = served && !hasFinalizer
+	sp.ReleaseFinalizer = !served && hasFinalizer
+
+	// vpcgw owns the ingress of LoadBalancer Services it serves or served (finalizer).
+	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer && (served || hasFinalizer) {
+		if sp.EIPServed {
+			sp.Ingress = []corev1.LoadBalancerIngress{{IP: sp.EIP}}
+		}
+		sp.IngressWrite = !ingressEqual(svc.Status.LoadBalancer.Ingress, sp.Ingress)
+	}
+}
+
+// statusEqual compares the part of a record's status the model decides.
+func statusEqual(a, b *kubeovnv1.IptablesDnatRuleStatus) bool {
+	return a.Ready == b.Ready && a.V4IP == b.V4IP && a.V6IP == b.V6IP && a.NatGwDp == b.NatGwDp && a.Protocol == b.Protocol &&
+		a.InternalIP == b.InternalIP && a.InternalPort == b.InternalPort && a.ExternalPort == b.ExternalPort
+}
+
+func labelsInclude(have, want map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func ingressEqual(a, b []corev1.LoadBalancerIngress) bool {
+	return slices.EqualFunc(a, b, func(x, y corev1.LoadBalancerIngress) bool { return x.IP == y.IP && x.Hostname == y.Hostname })
+}

@@ -1,0 +1,319 @@
+package model
+
+import (
+	"fmt"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	"github.com/vpcgw/vpcgw/internal/gwstate"
+)
+
+// ServicePlan is the outcome for one Service.
+type ServicePlan struct {
+	Key types.NamespacedName
+	UID types.UID
+	// Gateway is the gateway the Service is bound to: its annotation, or the gateway its
+	// remaining records name when the annotation is gone.
+	Gateway string
+
+	// EIPServed and ClusterIPServed say which parts are programmed; the reasons say, in words a
+	// user can act on, why a part is not (empty when served or not asked for).
+	EIPServed       bool
+	EIPReason       string
+	ClusterIPServed bool
+	ClusterIPReason string
+
+	// Identities this Service contributes to its gateway (SPEC I1).
+	Identities []gwstate.Identity
+	// EIP is the served EIP address ("" when the EIP part is not served); ClusterIP likewise.
+	EIP       string
+	ClusterIP string
+
+	// Records is the desired ledger of the Service (SPEC R1, R2), with the status each record
+	// gets once the gateway acknowledged.
+	Records []kubeovnv1.IptablesDnatRule
+	// Writes against the snapshot. Record creates and updates come before the gateway sync;
+	// deletes, statuses, ingress and finalizer release after it (SPEC R3, T1, T2).
+	// They point into Records.
+	CreateRecords []*kubeovnv1.IptablesDnatRule
+	UpdateRecords []*kubeovnv1.IptablesDnatRule
+	DeleteRecords []string
+	StatusRecords []*kubeovnv1.IptablesDnatRule
+
+	// Ingress is the desired status.loadBalancer.ingress when IngressWrite is set.
+	Ingress      []corev1.LoadBalancerIngress
+	IngressWrite bool
+
+	// AddFinalizer: put the finalizer on before anything else is written. ReleaseFinalizer: take
+	// it off once the gateway no longer serves the Service and its records are gone.
+	AddFinalizer     bool
+	ReleaseFinalizer bool
+
+	Events []Event
+}
+
+// Event is one Kubernetes event to emit on the Service.
+type Event struct {
+	Type    string // corev1.EventTypeNormal or corev1.EventTypeWarning
+	Reason  string
+	Message string
+}
+
+// Served reports whether any part of the Service is programmed.
+func (sp *ServicePlan) Served() bool { return sp.EIPServed || sp.ClusterIPServed }
+
+// binding is what the annotations, the gates and the referenced objects allow for a Service,
+// before conflicts and backends.
+type binding struct {
+	gateway string
+	gw      *kubeovnv1.VpcNatGateway
+	// eipName, eip, eipAddr: the EIP part is eligible when eipAddr != "".
+	eipName string
+	eip     *kubeovnv1.IptablesEIP
+	eipAddr string
+	eipWhy  *Event
+	// clusterIP is the IPv4 ClusterIP when the ClusterIP part is eligible.
+	clusterIP string
+	cipWhy    string
+	// blocked explains why no part can be served at all (type, family, policy, gateway ...).
+	blocked *Event
+	// quiet is set when the Service simply is not ours (no gateway annotation, being deleted,
+	// both gates off): not served, and no event.
+	quiet string
+}
+
+func warning(reason, format string, args ...any) *Event {
+	return &Event{Type: corev1.EventTypeWarning, Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// bind applies SPEC F1, F5, S1-S6, L4 and L5 to one Service.
+func (ix *Index) bind(svc *corev1.Service) binding {
+	b := binding{gateway: svc.Annotations[AnnotationGateway]}
+	switch {
+	case b.gateway == "":
+		b.quiet = "the Service has no " + AnnotationGateway + " annotation"
+		return b
+	case svc.DeletionTimestamp != nil:
+		b.quiet = "the Service is being deleted"
+		return b
+	case !ix.gates.LoadBalancer && !ix.gates.ClusterIP:
+		b.quiet = "the controller runs with --enable-gw-nftable-lb-svc and --enable-gw-nftable-svc-cluster-ip off"
+		return b
+	}
+	if errs := validation.IsDNS1123Subdomain(b.gateway); len(errs) > 0 {
+		b.blocked = warning(ReasonInvalidAnnotation, "annotation %s=%q is not a valid VpcNatGateway name: %s", AnnotationGateway, b.gateway, errs[0])
+		return b
+	}
+	if _, clash := svc.Annotations[AnnotationExternalIPFromSubnet]; clash {
+		b.blocked = warning(ReasonUnsupported, "annotations %s and %s are mutually exclusive (a Service must not publish two ingress addresses): remove one", AnnotationGateway, AnnotationExternalIPFromSubnet)
+		return b
+	}
+	isLB := svc.Spec.Type == corev1.ServiceTypeLoadBalancer
+	if !isLB && svc.Spec.Type != corev1.ServiceTypeClusterIP && svc.Spec.Type != "" {
+		b.blocked = warning(ReasonUnsupported, "Service type %s is not served through a VPC NAT gateway: use LoadBalancer (EIP and ClusterIP) or ClusterIP", svc.Spec.Type)
+		return b
+	}
+	if isLB && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+		b.blocked = warning(ReasonUnsupported, "externalTrafficPolicy Local is not supported through gateway %s: set it to Cluster", b.gateway)
+		return b
+	}
+	if p := svc.Spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
+		b.blocked = warning(ReasonUnsupported, "internalTrafficPolicy Local is not supported through gateway %s: set it to Cluster", b.gateway)
+		return b
+	}
+	clusterIP := ipv4ClusterIP(svc)
+	if clusterIP == "" {
+		b.blocked = warning(ReasonUnsupported, "the Service has no IPv4 ClusterIP (%v): only IPv4 is served through gateway %s", clusterIPsOf(svc), b.gateway)
+		return b
+	}
+	b.gw = ix.gateways[b.gateway]
+	if b.gw == nil || b.gw.DeletionTimestamp != nil {
+		b.blocked = warning(ReasonGatewayMissing, "VpcNatGateway %s does not exist: nothing is served until it does", b.gateway)
+		b.gw = nil
+		return b
+	}
+
+	if ix.gates.ClusterIP {
+		b.clusterIP = clusterIP
+	} else {
+		b.cipWhy = "the controller runs without --enable-gw-nftable-svc-cluster-ip"
+	}
+	if !isLB {
+		return b
+	}
+	if !ix.gates.LoadBalancer {
+		b.eipWhy = &Event{Message: "the controller runs without --enable-gw-nftable-lb-svc"}
+		return b
+	}
+	b.eipName = svc.Annotations[AnnotationEIP]
+	switch {
+	case b.eipName == "":
+		b.eipWhy = warning(ReasonEIPMissing, "a LoadBalancer Service with annotation %s=%s also needs annotation %s=<IptablesEIP name>", AnnotationGateway, b.gateway, AnnotationEIP)
+	case len(validation.IsDNS1123Subdomain(b.eipName)) > 0:
+		b.eipWhy = warning(ReasonInvalidAnnotation, "annotation %s=%q is not a valid IptablesEIP name", AnnotationEIP, b.eipName)
+	default:
+		b.eip = ix.eips[b.eipName]
+		switch {
+		case b.eip == nil || b.eip.DeletionTimestamp != nil:
+			b.eipWhy = warning(ReasonEIPMissing, "IptablesEIP %s does not exist: the EIP part is served as soon as it exists and is Ready", b.eipName)
+		case b.eip.Spec.NatGwDp != b.gateway:
+			b.eipWhy = warning(ReasonEIPWrongGateway, "IptablesEIP %s belongs to gateway %q, not %s: use an EIP of gateway %s", b.eipName, b.eip.Spec.NatGwDp, b.gateway, b.gateway)
+		default:
+			if addr, ok := readyEIPAddress(b.eip); ok {
+				b.eipAddr = addr
+			} else {
+				b.eipWhy = warning(ReasonEIPNotReady, "IptablesEIP %s is not Ready (no IPv4 status.ip yet): the EIP part is served as soon as it is", b.eipName)
+			}
+		}
+	}
+	return b
+}
+
+// PlanService decides everything about one Service. Its cost is that of the Service's own ports,
+// endpoints and records.
+func (ix *Index) PlanService(svc *corev1.Service) ServicePlan {
+	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	sp := ServicePlan{Key: key, UID: svc.UID}
+	b := ix.bind(svc)
+	sp.Gateway = b.gateway
+
+	switch {
+	case b.quiet != "":
+		sp.EIPReason, sp.ClusterIPReason = b.quiet, b.quiet
+	case b.blocked != nil:
+		sp.EIPReason, sp.ClusterIPReason = b.blocked.Message, b.blocked.Message
+		sp.Events = append(sp.Events, *b.blocked)
+	default:
+		sp.ClusterIPReason = b.cipWhy
+		if b.eipWhy != nil {
+			sp.EIPReason = b.eipWhy.Message
+			if b.eipWhy.Reason != "" {
+				sp.Events = append(sp.Events, *b.eipWhy)
+			}
+		}
+		ix.planIdentities(svc, b, &sp)
+	}
+	if sp.Gateway == "" {
+		sp.Gateway = ix.recordGateway(svc.UID)
+	}
+	ix.planWrites(svc, b, &sp)
+	return sp
+}
+
+// planIdentities fills identities and records for an eligible Service (SPEC I1, I2, B1-B3, S7).
+func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan) {
+	serveEIP := b.eipAddr != "" && ix.holdsAll(svc, sp, b.eipAddr, fmt.Sprintf("EIP %s (%s)", b.eipName, b.eipAddr), &sp.EIPReason)
+	serveCIP := b.clusterIP != "" && ix.holdsAll(svc, sp, b.clusterIP, "ClusterIP "+b.clusterIP, &sp.ClusterIPReason)
+	sp.EIPServed, sp.ClusterIPServed = serveEIP, serveCIP
+	if serveEIP {
+		sp.EIP = b.eipAddr
+	}
+	if serveCIP {
+		sp.ClusterIP = b.clusterIP
+	}
+	if !serveEIP && !serveCIP {
+		return
+	}
+
+	timeout := affinityTimeout(svc)
+	resolver := ix.newResolver(b.gw.Spec.Vpc)
+	sp.Identities = make([]gwstate.Identity, 0, 2*len(svc.Spec.Ports))
+	for _, p := range svc.Spec.Ports {
+		proto, ok := protocolOf(p.Protocol)
+		if !ok {
+			sp.Events = append(sp.Events, *warning(ReasonUnsupported, "port %q %d/%s is not served: only TCP and UDP are supported", p.Name, p.Port, p.Protocol))
+			continue
+		}
+		backends := ix.backendsFor(svc, p, resolver)
+		if sp.Records == nil {
+			sp.Records = make([]kubeovnv1.IptablesDnatRule, 0, len(backends)*len(svc.Spec.Ports))
+		}
+		for _, vip := range []string{sp.EIP, sp.ClusterIP} {
+			if vip != "" {
+				sp.Identities = append(sp.Identities, gwstate.Identity{VIP: vip, Port: p.Port, Protocol: proto, Backends: backends, AffinityTimeoutSeconds: timeout})
+			}
+		}
+		labels := recordLabels(svc, b, sp, p.Port)
+		for _, be := range backends {
+			sp.Records = append(sp.Records, desiredRecord(svc, b, sp, labels, p, proto, be, timeout))
+		}
+	}
+	sp.Events = append(sp.Events, resolver.events()...)
+	dedupeRecords(&sp.Records)
+}
+
+// holdsAll reports whether svc holds every identity it would serve on vip; otherwise it records
+// the conflict (SPEC I2): the part is not served at all.
+func (ix *Index) holdsAll(svc *corev1.Service, sp *ServicePlan, vip, what string, reason *string) bool {
+	for _, p := range svc.Spec.Ports {
+		if _, ok := protocolOf(p.Protocol); !ok {
+			continue
+		}
+		if holder := ix.holder(vip, p, sp.Key); holder != sp.Key {
+			ev := warning(ReasonConflict, "%s port %d/%s is held by Service %s, created earlier: this Service does not serve it and takes over when %s releases it",
+				what, p.Port, p.Protocol, holder, holder)
+			*reason = ev.Message
+			sp.Events = append(sp.Events, *ev)
+			return false
+		}
+	}
+	return true
+}
+
+// affinityTimeout is the ClientIP timeout of SPEC S7 (0: no affinity).
+func affinityTimeout(svc *corev1.Service) int32 {
+	if svc.Spec.SessionAffinity != corev1.ServiceAffinityClientIP {
+		return 0
+	}
+	t := kubeovnv1.DefaultDnatSessionAffinityTimeoutSeconds
+	if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil && *c.ClientIP.TimeoutSeconds > 0 {
+		t = *c.ClientIP.TimeoutSeconds
+	}
+	return min(t, kubeovnv1.MaxDnatSessionAffinityTimeoutSeconds)
+}
+
+func protocolOf(p corev1.Protocol) (gwstate.Protocol, bool) {
+	switch p {
+	case corev1.ProtocolTCP, "":
+		return gwstate.TCP, true
+	case corev1.ProtocolUDP:
+		return gwstate.UDP, true
+	}
+	return "", false
+}
+
+func clusterIPsOf(svc *corev1.Service) []string {
+	if len(svc.Spec.ClusterIPs) > 0 {
+		return svc.Spec.ClusterIPs
+	}
+	if svc.Spec.ClusterIP != "" {
+		return []string{svc.Spec.ClusterIP}
+	}
+	return nil
+}
+
+// ipv4ClusterIP returns the Service's IPv4 ClusterIP (the IPv4 part of a dual-stack Service).
+func ipv4ClusterIP(svc *corev1.Service) string {
+	for _, s := range clusterIPsOf(svc) {
+		if ip, err := netip.ParseAddr(s); err == nil && ip.Is4() {
+			return ip.String()
+		}
+	}
+	return ""
+}
+
+// readyEIPAddress returns the EIP's bound IPv4 address when it is Ready (SPEC S4).
+func readyEIPAddress(eip *kubeovnv1.IptablesEIP) (string, bool) {
+	if !eip.Status.Ready {
+		return "", false
+	}
+	ip, err := netip.ParseAddr(eip.Status.IP)
+	if err != nil || !ip.Is4() {
+		return "", false
+	}
+	return ip.String(), true
+}

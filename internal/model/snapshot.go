@@ -1,0 +1,156 @@
+package model
+
+import (
+	"cmp"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+)
+
+// Gates are the two feature gates of SPEC F1.
+type Gates struct {
+	LoadBalancer bool // --enable-gw-nftable-lb-svc
+	ClusterIP    bool // --enable-gw-nftable-svc-cluster-ip
+}
+
+// Snapshot is what the model reads. Order does not matter.
+type Snapshot struct {
+	// Services: every Service that names a gateway, carries the finalizer or owns a record.
+	Services       []corev1.Service
+	EndpointSlices []discoveryv1.EndpointSlice
+	// Pods the endpoints point at (for NIC resolution, SPEC B2).
+	Pods        []corev1.Pod
+	Subnets     []kubeovnv1.Subnet
+	Vpcs        []kubeovnv1.Vpc
+	Gateways    []kubeovnv1.VpcNatGateway
+	GatewayPods []corev1.Pod
+	EIPs        []kubeovnv1.IptablesEIP
+	// Records are the existing share IptablesDnatRules labelled as Service records.
+	Records []kubeovnv1.IptablesDnatRule
+}
+
+// Index is a snapshot prepared for lookups. Building it is linear in the snapshot; planning one
+// Service with it costs what that Service has (ports, endpoints, records), not the cluster.
+type Index struct {
+	gates       Gates
+	gateways    map[string]*kubeovnv1.VpcNatGateway
+	eips        map[string]*kubeovnv1.IptablesEIP
+	subnets     map[string]*kubeovnv1.Subnet
+	pods        map[types.NamespacedName]*corev1.Pod
+	gatewayPods map[string][]*corev1.Pod // by gateway
+	slices      map[types.NamespacedName][]*discoveryv1.EndpointSlice
+	records     map[types.UID][]*kubeovnv1.IptablesDnatRule // by owner UID label
+	// claims lists, per identity, the Services that could serve it, best claim first (I2). A
+	// ClusterIP is unique in a cluster, but a snapshot is input like any other.
+	claims map[claimKey][]claimant
+}
+
+type claimKey struct {
+	vip      string // EIP address or ClusterIP
+	port     int32
+	protocol corev1.Protocol
+}
+
+type claimant struct {
+	key     types.NamespacedName
+	created int64 // unix nanoseconds of the creation timestamp
+}
+
+// NewIndex prepares a snapshot for planning with the given gates.
+func NewIndex(s Snapshot, gates Gates) *Index {
+	ix := &Index{
+		gates:       gates,
+		gateways:    make(map[string]*kubeovnv1.VpcNatGateway, len(s.Gateways)),
+		eips:        make(map[string]*kubeovnv1.IptablesEIP, len(s.EIPs)),
+		subnets:     make(map[string]*kubeovnv1.Subnet, len(s.Subnets)),
+		pods:        make(map[types.NamespacedName]*corev1.Pod, len(s.Pods)),
+		gatewayPods: map[string][]*corev1.Pod{},
+		slices:      map[types.NamespacedName][]*discoveryv1.EndpointSlice{},
+		records:     map[types.UID][]*kubeovnv1.IptablesDnatRule{},
+		claims:      map[claimKey][]claimant{},
+	}
+	for i := range s.Gateways {
+		ix.gateways[s.Gateways[i].Name] = &s.Gateways[i]
+	}
+	for i := range s.EIPs {
+		ix.eips[s.EIPs[i].Name] = &s.EIPs[i]
+	}
+	for i := range s.Subnets {
+		ix.subnets[s.Subnets[i].Name] = &s.Subnets[i]
+	}
+	for i := range s.Pods {
+		p := &s.Pods[i]
+		ix.pods[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
+	}
+	for i := range s.GatewayPods {
+		p := &s.GatewayPods[i]
+		if gw := p.Annotations[AnnotationGatewayPod]; gw != "" && p.Labels[LabelGatewayPod] == "true" {
+			ix.gatewayPods[gw] = append(ix.gatewayPods[gw], p)
+		}
+	}
+	for i := range s.EndpointSlices {
+		es := &s.EndpointSlices[i]
+		if name := es.Labels[discoveryv1.LabelServiceName]; name != "" {
+			k := types.NamespacedName{Namespace: es.Namespace, Name: name}
+			ix.slices[k] = append(ix.slices[k], es)
+		}
+	}
+	for i := range s.Records {
+		r := &s.Records[i]
+		if isRecord(r) {
+			uid := types.UID(r.Labels[LabelRecordUID])
+			ix.records[uid] = append(ix.records[uid], r)
+		}
+	}
+	for i := range s.Services {
+		ix.addClaims(&s.Services[i])
+	}
+	for k, cs := range ix.claims {
+		slices.SortFunc(cs, compareClaimants)
+		ix.claims[k] = cs
+	}
+	return ix
+}
+
+func compareClaimants(a, b claimant) int {
+	return cmp.Or(cmp.Compare(a.created, b.created), cmp.Compare(a.key.Namespace, b.key.Namespace), cmp.Compare(a.key.Name, b.key.Name))
+}
+
+// addClaims registers the identities svc would serve if nobody else held them.
+func (ix *Index) addClaims(svc *corev1.Service) {
+	b := ix.bind(svc)
+	c := claimant{key: types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}, created: svc.CreationTimestamp.UnixNano()}
+	seen := map[claimKey]bool{}
+	for _, vip := range []string{b.eipAddr, b.clusterIP} {
+		if vip == "" {
+			continue
+		}
+		for _, p := range svc.Spec.Ports {
+			if _, ok := protocolOf(p.Protocol); !ok {
+				continue
+			}
+			k := claimKey{vip: vip, port: p.Port, protocol: p.Protocol}
+			if !seen[k] {
+				seen[k] = true
+				ix.claims[k] = append(ix.claims[k], c)
+			}
+		}
+	}
+}
+
+// holder is the Service that holds an identity (SPEC I2): the first created, then by name.
+func (ix *Index) holder(vip string, p corev1.ServicePort, self types.NamespacedName) types.NamespacedName {
+	if cs := ix.claims[claimKey{vip: vip, port: p.Port, protocol: p.Protocol}]; len(cs) > 0 {
+		return cs[0].key
+	}
+	return self // a Service planned outside its snapshot claims for itself
+}
+
+// isRecord tells a Service record from a hand-made rule.
+func isRecord(r *kubeovnv1.IptablesDnatRule) bool {
+	return r.Labels[LabelRecord] == "true" && r.Labels[LabelRecordUID] != ""
+}

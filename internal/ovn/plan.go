@@ -1,0 +1,252 @@
+package ovn
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/vpcgw/vpcgw/internal/ovn/nbdb"
+)
+
+// VIPPolicyPriority is kube-ovn's NatGatewayVipPolicyPriority: between the NAT gateway's own
+// source policies (29200) and the north gateway (29250).
+const VIPPolicyPriority = 29210
+
+// The external_ids that mark a VIP policy of a gateway. A policy is this writer's only when it
+// carries all three with these values.
+const (
+	ExternalIDVendor   = "vendor"
+	ExternalIDGateway  = "vpc-nat-gateway"
+	ExternalIDVIPRoute = "vipRoute"
+	vendorKubeOVN      = "kube-ovn"
+)
+
+// ErrRouterNotFound is wrapped by Sync when the router that should carry policies does not exist.
+var ErrRouterNotFound = errors.New("logical router not found")
+
+// VIPRoutes is the desired set of VIP policies of ONE gateway.
+type VIPRoutes struct {
+	// Router is the VPC's logical router name (= the Vpc name).
+	Router string
+	// Gateway is the VpcNatGateway name.
+	Gateway string
+	// NextHops are the IPv4 VPC addresses of the gateway's initialized instances.
+	NextHops []string
+	// VIPs are the IPv4 addresses the gateway serves.
+	VIPs []string
+}
+
+// desired is a validated VIPRoutes.
+type desired struct {
+	router, gateway string
+	nextHops        []string // sorted, unique
+	vips            []string // sorted, unique
+}
+
+// validate checks want and normalises it (sorted, de-duplicated addresses).
+func validate(want VIPRoutes) (desired, error) {
+	d := desired{router: want.Router, gateway: want.Gateway}
+	if strings.TrimSpace(want.Router) == "" {
+		return d, errors.New("ovn: VIP routes: empty router name")
+	}
+	if strings.TrimSpace(want.Gateway) == "" {
+		return d, errors.New("ovn: VIP routes: empty gateway name")
+	}
+	var err error
+	if d.nextHops, err = normIPv4s("next hop", want.NextHops); err != nil {
+		return d, err
+	}
+	if d.vips, err = normIPv4s("VIP", want.VIPs); err != nil {
+		return d, err
+	}
+	return d, nil
+}
+
+// normIPv4s parses, sorts numerically and de-duplicates IPv4 addresses.
+func normIPv4s(what string, in []string) ([]string, error) {
+	addrs := make([]netip.Addr, 0, len(in))
+	for _, s := range in {
+		a, err := parseIPv4(s)
+		if err != nil {
+			return nil, fmt.Errorf("ovn: VIP routes: %s %q: %w", what, s, err)
+		}
+		addrs = append(addrs, a)
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	addrs = slices.Compact(addrs)
+	out := make([]string, len(addrs))
+	for i, a := range addrs {
+		out[i] = a.String()
+	}
+	return out, nil
+}
+
+// parseIPv4 accepts a plain dotted-quad unicast IPv4 address.
+func parseIPv4(s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	switch {
+	case err != nil:
+		return a, errors.New("not an IP address")
+	case !a.Is4():
+		return a, errors.New("not an IPv4 address (only IPv4 is supported)")
+	case a.IsUnspecified(), a.IsLoopback(), a.IsMulticast(), a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return a, errors.New("not a unicast IPv4 address")
+	}
+	return a, nil
+}
+
+// vipMatch is the match of the policy of vip.
+func vipMatch(vip string) string { return "ip4.dst == " + vip }
+
+// matchVIP is the VIP a policy's match steers, or "" when the match is not of the form vipMatch.
+func matchVIP(match string) string {
+	f := strings.Fields(match)
+	if len(f) != 3 || f[0] != "ip4.dst" || f[1] != "==" {
+		return ""
+	}
+	a, err := parseIPv4(f[2])
+	if err != nil {
+		return ""
+	}
+	return a.String()
+}
+
+// isGatewayPolicy says whether p is a VIP policy of gateway gw.
+func isGatewayPolicy(p *nbdb.LogicalRouterPolicy, gw string) bool {
+	return p.ExternalIDs[ExternalIDVendor] == vendorKubeOVN &&
+		p.ExternalIDs[ExternalIDGateway] == gw &&
+		p.ExternalIDs[ExternalIDVIPRoute] == "true"
+}
+
+// isVIPPolicy says whether p is a VIP policy of any gateway.
+func isVIPPolicy(p *nbdb.LogicalRouterPolicy) bool {
+	return p.ExternalIDs[ExternalIDVendor] == vendorKubeOVN &&
+		p.ExternalIDs[ExternalIDGateway] != "" &&
+		p.ExternalIDs[ExternalIDVIPRoute] == "true"
+}
+
+// policyOK says whether p already is exactly the policy of vip with nextHops (sorted).
+func policyOK(p *nbdb.LogicalRouterPolicy, vip string, nextHops []string) bool {
+	have := slices.Clone(p.Nexthops)
+	slices.Sort(have)
+	want := slices.Clone(nextHops)
+	slices.Sort(want)
+	return p.Priority == VIPPolicyPriority && p.Action == nbdb.LogicalRouterPolicyActionReroute &&
+		p.Match == vipMatch(vip) && p.Nexthop == nil && slices.Equal(have, want)
+}
+
+// plan is what a Sync changes.
+type plan struct {
+	target  string              // UUID of the router that carries the policies ("" when absent)
+	creates []string            // VIPs to add
+	updates map[string]string   // policy UUID -> VIP, rewritten in place
+	deletes map[string][]string // router UUID -> policy UUIDs to remove from it
+	// guard holds, for every router the plan touches, its policies column as read: the
+	// transaction only commits if the column is still the same (no concurrent writer, no stale
+	// cache), so a VIP is never written twice.
+	guard map[string][]string
+}
+
+func (p *plan) empty() bool {
+	return len(p.creates) == 0 && len(p.updates) == 0 && len(p.deletes) == 0
+}
+
+func (p *plan) String() string {
+	n := 0
+	for _, d := range p.deletes {
+		n += len(d)
+	}
+	return fmt.Sprintf("add %v, update %d, delete %d", p.creates, len(p.updates), n)
+}
+
+// makePlan compares the desired policies of one gateway with the routers and policies as read.
+func makePlan(d desired, routers []nbdb.LogicalRouter, policies map[string]*nbdb.LogicalRouterPolicy) (*plan, error) {
+	p := &plan{updates: map[string]string{}, deletes: map[string][]string{}, guard: map[string][]string{}}
+	wantAny := len(d.vips) > 0 && len(d.nextHops) > 0
+
+	owner := map[string]string{} // policy UUID -> router UUID
+	var targets []string
+	for i := range routers {
+		r := &routers[i]
+		if r.Name == d.router {
+			targets = append(targets, r.UUID)
+		}
+		for _, pu := range r.Policies {
+			owner[pu] = r.UUID
+		}
+	}
+	switch {
+	case len(targets) > 1:
+		return nil, fmt.Errorf("ovn: %d logical routers are named %q", len(targets), d.router)
+	case len(targets) == 1:
+		p.target = targets[0]
+	case wantAny:
+		return nil, fmt.Errorf("ovn: gateway %s: router %q: %w", d.gateway, d.router, ErrRouterNotFound)
+	}
+
+	routerPolicies := map[string][]string{}
+	for i := range routers {
+		routerPolicies[routers[i].UUID] = routers[i].Policies
+	}
+	touch := func(router string) { p.guard[router] = routerPolicies[router] }
+	del := func(router, policy string) {
+		p.deletes[router] = append(p.deletes[router], policy)
+		touch(router)
+	}
+
+	wanted := map[string]bool{}
+	if wantAny {
+		for _, v := range d.vips {
+			wanted[v] = true
+		}
+	}
+	byVIP := map[string][]*nbdb.LogicalRouterPolicy{}
+	// Sorted UUIDs: the choice of the policy kept among duplicates is deterministic.
+	for _, u := range slices.Sorted(maps.Keys(policies)) {
+		pol := policies[u]
+		router, ok := owner[u]
+		if !ok || !isGatewayPolicy(pol, d.gateway) {
+			continue // not referenced by any router (garbage collected) or not ours
+		}
+		vip := matchVIP(pol.Match)
+		if router != p.target || vip == "" || !wanted[vip] {
+			del(router, u)
+			continue
+		}
+		byVIP[vip] = append(byVIP[vip], pol)
+	}
+	for _, vip := range d.vips {
+		if !wanted[vip] {
+			break
+		}
+		have := byVIP[vip]
+		if len(have) == 0 {
+			p.creates = append(p.creates, vip)
+			touch(p.target)
+			continue
+		}
+		keep := have[0]
+		for _, pol := range have {
+			if policyOK(pol, vip, d.nextHops) {
+				keep = pol
+				break
+			}
+		}
+		for _, pol := range have {
+			if pol != keep {
+				del(p.target, pol.UUID)
+			}
+		}
+		if !policyOK(keep, vip, d.nextHops) {
+			p.updates[keep.UUID] = vip
+			touch(p.target)
+		}
+	}
+	for r := range p.deletes {
+		slices.Sort(p.deletes[r])
+	}
+	return p, nil
+}
