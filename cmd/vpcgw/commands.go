@@ -16,6 +16,7 @@ import (
 	"github.com/vpcgw/vpcgw/internal/dataplane"
 	"github.com/vpcgw/vpcgw/internal/lab"
 	"github.com/vpcgw/vpcgw/internal/netlab"
+	"github.com/vpcgw/vpcgw/internal/ovn"
 	"github.com/vpcgw/vpcgw/internal/transport"
 )
 
@@ -38,9 +39,17 @@ func runController(ctx context.Context, args []string) error {
 	fs.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", `health probe listen address ("0" turns it off)`)
 	fs.BoolVar(&opts.LeaderElection, "leader-elect", false, "elect a leader among controller replicas")
 	fs.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease")
+	fs.StringVar(&opts.NB.Address, "ovn-nb-addr", "", `OVN northbound DB ("tcp:ip:6641", "ssl:ip:6641", "unix:/path", comma-separated for a cluster); empty: VIP routes are not written`)
+	var tlsFiles ovn.TLSFiles
+	fs.StringVar(&tlsFiles.CertFile, "ovn-nb-cert", "", "client certificate for an ssl: NB address")
+	fs.StringVar(&tlsFiles.KeyFile, "ovn-nb-key", "", "client key for an ssl: NB address")
+	fs.StringVar(&tlsFiles.CAFile, "ovn-nb-ca", "", "CA certificate for an ssl: NB address")
 	debug := fs.Bool("debug", false, "human-readable debug logs")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if tlsFiles != (ovn.TLSFiles{}) {
+		opts.NB.TLS = &tlsFiles
 	}
 	log := newLogger(*debug)
 	if err := opts.Flags.Validate(); err != nil {

@@ -8,11 +8,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	"github.com/vpcgw/vpcgw/internal/model"
+	"github.com/vpcgw/vpcgw/internal/ovn"
 	"github.com/vpcgw/vpcgw/internal/transport"
 )
 
@@ -21,6 +25,8 @@ type Options struct {
 	Flags  Flags
 	Dialer transport.Dialer
 	// MetricsAddr and HealthAddr are listen addresses; "0" turns the server off.
+	// NB configures the VIP route writer; an empty address turns route writing off (SPEC V1).
+	NB                      ovn.Config
 	MetricsAddr             string
 	HealthAddr              string
 	LeaderElection          bool
@@ -57,6 +63,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        "vpcgw-controller",
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
+		// Tests and the lab run several controllers in one process, one after another.
+		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
@@ -67,7 +75,19 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
+	var routes RouteWriter
+	if opts.NB.Address != "" {
+		w, err := ovn.NewWriter(ctx, opts.NB, log.WithName("ovn"))
+		if err != nil {
+			return fmt.Errorf("OVN northbound DB %s: %w", opts.NB.Address, err)
+		}
+		defer w.Close()
+		routes = ovnRoutes{w}
+	} else {
+		log.Info("no --ovn-nb-addr: VIP routes are not written; route the VIPs to the gateway by hand")
+	}
 	r := &GatewayReconciler{
+		Routes:   routes,
 		Client:   mgr.GetClient(),
 		Recorder: mgr.GetEventRecorder("vpcgw-controller"),
 		Flags:    opts.Flags,
@@ -80,6 +100,13 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 	log.Info("starting controller", "enableGwNftableLbSvc", opts.Flags.EnableGwNftableLbSvc,
 		"enableGwNftableSvcClusterIP", opts.Flags.EnableGwNftableSvcClusterIP)
 	return mgr.Start(ctx)
+}
+
+// ovnRoutes adapts the OVN writer to the plan's route type.
+type ovnRoutes struct{ w *ovn.Writer }
+
+func (o ovnRoutes) Sync(ctx context.Context, want model.VIPRoutes) error {
+	return o.w.Sync(ctx, ovn.VIPRoutes{Router: want.Router, Gateway: want.Gateway, NextHops: want.NextHops, VIPs: want.VIPs})
 }
 
 func defaultAddr(a string) string {

@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 	os.Exit(0)
 }
 
-func helperCmd(t *testing.T, mode string) []string {
+func helperCmd(t testing.TB, mode string) []string {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {

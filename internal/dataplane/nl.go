@@ -222,9 +222,9 @@ func (t *nlTxn) addRule(chain string, r rule) {
 	case ruleHairpin:
 		exprs = []expr.Any{
 			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: ifname(r.iface + "x")},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: ifname(r.iface)},
 			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: reg1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: ifname(r.iface + "x")},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: ifname(r.iface)},
 			&expr.Ct{Key: expr.CtKeySTATUS, Register: reg1},
 			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
 				Mask: binaryutil.NativeEndian.PutUint32(0x20), Xor: make([]byte, 4)}, // IPS_DST_NAT

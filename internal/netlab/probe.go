@@ -95,6 +95,7 @@ func DoProbe(ctx context.Context, o ProbeOptions) ProbeResult {
 		case "connect":
 			var c net.Conn
 			if c, err = dialer.DialContext(ctx, "tcp", o.Target); err == nil {
+				_ = c.(*net.TCPConn).SetLinger(0) // close with RST: no TIME_WAIT, no port exhaustion
 				_ = c.Close()
 				body = "connected"
 			}

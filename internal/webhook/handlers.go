@@ -1,0 +1,198 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	"github.com/vpcgw/vpcgw/internal/model"
+)
+
+// Paths the handlers are served at; deploy/webhook's ValidatingWebhookConfiguration uses them.
+const (
+	PathService = "/validate-service"
+	PathRecord  = "/validate-iptables-dnat-rule"
+	PathEIP     = "/validate-iptables-eip"
+	PathGateway = "/validate-vpc-nat-gateway"
+)
+
+// Field indexes the handlers list Services by; IndexFields registers them.
+const (
+	// IndexServiceGateway indexes Services by their ovn.kubernetes.io/vpc_nat_gw annotation.
+	IndexServiceGateway = "vpcgw.webhook.gateway"
+	// IndexServiceEIP indexes Services by "<gateway>/<eip>" of their annotations (both set).
+	IndexServiceEIP = "vpcgw.webhook.gateway-eip"
+)
+
+func serviceEIPKey(gateway, eip string) string { return gateway + "/" + eip }
+
+// IndexFields registers the Service indexes the handlers need on a cache's indexer. Call it
+// before the cache starts.
+func IndexFields(ctx context.Context, ix client.FieldIndexer) error {
+	if err := ix.IndexField(ctx, &corev1.Service{}, IndexServiceGateway, func(o client.Object) []string {
+		if gw := o.GetAnnotations()[model.AnnotationGateway]; gw != "" {
+			return []string{gw}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing Services by gateway: %w", err)
+	}
+	if err := ix.IndexField(ctx, &corev1.Service{}, IndexServiceEIP, func(o client.Object) []string {
+		a := o.GetAnnotations()
+		if gw, eip := a[model.AnnotationGateway], a[model.AnnotationEIP]; gw != "" && eip != "" {
+			return []string{serviceEIPKey(gw, eip)}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing Services by gateway and EIP: %w", err)
+	}
+	return nil
+}
+
+// Handlers are the four admission handlers. Reader must support the IndexFields indexes on
+// Services and hold the share records (a cache restricted to records is enough, see
+// CacheOptions).
+type Handlers struct {
+	Reader client.Reader
+	// ControllerUser is the user name of the controller's identity (W4).
+	ControllerUser string
+	decoder        admission.Decoder
+}
+
+// NewHandlers returns the handlers decoding with scheme (it must know core/v1 and kubeovn.io/v1).
+func NewHandlers(reader client.Reader, scheme *runtime.Scheme, controllerUser string) *Handlers {
+	return &Handlers{Reader: reader, ControllerUser: controllerUser, decoder: admission.NewDecoder(scheme)}
+}
+
+// Register serves the handlers on srv at their paths.
+func (h *Handlers) Register(srv webhook.Server) {
+	srv.Register(PathService, &admission.Webhook{Handler: admission.HandlerFunc(h.Service)})
+	srv.Register(PathRecord, &admission.Webhook{Handler: admission.HandlerFunc(h.Record)})
+	srv.Register(PathEIP, &admission.Webhook{Handler: admission.HandlerFunc(h.EIP)})
+	srv.Register(PathGateway, &admission.Webhook{Handler: admission.HandlerFunc(h.Gateway)})
+}
+
+func verdict(problems []string) admission.Response {
+	if len(problems) == 0 {
+		return admission.Allowed("")
+	}
+	return admission.Denied(strings.Join(problems, "; "))
+}
+
+// decodeOld decodes the old object of an UPDATE or DELETE (nil for CREATE).
+func (h *Handlers) decodeOld(req admission.Request, into runtime.Object) (bool, error) {
+	if len(req.OldObject.Raw) == 0 {
+		return false, nil
+	}
+	return true, h.decoder.DecodeRaw(req.OldObject, into)
+}
+
+func (h *Handlers) decodeNew(req admission.Request, into runtime.Object) (bool, error) {
+	if len(req.Object.Raw) == 0 {
+		return false, nil
+	}
+	return true, h.decoder.DecodeRaw(req.Object, into)
+}
+
+// Service admits Service creates and updates (SPEC W1, W2, W3).
+func (h *Handlers) Service(ctx context.Context, req admission.Request) admission.Response {
+	var svc, oldSvc corev1.Service
+	if ok, err := h.decodeNew(req, &svc); err != nil || !ok {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the Service: %v", err))
+	}
+	var old *corev1.Service
+	if req.Operation == admissionv1.Update {
+		ok, err := h.decodeOld(req, &oldSvc)
+		if err != nil {
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the old Service: %w", err))
+		}
+		if ok {
+			old = &oldSvc
+		}
+	}
+	if problems := ValidateService(old, &svc); len(problems) > 0 {
+		return verdict(problems)
+	}
+	gateway, eipName, ok := NeedsClaimCheck(old, &svc)
+	if !ok {
+		return admission.Allowed("")
+	}
+	var eip *kubeovnv1.IptablesEIP
+	var e kubeovnv1.IptablesEIP
+	switch err := h.Reader.Get(ctx, client.ObjectKey{Name: eipName}, &e); {
+	case err == nil:
+		eip = &e
+	case apierrors.IsNotFound(err):
+	default:
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading IptablesEIP %s: %w", eipName, err))
+	}
+	var others corev1.ServiceList
+	if err := h.Reader.List(ctx, &others, client.MatchingFields{IndexServiceEIP: serviceEIPKey(gateway, eipName)}); err != nil {
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("listing Services of EIP %s: %w", eipName, err))
+	}
+	return verdict(ValidateServiceClaims(&svc, eip, others.Items))
+}
+
+// Record admits writes of IptablesDnatRules (SPEC W4).
+func (h *Handlers) Record(_ context.Context, req admission.Request) admission.Response {
+	var obj, old kubeovnv1.IptablesDnatRule
+	hasNew, err := h.decodeNew(req, &obj)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the IptablesDnatRule: %w", err))
+	}
+	hasOld, err := h.decodeOld(req, &old)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the old IptablesDnatRule: %w", err))
+	}
+	var o, n *kubeovnv1.IptablesDnatRule
+	if hasOld {
+		o = &old
+	}
+	if hasNew && req.Operation != admissionv1.Delete {
+		n = &obj
+	}
+	return verdict(ValidateRecordWrite(req.Operation, req.UserInfo.Username, h.ControllerUser, o, n))
+}
+
+// EIP admits IptablesEIP deletes (SPEC W5).
+func (h *Handlers) EIP(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Delete {
+		return admission.Allowed("")
+	}
+	var eip kubeovnv1.IptablesEIP
+	if ok, err := h.decodeOld(req, &eip); err != nil || !ok {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the IptablesEIP: %v", err))
+	}
+	var records kubeovnv1.IptablesDnatRuleList
+	if err := h.Reader.List(ctx, &records, client.MatchingLabels{model.LabelEIPUID: string(eip.UID)}); err != nil {
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("listing records of IptablesEIP %s: %w", eip.Name, err))
+	}
+	return verdict(ValidateEIPDelete(&eip, records.Items))
+}
+
+// Gateway admits VpcNatGateway deletes (SPEC W6).
+func (h *Handlers) Gateway(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Delete {
+		return admission.Allowed("")
+	}
+	name := req.Name
+	var services corev1.ServiceList
+	if err := h.Reader.List(ctx, &services, client.MatchingFields{IndexServiceGateway: name}); err != nil {
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("listing Services of VpcNatGateway %s: %w", name, err))
+	}
+	var records kubeovnv1.IptablesDnatRuleList
+	if err := h.Reader.List(ctx, &records, client.MatchingLabels{model.LabelGateway: name}); err != nil {
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("listing records of VpcNatGateway %s: %w", name, err))
+	}
+	return verdict(ValidateGatewayDelete(name, services.Items, records.Items))
+}

@@ -1,0 +1,166 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	"github.com/vpcgw/vpcgw/internal/controller"
+	"github.com/vpcgw/vpcgw/internal/model"
+)
+
+// DefaultControllerUser is the controller's service account user name in deploy/.
+const DefaultControllerUser = "system:serviceaccount:kube-system:vpcgw-controller"
+
+// Options configure one webhook server process.
+type Options struct {
+	// Host and Port are where the HTTPS server listens ("" = all addresses; 0 = 9443).
+	Host string
+	Port int
+	// CertDir holds tls.crt and tls.key; both are reloaded when they change (certwatcher).
+	CertDir string
+	// ControllerUser is the user name of the controller's identity (W4). Required.
+	ControllerUser string
+	// HealthAddr and MetricsAddr are listen addresses; "0" or "" turns the server off.
+	HealthAddr  string
+	MetricsAddr string
+}
+
+// CacheOptions restrict what the webhook caches: managed fields are dropped, and only Service
+// records (label ovn.kubernetes.io/nftable-lb-svc-record=true) of the IptablesDnatRules.
+func CacheOptions() cache.Options {
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&kubeovnv1.IptablesDnatRule{}: {Label: labels.SelectorFromSet(labels.Set{model.LabelRecord: "true"})},
+		},
+	}
+}
+
+// NewManager builds a manager that serves the webhook with opts: an HTTPS server with the four
+// handlers reading through the manager's cache, health (/healthz) and readiness (/readyz: the
+// server is up and the cache is synced) probes. Start it with mgr.Start.
+func NewManager(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) (manager.Manager, error) {
+	if opts.ControllerUser == "" {
+		return nil, errors.New("the controller's user name is required (--controller-user): without it nobody could write Service records")
+	}
+	scheme, err := controller.Scheme()
+	if err != nil {
+		return nil, fmt.Errorf("building scheme: %w", err)
+	}
+	srv := webhook.NewServer(webhook.Options{Host: opts.Host, Port: opts.Port, CertDir: opts.CertDir})
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Logger:                 log,
+		Cache:                  CacheOptions(),
+		WebhookServer:          srv,
+		Metrics:                metricsserver.Options{BindAddress: orOff(opts.MetricsAddr)},
+		HealthProbeBindAddress: orOff(opts.HealthAddr),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if err := Setup(ctx, mgr, opts.ControllerUser); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("webhook", srv.StartedChecker()); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("cache", cacheSynced(mgr.GetCache())); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// Setup registers the indexes, starts the informers the handlers read (so that the first
+// request does not wait for a list) and registers the handlers on the manager's webhook server.
+func Setup(ctx context.Context, mgr manager.Manager, controllerUser string) error {
+	if err := IndexFields(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	for _, obj := range []client.Object{&corev1.Service{}, &kubeovnv1.IptablesEIP{}, &kubeovnv1.IptablesDnatRule{}} {
+		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
+			return fmt.Errorf("informer for %T: %w", obj, err)
+		}
+	}
+	NewHandlers(mgr.GetCache(), mgr.GetScheme(), controllerUser).Register(mgr.GetWebhookServer())
+	return nil
+}
+
+func cacheSynced(c cache.Cache) healthz.Checker {
+	return func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
+		defer cancel()
+		if !c.WaitForCacheSync(ctx) {
+			return errors.New("cache not synced")
+		}
+		return nil
+	}
+}
+
+func orOff(addr string) string {
+	if addr == "" {
+		return "0"
+	}
+	return addr
+}
+
+// Main is `vpcgw webhook`: it parses its flags from args and serves until ctx ends.
+func Main(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
+	var opts Options
+	fs.StringVar(&opts.CertDir, "cert-dir", "/var/run/vpcgw/webhook-certs", "directory with tls.crt and tls.key (reloaded when they change)")
+	fs.StringVar(&opts.Host, "host", "", "address to listen on (empty: all)")
+	fs.IntVar(&opts.Port, "port", webhook.DefaultPort, "HTTPS port")
+	fs.StringVar(&opts.ControllerUser, "controller-user", DefaultControllerUser,
+		"user name of the controller's identity: the only user that may write share IptablesDnatRules (SPEC W4)")
+	fs.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", `health probe listen address ("0" turns it off)`)
+	fs.StringVar(&opts.MetricsAddr, "metrics-bind-address", "0", `metrics listen address ("0" turns it off)`)
+	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: in-cluster or $KUBECONFIG)")
+	debug := fs.Bool("debug", false, "human-readable debug logs")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	log := zap.New(zap.UseDevMode(*debug))
+	ctrl.SetLogger(log)
+	if *kubeconfig != "" {
+		if err := os.Setenv("KUBECONFIG", *kubeconfig); err != nil {
+			return err
+		}
+	}
+	cfg, err := config.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	mgr, err := NewManager(ctx, cfg, opts, log.WithName("webhook"))
+	if err != nil {
+		return err
+	}
+	log.Info("starting webhook", "port", opts.Port, "certDir", opts.CertDir, "controllerUser", opts.ControllerUser)
+	return mgr.Start(ctx)
+}

@@ -1,0 +1,300 @@
+// Package webhook is vpcgw's validating admission webhook (SPEC W1-W7): pure validators that
+// take the admitted object and what they need from the cluster as plain arguments, admission
+// handlers that read the cluster through a controller-runtime cache, and the HTTPS server.
+//
+// The webhook only rejects early what the controller would refuse anyway: admission reads a
+// cache, can race and can be bypassed (failurePolicy Ignore, webhook down, configuration removed),
+// so the controller re-checks every rule (model.Index: S2, S3, S6, I2) and never depends on it.
+//
+// Every validator returns the list of problems, each a complete sentence a user can act on; an
+// empty list admits the request.
+package webhook
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	"github.com/vpcgw/vpcgw/internal/model"
+)
+
+// serviceBinding is what the admission rules read from a Service's annotations. As in the model,
+// an empty gateway or EIP value is the same as no annotation, and the mere presence of
+// service_external_ip_from_subnet counts (SPEC S6).
+type serviceBinding struct {
+	gateway, eip   string
+	fromSubnet     bool
+	fromSubnetText string
+}
+
+func bindingOf(svc *corev1.Service) serviceBinding {
+	if svc == nil {
+		return serviceBinding{}
+	}
+	v, ok := svc.Annotations[model.AnnotationExternalIPFromSubnet]
+	return serviceBinding{
+		gateway:        svc.Annotations[model.AnnotationGateway],
+		eip:            svc.Annotations[model.AnnotationEIP],
+		fromSubnet:     ok,
+		fromSubnetText: v,
+	}
+}
+
+// ValidateService applies SPEC W1 and W2 to a Service create (old == nil) or update. It reads
+// only the Service: the cluster-dependent part (W3) is ValidateServiceClaims, needed only when
+// NeedsClaimCheck says so.
+//
+// An update that does not touch ovn.kubernetes.io/vpc_nat_gw, ovn.kubernetes.io/eip or
+// ovn.kubernetes.io/service_external_ip_from_subnet is never rejected: a Service must stay
+// editable (and its finalizer removable) when its EIP is gone, it lost a conflict, or it was
+// admitted while the webhook was down. An update that touches them is rejected only for a
+// problem it introduces (a create is an update from a Service without annotations):
+//   - W2: the gateway or the EIP changes from one non-empty value to another. Clearing is
+//     allowed (SPEC L2: clearing both leaves the mode, clearing only the EIP releases the EIP
+//     part; clearing only the gateway leaves the mode too, since the model ignores an EIP
+//     annotation without a gateway). Setting a value where there was none is allowed (it is how a
+//     LoadBalancer Service that lacks its EIP annotation is fixed).
+//   - W1: a new non-empty value that is not a valid object name (DNS-1123 subdomain); the
+//     gateway annotation together with service_external_ip_from_subnet when the old Service did
+//     not already have both (S6); a LoadBalancer Service that enters the mode (gets the gateway
+//     annotation) without the EIP annotation (S2).
+func ValidateService(old, svc *corev1.Service) []string {
+	o, n := bindingOf(old), bindingOf(svc)
+	if old != nil && o == n {
+		return nil
+	}
+	var problems []string
+	if o.gateway != "" && n.gateway != "" && o.gateway != n.gateway {
+		problems = append(problems, fmt.Sprintf("annotation %s cannot change from %q to %q: the gateway binding of a Service is immutable; "+
+			"delete and recreate the Service (or remove both %s and %s to take it off the gateway)",
+			model.AnnotationGateway, o.gateway, n.gateway, model.AnnotationGateway, model.AnnotationEIP))
+	}
+	if o.eip != "" && n.eip != "" && o.eip != n.eip {
+		problems = append(problems, fmt.Sprintf("annotation %s cannot change from %q to %q: the EIP binding of a Service is immutable; "+
+			"delete and recreate the Service (or remove %s to release the EIP)",
+			model.AnnotationEIP, o.eip, n.eip, model.AnnotationEIP))
+	}
+	if n.gateway != "" && n.gateway != o.gateway {
+		problems = append(problems, nameProblems(model.AnnotationGateway, "VpcNatGateway", n.gateway)...)
+	}
+	if n.eip != "" && n.eip != o.eip {
+		problems = append(problems, nameProblems(model.AnnotationEIP, "IptablesEIP", n.eip)...)
+	}
+	if n.gateway != "" && n.fromSubnet && (o.gateway == "" || !o.fromSubnet) {
+		problems = append(problems, fmt.Sprintf("annotations %s and %s are mutually exclusive (a Service must not publish two ingress addresses): remove one",
+			model.AnnotationGateway, model.AnnotationExternalIPFromSubnet))
+	}
+	if n.gateway != "" && o.gateway == "" && svc.Spec.Type == corev1.ServiceTypeLoadBalancer && n.eip == "" {
+		problems = append(problems, fmt.Sprintf("a LoadBalancer Service with annotation %s=%s also needs annotation %s=<IptablesEIP name>",
+			model.AnnotationGateway, n.gateway, model.AnnotationEIP))
+	}
+	return problems
+}
+
+func nameProblems(annotation, kind, value string) []string {
+	errs := validation.IsDNS1123Subdomain(value)
+	if len(errs) == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("annotation %s=%q is not a valid %s name: %s", annotation, value, kind, strings.Join(errs, "; "))}
+}
+
+// NeedsClaimCheck reports whether SPEC W3 applies to a create (old == nil) or update, and which
+// gateway and EIP the cluster must be read for: the Service names both, and the pair is new
+// (an update that keeps its binding is not re-checked, see ValidateService).
+func NeedsClaimCheck(old, svc *corev1.Service) (gateway, eip string, ok bool) {
+	o, n := bindingOf(old), bindingOf(svc)
+	if n.gateway == "" || n.eip == "" || (old != nil && o.gateway == n.gateway && o.eip == n.eip) {
+		return "", "", false
+	}
+	return n.gateway, n.eip, true
+}
+
+// ValidateServiceClaims applies SPEC W3 to a Service that names a gateway and an EIP.
+//   - eip is the annotated IptablesEIP, nil when it does not exist. A missing, deleted or
+//     not-Ready EIP is allowed (S4); one that exists must belong to the annotated gateway
+//     (spec.natGwDp, S3).
+//   - others are Services that may hold the EIP's identities; the validator keeps those that
+//     are LoadBalancer Services with another UID, not being deleted, with the same gateway and
+//     EIP annotations. A port (TCP or UDP) of svc that one of them also has is rejected, naming
+//     the holder the controller would pick (I2: oldest, then namespace/name).
+//
+// Only a LoadBalancer Service claims EIP identities; for other types only the EIP's gateway is
+// checked.
+func ValidateServiceClaims(svc *corev1.Service, eip *kubeovnv1.IptablesEIP, others []corev1.Service) []string {
+	b := bindingOf(svc)
+	if b.gateway == "" || b.eip == "" {
+		return nil
+	}
+	var problems []string
+	if eip != nil && eip.DeletionTimestamp == nil && eip.Spec.NatGwDp != b.gateway {
+		problems = append(problems, fmt.Sprintf("IptablesEIP %s belongs to gateway %q, not %q: use an EIP whose spec.natGwDp is %s",
+			b.eip, eip.Spec.NatGwDp, b.gateway, b.gateway))
+	}
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		return problems
+	}
+	holders := make([]*corev1.Service, 0, len(others))
+	for i := range others {
+		o := &others[i]
+		ob := bindingOf(o)
+		if (o.UID != "" && o.UID == svc.UID) || (o.Namespace == svc.Namespace && o.Name == svc.Name) ||
+			o.DeletionTimestamp != nil || o.Spec.Type != corev1.ServiceTypeLoadBalancer ||
+			ob.gateway != b.gateway || ob.eip != b.eip {
+			continue
+		}
+		holders = append(holders, o)
+	}
+	slices.SortFunc(holders, func(x, y *corev1.Service) int {
+		return cmp.Or(x.CreationTimestamp.Compare(y.CreationTimestamp.Time), cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name))
+	})
+	for _, p := range svc.Spec.Ports {
+		proto, ok := protocolOf(p.Protocol)
+		if !ok {
+			continue
+		}
+		for _, h := range holders {
+			if holdsPort(h, p.Port, proto) {
+				problems = append(problems, fmt.Sprintf("IptablesEIP %s port %d/%s is already held by Service %s/%s: "+
+					"one (EIP, port, protocol) is served by one Service only; use another port or another EIP",
+					b.eip, p.Port, proto, h.Namespace, h.Name))
+				break
+			}
+		}
+	}
+	return problems
+}
+
+// protocolOf normalises a Service port protocol to the two served ones (S5: SCTP claims nothing).
+func protocolOf(p corev1.Protocol) (corev1.Protocol, bool) {
+	switch p {
+	case corev1.ProtocolTCP, "":
+		return corev1.ProtocolTCP, true
+	case corev1.ProtocolUDP:
+		return corev1.ProtocolUDP, true
+	}
+	return "", false
+}
+
+func holdsPort(svc *corev1.Service, port int32, proto corev1.Protocol) bool {
+	for _, p := range svc.Spec.Ports {
+		if q, ok := protocolOf(p.Protocol); ok && q == proto && p.Port == port {
+			return true
+		}
+	}
+	return false
+}
+
+// ValidateRecordWrite applies SPEC W4 to a create (old == nil), update, or delete (obj == nil)
+// of an IptablesDnatRule by user. Share rules are vpcgw's controller-owned accounting records
+// (R4): only controllerUser may write or delete them. Exclusive rules are not affected. spec.type
+// never changes, for anyone (the CRD's CEL rule says so too; this is the same rule, checked again).
+func ValidateRecordWrite(op admissionv1.Operation, user, controllerUser string, old, obj *kubeovnv1.IptablesDnatRule) []string {
+	if old != nil && obj != nil && old.Spec.Type != obj.Spec.Type {
+		return []string{fmt.Sprintf("IptablesDnatRule %s: spec.type cannot change from %q to %q: delete and recreate the rule to change it",
+			obj.Name, old.Spec.Type, obj.Spec.Type)}
+	}
+	r := cmp.Or(obj, old) // on update both have the same type
+	if r == nil || r.Spec.Type != kubeovnv1.DnatRuleTypeShare {
+		return nil
+	}
+	if controllerUser != "" && user == controllerUser {
+		return nil
+	}
+	svc := cmp.Or(r.Labels[model.LabelRecordName], "<svc>")
+	return []string{fmt.Sprintf("IptablesDnatRule %s has spec.type share: share rules are controller-owned accounting records of Services; "+
+		"only the vpcgw controller (%s) may %s them, not %q. Change the Service instead (the controller keeps its records in step), "+
+		"and inspect a Service's records with: kubectl get iptables-dnat-rules -l %s=%s",
+		r.Name, controllerUser, verb(op), user, model.LabelRecordName, svc)}
+}
+
+func verb(op admissionv1.Operation) string {
+	switch op {
+	case admissionv1.Create:
+		return "create"
+	case admissionv1.Delete:
+		return "delete"
+	default:
+		return "update"
+	}
+}
+
+// maxNamed caps the Services a message lists.
+const maxNamed = 10
+
+func nameList(names []string) string {
+	slices.Sort(names)
+	names = slices.Compact(names)
+	if len(names) > maxNamed {
+		return strings.Join(names[:maxNamed], ", ") + fmt.Sprintf(" and %d more", len(names)-maxNamed)
+	}
+	return strings.Join(names, ", ")
+}
+
+// isRecord tells a Service record from another rule (kube-ovn labels its own rules with the
+// gateway and EIP too). It is the model's rule (model.isRecord, unexported).
+func isRecord(r *kubeovnv1.IptablesDnatRule) bool {
+	return r.Labels[model.LabelRecord] == "true" && r.Labels[model.LabelRecordUID] != ""
+}
+
+func recordOwner(r *kubeovnv1.IptablesDnatRule) string {
+	ns, name := r.Labels[model.LabelRecordNamespace], r.Labels[model.LabelRecordName]
+	if name == "" {
+		return "record " + r.Name
+	}
+	return ns + "/" + name
+}
+
+// ValidateEIPDelete applies SPEC W5: an IptablesEIP cannot be deleted while a Service record
+// (a share rule labelled ovn.kubernetes.io/nftable-lb-svc-record=true with an owner UID, not
+// being deleted) claims it by label ovn.kubernetes.io/eip_uid = the EIP's UID. records may hold
+// any rules; the validator picks the claims.
+func ValidateEIPDelete(eip *kubeovnv1.IptablesEIP, records []kubeovnv1.IptablesDnatRule) []string {
+	if eip == nil || eip.UID == "" {
+		return nil
+	}
+	var users []string
+	for i := range records {
+		r := &records[i]
+		if isRecord(r) && r.DeletionTimestamp == nil && r.Labels[model.LabelEIPUID] == string(eip.UID) {
+			users = append(users, recordOwner(r))
+		}
+	}
+	if len(users) == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("IptablesEIP %s is in use by Service %s: delete the Service or remove its %s annotation first "+
+		"(kubectl get iptables-dnat-rules -l %s=%s lists the claims)",
+		eip.Name, nameList(users), model.AnnotationEIP, model.LabelEIPUID, eip.UID)}
+}
+
+// ValidateGatewayDelete applies SPEC W6: a VpcNatGateway cannot be deleted while Services are
+// bound to it through an EIP or a ClusterIP: Services annotated with the gateway that are not
+// being deleted, and the owners of records labelled ovn.kubernetes.io/vpc-nat-gw-name=<gateway>.
+// services and records may hold anything; the validator picks the bindings.
+func ValidateGatewayDelete(gateway string, services []corev1.Service, records []kubeovnv1.IptablesDnatRule) []string {
+	var bound []string
+	for i := range services {
+		s := &services[i]
+		if s.DeletionTimestamp == nil && s.Annotations[model.AnnotationGateway] == gateway {
+			bound = append(bound, s.Namespace+"/"+s.Name)
+		}
+	}
+	for i := range records {
+		r := &records[i]
+		if isRecord(r) && r.DeletionTimestamp == nil && r.Labels[model.LabelGateway] == gateway {
+			bound = append(bound, recordOwner(r))
+		}
+	}
+	if gateway == "" || len(bound) == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("VpcNatGateway %s still serves Service %s: delete those Services or remove their %s and %s annotations first",
+		gateway, nameList(bound), model.AnnotationGateway, model.AnnotationEIP)}
+}
