@@ -28,6 +28,7 @@ import (
 	"github.com/vpcgw/vpcgw/config/crd"
 	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/netlab"
+	"github.com/vpcgw/vpcgw/internal/ovn"
 	"github.com/vpcgw/vpcgw/internal/transport"
 )
 
@@ -49,6 +50,7 @@ type Lab struct {
 	net    *netlab.Lab
 	topo   *topology
 	dir    string
+	nb     *nbServer
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -122,6 +124,13 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 		return nil, err
 	}
 
+	if l.nb, err = startNB(l.dir); err != nil {
+		return nil, fmt.Errorf("starting the OVN northbound DB: %w", err)
+	}
+	// kube-ovn creates a logical router per VPC, named like the Vpc.
+	if _, err := l.nb.nbctl("lr-add", VpcName); err != nil {
+		return nil, err
+	}
 	if l.net, err = netlab.New("vl"); err != nil {
 		return nil, err
 	}
@@ -151,9 +160,16 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 	if err := l.startEndpointSlices(runCtx, scheme); err != nil {
 		return nil, err
 	}
+	reader, err := ovn.NewWriter(runCtx, ovn.Config{Address: l.nb.addr()}, opts.Log.WithName("translator-nb"))
+	if err != nil {
+		return nil, err
+	}
+	tr := &translator{reader: reader, router: l.topo.router, log: opts.Log.WithName("translator"), routes: map[string]string{}}
+	l.run("translator", func() error { defer reader.Close(); return tr.run(runCtx) })
 	l.run("controller", func() error {
 		return controller.Run(runCtx, l.Config, controller.Options{
-			Flags:       controller.Flags{EnableGwNftableLbSvc: true},
+			Flags:       controller.Flags{EnableGwNftableLbSvc: true, EnableGwNftableSvcClusterIP: true},
+			NB:          ovn.Config{Address: l.nb.addr()},
 			Dialer:      &transport.LocalNetns{AgentCommand: []string{opts.Exe, "agent"}, Log: opts.Log.WithName("transport")},
 			MetricsAddr: "0",
 			HealthAddr:  "0",
@@ -231,6 +247,15 @@ func (l *Lab) MarkEIPReady(ctx context.Context, name string) error {
 // ExternalClient is the namespace of the external client.
 func (l *Lab) ExternalClient() string { return l.topo.ext }
 
+// VPCClient is the namespace of the client inside the VPC, behind the router.
+func (l *Lab) VPCClient() string { return l.topo.vpcClient }
+
+// RouterNetns is the namespace of the VPC router.
+func (l *Lab) RouterNetns() string { return l.topo.router }
+
+// LRPolicyList is `ovn-nbctl lr-policy-list <vpc>` against the lab's NB DB.
+func (l *Lab) LRPolicyList() (string, error) { return l.nb.nbctl("lr-policy-list", VpcName) }
+
 // GatewayNetns is the namespace of the gateway instance.
 func (l *Lab) GatewayNetns() string { return l.topo.gw }
 
@@ -258,6 +283,24 @@ func (l *Lab) WaitIngress(ctx context.Context, ns, name string, timeout time.Dur
 // a new flow, and counts the answers per backend name.
 func (l *Lab) Probe(ns, proto, addr string, n int) (netlab.ProbeResult, error) {
 	return l.net.Probe(ns, []string{l.opts.Exe, "probe"}, netlab.ProbeOptions{Target: addr, Proto: proto, Count: n})
+}
+
+// WaitReachable waits until one request from ns to target is answered (routes and rules
+// converge asynchronously after the ingress is published).
+func (l *Lab) WaitReachable(ctx context.Context, ns, proto, target string, timeout time.Duration) error {
+	var last netlab.ProbeResult
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		res, err := l.net.Probe(ns, []string{l.opts.Exe, "probe"}, netlab.ProbeOptions{Target: target, Proto: proto, Count: 1, Timeout: 500 * time.Millisecond})
+		if err != nil {
+			return false, err
+		}
+		last = res
+		return res.Total() == 1, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w (last: %s)", err, last.LastError)
+	}
+	return nil
 }
 
 // NftTable returns `nft list table ip kube-ovn` from the gateway.
@@ -311,6 +354,9 @@ func (l *Lab) Stop() error {
 	}
 	if l.net != nil {
 		errs = append(errs, l.net.Cleanup())
+	}
+	if l.nb != nil {
+		l.nb.stop()
 	}
 	if l.env != nil && l.Config != nil {
 		errs = append(errs, l.env.Stop())

@@ -5,11 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
 
@@ -56,29 +59,37 @@ func Main(ctx context.Context, args []string) error {
 		DemoNamespace, DemoService, GatewayName, EIPName, time.Since(started).Round(time.Millisecond))
 	fmt.Fprintf(out, "NAMESPACE  NAME  TYPE          EXTERNAL-IP\n%-10s %-5s LoadBalancer  %s\n\n", DemoNamespace, DemoService, ip)
 
-	for _, proto := range []string{"tcp", "udp"} {
-		port := 80
-		if proto == "udp" {
-			port = 5353
+	var svc corev1.Service
+	if err := l.Client.Get(ctx, client.ObjectKey{Namespace: DemoNamespace, Name: DemoService}, &svc); err != nil {
+		return err
+	}
+	probes := []struct{ from, fromName, proto, target string }{
+		{l.ExternalClient(), "the external client (" + ExternalIP + ")", "tcp", ip + ":80"},
+		{l.ExternalClient(), "the external client (" + ExternalIP + ")", "udp", ip + ":5353"},
+		{l.VPCClient(), "the VPC client (" + VPCClientIP + ")", "tcp", svc.Spec.ClusterIP + ":80"},
+		{l.VPCClient(), "the VPC client (" + VPCClientIP + ")", "tcp", ip + ":80"},
+	}
+	for _, p := range probes {
+		if err := l.WaitReachable(ctx, p.from, p.proto, p.target, 15*time.Second); err != nil {
+			fmt.Fprintf(out, "== %s cannot reach %s: %v\n", p.fromName, p.target, err)
 		}
-		target := fmt.Sprintf("%s:%d", ip, port)
-		res, err := l.Probe(l.ExternalClient(), proto, target, *requests)
+		res, err := l.Probe(p.from, p.proto, p.target, *requests)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "== %d %s requests from the external client (%s) to %s:\n", *requests, proto, ExternalIP, target)
-		names := make([]string, 0, len(res.Answers))
-		for n := range res.Answers {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
+		fmt.Fprintf(out, "== %d %s requests from %s to %s:\n", *requests, p.proto, p.fromName, p.target)
+		for _, n := range slices.Sorted(maps.Keys(res.Answers)) {
 			fmt.Fprintf(out, "   %-10s %d\n", n, res.Answers[n])
 		}
 		if res.Errors > 0 {
 			fmt.Fprintf(out, "   failed     %d (%s)\n", res.Errors, res.LastError)
 		}
 	}
+	policies, err := l.LRPolicyList()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\n== ovn-nbctl lr-policy-list %s (written by vpcgw; the lab's router follows them)\n%s", VpcName, policies)
 	table, err := l.NftTable()
 	if err != nil {
 		return fmt.Errorf("listing the gateway's table: %w", err)

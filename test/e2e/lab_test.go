@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -155,7 +156,8 @@ func TestLoadBalancerServedThroughEIP(t *testing.T) {
 }
 
 // TestLoadBalancerWithoutEIPAnnotation: the gateway annotation alone on a LoadBalancer Service is
-// reported with a Warning event and nothing is programmed for it.
+// reported with a Warning event, no EIP identity is programmed and no ingress published; the lab
+// runs with the ClusterIP gate too, so the ClusterIP part is served (S2: it needs only the gateway).
 // covers: S2, T3
 func TestLoadBalancerWithoutEIPAnnotation(t *testing.T) {
 	l := needLab(t)
@@ -174,8 +176,8 @@ func TestLoadBalancerWithoutEIPAnnotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(table, ". 8081 :") {
-		t.Fatalf("port 8081 of a Service without EIP was programmed:\n%s", table)
+	if strings.Contains(table, lab.EIPAddress+" . tcp . 8081") {
+		t.Fatalf("an EIP identity of a Service without EIP annotation was programmed:\n%s", table)
 	}
 	assertNoIngress(t, l, svc.Name)
 }
@@ -290,4 +292,67 @@ func tail(b []byte, n int) []byte {
 		return b[len(b)-n:]
 	}
 	return b
+}
+
+// TestVPCClientThroughRouterPolicies: a client inside the VPC reaches the ClusterIP only because
+// vpcgw wrote a VIP policy (the lab's router has no route for the Service CIDR and follows the NB
+// policies), and the EIP too; the gateway SNATs it so replies come back (hairpin). When the
+// Service leaves the mode, the policy and the route go and the ClusterIP is unreachable.
+// covers: V1, V2, D4, I1, L2
+func TestVPCClientThroughRouterPolicies(t *testing.T) {
+	l := needLab(t)
+	ctx := context.Background()
+	svc := webService("vpc-web", 8090, map[string]string{model.AnnotationGateway: lab.GatewayName, model.AnnotationEIP: lab.EIPName})
+	if err := l.Client.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Client.Delete(ctx, svc) })
+	if _, err := l.WaitIngress(ctx, svc.Namespace, svc.Name, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Client.Get(ctx, client.ObjectKeyFromObject(svc), svc); err != nil {
+		t.Fatal(err)
+	}
+	cip := svc.Spec.ClusterIP
+	for _, target := range []string{cip + ":8090", lab.EIPAddress + ":8090"} {
+		if err := l.WaitReachable(ctx, l.VPCClient(), "tcp", target, 20*time.Second); err != nil {
+			t.Fatalf("VPC client to %s: %v", target, err)
+		}
+		res, err := l.Probe(l.VPCClient(), "tcp", target, 40)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Errors != 0 || res.Answers["web-be1"] == 0 || res.Answers["web-be2"] == 0 {
+			t.Fatalf("VPC client to %s: answers %v, %d errors (%s)", target, res.Answers, res.Errors, res.LastError)
+		}
+	}
+	policies, err := l.LRPolicyList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantLine := regexp.MustCompile(`(?m)^\s*29210\s+ip4\.dst == ` + regexp.QuoteMeta(cip) + `\s+reroute\s+` + regexp.QuoteMeta(lab.GatewayLanIP) + `\s*$`)
+	if !wantLine.MatchString(policies) {
+		t.Fatalf("lr-policy-list has no VIP policy for %s:\n%s", cip, policies)
+	}
+
+	// Leave the mode: both annotations cleared.
+	patch := client.MergeFrom(svc.DeepCopy())
+	svc.Annotations = nil
+	if err := l.Client.Patch(ctx, svc, patch); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		p, err := l.LRPolicyList()
+		return err == nil && !strings.Contains(p, cip), err
+	})
+	if err != nil {
+		t.Fatalf("the VIP policy of %s stayed: %v", cip, err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		res, err := l.Probe(l.VPCClient(), "tcp", cip+":8090", 1)
+		return err == nil && res.Total() == 0, err
+	})
+	if err != nil {
+		t.Fatalf("the ClusterIP is still reachable after the Service left the mode: %v", err)
+	}
 }

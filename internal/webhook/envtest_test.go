@@ -1,0 +1,697 @@
+// covers: W1, W2, W3, W4, W5, W6, W7, S4, I2, L1, L2, R4
+//
+// These tests run the webhook server (NewManager: HTTPS with envtest's certificates, the cache,
+// the health endpoint) against a real kube-apiserver with the shipped ValidatingWebhookConfiguration
+// (deploy/webhook) and the kube-ovn CRDs installed, and make every request as a real client:
+// the API server calls the webhook, evaluates its matchConditions and failure policies, and
+// returns its verdict.
+package webhook_test
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	"github.com/vpcgw/vpcgw/config/crd"
+	deploywebhook "github.com/vpcgw/vpcgw/deploy/webhook"
+	"github.com/vpcgw/vpcgw/internal/controller"
+	"github.com/vpcgw/vpcgw/internal/model"
+	"github.com/vpcgw/vpcgw/internal/testutil"
+	"github.com/vpcgw/vpcgw/internal/webhook"
+)
+
+const controllerUser = webhook.DefaultControllerUser
+
+// env is the API server with the webhook installed and served, started once on first use.
+type env struct {
+	te         *envtest.Environment
+	mgr        manager.Manager
+	cancel     context.CancelFunc
+	done       chan error
+	healthAddr string
+	// admin is envtest's system:masters user; alice is another system:masters user (not the
+	// controller); ctrl authenticates as the controller's service account user name.
+	admin, alice, ctrl client.Client
+}
+
+var (
+	envOnce sync.Once
+	shared  *env
+	envErr  error
+	envSkip string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared != nil {
+		shared.cancel()
+		<-shared.done
+		if err := shared.te.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "stopping envtest: %v\n", err)
+		}
+	}
+	os.Exit(code)
+}
+
+func cluster(t *testing.T) *env {
+	t.Helper()
+	envOnce.Do(startEnv)
+	if envSkip != "" {
+		testutil.Skip(t, envSkip)
+	}
+	if envErr != nil {
+		t.Fatalf("envtest: %v", envErr)
+	}
+	return shared
+}
+
+func startEnv() {
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		envSkip = "KUBEBUILDER_ASSETS is not set; point it at a directory with kube-apiserver and etcd " +
+			"(hack/tools/build-assets.sh builds them)"
+		return
+	}
+	for _, bin := range []string{"kube-apiserver", "etcd"} {
+		if st, err := os.Stat(filepath.Join(assets, bin)); err != nil || st.IsDir() {
+			envSkip = fmt.Sprintf("KUBEBUILDER_ASSETS=%s has no %s binary", assets, bin)
+			return
+		}
+	}
+	shared, envErr = newEnv(assets)
+}
+
+func newEnv(assets string) (*env, error) {
+	log.SetLogger(testLogger())
+	crds, err := crd.All()
+	if err != nil {
+		return nil, err
+	}
+	hooks, err := deploywebhook.Configuration()
+	if err != nil {
+		return nil, err
+	}
+	scheme, err := controller.Scheme()
+	if err != nil {
+		return nil, err
+	}
+	te := &envtest.Environment{
+		CRDInstallOptions:     envtest.CRDInstallOptions{CRDs: crds},
+		WebhookInstallOptions: envtest.WebhookInstallOptions{ValidatingWebhooks: forEnvtest(hooks)},
+		BinaryAssetsDirectory: assets,
+		Scheme:                scheme,
+	}
+	cfg, err := te.Start()
+	if err != nil {
+		return nil, fmt.Errorf("start: %w", err)
+	}
+	e := &env{te: te, done: make(chan error, 1)}
+	fail := func(err error) (*env, error) {
+		_ = te.Stop()
+		return nil, err
+	}
+	healthPort, err := freePort()
+	if err != nil {
+		return fail(err)
+	}
+	e.healthAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(healthPort))
+	wio := &te.WebhookInstallOptions
+	ctx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	e.mgr, err = webhook.NewManager(ctx, cfg, webhook.Options{
+		Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir,
+		ControllerUser: controllerUser, HealthAddr: e.healthAddr,
+	}, testLogger())
+	if err != nil {
+		cancel()
+		return fail(err)
+	}
+	go func() { e.done <- e.mgr.Start(ctx) }()
+
+	if e.admin, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		return fail(err)
+	}
+	for _, u := range []struct {
+		name string
+		into *client.Client
+	}{{"alice", &e.alice}, {controllerUser, &e.ctrl}} {
+		au, err := te.AddUser(envtest.User{Name: u.name, Groups: []string{"system:masters"}}, nil)
+		if err != nil {
+			return fail(fmt.Errorf("adding user %s: %w", u.name, err))
+		}
+		if *u.into, err = client.New(au.Config(), client.Options{Scheme: scheme}); err != nil {
+			return fail(err)
+		}
+	}
+	// Several webhooks have failurePolicy Fail: wait until the server answers TLS and the cache
+	// is synced (/readyz) before the first request.
+	if err := waitReady(wio.LocalServingHost, wio.LocalServingPort, e.healthAddr); err != nil {
+		cancel()
+		return fail(err)
+	}
+	return e, nil
+}
+
+// forEnvtest adapts the shipped configuration to envtest, which turns service.path into
+// https://host:port/<path>. Everything else (rules, failure policies, matchConditions) is
+// installed as shipped.
+func forEnvtest(c *admissionregistrationv1.ValidatingWebhookConfiguration) []*admissionregistrationv1.ValidatingWebhookConfiguration {
+	for i := range c.Webhooks {
+		if s := c.Webhooks[i].ClientConfig.Service; s != nil && s.Path != nil && os.Getenv("KEEP_SLASH") == "" {
+			p := strings.TrimPrefix(*s.Path, "/")
+			s.Path = &p
+		}
+	}
+	return []*admissionregistrationv1.ValidatingWebhookConfiguration{c}
+}
+
+func testLogger() logr.Logger {
+	if os.Getenv("WEBHOOK_TEST_LOG") != "" {
+		return zap.New(zap.UseDevMode(true))
+	}
+	return logr.Discard()
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func waitReady(host string, port int, healthAddr string) error {
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	deadline := time.Now().Add(30 * time.Second)
+	var last error
+	for time.Now().Before(deadline) {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only probes that TLS is served
+		if err == nil {
+			conn.Close()
+			resp, err := http.Get("http://" + healthAddr + "/readyz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return nil
+				}
+				err = fmt.Errorf("/readyz: %s", resp.Status)
+			}
+			last = err
+		} else {
+			last = err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("webhook server not ready at %s: %v", addr, last)
+}
+
+var seq atomic.Int64
+
+func unique(prefix string) string { return fmt.Sprintf("%s-%d", prefix, seq.Add(1)) }
+
+// namespace creates a fresh namespace for one test.
+func (e *env) namespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: unique("ns")}}
+	if err := e.admin.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+func service(ns, name string, typ corev1.ServiceType, ann map[string]string, ports ...int32) *corev1.Service {
+	if len(ports) == 0 {
+		ports = []int32{80}
+	}
+	s := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: ann},
+		Spec:       corev1.ServiceSpec{Type: typ, Selector: map[string]string{"app": name}},
+	}
+	for _, p := range ports {
+		s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "p" + strconv.Itoa(int(p)), Port: p, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)})
+	}
+	return s
+}
+
+func bound(gw, eip string) map[string]string {
+	return map[string]string{model.AnnotationGateway: gw, model.AnnotationEIP: eip}
+}
+
+func (e *env) gateway(t *testing.T) string {
+	t.Helper()
+	gw := &kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: unique("gw")}, Spec: kubeovnv1.VpcNatGatewaySpec{Vpc: "vpc1", Subnet: "subnet1"}}
+	if err := e.admin.Create(context.Background(), gw); err != nil {
+		t.Fatal(err)
+	}
+	return gw.Name
+}
+
+// eip creates an IptablesEIP of gw, Ready with ip when ip is not empty.
+func (e *env) eip(t *testing.T, gw, ip string) *kubeovnv1.IptablesEIP {
+	t.Helper()
+	ctx := context.Background()
+	eip := &kubeovnv1.IptablesEIP{ObjectMeta: metav1.ObjectMeta{Name: unique("eip")}, Spec: kubeovnv1.IptablesEIPSpec{NatGwDp: gw}}
+	if err := e.admin.Create(ctx, eip); err != nil {
+		t.Fatal(err)
+	}
+	if ip != "" {
+		eip.Status.Ready, eip.Status.IP = true, ip
+		if err := e.admin.Status().Update(ctx, eip); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return eip
+}
+
+// seen waits until the webhook's cache holds obj as the API server has it (same resource
+// version), or, with gone, no longer holds it. Admission reads this cache.
+func (e *env) seen(t *testing.T, obj client.Object, gone bool) {
+	t.Helper()
+	key := client.ObjectKeyFromObject(obj)
+	into := obj.DeepCopyObject().(client.Object)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		err := e.mgr.GetCache().Get(context.Background(), key, into)
+		switch {
+		case gone && apierrors.IsNotFound(err):
+			return
+		case !gone && err == nil && into.GetResourceVersion() == obj.GetResourceVersion():
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("webhook cache did not catch up with %T %s (gone=%v)", obj, key, gone)
+}
+
+// denied requires err to be the webhook's denial with exactly msg.
+func denied(t *testing.T, err error, hook, msg string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("admitted, want denial by %s: %s", hook, msg)
+	}
+	want := fmt.Sprintf("admission webhook %q denied the request: %s", hook, msg)
+	if err.Error() != want {
+		t.Fatalf("error\n got %s\nwant %s", err, want)
+	}
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("denial is not 403 Forbidden: %#v", err)
+	}
+}
+
+func admitted(t *testing.T, err error, what string) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s rejected: %v", what, err)
+	}
+}
+
+const (
+	hookService = "services.vpcgw.kubeovn.io"
+	hookRecord  = "iptables-dnat-rules.vpcgw.kubeovn.io"
+	hookEIP     = "iptables-eips.vpcgw.kubeovn.io"
+	hookGateway = "vpc-nat-gateways.vpcgw.kubeovn.io"
+)
+
+func TestServiceCreate(t *testing.T) {
+	e := cluster(t)
+	ctx := context.Background()
+	ns := e.namespace(t)
+	gw := e.gateway(t)
+	lb := corev1.ServiceTypeLoadBalancer
+
+	// W1: LoadBalancer + gateway needs the EIP annotation.
+	err := e.alice.Create(ctx, service(ns, "no-eip", lb, map[string]string{model.AnnotationGateway: gw}))
+	denied(t, err, hookService, fmt.Sprintf("a LoadBalancer Service with annotation %s=%s also needs annotation %s=<IptablesEIP name>",
+		model.AnnotationGateway, gw, model.AnnotationEIP))
+	// W1/S6: mutually exclusive with service_external_ip_from_subnet.
+	ann := bound(gw, "eip-x")
+	ann[model.AnnotationExternalIPFromSubnet] = "ext"
+	denied(t, e.alice.Create(ctx, service(ns, "both", lb, ann)), hookService,
+		"annotations ovn.kubernetes.io/vpc_nat_gw and ovn.kubernetes.io/service_external_ip_from_subnet are mutually exclusive (a Service must not publish two ingress addresses): remove one")
+	// W1: names.
+	err = e.alice.Create(ctx, service(ns, "bad-name", lb, bound(gw, "EIP_1")))
+	if err == nil || !strings.Contains(err.Error(), `annotation ovn.kubernetes.io/eip="EIP_1" is not a valid IptablesEIP name: a lowercase RFC 1123 subdomain`) {
+		t.Fatalf("invalid EIP name: %v", err)
+	}
+	// S4: a missing EIP is admitted; so is a ClusterIP Service with only the gateway, and any
+	// Service without the annotations.
+	admitted(t, e.alice.Create(ctx, service(ns, "missing-eip", lb, bound(gw, unique("nonexistent")))), "LoadBalancer with a missing EIP")
+	admitted(t, e.alice.Create(ctx, service(ns, "cip", corev1.ServiceTypeClusterIP, map[string]string{model.AnnotationGateway: gw})), "ClusterIP Service")
+	admitted(t, e.alice.Create(ctx, service(ns, "plain", lb, nil)), "plain LoadBalancer")
+	// S4: not Ready is admitted too.
+	notReady := e.eip(t, gw, "")
+	e.seen(t, notReady, false)
+	admitted(t, e.alice.Create(ctx, service(ns, "not-ready", lb, bound(gw, notReady.Name))), "LoadBalancer with a not-Ready EIP")
+}
+
+func TestServiceEIPOfAnotherGateway(t *testing.T) {
+	e := cluster(t)
+	ctx := context.Background()
+	ns := e.namespace(t)
+	gw1, gw2 := e.gateway(t), e.gateway(t)
+	eip := e.eip(t, gw2, "172.18.0.20")
+	e.seen(t, eip, false)
+	denied(t, e.alice.Create(ctx, service(ns, "web", corev1.ServiceTypeLoadBalancer, bound(gw1, eip.Name))), hookService,
+		fmt.Sprintf("IptablesEIP %s belongs to gateway %q, not %q: use an EIP whose spec.natGwDp is %s", eip.Name, gw2, gw1, gw1))
+	admitted(t, e.alice.Create(ctx, service(ns, "web", corev1.ServiceTypeLoadBalancer, bound(gw2, eip.Name))), "EIP of the annotated gateway")
+}
+
+func TestServiceUpdate(t *testing.T) {
+	e := cluster(t)
+	ctx := context.Background()
+	ns := e.namespace(t)
+	gw, gw2 := e.gateway(t), e.gateway(t)
+	eip := e.eip(t, gw, "172.18.0.30")
+	eip2 := e.eip(t, gw, "172.18.0.31")
+	e.seen(t, eip2, false)
+
+	svc := service(ns, "web", corev1.ServiceTypeLoadBalancer, bound(gw, eip.Name))
+	admitted(t, e.alice.Create(ctx, svc), "create")
+
+	// W2: no change to another value, by anyone but the controller.
+	change := func(key, value string) error {
+		c := svc.DeepCopy()
+		c.Annotations[key] = value
+		return e.alice.Update(ctx, c)
+	}
+	denied(t, change(model.AnnotationGateway, gw2), hookService, fmt.Sprintf(`annotation ovn.kubernetes.io/vpc_nat_gw cannot change from %q to %q: `+
+		"the gateway binding of a Service is immutable; delete and recreate the Service (or remove both ovn.kubernetes.io/vpc_nat_gw and ovn.kubernetes.io/eip to take it off the gateway)", gw, gw2))
+	denied(t, change(model.AnnotationEIP, eip2.Name), hookService, fmt.Sprintf(`annotation ovn.kubernetes.io/eip cannot change from %q to %q: `+
+		"the EIP binding of a Service is immutable; delete and recreate the Service (or remove ovn.kubernetes.io/eip to release the EIP)", eip.Name, eip2.Name))
+
+	// An update that does not touch the annotations is never rejected, even when the EIP is gone
+	// and the Service would not be admitted today.
+	if err := e.admin.Delete(ctx, eip); err != nil {
+		t.Fatalf("deleting an unclaimed EIP: %v", err)
+	}
+	e.seen(t, eip, true)
+	svc.Labels = map[string]string{"edited": "1"}
+	svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8443)})
+	admitted(t, e.alice.Update(ctx, svc), "update that does not touch the annotations (EIP gone)")
+
+	// L2: clearing only the EIP, then the gateway too, is allowed.
+	delete(svc.Annotations, model.AnnotationEIP)
+	admitted(t, e.alice.Update(ctx, svc), "clearing only the EIP")
+	// Adding an EIP where there was none is allowed (W3 checks it like a create).
+	svc.Annotations[model.AnnotationEIP] = eip2.Name
+	admitted(t, e.alice.Update(ctx, svc), "adding the EIP back")
+	delete(svc.Annotations, model.AnnotationEIP)
+	delete(svc.Annotations, model.AnnotationGateway)
+	admitted(t, e.alice.Update(ctx, svc), "clearing both")
+
+	// A Service admitted while the webhook could not check it (here: created by the controller's
+	// user, whom the matchConditions exclude) stays editable by everyone.
+	legacy := service(ns, "legacy", corev1.ServiceTypeLoadBalancer, map[string]string{model.AnnotationGateway: gw})
+	admitted(t, e.ctrl.Create(ctx, legacy), "create by the controller's user")
+	legacy.Labels = map[string]string{"edited": "1"}
+	admitted(t, e.alice.Update(ctx, legacy), "editing a Service that was admitted without the check")
+	patch := client.MergeFrom(legacy.DeepCopy())
+	legacy.Finalizers = []string{model.Finalizer}
+	admitted(t, e.alice.Patch(ctx, legacy, patch), "finalizer patch")
+}
+
+func TestServiceIdentityHeld(t *testing.T) {
+	e := cluster(t)
+	ctx := context.Background()
+	ns, ns2 := e.namespace(t), e.namespace(t)
+	gw := e.gateway(t)
+	eip := e.eip(t, gw, "172.18.0.40")
+	e.seen(t, eip, false)
+	lb := corev1.ServiceTypeLoadBalancer
+
+	holder := service(ns, "holder", lb, bound(gw, eip.Name), 80, 443)
+	admitted(t, e.alice.Create(ctx, holder), "first claimant")
+	e.seen(t, holder, false)
+
+	msg := func(port int32) string {
+		return fmt.Sprintf("IptablesEIP %s port %d/TCP is already held by Service %s/holder: one (EIP, port, protocol) is served by one Service only; use another port or another EIP",
+			eip.Name, port, ns)
+	}
+	denied(t, e.alice.Create(ctx, service(ns2, "second", lb, bound(gw, eip.Name), 8080, 443)), hookService, msg(443))
+	// Entering the mode by an update is checked like a create.
+	plain := service(ns2, "plain", lb, nil, 80)
+	admitted(t, e.alice.Create(ctx, plain), "plain")
+	plain.Annotations = bound(gw, eip.Name)
+	denied(t, e.alice.Update(ctx, plain), hookService, msg(80))
+	// Other ports of the same EIP are free.
+	admitted(t, e.alice.Create(ctx, service(ns2, "other-port", lb, bound(gw, eip.Name), 8080)), "another port of the EIP")
+
+	// Once the holder is deleted, the identity is free.
+	if err := e.admin.Delete(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	e.seen(t, holder, true)
+	admitted(t, e.alice.Create(ctx, service(ns2, "second", lb, bound(gw, eip.Name), 443)), "claim after the holder left")
+}
+
+// TestConcurrentClaims creates two Services for one (EIP, port, protocol) at the same moment.
+// Admission reads a cache: when both requests are admitted before either Service reaches the
+// cache, both are admitted. The webhook cannot serialise creates; the controller's I2 rule
+// decides (oldest wins, then namespace/name), and this test shows that with the model on the
+// Services the API server stored. When the webhook did see the first one, the second is denied
+// naming it. Each round asserts whichever happened.
+func TestConcurrentClaims(t *testing.T) {
+	e := cluster(t)
+	ctx := context.Background()
+	gw := e.gateway(t)
+	gwObj := &kubeovnv1.VpcNatGateway{}
+	if err := e.admin.Get(ctx, client.ObjectKey{Name: gw}, gwObj); err != nil {
+		t.Fatal(err)
+	}
+	const rounds = 5
+	both := 0
+	for round := range rounds {
+		ns := e.namespace(t)
+		eip := e.eip(t, gw, fmt.Sprintf("172.18.1.%d", round+1))
+		e.seen(t, eip, false)
+		svcs := []*corev1.Service{
+			service(ns, "a", corev1.ServiceTypeLoadBalancer, bound(gw, eip.Name)),
+			service(ns, "b", corev1.ServiceTypeLoadBalancer, bound(gw, eip.Name)),
+		}
+		errs := make([]error, 2)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range svcs {
+			wg.Go(func() {
+				<-start
+				errs[i] = e.alice.Create(ctx, svcs[i])
+			})
+		}
+		close(start)
+		wg.Wait()
+
+		var stored []corev1.Service
+		for i, err := range errs {
+			if err == nil {
+				stored = append(stored, *svcs[i])
+				continue
+			}
+			other := svcs[1-i]
+			denied(t, err, hookService, fmt.Sprintf("IptablesEIP %s port 80/TCP is already held by Service %s/%s: one (EIP, port, protocol) is served by one Service only; use another port or another EIP",
+				eip.Name, other.Namespace, other.Name))
+		}
+		switch len(stored) {
+		case 0:
+			t.Fatalf("round %d: both Services rejected: %v", round, errs)
+		case 1:
+			t.Logf("round %d: the webhook saw the first Service and denied the second", round)
+			continue
+		}
+		both++
+		// Both admitted: the controller's model serves the identity from exactly one of them,
+		// the oldest (then by name), and reports a conflict on the other.
+		var cur kubeovnv1.IptablesEIP
+		if err := e.admin.Get(ctx, client.ObjectKeyFromObject(eip), &cur); err != nil {
+			t.Fatal(err)
+		}
+		ix := model.NewIndex(model.Snapshot{Services: stored, Gateways: []kubeovnv1.VpcNatGateway{*gwObj}, EIPs: []kubeovnv1.IptablesEIP{cur}},
+			model.Gates{LoadBalancer: true})
+		winner := stored[0]
+		if stored[1].CreationTimestamp.Before(&winner.CreationTimestamp) {
+			winner = stored[1]
+		}
+		for i := range stored {
+			p := ix.PlanService(&stored[i])
+			wantServed := stored[i].Name == winner.Name
+			if p.EIPServed != wantServed {
+				t.Errorf("round %d: %s EIPServed=%v (%s), want %v: I2 must pick exactly one holder", round, stored[i].Name, p.EIPServed, p.EIPReason, wantServed)
+			}
+			if !wantServed && !strings.Contains(p.EIPReason, "is held by Service "+ns+"/"+winner.Name) {
+				t.Errorf("round %d: loser's reason %q does not name the holder %s", round, p.EIPReason, winner.Name)
+			}
+		}
+	}
+	t.Logf("%d of %d rounds admitted both concurrent claimants (admission reads a cache); the controller's I2 resolution served exactly one", both, rounds)
+}
+
+func shareRecord(svcNs, svcName, gw string, eip *kubeovnv1.IptablesEIP) *kubeovnv1.IptablesDnatRule {
+	l := map[string]string{
+		model.LabelRecord: "true", model.LabelRecordNamespace: svcNs, model.LabelRecordName: svcName,
+		model.LabelRecordUID: "uid-" + svcName, model.LabelGateway: gw, model.LabelExternalPort: "80",
+	}
+	spec := kubeovnv1.IptablesDnatRuleSpec{Type: kubeovnv1.DnatRuleTypeShare, ExternalPort: "80", Protocol: "tcp", InternalIP: "10.0.1.10", InternalPort: "8080", ClusterIP: "10.0.0.10"}
+	if eip != nil {
+		l[model.LabelEIPUID] = string(eip.UID)
+		l[model.LabelEIPAddress] = eip.Status.IP
+		spec.EIP = eip.Name
+	}
+	return &kubeovnv1.IptablesDnatRule{ObjectMeta: metav1.ObjectMeta{Name: model.RecordName(svcNs, svcName, "tcp", 80, "10.0.1.10", 8080), Labels: l}, Spec: spec}
+}
+
+func TestRecordsAreControllerOwned(t *testing.T) {
+	e := cluster(t)
+	ctx := context.Background()
+	svcName := unique("web")
+	rec := shareRecord("default", svcName, "gw1", nil)
+	msg := func(verb, user string) string {
+		return fmt.Sprintf("IptablesDnatRule %s has spec.type share: share rules are controller-owned accounting records of Services; "+
+			"only the vpcgw controller (%s) may %s them, not %q. Change the Service instead (the controller keeps its records in step), "+
+			"and inspect a Service's records with: kubectl get iptables-dnat-rules -l ovn.kubernetes.io/nftable-lb-svc-name=%s",
+			rec.Name, controllerUser, verb, user, svcName)
+	}
+	// Another user (system:masters, so RBAC allows it) cannot create ...
+	denied(t, e.alice.Create(ctx, rec.DeepCopy()), hookRecord, msg("create", "alice"))
+	// ... the controller can.
+	admitted(t, e.ctrl.Create(ctx, rec), "create by the controller")
+	edited := rec.DeepCopy()
+	edited.Spec.InternalIP = "10.0.1.11"
+	denied(t, e.alice.Update(ctx, edited.DeepCopy()), hookRecord, msg("update", "alice"))
+	labelled := rec.DeepCopy()
+	labelled.Labels["x"] = "y"
+	denied(t, e.alice.Update(ctx, labelled), hookRecord, msg("update", "alice"))
+	admitted(t, e.ctrl.Update(ctx, edited), "update by the controller")
+	denied(t, e.alice.Delete(ctx, edited), hookRecord, msg("delete", "alice"))
+	// The status subresource is not intercepted (the controller writes it after programming).
+	edited.Status.Ready = true
+	admitted(t, e.ctrl.Status().Update(ctx, edited), "status update by the controller")
+	admitted(t, e.ctrl.Delete(ctx, edited), "delete by the controller")
+
+	// Exclusive rules are not affected, whoever writes them.
+	excl := &kubeovnv1.IptablesDnatRule{ObjectMeta: metav1.ObjectMeta{Name: unique("dnat")}, Spec: kubeovnv1.IptablesDnatRuleSpec{
+		EIP: "eip-a", ExternalPort: "22", Protocol: "tcp", InternalIP: "10.0.1.10", InternalPort: "22"}}
+	admitted(t, e.alice.Create(ctx, excl), "exclusive create")
+	if excl.Spec.Type != kubeovnv1.DnatRuleTypeExclusive {
+		t.Fatalf("type defaulted to %q", excl.Spec.Type)
+	}
+	excl.Spec.InternalIP = "10.0.1.12"
+	admitted(t, e.alice.Update(ctx, excl), "exclusive update")
+	// Turning it into a share rule is rejected (by the CRD's CEL rule, before the webhook).
+	toShare := excl.DeepCopy()
+	toShare.Spec.Type = kubeovnv1.DnatRuleTypeShare
+	if err := e.alice.Update(ctx, toShare); err == nil || !strings.Contains(err.Error(), "spec.type is immutable") {
+		t.Fatalf("changing the type: %v", err)
+	}
+	admitted(t, e.alice.Delete(ctx, excl), "exclusive delete")
+}
+
+func TestEIPInUse(t *testing.T) {
+	e := cluster(t)
+	ctx := context.Background()
+	gw := e.gateway(t)
+	eip := e.eip(t, gw, "172.18.0.50")
+	rec := shareRecord("shop", "web", gw, eip)
+	admitted(t, e.ctrl.Create(ctx, rec), "record")
+	e.seen(t, rec, false)
+
+	denied(t, e.admin.Delete(ctx, eip), hookEIP, fmt.Sprintf("IptablesEIP %s is in use by Service shop/web: delete the Service or remove its ovn.kubernetes.io/eip annotation first "+
+		"(kubectl get iptables-dnat-rules -l ovn.kubernetes.io/eip_uid=%s lists the claims)", eip.Name, eip.UID))
+
+	// An EIP that only Service annotations name (no record yet, e.g. not Ready) is not held.
+	other := e.eip(t, gw, "")
+	ns := e.namespace(t)
+	admitted(t, e.alice.Create(ctx, service(ns, "waiting", corev1.ServiceTypeLoadBalancer, bound(gw, other.Name))), "Service waiting for its EIP")
+	admitted(t, e.admin.Delete(ctx, other), "deleting an EIP no record claims")
+
+	admitted(t, e.ctrl.Delete(ctx, rec), "releasing the record")
+	e.seen(t, rec, true)
+	admitted(t, e.admin.Delete(ctx, eip), "deleting the released EIP")
+}
+
+func TestGatewayInUse(t *testing.T) {
+	e := cluster(t)
+	ctx := context.Background()
+	ns := e.namespace(t)
+	gw := e.gateway(t)
+	gwObj := &kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: gw}}
+	msg := func(list string) string {
+		return fmt.Sprintf("VpcNatGateway %s still serves Service %s: delete those Services or remove their ovn.kubernetes.io/vpc_nat_gw and ovn.kubernetes.io/eip annotations first", gw, list)
+	}
+
+	// Bound through a ClusterIP (annotation only) and through an EIP.
+	cip := service(ns, "db", corev1.ServiceTypeClusterIP, map[string]string{model.AnnotationGateway: gw})
+	web := service(ns, "web", corev1.ServiceTypeLoadBalancer, bound(gw, unique("eip")))
+	admitted(t, e.alice.Create(ctx, cip), "ClusterIP Service")
+	admitted(t, e.alice.Create(ctx, web), "LoadBalancer Service")
+	e.seen(t, cip, false)
+	e.seen(t, web, false)
+	denied(t, e.admin.Delete(ctx, gwObj), hookGateway, msg(ns+"/db, "+ns+"/web"))
+
+	// Records alone (their Service's annotation already cleared, release pending) bind too.
+	for _, s := range []*corev1.Service{cip, web} {
+		if err := e.admin.Delete(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		e.seen(t, s, true)
+	}
+	rec := shareRecord("old", "leaving", gw, nil)
+	admitted(t, e.ctrl.Create(ctx, rec), "record")
+	e.seen(t, rec, false)
+	denied(t, e.admin.Delete(ctx, gwObj), hookGateway, msg("old/leaving"))
+
+	admitted(t, e.ctrl.Delete(ctx, rec), "releasing the record")
+	e.seen(t, rec, true)
+	admitted(t, e.admin.Delete(ctx, gwObj), "deleting the unbound gateway")
+}
+
+// TestHealth: the probe endpoint answers, and the served certificate is the one in the
+// certificate directory.
+func TestHealth(t *testing.T) {
+	e := cluster(t)
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get("http://" + e.healthAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: %s", path, resp.Status)
+		}
+	}
+	wio := e.te.WebhookInstallOptions
+	want, err := tls.LoadX509KeyPair(filepath.Join(wio.LocalServingCertDir, "tls.crt"), filepath.Join(wio.LocalServingCertDir, "tls.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := tls.Dial("tcp", net.JoinHostPort(wio.LocalServingHost, strconv.Itoa(wio.LocalServingPort)), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // compares the certificate below
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if got := conn.ConnectionState().PeerCertificates[0].Raw; string(got) != string(want.Certificate[0]) {
+		t.Errorf("served certificate is not the one in %s", wio.LocalServingCertDir)
+	}
+}
