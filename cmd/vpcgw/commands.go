@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -44,6 +45,7 @@ func runController(ctx context.Context, args []string) error {
 	fs.StringVar(&tlsFiles.CertFile, "ovn-nb-cert", "", "client certificate for an ssl: NB address")
 	fs.StringVar(&tlsFiles.KeyFile, "ovn-nb-key", "", "client key for an ssl: NB address")
 	fs.StringVar(&tlsFiles.CAFile, "ovn-nb-ca", "", "CA certificate for an ssl: NB address")
+	fs.DurationVar(&opts.MinSyncInterval, "min-sync-interval", 100*time.Millisecond, "least time between two syncs of one gateway: bursts of changes are coalesced, a lone change is not delayed")
 	debug := fs.Bool("debug", false, "human-readable debug logs")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -20,11 +20,12 @@ type fakeAgents struct {
 	mu       sync.Mutex
 	states   map[types.UID]gwstate.State
 	dials    map[types.UID]int
+	applies  map[types.UID]int
 	failWith string
 }
 
 func newFakeAgents() *fakeAgents {
-	return &fakeAgents{states: map[types.UID]gwstate.State{}, dials: map[types.UID]int{}}
+	return &fakeAgents{states: map[types.UID]gwstate.State{}, dials: map[types.UID]int{}, applies: map[types.UID]int{}}
 }
 
 func (f *fakeAgents) Dial(_ context.Context, inst transport.Instance) (*transport.Conn, error) {
@@ -49,6 +50,7 @@ func (f *fakeAgents) Dial(_ context.Context, inst transport.Instance) (*transpor
 				ack.Error = f.failWith
 			} else if ack.Error == "" {
 				f.states[inst.UID] = st
+				f.applies[inst.UID]++
 			}
 			f.mu.Unlock()
 			if err := enc.Encode(ack); err != nil {
@@ -74,6 +76,12 @@ func (f *fakeAgents) state(uid types.UID) (gwstate.State, bool) {
 	defer f.mu.Unlock()
 	st, ok := f.states[uid]
 	return st, ok
+}
+
+func (f *fakeAgents) appliesOf(uid types.UID) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.applies[uid]
 }
 
 func (f *fakeAgents) fail(msg string) {

@@ -75,7 +75,13 @@ type GatewayReconciler struct {
 	Routes RouteWriter
 	// ApplyTimeout bounds the wait for an agent's acknowledgement.
 	ApplyTimeout time.Duration
-	Log          logr.Logger
+	// MinSyncInterval is the least time between two syncs of one gateway: a burst of changes is
+	// coalesced into one sync, a lone change is synced at once (kube-proxy's minSyncPeriod).
+	MinSyncInterval time.Duration
+	Log             logr.Logger
+
+	syncMu   sync.Mutex
+	lastSync map[string]time.Time
 
 	sessions *sessions
 	// lastEvent remembers the last event per Service UID and reason, so that a cause is reported
@@ -96,6 +102,7 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 	}
 	r.sessions = newSessions(r.Dialer, r.ApplyTimeout, r.Log.WithName("sessions"))
 	r.lastEvent = map[types.UID]map[string]string{}
+	r.lastSync = map[string]time.Time{}
 	go func() { <-ctx.Done(); r.sessions.closeAll() }()
 
 	idx := mgr.GetFieldIndexer()
@@ -133,6 +140,19 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfPod)).
 		Watches(&kubeovnv1.IptablesDnatRule{}, handler.EnqueueRequestsFromMapFunc(gatewayOfRecord)).
 		Complete(r)
+}
+
+// throttle reports how long a sync of key must wait to keep MinSyncInterval, and otherwise
+// records that a sync starts now.
+func (r *GatewayReconciler) throttle(key string) time.Duration {
+	r.syncMu.Lock()
+	defer r.syncMu.Unlock()
+	now := time.Now()
+	if wait := r.MinSyncInterval - now.Sub(r.lastSync[key]); wait > 0 {
+		return wait
+	}
+	r.lastSync[key] = now
+	return 0
 }
 
 // serviceGatewayKeys are the reconcile keys a Service wakes: its gateway, or the unbound key

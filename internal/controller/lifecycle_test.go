@@ -80,6 +80,8 @@ type fixture struct {
 	pods   []types.UID
 	stop   context.CancelFunc
 	done   chan error
+	// minSync is the controller's MinSyncInterval (0: none).
+	minSync time.Duration
 }
 
 func newFixture(t *testing.T, gw string, instances int) *fixture {
@@ -116,7 +118,7 @@ func (f *fixture) start(gates model.Gates) {
 	go func() {
 		f.done <- controller.Run(ctx, cfg, controller.Options{
 			Flags:  controller.Flags{EnableGwNftableLbSvc: gates.LoadBalancer, EnableGwNftableSvcClusterIP: gates.ClusterIP},
-			Dialer: f.agents, MetricsAddr: "0", HealthAddr: "0",
+			Dialer: f.agents, MetricsAddr: "0", HealthAddr: "0", MinSyncInterval: f.minSync,
 		}, log)
 	}()
 }

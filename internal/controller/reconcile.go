@@ -25,6 +25,9 @@ import (
 func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	key := req.Name
 	log := r.Log.WithValues("gateway", key)
+	if wait := r.throttle(key); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
 	snap, err := r.snapshot(ctx, key)
 	if err != nil {
 		return reconcile.Result{}, err

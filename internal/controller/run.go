@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -25,6 +26,8 @@ type Options struct {
 	Flags  Flags
 	Dialer transport.Dialer
 	// MetricsAddr and HealthAddr are listen addresses; "0" turns the server off.
+	// MinSyncInterval is the least time between two syncs of one gateway (0: no limit).
+	MinSyncInterval time.Duration
 	// NB configures the VIP route writer; an empty address turns route writing off (SPEC V1).
 	NB                      ovn.Config
 	MetricsAddr             string
@@ -87,12 +90,13 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 		log.Info("no --ovn-nb-addr: VIP routes are not written; route the VIPs to the gateway by hand")
 	}
 	r := &GatewayReconciler{
-		Routes:   routes,
-		Client:   mgr.GetClient(),
-		Recorder: mgr.GetEventRecorder("vpcgw-controller"),
-		Flags:    opts.Flags,
-		Dialer:   opts.Dialer,
-		Log:      log.WithName("gateway"),
+		Routes:          routes,
+		MinSyncInterval: opts.MinSyncInterval,
+		Client:          mgr.GetClient(),
+		Recorder:        mgr.GetEventRecorder("vpcgw-controller"),
+		Flags:           opts.Flags,
+		Dialer:          opts.Dialer,
+		Log:             log.WithName("gateway"),
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return err

@@ -2,7 +2,11 @@ package controller_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -210,4 +214,40 @@ func TestControllerRestart(t *testing.T) {
 		s := f.get("stays")
 		return !hasFinalizer(s) && len(f.records("stays")) == 0 && ingressIs(s, "")
 	})
+}
+
+// A burst of endpoint changes is coalesced into few syncs of the gateway, and the last change is
+// served. (The interval is long so that the burst surely falls inside it on a busy machine.)
+// covers: P3, D2
+func TestBurstCoalesced(t *testing.T) {
+	f := newFixture(t, "gw-burst", 1)
+	f.stopController()
+	f.minSync = 3 * time.Second
+	f.start(model.Gates{LoadBalancer: true})
+	f.eip("eip-burst", "172.18.9.10", true)
+	f.service("web", "eip-burst", 80, "10.0.1.1")
+	f.eventually("served", func() bool { return f.agents.serves(f.pods[0], "172.18.9.10:80:tcp") })
+	before := f.agents.appliesOf(f.pods[0])
+
+	ctx := context.Background()
+	const changes = 20
+	for i := 2; i <= changes+1; i++ {
+		var es discoveryv1.EndpointSlice
+		must(t, k8s.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "web-1"}, &es))
+		es.Endpoints[0].Addresses = []string{fmt.Sprintf("10.0.1.%d", i)}
+		must(t, k8s.Update(ctx, &es))
+	}
+	last := fmt.Sprintf("10.0.1.%d", changes+1)
+	f.eventually("last change served", func() bool {
+		st, _ := f.agents.state(f.pods[0])
+		for _, id := range st.Identities {
+			if id.VIP == "172.18.9.10" && len(id.Backends) == 1 && id.Backends[0].IP == last {
+				return true
+			}
+		}
+		return false
+	})
+	if syncs := f.agents.appliesOf(f.pods[0]) - before; syncs > changes/4 {
+		t.Fatalf("%d endpoint changes took %d gateway syncs; a burst should be coalesced", changes, syncs)
+	}
 }

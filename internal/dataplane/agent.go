@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/knftables"
@@ -43,6 +44,8 @@ type Agent struct {
 	synced bool
 	// vipsSynced is false when the last lo convergence failed.
 	vipsSynced bool
+	// commitTime is how long the last kernel transaction took (benchmarks, logs).
+	commitTime time.Duration
 }
 
 // NewAgent returns an agent that manages the table through knftables (the nft binary, or its
@@ -242,8 +245,12 @@ func (a *Agent) applyLocked(ctx context.Context, st gwstate.State) error {
 		a.incremental(tx, st.Identities, desired)
 	}
 	ops := tx.size()
+	a.commitTime = 0
 	if ops > 0 {
-		if err := a.be.commit(ctx, tx); err != nil {
+		start := time.Now()
+		err := a.be.commit(ctx, tx)
+		a.commitTime = time.Since(start)
+		if err != nil {
 			a.synced = false
 			return fmt.Errorf("%s transaction (%d operations) failed: %w", a.be.name(), ops, err)
 		}
@@ -251,7 +258,7 @@ func (a *Agent) applyLocked(ctx context.Context, st gwstate.State) error {
 	targets := a.cleanTargets(full, desired, present)
 	a.applied, a.present, a.order = desired, present, st.Identities
 	a.synced = true
-	a.log.V(1).Info("applied state", "generation", st.Generation, "identities", len(desired), "operations", ops, "full", full)
+	a.log.V(1).Info("applied state", "generation", st.Generation, "identities", len(desired), "operations", ops, "full", full, "kernelTime", a.commitTime.String())
 
 	var errs []error
 	if a.vips != nil {

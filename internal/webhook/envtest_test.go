@@ -118,9 +118,11 @@ func newEnv(assets string) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The configuration is installed exactly as shipped: envtest only points clientConfig.service
+	// at its local server and injects its CA.
 	te := &envtest.Environment{
 		CRDInstallOptions:     envtest.CRDInstallOptions{CRDs: crds},
-		WebhookInstallOptions: envtest.WebhookInstallOptions{ValidatingWebhooks: forEnvtest(hooks)},
+		WebhookInstallOptions: envtest.WebhookInstallOptions{ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{hooks}},
 		BinaryAssetsDirectory: assets,
 		Scheme:                scheme,
 	}
@@ -173,19 +175,6 @@ func newEnv(assets string) (*env, error) {
 		return fail(err)
 	}
 	return e, nil
-}
-
-// forEnvtest adapts the shipped configuration to envtest, which turns service.path into
-// https://host:port/<path>. Everything else (rules, failure policies, matchConditions) is
-// installed as shipped.
-func forEnvtest(c *admissionregistrationv1.ValidatingWebhookConfiguration) []*admissionregistrationv1.ValidatingWebhookConfiguration {
-	for i := range c.Webhooks {
-		if s := c.Webhooks[i].ClientConfig.Service; s != nil && s.Path != nil && os.Getenv("KEEP_SLASH") == "" {
-			p := strings.TrimPrefix(*s.Path, "/")
-			s.Path = &p
-		}
-	}
-	return []*admissionregistrationv1.ValidatingWebhookConfiguration{c}
 }
 
 func testLogger() logr.Logger {
@@ -468,31 +457,33 @@ func TestServiceIdentityHeld(t *testing.T) {
 	admitted(t, e.alice.Create(ctx, service(ns2, "second", lb, bound(gw, eip.Name), 443)), "claim after the holder left")
 }
 
-// TestConcurrentClaims creates two Services for one (EIP, port, protocol) at the same moment.
-// Admission reads a cache: when both requests are admitted before either Service reaches the
-// cache, both are admitted. The webhook cannot serialise creates; the controller's I2 rule
-// decides (oldest wins, then namespace/name), and this test shows that with the model on the
-// Services the API server stored. When the webhook did see the first one, the second is denied
-// naming it. Each round asserts whichever happened.
+// TestConcurrentClaims creates several Services for one (EIP, port, protocol) at the same
+// moment. Admission reads a cache, so the webhook cannot serialise creates: a claimant whose
+// admission runs before another claimant reaches the cache is admitted too. What it guarantees
+// is that every denial names a Service the API server stored, and that at least one claimant is
+// admitted; when several are, the controller's I2 rule decides (oldest wins, then
+// namespace/name), which the test shows by planning the stored Services with the model. Each
+// round asserts whichever happened and the test logs the counts.
+//
+// Observed here (kube-apiserver 1.37, 2 cores): with two claimants the webhook usually saw the
+// first and denied the second; with six, rounds admitted anywhere from 1 to 6 of them. Both cases
+// are asserted; TestBypassedClaimResolvedByController exercises the several-admitted case
+// deterministically.
 func TestConcurrentClaims(t *testing.T) {
 	e := cluster(t)
 	ctx := context.Background()
 	gw := e.gateway(t)
-	gwObj := &kubeovnv1.VpcNatGateway{}
-	if err := e.admin.Get(ctx, client.ObjectKey{Name: gw}, gwObj); err != nil {
-		t.Fatal(err)
-	}
-	const rounds = 5
-	both := 0
+	const rounds, claimants = 3, 6
+	var several int
 	for round := range rounds {
 		ns := e.namespace(t)
 		eip := e.eip(t, gw, fmt.Sprintf("172.18.1.%d", round+1))
 		e.seen(t, eip, false)
-		svcs := []*corev1.Service{
-			service(ns, "a", corev1.ServiceTypeLoadBalancer, bound(gw, eip.Name)),
-			service(ns, "b", corev1.ServiceTypeLoadBalancer, bound(gw, eip.Name)),
+		svcs := make([]*corev1.Service, claimants)
+		for i := range svcs {
+			svcs[i] = service(ns, fmt.Sprintf("c%d", i), corev1.ServiceTypeLoadBalancer, bound(gw, eip.Name))
 		}
-		errs := make([]error, 2)
+		errs := make([]error, claimants)
 		start := make(chan struct{})
 		var wg sync.WaitGroup
 		for i := range svcs {
@@ -505,47 +496,88 @@ func TestConcurrentClaims(t *testing.T) {
 		wg.Wait()
 
 		var stored []corev1.Service
+		storedNames := map[string]bool{}
 		for i, err := range errs {
 			if err == nil {
 				stored = append(stored, *svcs[i])
+				storedNames[ns+"/"+svcs[i].Name] = true
+			}
+		}
+		for i, err := range errs {
+			if err == nil {
 				continue
 			}
-			other := svcs[1-i]
-			denied(t, err, hookService, fmt.Sprintf("IptablesEIP %s port 80/TCP is already held by Service %s/%s: one (EIP, port, protocol) is served by one Service only; use another port or another EIP",
-				eip.Name, other.Namespace, other.Name))
-		}
-		switch len(stored) {
-		case 0:
-			t.Fatalf("round %d: both Services rejected: %v", round, errs)
-		case 1:
-			t.Logf("round %d: the webhook saw the first Service and denied the second", round)
-			continue
-		}
-		both++
-		// Both admitted: the controller's model serves the identity from exactly one of them,
-		// the oldest (then by name), and reports a conflict on the other.
-		var cur kubeovnv1.IptablesEIP
-		if err := e.admin.Get(ctx, client.ObjectKeyFromObject(eip), &cur); err != nil {
-			t.Fatal(err)
-		}
-		ix := model.NewIndex(model.Snapshot{Services: stored, Gateways: []kubeovnv1.VpcNatGateway{*gwObj}, EIPs: []kubeovnv1.IptablesEIP{cur}},
-			model.Gates{LoadBalancer: true})
-		winner := stored[0]
-		if stored[1].CreationTimestamp.Before(&winner.CreationTimestamp) {
-			winner = stored[1]
-		}
-		for i := range stored {
-			p := ix.PlanService(&stored[i])
-			wantServed := stored[i].Name == winner.Name
-			if p.EIPServed != wantServed {
-				t.Errorf("round %d: %s EIPServed=%v (%s), want %v: I2 must pick exactly one holder", round, stored[i].Name, p.EIPServed, p.EIPReason, wantServed)
+			prefix := fmt.Sprintf("admission webhook %q denied the request: IptablesEIP %s port 80/TCP is already held by Service ", hookService, eip.Name)
+			holder, ok := strings.CutPrefix(err.Error(), prefix)
+			holder, _, _ = strings.Cut(holder, ":")
+			if !ok || !storedNames[holder] {
+				t.Errorf("round %d: %s: denial does not name a stored claimant: %v", round, svcs[i].Name, err)
 			}
-			if !wantServed && !strings.Contains(p.EIPReason, "is held by Service "+ns+"/"+winner.Name) {
-				t.Errorf("round %d: loser's reason %q does not name the holder %s", round, p.EIPReason, winner.Name)
-			}
+		}
+		t.Logf("round %d: %d of %d concurrent claimants admitted", round, len(stored), claimants)
+		switch {
+		case len(stored) == 0:
+			t.Fatalf("round %d: every claimant rejected: %v", round, errs)
+		case len(stored) > 1:
+			several++
+			expectOneHolder(t, e, gw, eip, stored)
 		}
 	}
-	t.Logf("%d of %d rounds admitted both concurrent claimants (admission reads a cache); the controller's I2 resolution served exactly one", both, rounds)
+	t.Logf("%d of %d rounds admitted several claimants", several, rounds)
+}
+
+// TestBypassedClaimResolvedByController: a claimant the webhook did not check (here: written by
+// the controller's user, which the matchConditions exclude; in a cluster also a webhook outage
+// under failurePolicy Ignore, or a race as above) coexists with the holder. The controller's
+// I2 rule serves exactly one of them, the oldest.
+func TestBypassedClaimResolvedByController(t *testing.T) {
+	e := cluster(t)
+	ctx := context.Background()
+	ns := e.namespace(t)
+	gw := e.gateway(t)
+	eip := e.eip(t, gw, "172.18.2.1")
+	e.seen(t, eip, false)
+	first := service(ns, "first", corev1.ServiceTypeLoadBalancer, bound(gw, eip.Name))
+	admitted(t, e.alice.Create(ctx, first), "first claimant")
+	e.seen(t, first, false)
+	second := service(ns, "second", corev1.ServiceTypeLoadBalancer, bound(gw, eip.Name))
+	admitted(t, e.ctrl.Create(ctx, second), "claimant that bypassed the check")
+	expectOneHolder(t, e, gw, eip, []corev1.Service{*first, *second})
+}
+
+// expectOneHolder plans the stored claimants with the controller's model: exactly one serves the
+// EIP identity, the oldest by creation timestamp, then namespace/name; the others report the
+// conflict naming it.
+func expectOneHolder(t *testing.T, e *env, gw string, eip *kubeovnv1.IptablesEIP, stored []corev1.Service) {
+	t.Helper()
+	ctx := context.Background()
+	var gwObj kubeovnv1.VpcNatGateway
+	var cur kubeovnv1.IptablesEIP
+	if err := e.admin.Get(ctx, client.ObjectKey{Name: gw}, &gwObj); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.admin.Get(ctx, client.ObjectKeyFromObject(eip), &cur); err != nil {
+		t.Fatal(err)
+	}
+	winner := stored[0]
+	for _, s := range stored[1:] {
+		c := s.CreationTimestamp.Compare(winner.CreationTimestamp.Time)
+		if c < 0 || c == 0 && s.Namespace+"/"+s.Name < winner.Namespace+"/"+winner.Name {
+			winner = s
+		}
+	}
+	ix := model.NewIndex(model.Snapshot{Services: stored, Gateways: []kubeovnv1.VpcNatGateway{gwObj}, EIPs: []kubeovnv1.IptablesEIP{cur}},
+		model.Gates{LoadBalancer: true})
+	for i := range stored {
+		p := ix.PlanService(&stored[i])
+		wantServed := stored[i].Name == winner.Name
+		if p.EIPServed != wantServed {
+			t.Errorf("%s: EIPServed=%v (%s), want %v: I2 serves the oldest claimant only", stored[i].Name, p.EIPServed, p.EIPReason, wantServed)
+		}
+		if !wantServed && !strings.Contains(p.EIPReason, "is held by Service "+winner.Namespace+"/"+winner.Name) {
+			t.Errorf("%s: reason %q does not name the holder %s", stored[i].Name, p.EIPReason, winner.Name)
+		}
+	}
 }
 
 func shareRecord(svcNs, svcName, gw string, eip *kubeovnv1.IptablesEIP) *kubeovnv1.IptablesDnatRule {
