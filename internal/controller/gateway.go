@@ -82,6 +82,7 @@ type GatewayReconciler struct {
 
 	syncMu   sync.Mutex
 	lastSync map[string]time.Time
+	latency  latencyTracker
 
 	sessions *sessions
 	// lastEvent remembers the last event per Service UID and reason, so that a cause is reported

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -64,7 +65,11 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		case len(gp.Instances) == 0:
 			log.Info("gateway has no running instance: nothing programmed until one runs")
 		default:
+			changed := r.latency.pending(snap.EndpointSlices)
+			start := time.Now()
 			if err := r.sessions.apply(ctx, key, transportInstances(gp), gp.State); err != nil {
+				syncDuration.WithLabelValues("error").Observe(time.Since(start).Seconds())
+				syncFailures.WithLabelValues(key).Inc()
 				msg := fmt.Sprintf("programming gateway %s failed, retrying: %v", key, err)
 				for _, sp := range mine {
 					if sp.Served() {
@@ -73,6 +78,15 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 				}
 				return reconcile.Result{}, errors.Join(append(errs, fmt.Errorf("programming gateway %s: %w", key, err))...)
 			}
+			now := time.Now()
+			syncDuration.WithLabelValues("ok").Observe(now.Sub(start).Seconds())
+			r.latency.observe(changed, now)
+			identities.WithLabelValues(key).Set(float64(len(gp.State.Identities)))
+			n := 0
+			for _, id := range gp.State.Identities {
+				n += len(id.Backends)
+			}
+			backends.WithLabelValues(key).Set(float64(n))
 			programmed = true
 			log.V(1).Info("gateway programmed", "instances", len(gp.Instances), "identities", len(gp.State.Identities), "clusterIPs", len(gp.State.ClusterIPs))
 		}
@@ -155,6 +169,9 @@ func (r *GatewayReconciler) writeRecords(ctx context.Context, sp *model.ServiceP
 		rec := sp.CreateRecords[i].DeepCopy()
 		rec.Status = kubeovnv1.IptablesDnatRuleStatus{}
 		err := r.Client.Create(ctx, rec)
+		if err == nil {
+			recordsWritten.WithLabelValues("create").Inc()
+		}
 		if apierrors.IsAlreadyExists(err) {
 			// A record of a former Service of the same name (another UID): it goes as an orphan
 			// first (SPEC I3), and this one is created on the next pass.
@@ -179,7 +196,9 @@ func (r *GatewayReconciler) writeRecords(ctx context.Context, sp *model.ServiceP
 		cur.Status.Ready = false
 		if err := r.Client.Update(ctx, &cur); err != nil {
 			errs = append(errs, fmt.Errorf("updating record %s: %w", want.Name, err))
+			continue
 		}
+		recordsWritten.WithLabelValues("update").Inc()
 	}
 	return errs
 }
@@ -203,7 +222,9 @@ func (r *GatewayReconciler) writeRecordStatus(ctx context.Context, sp *model.Ser
 		cur.Status.Conditions.Set(kubeovnv1.ConditionType("Ready"), corev1.ConditionTrue, "Programmed", "served by every instance of gateway "+sp.Gateway, cur.Generation)
 		if err := r.Client.Status().Update(ctx, &cur); err != nil {
 			errs = append(errs, fmt.Errorf("record %s status: %w", want.Name, err))
+			continue
 		}
+		recordsWritten.WithLabelValues("status").Inc()
 	}
 	return errs
 }
@@ -214,7 +235,9 @@ func (r *GatewayReconciler) deleteRecords(ctx context.Context, names []string) [
 		rec := &kubeovnv1.IptablesDnatRule{ObjectMeta: metav1.ObjectMeta{Name: name}}
 		if err := r.Client.Delete(ctx, rec); client.IgnoreNotFound(err) != nil {
 			errs = append(errs, fmt.Errorf("deleting record %s: %w", name, err))
+			continue
 		}
+		recordsWritten.WithLabelValues("delete").Inc()
 	}
 	return errs
 }

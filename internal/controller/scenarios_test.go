@@ -10,6 +10,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	"github.com/vpcgw/vpcgw/internal/model"
@@ -250,4 +251,73 @@ func TestBurstCoalesced(t *testing.T) {
 	if syncs := f.agents.appliesOf(f.pods[0]) - before; syncs > changes/4 {
 		t.Fatalf("%d endpoint changes took %d gateway syncs; a burst should be coalesced", changes, syncs)
 	}
+}
+
+// The metrics of SPEC O3 are exported and move with the work done.
+// covers: O3
+func TestMetrics(t *testing.T) {
+	f := newFixture(t, "gw-metrics", 1)
+	f.eip("eip-metrics", "172.18.10.10", true)
+	latencyBefore := metricValue(t, "vpcgw_network_programming_latency_seconds", nil)
+	f.service("web", "eip-metrics", 80, "10.0.1.11", "10.0.1.12")
+	// As kube-controller-manager does, stamp the slice with the time of the change.
+	var es discoveryv1.EndpointSlice
+	must(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "web-1"}, &es))
+	es.Annotations = map[string]string{"endpoints.kubernetes.io/last-change-trigger-time": time.Now().Format(time.RFC3339Nano)}
+	es.Endpoints = es.Endpoints[:1]
+	must(t, k8s.Update(context.Background(), &es))
+
+	gw := map[string]string{"gateway": "gw-metrics"}
+	f.eventually("gauges", func() bool {
+		return metricValue(t, "vpcgw_gateway_identities", gw) == 2 && metricValue(t, "vpcgw_gateway_backends", gw) == 2
+	})
+	f.eventually("latency observed", func() bool {
+		return metricValue(t, "vpcgw_network_programming_latency_seconds", nil) > latencyBefore
+	})
+	if metricValue(t, "vpcgw_gateway_sync_duration_seconds", map[string]string{"result": "ok"}) == 0 ||
+		metricValue(t, "vpcgw_records_written_total", map[string]string{"op": "create"}) == 0 {
+		t.Fatal("sync duration or records written not counted")
+	}
+	failuresBefore := metricValue(t, "vpcgw_gateway_sync_failures_total", gw)
+	f.agents.fail("boom")
+	must(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "web-1"}, &es))
+	es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.0.1.13"}})
+	must(t, k8s.Update(context.Background(), &es))
+	f.eventually("failure counted", func() bool { return metricValue(t, "vpcgw_gateway_sync_failures_total", gw) > failuresBefore })
+	f.agents.fail("")
+}
+
+// metricValue is a gauge's or counter's value, or a histogram's sample count, for the series
+// whose labels include want (summed over matches).
+func metricValue(t *testing.T, name string, want map[string]string) float64 {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	must(t, err)
+	total := 0.0
+	for _, mf := range families {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range want {
+				if have[k] != v {
+					continue series
+				}
+			}
+			switch {
+			case m.Gauge != nil:
+				total += m.GetGauge().GetValue()
+			case m.Counter != nil:
+				total += m.GetCounter().GetValue()
+			case m.Histogram != nil:
+				total += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return total
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -18,7 +19,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
-const managedBy = "lab.vpcgw.io"
+const (
+	managedBy         = "lab.vpcgw.io"
+	triggerAnnotation = "endpoints.kubernetes.io/last-change-trigger-time"
+)
 
 // endpointSlices plays kube-controller-manager's EndpointSlice controller (envtest runs none):
 // for every Service with a selector it keeps one IPv4 EndpointSlice of the matching pods.
@@ -68,6 +72,7 @@ func (e *endpointSlices) Reconcile(ctx context.Context, req reconcile.Request) (
 	var cur discoveryv1.EndpointSlice
 	switch err := e.client.Get(ctx, sliceKey, &cur); {
 	case apierrors.IsNotFound(err):
+		desired.Annotations = map[string]string{triggerAnnotation: time.Now().Format(time.RFC3339Nano)}
 		return reconcile.Result{}, e.client.Create(ctx, desired)
 	case err != nil:
 		return reconcile.Result{}, err
@@ -76,6 +81,11 @@ func (e *endpointSlices) Reconcile(ctx context.Context, req reconcile.Request) (
 		return reconcile.Result{}, nil
 	}
 	cur.Endpoints, cur.Ports = desired.Endpoints, desired.Ports
+	if cur.Annotations == nil {
+		cur.Annotations = map[string]string{}
+	}
+	// As kube-controller-manager does: the time of the change, for network programming latency.
+	cur.Annotations[triggerAnnotation] = time.Now().Format(time.RFC3339Nano)
 	if err := e.client.Update(ctx, &cur); err != nil {
 		return reconcile.Result{}, fmt.Errorf("updating EndpointSlice %s: %w", sliceKey, err)
 	}

@@ -7,6 +7,8 @@ package webhook_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -72,5 +74,17 @@ func TestShippedConfiguration(t *testing.T) {
 				t.Errorf("%s: no matchCondition %q", h.Name, exclude)
 			}
 		}
+	}
+}
+
+// TestShippedDeploymentUser: the Deployment runs the server with the same controller user the
+// configuration's matchConditions exclude.
+func TestShippedDeploymentUser(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "webhook", "deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "--controller-user=" + webhook.DefaultControllerUser; !strings.Contains(string(data), want) {
+		t.Errorf("deployment.yaml does not pass %s", want)
 	}
 }

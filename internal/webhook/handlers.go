@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -107,8 +108,10 @@ func (h *Handlers) decodeNew(req admission.Request, into runtime.Object) (bool, 
 // Service admits Service creates and updates (SPEC W1, W2, W3).
 func (h *Handlers) Service(ctx context.Context, req admission.Request) admission.Response {
 	var svc, oldSvc corev1.Service
-	if ok, err := h.decodeNew(req, &svc); err != nil || !ok {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the Service: %v", err))
+	if ok, err := h.decodeNew(req, &svc); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the Service: %w", err))
+	} else if !ok {
+		return admission.Errored(http.StatusBadRequest, errors.New("the request carries no Service"))
 	}
 	var old *corev1.Service
 	if req.Operation == admissionv1.Update {
@@ -170,8 +173,10 @@ func (h *Handlers) EIP(ctx context.Context, req admission.Request) admission.Res
 		return admission.Allowed("")
 	}
 	var eip kubeovnv1.IptablesEIP
-	if ok, err := h.decodeOld(req, &eip); err != nil || !ok {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the IptablesEIP: %v", err))
+	if ok, err := h.decodeOld(req, &eip); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the IptablesEIP: %w", err))
+	} else if !ok {
+		return admission.Errored(http.StatusBadRequest, errors.New("the DELETE request carries no old IptablesEIP"))
 	}
 	var records kubeovnv1.IptablesDnatRuleList
 	if err := h.Reader.List(ctx, &records, client.MatchingLabels{model.LabelEIPUID: string(eip.UID)}); err != nil {

@@ -1,0 +1,88 @@
+package controller
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Metrics of SPEC O3, on the controller's /metrics (controller-runtime's registry).
+var (
+	syncDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "vpcgw_gateway_sync_duration_seconds",
+		Help:    "Time to program every instance of a gateway, from the plan to the last acknowledgement.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+	}, []string{"result"})
+	programmingLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "vpcgw_network_programming_latency_seconds",
+		Help:    "From an EndpointSlice change (endpoints.kubernetes.io/last-change-trigger-time) to the gateway's acknowledgement.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+	})
+	syncFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "vpcgw_gateway_sync_failures_total",
+		Help: "Gateway syncs that failed (transport or agent error).",
+	}, []string{"gateway"})
+	identities = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "vpcgw_gateway_identities",
+		Help: "Identities (VIP, port, protocol) programmed on a gateway.",
+	}, []string{"gateway"})
+	backends = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "vpcgw_gateway_backends",
+		Help: "Backends over all identities programmed on a gateway.",
+	}, []string{"gateway"})
+	recordsWritten = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "vpcgw_records_written_total",
+		Help: "Service records (share IptablesDnatRules) written, by operation.",
+	}, []string{"op"})
+)
+
+func init() {
+	ctrlmetrics.Registry.MustRegister(syncDuration, programmingLatency, syncFailures, identities, backends, recordsWritten)
+}
+
+// triggerAnnotation is set by the EndpointSlice controller to the time of the change that caused
+// the slice's last update (kube-proxy measures network programming latency from it).
+const triggerAnnotation = "endpoints.kubernetes.io/last-change-trigger-time"
+
+// latencyTracker remembers, per EndpointSlice, the last trigger time it observed, so that each
+// change is measured once, when the gateway that serves it first acknowledges it.
+type latencyTracker struct {
+	mu   sync.Mutex
+	seen map[types.UID]time.Time
+}
+
+// pending returns the trigger times of slices changed since they were last observed.
+func (l *latencyTracker) pending(slices []discoveryv1.EndpointSlice) map[types.UID]time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[types.UID]time.Time{}
+	for _, es := range slices {
+		v := es.Annotations[triggerAnnotation]
+		if v == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil || !t.After(l.seen[es.UID]) {
+			continue
+		}
+		out[es.UID] = t
+	}
+	return out
+}
+
+// observe records the latency of the changes that a sync acknowledged at now.
+func (l *latencyTracker) observe(changed map[types.UID]time.Time, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seen == nil {
+		l.seen = map[types.UID]time.Time{}
+	}
+	for uid, t := range changed {
+		l.seen[uid] = t
+		programmingLatency.Observe(now.Sub(t).Seconds())
+	}
+}

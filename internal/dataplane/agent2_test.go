@@ -1,0 +1,186 @@
+// covers: D4, D5, D6, D8, L6
+package dataplane
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"sigs.k8s.io/knftables"
+
+	"github.com/vpcgw/vpcgw/internal/gwstate"
+)
+
+func TestGoldenHairpinInterface(t *testing.T) {
+	f := newFake()
+	a := newAgent(&knftBackend{nft: f}, logr.Discard(), "vpc0", nil, nil)
+	mustApply(t, a, state(1))
+	want := strings.ReplaceAll(baseDump, `"eth0"`, `"vpc0"`)
+	if got := f.Dump(); got != want {
+		t.Errorf("dump:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// fakeCT records what the agent asks conntrack to delete.
+type fakeCT struct{ calls [][]cleanTarget }
+
+func (f *fakeCT) clean(ts []cleanTarget) (int, error) {
+	f.calls = append(f.calls, ts)
+	return 0, nil
+}
+
+func describe(ts []cleanTarget) []string {
+	var out []string
+	for _, t := range ts {
+		var keep []string
+		for ap := range t.keep {
+			keep = append(keep, ap.String())
+		}
+		slices.Sort(keep)
+		out = append(out, t.vip.String()+":"+protoName(t.proto)+":"+strings.Join(keep, ","))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestConntrackTargets(t *testing.T) {
+	ct := &fakeCT{}
+	a := newAgent(&knftBackend{nft: newFake()}, logr.Discard(), "", nil, ct)
+	udp := ident("10.0.0.1", 53, gwstate.UDP, be("10.0.1.1", 53), be("10.0.1.2", 53))
+	tcp := ident("10.0.0.1", 80, gwstate.TCP, be("10.0.1.1", 80), be("10.0.1.2", 80))
+	mustApply(t, a, state(1, udp, tcp))
+	// The first (full) sync reconciles every UDP identity, never TCP.
+	if got := describe(ct.calls[len(ct.calls)-1]); !slices.Equal(got, []string{"10.0.0.1:udp:10.0.1.1:53,10.0.1.2:53"}) {
+		t.Errorf("full sync targets %v", got)
+	}
+	n := len(ct.calls)
+	// A TCP backend leaves: nothing to clean.
+	tcp.Backends = tcp.Backends[:1]
+	mustApply(t, a, state(2, udp, tcp))
+	if len(ct.calls) != n {
+		t.Errorf("TCP backend change cleaned conntrack: %v", describe(ct.calls[len(ct.calls)-1]))
+	}
+	// A UDP backend leaves: flows not from the remaining backend go.
+	udp.Backends = udp.Backends[1:]
+	mustApply(t, a, state(3, udp, tcp))
+	if got := describe(ct.calls[len(ct.calls)-1]); !slices.Equal(got, []string{"10.0.0.1:udp:10.0.1.2:53"}) {
+		t.Errorf("UDP removal targets %v", got)
+	}
+	// Zero UDP backends: every flow of the identity goes.
+	udp.Backends = nil
+	mustApply(t, a, state(4, udp, tcp))
+	if got := describe(ct.calls[len(ct.calls)-1]); !slices.Equal(got, []string{"10.0.0.1:udp:"}) {
+		t.Errorf("zero backends targets %v", got)
+	}
+	// The TCP identity leaves the state: all its flows go.
+	mustApply(t, a, state(5, udp))
+	if got := describe(ct.calls[len(ct.calls)-1]); !slices.Equal(got, []string{"10.0.0.1:tcp:"}) {
+		t.Errorf("identity removal targets %v", got)
+	}
+}
+
+// fakeVIPs is lo in memory: labelled addresses only.
+type fakeVIPs struct{ have []netip.Addr }
+
+func (f *fakeVIPs) list() ([]netip.Addr, error) { return slices.Clone(f.have), nil }
+func (f *fakeVIPs) converge(want []netip.Addr) (added, deleted []netip.Addr, err error) {
+	f.have = slices.Clone(want)
+	return nil, nil, nil
+}
+
+func TestVerifyFindsAndRepairsDrift(t *testing.T) {
+	f := newFake()
+	vips := &fakeVIPs{}
+	a := newAgent(&knftBackend{nft: f}, logr.Discard(), "", vips, nil)
+	ctx := context.Background()
+	aff := gwstate.Identity{VIP: "10.0.0.9", Port: 443, Protocol: gwstate.TCP, AffinityTimeoutSeconds: 60,
+		Backends: []gwstate.Backend{be("10.0.1.1", 443), be("10.0.1.2", 443)}}
+	st := withClusterIPs(state(1, ident("10.0.0.1", 80, gwstate.TCP, be("10.0.1.1", 8080)), aff), "10.96.0.10")
+	mustApply(t, a, st)
+	want := f.Dump()
+	if drift, err := a.Verify(ctx); drift != "" || err != nil {
+		t.Fatalf("verify on a clean table: %q, %v", drift, err)
+	}
+	for name, breakIt := range map[string]func(tx *knftables.Transaction){
+		"table deleted":      func(tx *knftables.Transaction) { tx.Delete(&knftables.Table{}) },
+		"base chain flushed": func(tx *knftables.Transaction) { tx.Flush(&knftables.Chain{Name: BaseChain}) },
+		"hairpin flushed":    func(tx *knftables.Transaction) { tx.Flush(&knftables.Chain{Name: PostroutingChain}) },
+		"element deleted": func(tx *knftables.Transaction) {
+			tx.Delete(&knftables.Element{Map: ServiceMap, Key: []string{"10.0.0.1", "tcp", "80"}})
+		},
+		"affinity set deleted": func(tx *knftables.Transaction) {
+			tx.Flush(&knftables.Chain{Name: EndpointChain(aff, aff.Backends[0])})
+			tx.Delete(&knftables.Set{Name: AffinitySet(aff, aff.Backends[0])})
+		},
+	} {
+		tx := f.NewTransaction()
+		breakIt(tx)
+		if err := f.Run(ctx, tx); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		drift, err := a.Verify(ctx)
+		if drift == "" || err != nil {
+			t.Errorf("%s: drift %q, err %v", name, drift, err)
+		}
+		if got := f.Dump(); sortElements(got) != sortElements(want) {
+			t.Errorf("%s: not repaired:\n%s\nwant:\n%s", name, got, want)
+		}
+	}
+	vips.have = nil
+	if drift, err := a.Verify(ctx); !strings.Contains(drift, "lo holds") || err != nil {
+		t.Errorf("VIP removed: drift %q, err %v", drift, err)
+	}
+	if len(vips.have) != 1 || vips.have[0].String() != "10.96.0.10" {
+		t.Errorf("VIPs not repaired: %v", vips.have)
+	}
+}
+
+func TestRetryAfterRejectedTransaction(t *testing.T) {
+	f := &failingNFT{Fake: newFake()}
+	a := NewAgent(f, logr.Discard())
+	ctx := context.Background()
+	if did, err := a.Retry(ctx); did || err != nil {
+		t.Errorf("retry with nothing to do: %v %v", did, err)
+	}
+	f.fail = errInjected
+	s1 := state(1, ident("10.0.0.1", 80, gwstate.TCP, be("10.0.1.1", 8080)))
+	if err := a.Apply(ctx, s1); err == nil {
+		t.Fatal("apply succeeded against a failing kernel")
+	}
+	if did, err := a.Retry(ctx); !did || err == nil {
+		t.Errorf("retry while still failing: %v %v", did, err)
+	}
+	f.fail = nil
+	if did, err := a.Retry(ctx); !did || err != nil {
+		t.Errorf("retry after recovery: %v %v", did, err)
+	}
+	if got, want := sortElements(f.Dump()), sortElements(freshDump(t, s1)); got != want {
+		t.Errorf("after retry:\n%s\nwant:\n%s", got, want)
+	}
+	if did, _ := a.Retry(ctx); did {
+		t.Errorf("retry after success did something")
+	}
+}
+
+func TestValidateOnlyChangedButAlwaysDuplicates(t *testing.T) {
+	a := NewAgent(newFake(), logr.Discard())
+	ok := ident("10.0.0.1", 80, gwstate.TCP, be("10.0.1.1", 8080))
+	mustApply(t, a, state(1, ok))
+	bad := ident("10.0.0.2", 80, gwstate.TCP, be("10.0.1.1", 0))
+	if err := a.Apply(context.Background(), state(2, ok, bad)); err == nil || !strings.Contains(err.Error(), "port 0") {
+		t.Errorf("changed invalid identity: %v", err)
+	}
+	dup := gwstate.State{Generation: 3, Identities: []gwstate.Identity{ok, ok}}
+	if err := a.Apply(context.Background(), dup); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("duplicate identity: %v", err)
+	}
+}
+
+var errInjected = errorString("Error: Could not process rule: Operation not supported")
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }

@@ -1,0 +1,138 @@
+// covers: W1, W2, W3, W4, W5, W6
+//
+// The admission handlers, called with AdmissionRequests as the API server sends them, reading a
+// fake client with the same indexes as the cache. The envtest tests cover the same rules through
+// a real API server; here also what the matchConditions keep from the webhook there (the
+// controller's own writes).
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	"github.com/vpcgw/vpcgw/internal/controller"
+	"github.com/vpcgw/vpcgw/internal/model"
+)
+
+// builderIndexer registers IndexFields' indexes on a fake client builder.
+type builderIndexer struct{ b *fake.ClientBuilder }
+
+func (i builderIndexer) IndexField(_ context.Context, obj client.Object, field string, fn client.IndexerFunc) error {
+	i.b.WithIndex(obj, field, fn)
+	return nil
+}
+
+func newTestHandlers(t *testing.T, objs ...client.Object) *Handlers {
+	t.Helper()
+	scheme, err := controller.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...)
+	if err := IndexFields(context.Background(), builderIndexer{b}); err != nil {
+		t.Fatal(err)
+	}
+	return NewHandlers(b.Build(), scheme, ctrlUser)
+}
+
+func raw(t *testing.T, obj runtime.Object) runtime.RawExtension {
+	t.Helper()
+	if obj == nil {
+		return runtime.RawExtension{}
+	}
+	data, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return runtime.RawExtension{Raw: data}
+}
+
+func request(t *testing.T, op admissionv1.Operation, user, name string, old, obj runtime.Object) admission.Request {
+	return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		Operation: op, Name: name, UserInfo: authenticationv1.UserInfo{Username: user},
+		Object: raw(t, obj), OldObject: raw(t, old),
+	}}
+}
+
+func expect(t *testing.T, resp admission.Response, allowed bool, fragment string) {
+	t.Helper()
+	if resp.Allowed != allowed {
+		t.Fatalf("allowed=%v (%+v), want %v", resp.Allowed, resp.Result, allowed)
+	}
+	if fragment != "" && (resp.Result == nil || !strings.Contains(resp.Result.Message, fragment)) {
+		t.Fatalf("message %+v does not contain %q", resp.Result, fragment)
+	}
+}
+
+func TestServiceHandler(t *testing.T) {
+	lb := corev1.ServiceTypeLoadBalancer
+	holder := svc("old", lb, a(gwAnn, "gw1", eipAnn, "eip1"), created(10))
+	h := newTestHandlers(t, holder, eipObj("eip1", "gw1"), eipObj("eip2", "gw2"))
+	ctx := context.Background()
+
+	expect(t, h.Service(ctx, request(t, admissionv1.Create, "alice", "new", nil, svc("new", lb, a(gwAnn, "gw1", eipAnn, "eip1")))),
+		false, "IptablesEIP eip1 port 80/TCP is already held by Service ns/old")
+	expect(t, h.Service(ctx, request(t, admissionv1.Create, "alice", "new", nil, svc("new", lb, a(gwAnn, "gw1", eipAnn, "eip2")))),
+		false, `IptablesEIP eip2 belongs to gateway "gw2", not "gw1"`)
+	expect(t, h.Service(ctx, request(t, admissionv1.Create, "alice", "new", nil, svc("new", lb, a(gwAnn, "gw1", eipAnn, "missing")))), true, "")
+	expect(t, h.Service(ctx, request(t, admissionv1.Create, "alice", "new", nil, svc("new", lb, a(gwAnn, "gw1")))),
+		false, "also needs annotation ovn.kubernetes.io/eip")
+	// The holder itself, updated without touching its annotations, and even with them unchanged
+	// but now in conflict: admitted.
+	expect(t, h.Service(ctx, request(t, admissionv1.Update, "alice", "old", holder, with(holder, func(s *corev1.Service) { s.Labels = a("x", "y") }))), true, "")
+	expect(t, h.Service(ctx, request(t, admissionv1.Update, "alice", "old", holder, svc("old", lb, a(gwAnn, "gw2", eipAnn, "eip1")))),
+		false, "cannot change from \"gw1\" to \"gw2\"")
+	expect(t, h.Service(ctx, request(t, admissionv1.Create, "alice", "x", nil, nil)), false, "the request carries no Service")
+}
+
+func TestRecordHandler(t *testing.T) {
+	h := newTestHandlers(t)
+	ctx := context.Background()
+	share := rule("lb-web-0123456789ab", kubeovnv1.DnatRuleTypeShare, map[string]string{model.LabelRecordName: "web"})
+	excl := rule("e1", kubeovnv1.DnatRuleTypeExclusive, nil)
+	for _, op := range []admissionv1.Operation{admissionv1.Create, admissionv1.Update, admissionv1.Delete} {
+		var old, obj runtime.Object = share, share
+		if op == admissionv1.Create {
+			old = nil
+		}
+		if op == admissionv1.Delete {
+			obj = nil
+		}
+		expect(t, h.Record(ctx, request(t, op, ctrlUser, share.Name, old, obj)), true, "")
+		expect(t, h.Record(ctx, request(t, op, "alice", share.Name, old, obj)), false, "controller-owned accounting records")
+		var eold, eobj runtime.Object = excl, excl
+		if op == admissionv1.Create {
+			eold = nil
+		}
+		if op == admissionv1.Delete {
+			eobj = nil
+		}
+		expect(t, h.Record(ctx, request(t, op, "alice", excl.Name, eold, eobj)), true, "")
+	}
+}
+
+func TestDeleteHandlers(t *testing.T) {
+	eip := eipObj("eip1", "gw1")
+	r := record("r1", "ns", "web", "gw1", string(eip.UID))
+	h := newTestHandlers(t, &r, svc("db", corev1.ServiceTypeClusterIP, a(gwAnn, "gw1")))
+	ctx := context.Background()
+	expect(t, h.EIP(ctx, request(t, admissionv1.Delete, "alice", "eip1", eip, nil)), false, "IptablesEIP eip1 is in use by Service ns/web")
+	expect(t, h.EIP(ctx, request(t, admissionv1.Delete, "alice", "eip2", eipObj("eip2", "gw1"), nil)), true, "")
+	gw := &kubeovnv1.VpcNatGateway{}
+	gw.Name = "gw1"
+	expect(t, h.Gateway(ctx, request(t, admissionv1.Delete, "alice", "gw1", gw, nil)), false, "VpcNatGateway gw1 still serves Service ns/db, ns/web")
+	gw2 := gw.DeepCopy()
+	gw2.Name = "gw2"
+	expect(t, h.Gateway(ctx, request(t, admissionv1.Delete, "alice", "gw2", gw2, nil)), true, "")
+}
