@@ -3,7 +3,9 @@ package dataplane
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -30,6 +32,9 @@ import (
 type nlBackend struct {
 	conn  *nftables.Conn
 	table *nftables.Table
+	// anonPrefix (random per agent) and anon name anonymous maps uniquely.
+	anonPrefix string
+	anon       uint64
 }
 
 // socketBuffer is the send and receive buffer forced on the netlink socket: a cold sync of
@@ -58,7 +63,11 @@ func newNLBackend() (*nlBackend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening nftables netlink socket: %w", err)
 	}
-	return &nlBackend{conn: conn, table: &nftables.Table{Family: nftables.TableFamilyIPv4, Name: TableName}}, nil
+	var r [4]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return nil, err
+	}
+	return &nlBackend{conn: conn, table: &nftables.Table{Family: nftables.TableFamilyIPv4, Name: TableName}, anonPrefix: hex.EncodeToString(r[:])}, nil
 }
 
 func (b *nlBackend) name() string { return "netlink" }
@@ -304,7 +313,15 @@ func (t *nlTxn) addRule(chain string, r rule) {
 // data, and google/nftables v0.3.0 always records "big endian" for anonymous sets: `nft list`
 // would show the key 1 as 16777216. nft itself records "host endian" here, so the queued
 // NEWSET message is patched to say the same (the real-kernel test compares both listings).
+//
+// The map also gets its own name and ID instead of "__map%d": for a name with %d the kernel
+// scans every set of the table with sscanf to find a free number, which made a cold sync of
+// 10,000 identities quadratic (seconds). Anonymous maps are shown inline, so the name is never
+// seen; it only has to be unique in the table.
 func (t *nlTxn) addAnonymousMap(set *nftables.Set, elems []nftables.SetElement) error {
+	t.b.anon++
+	set.ID = 1<<31 | uint32(t.b.anon&0x7fffffff)
+	set.Name = fmt.Sprintf("__map%s_%d", t.b.anonPrefix, t.b.anon)
 	before := len(*queuedMessages(t.b.conn))
 	if err := t.b.conn.AddSet(set, elems); err != nil {
 		return err

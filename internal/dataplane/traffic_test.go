@@ -439,7 +439,12 @@ func TestRealNetlinkMatchesText(t *testing.T) {
 		state(2,
 			ident("10.96.0.10", 80, gwstate.TCP, be("10.0.1.11", 8080)),
 			ident("10.96.0.10", 53, gwstate.UDP, be("10.0.1.11", 53), be("10.0.1.14", 53)),
-			func() gwstate.Identity { x := aff; x.Backends = x.Backends[1:]; x.AffinityTimeoutSeconds = 60; return x }()),
+			func() gwstate.Identity {
+				x := aff
+				x.Backends = x.Backends[1:]
+				x.AffinityTimeoutSeconds = 60
+				return x
+			}()),
 		state(3, ident("10.96.0.12", 8443, gwstate.UDP, be("10.0.1.11", 53))),
 	}
 	nl := startAgentArgs(t, l, nsNL, "--vpc-interface", "vpc0")

@@ -53,11 +53,11 @@ func (r ProbeResult) Total() int {
 }
 
 // DoProbe runs the probe from the current network namespace.
-func DoProbe(ctx context.Context, o ProbeOptions) ProbeResult {
+func DoProbe(ctx context.Context, o ProbeOptions) (res ProbeResult) {
 	if o.Timeout <= 0 {
 		o.Timeout = 2 * time.Second
 	}
-	res := ProbeResult{Answers: map[string]int{}}
+	res = ProbeResult{Answers: map[string]int{}}
 	if o.Path == "" {
 		o.Path = "/"
 	}

@@ -174,7 +174,15 @@ type testAPIServer struct {
 	pods map[string]bool
 
 	mu       sync.Mutex
-	requests []string // "<METHOD> <websocket|spdy|plain> <translated|proxied|rejected>"
+	requests []string      // "<METHOD> <websocket|spdy|plain> <translated|proxied|rejected>"
+	hang     chan struct{} // when set, exec requests wait for it to close and fail
+}
+
+// hangUntil makes exec requests hang until release is closed.
+func (a *testAPIServer) hangUntil(release chan struct{}) {
+	a.mu.Lock()
+	a.hang = release
+	a.mu.Unlock()
 }
 
 func newTestAPIServer(t *testing.T, k *testKubelet, translate bool, pods ...string) *testAPIServer {
@@ -227,6 +235,18 @@ func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, ms
 // exec is the pods/exec subresource: the checks kube-apiserver makes, then the proxy.
 func (a *testAPIServer) exec(w http.ResponseWriter, req *http.Request) {
 	ns, pod := req.PathValue("ns"), req.PathValue("pod")
+	a.mu.Lock()
+	hang := a.hang
+	a.mu.Unlock()
+	if hang != nil {
+		a.log(req, "hung")
+		select {
+		case <-hang:
+		case <-req.Context().Done():
+		}
+		writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, "gave up")
+		return
+	}
 	if req.Method != http.MethodGet && req.Method != http.MethodPost {
 		a.log(req, "rejected")
 		writeStatus(w, http.StatusMethodNotAllowed, metav1.StatusReasonMethodNotAllowed, "method not allowed")
@@ -280,6 +300,15 @@ type responder struct{}
 
 func (responder) Error(w http.ResponseWriter, _ *http.Request, err error) {
 	writeStatus(w, http.StatusBadGateway, metav1.StatusReasonServiceUnavailable, err.Error())
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // logSink collects log lines for assertions.

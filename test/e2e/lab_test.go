@@ -27,9 +27,9 @@ import (
 )
 
 var (
-	theLab    *lab.Lab
-	skipWhy   string
-	labLogDir string
+	theLab  *lab.Lab
+	skipWhy string
+	plugin  string // the kubectl-vpcgw binary
 )
 
 func TestMain(m *testing.M) {
@@ -48,7 +48,8 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	exe := filepath.Join(dir, "vpcgw")
-	build := exec.Command("go", "build", "-o", exe, "github.com/vpcgw/vpcgw/cmd/vpcgw")
+	plugin = filepath.Join(dir, "kubectl-vpcgw")
+	build := exec.Command("go", "build", "-o", dir+"/", "github.com/vpcgw/vpcgw/cmd/vpcgw", "github.com/vpcgw/vpcgw/cmd/kubectl-vpcgw")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building vpcgw:", err)
@@ -354,5 +355,48 @@ func TestVPCClientThroughRouterPolicies(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("the ClusterIP is still reachable after the Service left the mode: %v", err)
+	}
+}
+
+// TestKubectlPlugin runs `kubectl vpcgw` against the lab: status lists the demo Service as served
+// through its EIP, explain says why a Service is not served, ruleset shows the gateway's table.
+// covers: O2, T3
+func TestKubectlPlugin(t *testing.T) {
+	l := needLab(t)
+	ctx := context.Background()
+	if _, err := l.WaitIngress(ctx, lab.DemoNamespace, lab.DemoService, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	_, kubeconfig, err := l.Describe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := webService("plugin-no-eip", 8095, map[string]string{model.AnnotationGateway: lab.GatewayName})
+	if err := l.Client.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Client.Delete(ctx, svc) })
+
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(plugin, append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl-vpcgw %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	status := run("status")
+	line := regexp.MustCompile(`(?m)^demo/web\s+lab-gw\s+lab-eip\s+` + regexp.QuoteMeta(lab.EIPAddress) + `\s+\S*` +
+		regexp.QuoteMeta(lab.EIPAddress) + `:80/tcp\S*\s+\S*10\.77\.1\.11:8080\S*\s+None\s+true\s+-$`)
+	if !line.MatchString(status) {
+		t.Fatalf("status has no served line for demo/web:\n%s", status)
+	}
+	explain := run("-n", lab.DemoNamespace, "explain", "svc/plugin-no-eip")
+	if !strings.Contains(explain, "ClusterIP") || !strings.Contains(explain, model.AnnotationEIP) {
+		t.Fatalf("explain does not say that the EIP annotation is missing:\n%s", explain)
+	}
+	ruleset := run("ruleset", lab.GatewayName)
+	if !strings.Contains(ruleset, "table ip kube-ovn") || !strings.Contains(ruleset, lab.EIPAddress+" . tcp . 80 : goto dnat-") {
+		t.Fatalf("ruleset:\n%s", ruleset)
 	}
 }

@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# Installs (or upgrades) vpcgw: renders the Helm chart next to this script (deploy/helm/vpcgw)
+# with `helm template` and applies the result with `kubectl apply --server-side`, so running it
+# again converges to the same objects (idempotent). No Helm release is created: the cluster's state
+# is exactly the printed manifests, and `helm` is only a template engine here.
+#
+#   deploy/install.sh [--dry-run]
+#
+# --dry-run prints the manifests that would be applied and touches no cluster (it renders them as
+# for a fresh install: CRDs per INSTALL_CRDS, a newly generated webhook certificate).
+#
+# Environment (all optional):
+#   ENABLE_GW_NFTABLE_LB_SVC=false          --enable-gw-nftable-lb-svc (LoadBalancer through the EIP)
+#   ENABLE_GW_NFTABLE_SVC_CLUSTER_IP=false  --enable-gw-nftable-svc-cluster-ip (ClusterIPs on the gateway)
+#   ENABLE_LB=true                          kube-ovn's --enable-lb (must be false with the ClusterIP gate)
+#   ENABLE_LB_SVC=false                     kube-ovn's --enable-lb-svc
+#   NAMESPACE=kube-system                   where vpcgw runs
+#   GATEWAY_NAMESPACES=kube-system          comma-separated namespaces of the gateway pods (pods/exec)
+#   IMAGE_REPOSITORY=ghcr.io/vpcgw/vpcgw    IMAGE_TAG=<chart appVersion>
+#   CONTROLLER_REPLICAS=1                   more than 1 turns leader election on
+#   OVN_NB_ADDR=                            e.g. tcp:10.96.0.10:6641 (empty: no VIP routes)
+#   OVN_NB_TLS_SECRET=                      Secret with cert/key/cacert for an ssl: OVN_NB_ADDR
+#   ENABLE_WEBHOOK=true                     CERT_MANAGER=false (true: cert-manager issues the cert)
+#   INSTALL_CRDS=auto                       auto: only when kubeovn.io's CRDs are missing (--dry-run: true)
+#   ROLLOUT_TIMEOUT=5m                      wait for the Deployments to be ready; 0: do not wait
+#   HELM=helm KUBECTL=kubectl               the binaries; without helm on PATH, it is built with
+#                                           hack/tools/helm/build.sh when Go is available
+#
+# Values reach helm through a values file, never through a shell: each is checked against a strict
+# pattern first, so nothing in the environment can change what the commands do.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+chart=${CHART:-$here/helm/vpcgw}
+
+die() { echo "install.sh: $*" >&2; exit 1; }
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' >&2; }
+
+dry_run=false
+for arg in "$@"; do
+	case "$arg" in
+	--dry-run) dry_run=true ;;
+	-h | --help) usage; exit 0 ;;
+	*) usage; die "unknown argument: $arg" ;;
+	esac
+done
+
+ENABLE_GW_NFTABLE_LB_SVC=${ENABLE_GW_NFTABLE_LB_SVC:-false}
+ENABLE_GW_NFTABLE_SVC_CLUSTER_IP=${ENABLE_GW_NFTABLE_SVC_CLUSTER_IP:-false}
+ENABLE_LB=${ENABLE_LB:-true}
+ENABLE_LB_SVC=${ENABLE_LB_SVC:-false}
+NAMESPACE=${NAMESPACE:-kube-system}
+GATEWAY_NAMESPACES=${GATEWAY_NAMESPACES:-kube-system}
+IMAGE_REPOSITORY=${IMAGE_REPOSITORY:-ghcr.io/vpcgw/vpcgw}
+IMAGE_TAG=${IMAGE_TAG:-}
+CONTROLLER_REPLICAS=${CONTROLLER_REPLICAS:-1}
+OVN_NB_ADDR=${OVN_NB_ADDR:-}
+OVN_NB_TLS_SECRET=${OVN_NB_TLS_SECRET:-}
+ENABLE_WEBHOOK=${ENABLE_WEBHOOK:-true}
+CERT_MANAGER=${CERT_MANAGER:-false}
+INSTALL_CRDS=${INSTALL_CRDS:-auto}
+ROLLOUT_TIMEOUT=${ROLLOUT_TIMEOUT:-5m}
+KUBECTL=${KUBECTL:-kubectl}
+
+# check NAME VALUE REGEX: the value must match the whole pattern.
+check() { [[ $2 =~ $3 ]] || die "$1=\"$2\" is not valid (expected ${4:-a value matching $3})"; }
+bool='^(true|false)$'
+dns_label='^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$'
+check ENABLE_GW_NFTABLE_LB_SVC "$ENABLE_GW_NFTABLE_LB_SVC" "$bool" "true or false"
+check ENABLE_GW_NFTABLE_SVC_CLUSTER_IP "$ENABLE_GW_NFTABLE_SVC_CLUSTER_IP" "$bool" "true or false"
+check ENABLE_LB "$ENABLE_LB" "$bool" "true or false"
+check ENABLE_LB_SVC "$ENABLE_LB_SVC" "$bool" "true or false"
+check ENABLE_WEBHOOK "$ENABLE_WEBHOOK" "$bool" "true or false"
+check CERT_MANAGER "$CERT_MANAGER" "$bool" "true or false"
+check INSTALL_CRDS "$INSTALL_CRDS" '^(true|false|auto)$' "true, false or auto"
+check ROLLOUT_TIMEOUT "$ROLLOUT_TIMEOUT" '^(0|[1-9][0-9]*[smh])$' "0 or a duration like 90s or 5m"
+check NAMESPACE "$NAMESPACE" "$dns_label" "a namespace name"
+check CONTROLLER_REPLICAS "$CONTROLLER_REPLICAS" '^[1-9][0-9]?$' "a number from 1 to 99"
+check IMAGE_REPOSITORY "$IMAGE_REPOSITORY" '^[a-z0-9]+([._-]+[a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*$' "an image repository"
+[ -z "$IMAGE_TAG" ] || check IMAGE_TAG "$IMAGE_TAG" '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$' "an image tag"
+[ -z "$OVN_NB_ADDR" ] || check OVN_NB_ADDR "$OVN_NB_ADDR" '^(tcp|ssl):(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):[0-9]+(,(tcp|ssl):(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):[0-9]+)*$' "tcp:HOST:PORT or ssl:HOST:PORT, comma-separated"
+[ -z "$OVN_NB_TLS_SECRET" ] || check OVN_NB_TLS_SECRET "$OVN_NB_TLS_SECRET" '^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$' "a Secret name"
+IFS=, read -r -a gateway_namespaces <<<"$GATEWAY_NAMESPACES"
+[ "${#gateway_namespaces[@]}" -gt 0 ] || die "GATEWAY_NAMESPACES is empty"
+for ns in "${gateway_namespaces[@]}"; do check GATEWAY_NAMESPACES "$ns" "$dns_label" "comma-separated namespace names"; done
+
+if [ -z "${HELM:-}" ]; then
+	if command -v helm >/dev/null; then
+		HELM=helm
+	elif command -v go >/dev/null && [ -x "$here/../hack/tools/helm/build.sh" ]; then
+		HELM=$("$here/../hack/tools/helm/build.sh" | tail -n 1)
+	else
+		die "helm not found: install it, set HELM=/path/to/helm, or run hack/tools/helm/build.sh"
+	fi
+fi
+
+kube() { "$KUBECTL" "$@"; }
+
+install_crds=$INSTALL_CRDS
+existing_ca=""
+if $dry_run; then
+	[ "$install_crds" != auto ] || install_crds=true
+else
+	kube version >/dev/null || die "cannot reach the cluster with $KUBECTL"
+	if [ "$install_crds" = auto ]; then
+		if kube get crd vpc-nat-gateways.kubeovn.io >/dev/null 2>&1; then
+			install_crds=false
+			echo "kubeovn.io CRDs found (kube-ovn installed them): not installing vpcgw's copies" >&2
+		else
+			install_crds=true
+		fi
+	fi
+	if $CERT_MANAGER; then
+		kube get crd certificates.cert-manager.io >/dev/null 2>&1 || die "CERT_MANAGER=true but cert-manager is not installed"
+	fi
+	for ns in "$NAMESPACE" "${gateway_namespaces[@]}"; do
+		kube get namespace "$ns" >/dev/null 2>&1 || kube create namespace "$ns"
+	done
+	# Idempotence: keep the webhook certificate of an earlier run instead of generating another.
+	if $ENABLE_WEBHOOK && ! $CERT_MANAGER; then
+		existing_ca=$(kube get secret --namespace "$NAMESPACE" vpcgw-webhook-cert --ignore-not-found -o 'jsonpath={.data.ca\.crt}')
+		[ -z "$existing_ca" ] || check "the CA of Secret $NAMESPACE/vpcgw-webhook-cert" "$existing_ca" '^[A-Za-z0-9+/=]+$' "base64"
+	fi
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf -- "$work"' EXIT
+values=$work/values.yaml
+{
+	echo "features:"
+	echo "  enableGwNftableLoadbalancerService: $ENABLE_GW_NFTABLE_LB_SVC"
+	echo "  enableGwNftableServiceClusterIp: $ENABLE_GW_NFTABLE_SVC_CLUSTER_IP"
+	echo "enableLb: $ENABLE_LB"
+	echo "enableLbSvc: $ENABLE_LB_SVC"
+	echo "transport: exec"
+	echo "image:"
+	echo "  repository: \"$IMAGE_REPOSITORY\""
+	echo "  tag: \"$IMAGE_TAG\""
+	echo "gatewayNamespaces:"
+	for ns in "${gateway_namespaces[@]}"; do echo "  - \"$ns\""; done
+	echo "ovn:"
+	echo "  nbAddr: \"$OVN_NB_ADDR\""
+	echo "  tls:"
+	echo "    secretName: \"$OVN_NB_TLS_SECRET\""
+	echo "controller:"
+	echo "  replicas: $CONTROLLER_REPLICAS"
+	echo "webhook:"
+	echo "  enabled: $ENABLE_WEBHOOK"
+	echo "  certManager:"
+	echo "    enabled: $CERT_MANAGER"
+	if [ -n "$existing_ca" ]; then
+		echo "  certs:"
+		echo "    existingSecret: true"
+		echo "    caBundle: \"$existing_ca\""
+	fi
+	echo "crds:"
+	echo "  install: $install_crds"
+} >"$values"
+
+manifests=$work/vpcgw.yaml
+"$HELM" template vpcgw "$chart" --namespace "$NAMESPACE" --values "$values" >"$manifests"
+
+if $dry_run; then
+	cat -- "$manifests"
+	exit 0
+fi
+kube apply --server-side --force-conflicts --field-manager=vpcgw-install --filename "$manifests"
+if [ "$ROLLOUT_TIMEOUT" != 0 ]; then
+	deployments=(deployment/vpcgw-controller)
+	! $ENABLE_WEBHOOK || deployments+=(deployment/vpcgw-webhook)
+	for d in "${deployments[@]}"; do
+		kube rollout status --namespace "$NAMESPACE" "$d" --timeout="$ROLLOUT_TIMEOUT" ||
+			die "$d is not ready after $ROLLOUT_TIMEOUT (kubectl --namespace $NAMESPACE describe $d)"
+	done
+fi
+echo "vpcgw installed in namespace $NAMESPACE (LoadBalancer gate: $ENABLE_GW_NFTABLE_LB_SVC, ClusterIP gate: $ENABLE_GW_NFTABLE_SVC_CLUSTER_IP)" >&2
