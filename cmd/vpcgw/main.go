@@ -2,6 +2,7 @@
 //
 //	vpcgw controller  watch the cluster and program the gateways
 //	vpcgw agent       apply desired gateway states (JSON lines on stdin) with nftables
+//	vpcgw webhook     serve the admission webhook
 //	vpcgw lab         run the local lab (real API server, namespaces, traffic)
 //	vpcgw echo        a backend that answers with its name (lab helper)
 //	vpcgw probe       send requests and count answers per backend (lab helper)
@@ -13,6 +14,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/vpcgw/vpcgw/internal/webhook"
 )
 
 type command struct {
@@ -23,6 +26,7 @@ type command struct {
 var commands = []command{
 	{"controller", "watch the cluster and program the VPC NAT gateways", runController},
 	{"agent", "apply desired gateway states read from stdin (runs inside a gateway)", runAgent},
+	{"webhook", "serve the admission webhook (SPEC W1-W7)", webhook.Main},
 	{"lab", "run the local lab: API server, gateway, backends and traffic", runLab},
 	{"echo", "serve HTTP and UDP answering with a name (lab backend)", runEcho},
 	{"probe", "send requests from this network namespace and count answers", runProbe},

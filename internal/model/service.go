@@ -223,7 +223,7 @@ func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan)
 	resolver := ix.newResolver(b.gw.Spec.Vpc)
 	sp.Identities = make([]gwstate.Identity, 0, 2*len(svc.Spec.Ports))
 	for _, p := range svc.Spec.Ports {
-		proto, ok := protocolOf(p.Protocol)
+		proto, ok := ServedProtocol(p.Protocol)
 		if !ok {
 			sp.Events = append(sp.Events, *warning(ReasonUnsupported, "port %q %d/%s is not served: only TCP and UDP are supported", p.Name, p.Port, p.Protocol))
 			continue
@@ -250,7 +250,7 @@ func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan)
 // the conflict (SPEC I2): the part is not served at all.
 func (ix *Index) holdsAll(svc *corev1.Service, sp *ServicePlan, vip, what string, reason *string) bool {
 	for _, p := range svc.Spec.Ports {
-		if _, ok := protocolOf(p.Protocol); !ok {
+		if _, ok := ServedProtocol(p.Protocol); !ok {
 			continue
 		}
 		if holder := ix.holder(vip, p, sp.Key); holder != sp.Key {
@@ -276,7 +276,8 @@ func affinityTimeout(svc *corev1.Service) int32 {
 	return min(t, kubeovnv1.MaxDnatSessionAffinityTimeoutSeconds)
 }
 
-func protocolOf(p corev1.Protocol) (gwstate.Protocol, bool) {
+// ServedProtocol maps a Service port protocol to a served one (SPEC S5: TCP and UDP; "" is TCP).
+func ServedProtocol(p corev1.Protocol) (gwstate.Protocol, bool) {
 	switch p {
 	case corev1.ProtocolTCP, "":
 		return gwstate.TCP, true

@@ -101,7 +101,7 @@ func NewIndex(s Snapshot, gates Gates) *Index {
 	}
 	for i := range s.Records {
 		r := &s.Records[i]
-		if isRecord(r) {
+		if IsRecord(r) {
 			uid := types.UID(r.Labels[LabelRecordUID])
 			ix.records[uid] = append(ix.records[uid], r)
 		}
@@ -130,7 +130,7 @@ func (ix *Index) addClaims(svc *corev1.Service) {
 			continue
 		}
 		for _, p := range svc.Spec.Ports {
-			if _, ok := protocolOf(p.Protocol); !ok {
+			if _, ok := ServedProtocol(p.Protocol); !ok {
 				continue
 			}
 			k := claimKey{vip: vip, port: p.Port, protocol: p.Protocol}
@@ -150,7 +150,7 @@ func (ix *Index) holder(vip string, p corev1.ServicePort, self types.NamespacedN
 	return self // a Service planned outside its snapshot claims for itself
 }
 
-// isRecord tells a Service record from a hand-made rule.
-func isRecord(r *kubeovnv1.IptablesDnatRule) bool {
+// IsRecord tells a Service record from a hand-made rule or one of kube-ovn's own.
+func IsRecord(r *kubeovnv1.IptablesDnatRule) bool {
 	return r.Labels[LabelRecord] == "true" && r.Labels[LabelRecordUID] != ""
 }

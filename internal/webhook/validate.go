@@ -171,15 +171,16 @@ func ValidateServiceClaims(svc *corev1.Service, eip *kubeovnv1.IptablesEIP, othe
 	return problems
 }
 
-// protocolOf normalises a Service port protocol to the two served ones (S5: SCTP claims nothing).
+// protocolOf is the model's rule on served protocols (S5: SCTP claims nothing), spelled as
+// Kubernetes spells protocols for the messages.
 func protocolOf(p corev1.Protocol) (corev1.Protocol, bool) {
-	switch p {
-	case corev1.ProtocolTCP, "":
-		return corev1.ProtocolTCP, true
-	case corev1.ProtocolUDP:
-		return corev1.ProtocolUDP, true
+	if _, ok := model.ServedProtocol(p); !ok {
+		return "", false
 	}
-	return "", false
+	if p == "" {
+		return corev1.ProtocolTCP, true
+	}
+	return p, true
 }
 
 func holdsPort(svc *corev1.Service, port int32, proto corev1.Protocol) bool {
@@ -237,12 +238,6 @@ func nameList(names []string) string {
 	return strings.Join(names, ", ")
 }
 
-// isRecord tells a Service record from another rule (kube-ovn labels its own rules with the
-// gateway and EIP too). It is the model's rule (model.isRecord, unexported).
-func isRecord(r *kubeovnv1.IptablesDnatRule) bool {
-	return r.Labels[model.LabelRecord] == "true" && r.Labels[model.LabelRecordUID] != ""
-}
-
 func recordOwner(r *kubeovnv1.IptablesDnatRule) string {
 	ns, name := r.Labels[model.LabelRecordNamespace], r.Labels[model.LabelRecordName]
 	if name == "" {
@@ -262,7 +257,7 @@ func ValidateEIPDelete(eip *kubeovnv1.IptablesEIP, records []kubeovnv1.IptablesD
 	var users []string
 	for i := range records {
 		r := &records[i]
-		if isRecord(r) && r.DeletionTimestamp == nil && r.Labels[model.LabelEIPUID] == string(eip.UID) {
+		if model.IsRecord(r) && r.DeletionTimestamp == nil && r.Labels[model.LabelEIPUID] == string(eip.UID) {
 			users = append(users, recordOwner(r))
 		}
 	}
@@ -288,7 +283,7 @@ func ValidateGatewayDelete(gateway string, services []corev1.Service, records []
 	}
 	for i := range records {
 		r := &records[i]
-		if isRecord(r) && r.DeletionTimestamp == nil && r.Labels[model.LabelGateway] == gateway {
+		if model.IsRecord(r) && r.DeletionTimestamp == nil && r.Labels[model.LabelGateway] == gateway {
 			bound = append(bound, recordOwner(r))
 		}
 	}
