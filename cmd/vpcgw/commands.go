@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -79,11 +78,10 @@ func runController(ctx context.Context, args []string) error {
 	return controller.Run(ctx, cfg, opts, log)
 }
 
+// runAgent reads desired states on stdin and acknowledges them on stdout; its flags are the
+// data plane's (--vpc-interface, --verify-interval, --retry-max, --text-path, -v).
 func runAgent(ctx context.Context, args []string) error {
-	if len(args) > 0 {
-		return errors.New("agent takes no arguments: it reads gateway states on stdin")
-	}
-	return dataplane.Main(ctx, os.Stdin, os.Stdout)
+	return dataplane.MainWithArgs(ctx, args, os.Stdin, os.Stdout)
 }
 
 func runEcho(_ context.Context, args []string) error  { return netlab.EchoMain(args) }

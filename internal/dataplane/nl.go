@@ -94,6 +94,7 @@ func (b *nlBackend) commit(_ context.Context, tx txn) error {
 }
 
 func (t *nlTxn) size() int { return t.n }
+
 func (t *nlTxn) chain(name string) *nftables.Chain {
 	return &nftables.Chain{Name: name, Table: t.b.table}
 }
