@@ -4,8 +4,11 @@ SHELL := /usr/bin/env bash
 GO ?= go
 ASSETS ?= $(or $(VPCGW_ASSETS),$(HOME)/.cache/vpcgw/envtest-v1.37.2)
 export KUBEBUILDER_ASSETS := $(ASSETS)
+# helm, built from its Go module (hack/tools/helm); the deploy tests read VPCGW_HELM.
+HELM_DIR ?= $(HOME)/.cache/vpcgw/helm-v3.22.0
+export VPCGW_HELM := $(HELM_DIR)/helm
 
-.PHONY: all build deps assets generate lab lab-stay test unit fmt-check vet
+.PHONY: all build deps assets helm generate lab lab-stay test unit fmt-check vet
 
 all: build
 
@@ -19,6 +22,10 @@ deps:
 # kube-apiserver and etcd for envtest, built from the Go module proxy (~10 min the first time).
 assets:
 	hack/tools/build-assets.sh "$(ASSETS)"
+
+# helm for the chart tests (deploy/), built from the Go module proxy (a few minutes the first time).
+helm:
+	hack/tools/helm/build.sh "$(HELM_DIR)"
 
 # Deepcopy code and CRD YAML from api/kubeovn/v1 (controller-gen, hack/tools/controllergen).
 generate:
@@ -35,7 +42,7 @@ lab-stay: deps assets build
 # Every test: unit tests (race detector), integration tests against the real API server, real
 # nftables in network namespaces, and the end-to-end lab tests. VPCGW_REQUIRE_ALL=1 turns every
 # "this machine lacks X" skip into a failure, so nothing is silently skipped here.
-test: deps assets fmt-check vet
+test: deps assets helm fmt-check vet
 	VPCGW_REQUIRE_ALL=1 $(GO) test -race -count=1 -timeout 30m ./...
 
 # Fast tests only (no root, no API server needed; the others skip with a reason).

@@ -98,7 +98,7 @@ kube() { "$KUBECTL" "$@"; }
 
 install_crds=$INSTALL_CRDS
 existing_ca=""
-if $dry_run; then
+if [ "$dry_run" = true ]; then
 	[ "$install_crds" != auto ] || install_crds=true
 else
 	kube version >/dev/null || die "cannot reach the cluster with $KUBECTL"
@@ -110,14 +110,14 @@ else
 			install_crds=true
 		fi
 	fi
-	if $CERT_MANAGER; then
+	if [ "$CERT_MANAGER" = true ]; then
 		kube get crd certificates.cert-manager.io >/dev/null 2>&1 || die "CERT_MANAGER=true but cert-manager is not installed"
 	fi
 	for ns in "$NAMESPACE" "${gateway_namespaces[@]}"; do
 		kube get namespace "$ns" >/dev/null 2>&1 || kube create namespace "$ns"
 	done
 	# Idempotence: keep the webhook certificate of an earlier run instead of generating another.
-	if $ENABLE_WEBHOOK && ! $CERT_MANAGER; then
+	if [ "$ENABLE_WEBHOOK" = true ] && [ "$CERT_MANAGER" = false ]; then
 		existing_ca=$(kube get secret --namespace "$NAMESPACE" vpcgw-webhook-cert --ignore-not-found -o 'jsonpath={.data.ca\.crt}')
 		[ -z "$existing_ca" ] || check "the CA of Secret $NAMESPACE/vpcgw-webhook-cert" "$existing_ca" '^[A-Za-z0-9+/=]+$' "base64"
 	fi
@@ -160,14 +160,14 @@ values=$work/values.yaml
 manifests=$work/vpcgw.yaml
 "$HELM" template vpcgw "$chart" --namespace "$NAMESPACE" --values "$values" >"$manifests"
 
-if $dry_run; then
+if [ "$dry_run" = true ]; then
 	cat -- "$manifests"
 	exit 0
 fi
 kube apply --server-side --force-conflicts --field-manager=vpcgw-install --filename "$manifests"
 if [ "$ROLLOUT_TIMEOUT" != 0 ]; then
 	deployments=(deployment/vpcgw-controller)
-	! $ENABLE_WEBHOOK || deployments+=(deployment/vpcgw-webhook)
+	[ "$ENABLE_WEBHOOK" = false ] || deployments+=(deployment/vpcgw-webhook)
 	for d in "${deployments[@]}"; do
 		kube rollout status --namespace "$NAMESPACE" "$d" --timeout="$ROLLOUT_TIMEOUT" ||
 			die "$d is not ready after $ROLLOUT_TIMEOUT (kubectl --namespace $NAMESPACE describe $d)"

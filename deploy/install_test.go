@@ -1,0 +1,450 @@
+package deploy
+
+// covers: F4, O4, T2, R1, R3
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	"github.com/vpcgw/vpcgw/internal/controller"
+	"github.com/vpcgw/vpcgw/internal/gwstate"
+	"github.com/vpcgw/vpcgw/internal/model"
+	"github.com/vpcgw/vpcgw/internal/testutil"
+	"github.com/vpcgw/vpcgw/internal/transport"
+)
+
+// KubectlEnv names the kubectl binary for the install script's apply test (default: kubectl on PATH).
+const KubectlEnv = "VPCGW_KUBECTL"
+
+const controllerUser = "system:serviceaccount:kube-system:vpcgw-controller"
+
+// installScript runs deploy/install.sh with args and the environment env (on top of PATH and
+// HOME only, so that the caller's environment cannot leak into the test).
+func installScript(t *testing.T, env map[string]string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	cmd := exec.Command("bash", append([]string{"install.sh"}, args...)...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "HELM=" + helmBin(t)}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var o, e strings.Builder
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	return o.String(), e.String(), err
+}
+
+// TestInstallScriptDryRun: --dry-run prints the manifests, honouring the gate variables, and the
+// API server accepts them.
+func TestInstallScriptDryRun(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		env   map[string]string
+		flags map[string]string
+		check func(t *testing.T, m manifest)
+	}{{
+		name:  "defaults",
+		flags: map[string]string{"enable-gw-nftable-lb-svc": "false", "enable-gw-nftable-svc-cluster-ip": "false", "enable-lb": "true", "transport": "exec", "leader-elect": "false"},
+		check: func(t *testing.T, m manifest) {
+			if m.count("CustomResourceDefinition") != 5 {
+				t.Errorf("dry run renders %d CRDs, want 5 (INSTALL_CRDS=auto is true offline)", m.count("CustomResourceDefinition"))
+			}
+			checkWebhook(t, m, "generated")
+		},
+	}, {
+		name: "both gates, replicas 2, gateway namespaces, OVN NB",
+		env: map[string]string{"ENABLE_GW_NFTABLE_LB_SVC": "true", "ENABLE_GW_NFTABLE_SVC_CLUSTER_IP": "true", "ENABLE_LB": "false",
+			"CONTROLLER_REPLICAS": "2", "GATEWAY_NAMESPACES": "kube-system,gw-b", "OVN_NB_ADDR": "tcp:10.0.0.1:6641,tcp:10.0.0.2:6641",
+			"IMAGE_REPOSITORY": "registry.local:5000/vpcgw", "IMAGE_TAG": "v0.1.0", "INSTALL_CRDS": "false"},
+		flags: map[string]string{"enable-gw-nftable-lb-svc": "true", "enable-gw-nftable-svc-cluster-ip": "true", "enable-lb": "false",
+			"leader-elect": "true", "ovn-nb-addr": "tcp:10.0.0.1:6641,tcp:10.0.0.2:6641"},
+		check: func(t *testing.T, m manifest) {
+			if m.count("CustomResourceDefinition") != 0 {
+				t.Error("CRDs rendered with INSTALL_CRDS=false")
+			}
+			for _, ns := range []string{"kube-system", "gw-b"} {
+				m.must(t, "Role", ns, "vpcgw-controller-exec")
+			}
+			c := container(t, m.must(t, "Deployment", "kube-system", "vpcgw-controller"), "controller")
+			if c["image"] != "registry.local:5000/vpcgw:v0.1.0" {
+				t.Errorf("image = %v", c["image"])
+			}
+		},
+	}, {
+		name:  "cert-manager, namespace",
+		env:   map[string]string{"CERT_MANAGER": "true", "NAMESPACE": "vpcgw-system", "ENABLE_GW_NFTABLE_LB_SVC": "true"},
+		flags: map[string]string{"enable-gw-nftable-lb-svc": "true", "enable-gw-nftable-svc-cluster-ip": "false", "enable-lb": "true"},
+		check: func(t *testing.T, m manifest) {
+			m.must(t, "Certificate", "vpcgw-system", "vpcgw-webhook")
+			vwc := m.must(t, "ValidatingWebhookConfiguration", "", "vpcgw")
+			if got := vwc.GetAnnotations()["cert-manager.io/inject-ca-from"]; got != "vpcgw-system/vpcgw-webhook" {
+				t.Errorf("inject-ca-from = %q", got)
+			}
+			// The controller runs in vpcgw-system; the gateways stay in kube-system.
+			if rb := m.must(t, "RoleBinding", "kube-system", "vpcgw-controller-exec"); !strings.Contains(fmt.Sprint(rb.Object["subjects"]), "namespace:vpcgw-system") {
+				t.Errorf("exec RoleBinding subjects = %v", rb.Object["subjects"])
+			}
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, stderr, err := installScript(t, tc.env, "--dry-run")
+			if err != nil {
+				t.Fatalf("install.sh --dry-run: %v\n%s", err, stderr)
+			}
+			m := manifest(decode(t, []byte(out)))
+			ns := tc.env["NAMESPACE"]
+			if ns == "" {
+				ns = "kube-system"
+			}
+			wantFlags(t, args(t, container(t, m.must(t, "Deployment", ns, "vpcgw-controller"), "controller")), tc.flags)
+			tc.check(t, m)
+			checkCommon(t, m)
+			if cfg == nil {
+				return
+			}
+			for _, n := range []string{ns, "gw-b"} {
+				createNamespace(t, n)
+			}
+			if tc.env["CERT_MANAGER"] == "true" {
+				installCertManagerCRDs(t)
+			}
+			apply(t, m, true)
+		})
+	}
+}
+
+// TestInstallScriptRejects: bad values stop the script before it renders or applies anything,
+// and nothing in a value is ever run.
+func TestInstallScriptRejects(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "pwned")
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"ENABLE_GW_NFTABLE_LB_SVC": "yes"}, "ENABLE_GW_NFTABLE_LB_SVC"},
+		{map[string]string{"ENABLE_GW_NFTABLE_SVC_CLUSTER_IP": "true"}, "--enable-gw-nftable-svc-cluster-ip and --enable-lb"},
+		{map[string]string{"NAMESPACE": "kube-system; touch " + marker}, "NAMESPACE"},
+		{map[string]string{"IMAGE_REPOSITORY": "x\"\n  pwned: \"1"}, "IMAGE_REPOSITORY"},
+		{map[string]string{"OVN_NB_ADDR": "tcp:$(touch " + marker + "):6641"}, "OVN_NB_ADDR"},
+		{map[string]string{"GATEWAY_NAMESPACES": "kube-system,`touch " + marker + "`"}, "GATEWAY_NAMESPACES"},
+	} {
+		out, stderr, err := installScript(t, tc.env, "--dry-run")
+		if err == nil || !strings.Contains(stderr, tc.want) || out != "" {
+			t.Errorf("install.sh %v: err %v, stdout %d bytes, stderr %q; want a failure naming %q and no output", tc.env, err, len(out), stderr, tc.want)
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("a value was executed")
+	}
+	if _, stderr, err := installScript(t, nil, "--frobnicate"); err == nil || !strings.Contains(stderr, "unknown argument") {
+		t.Errorf("unknown argument accepted: %v %s", err, stderr)
+	}
+}
+
+// TestInstallScriptApply runs the script for real against the API server twice: the second run
+// changes nothing (the webhook certificate is kept, the objects stay at their resourceVersion).
+func TestInstallScriptApply(t *testing.T) {
+	helmBin(t)
+	needAPIServer(t)
+	kubectl := os.Getenv(KubectlEnv)
+	if kubectl == "" {
+		var err error
+		if kubectl, err = exec.LookPath("kubectl"); err != nil {
+			testutil.Skip(t, "kubectl not found: set "+KubectlEnv+" or put kubectl on PATH")
+		}
+	}
+	user, err := env.AddUser(envtest.User{Name: "installer", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	envs := map[string]string{"KUBECTL": kubectl, "KUBECONFIG": kubeconfig, "ROLLOUT_TIMEOUT": "0", "NAMESPACE": "vpcgw-install",
+		"GATEWAY_NAMESPACES": "gw-install", "ENABLE_GW_NFTABLE_LB_SVC": "true"}
+	run := func() {
+		t.Helper()
+		if _, stderr, err := installScript(t, envs); err != nil {
+			t.Fatalf("install.sh: %v\n%s", err, stderr)
+		}
+	}
+	run()
+	ctx := context.Background()
+	snapshot := func() map[string]string {
+		out := map[string]string{}
+		var sec corev1.Secret
+		must(t, k8s.Get(ctx, types.NamespacedName{Namespace: "vpcgw-install", Name: "vpcgw-webhook-cert"}, &sec))
+		out["secret"] = sec.ResourceVersion
+		out["ca"] = string(sec.Data["ca.crt"])
+		for _, name := range []string{"vpcgw-controller", "vpcgw-webhook"} {
+			d := &unstructured.Unstructured{}
+			d.SetAPIVersion("apps/v1")
+			d.SetKind("Deployment")
+			must(t, k8s.Get(ctx, types.NamespacedName{Namespace: "vpcgw-install", Name: name}, d))
+			out[name] = d.GetResourceVersion()
+			if name == "vpcgw-controller" {
+				cs, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+				wantFlags(t, args(t, cs[0].(map[string]any)), map[string]string{"enable-gw-nftable-lb-svc": "true", "enable-gw-nftable-svc-cluster-ip": "false"})
+			}
+		}
+		vwc := &unstructured.Unstructured{}
+		vwc.SetAPIVersion("admissionregistration.k8s.io/v1")
+		vwc.SetKind("ValidatingWebhookConfiguration")
+		must(t, k8s.Get(ctx, types.NamespacedName{Name: "vpcgw"}, vwc))
+		out["vwc"] = vwc.GetResourceVersion()
+		hooks, _, _ := unstructured.NestedSlice(vwc.Object, "webhooks")
+		ca, _, _ := unstructured.NestedString(hooks[0].(map[string]any), "clientConfig", "caBundle")
+		if ca == "" || !strings.Contains(out["ca"], "BEGIN CERTIFICATE") {
+			t.Errorf("caBundle %q / ca.crt %q", ca, out["ca"])
+		}
+		return out
+	}
+	first := snapshot()
+	// The webhook registered above would reject record and EIP writes of later tests in this
+	// process (nothing serves it here): remove it at the end.
+	t.Cleanup(func() {
+		vwc := &unstructured.Unstructured{}
+		vwc.SetAPIVersion("admissionregistration.k8s.io/v1")
+		vwc.SetKind("ValidatingWebhookConfiguration")
+		vwc.SetName("vpcgw")
+		_ = k8s.Delete(context.Background(), vwc)
+	})
+	run()
+	if second := snapshot(); fmt.Sprint(first) != fmt.Sprint(second) {
+		t.Errorf("second install changed objects:\n first %v\nsecond %v", first, second)
+	}
+}
+
+// TestControllerRBACSuffices applies the chart's RBAC for real and runs the real controller as its
+// service account: it must elect itself leader, add the finalizer, write the records, program the
+// gateway (checking pods/exec where the gateway pod runs) and publish the ingress, all with exactly
+// the chart's permissions. SubjectAccessReviews then check what it must not be able to do.
+func TestControllerRBACSuffices(t *testing.T) {
+	helmBin(t)
+	needAPIServer(t)
+	createNamespace(t, "gw-rbac")
+	m := manifest(render(t, "--set", "controller.replicas=2", "--set", "gatewayNamespaces={kube-system,gw-rbac}", "--set", "webhook.enabled=false"))
+	apply(t, m, false)
+
+	for _, tc := range []struct {
+		attrs authorizationv1.ResourceAttributes
+		want  bool
+	}{
+		{authorizationv1.ResourceAttributes{Verb: "create", Resource: "pods", Subresource: "exec", Namespace: "gw-rbac"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "pods", Subresource: "exec", Namespace: "kube-system"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "create", Resource: "pods", Subresource: "exec", Namespace: "default"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "patch", Resource: "services", Namespace: "anywhere"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "update", Resource: "services", Namespace: "anywhere"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "delete", Resource: "services", Namespace: "anywhere"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: "kube-system"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "delete", Group: "kubeovn.io", Resource: "iptables-eips"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "update", Group: "kubeovn.io", Resource: "vpc-nat-gateways"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "default"}, false},
+	} {
+		if got := allowed(t, controllerUser, tc.attrs); got != tc.want {
+			t.Errorf("%s may %+v: %v, want %v", controllerUser, tc.attrs, got, tc.want)
+		}
+	}
+
+	// The controller, as its service account.
+	ctx := context.Background()
+	as := rest.CopyConfig(cfg)
+	as.Impersonate = rest.ImpersonationConfig{UserName: controllerUser, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}}
+	dialer := &checkingAgents{cfg: as}
+	gw, ns := "rbac-gw", "rbac-svc"
+	createNamespace(t, ns)
+	must(t, k8s.Create(ctx, &kubeovnv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: gw + "-subnet"},
+		Spec: kubeovnv1.SubnetSpec{Vpc: gw + "-vpc", CIDRBlock: "10.9.1.0/24", Provider: "ovn"}}))
+	must(t, k8s.Create(ctx, &kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: gw},
+		Spec: kubeovnv1.VpcNatGatewaySpec{Vpc: gw + "-vpc", Subnet: gw + "-subnet", LanIP: "10.9.1.254", Namespace: "gw-rbac"}}))
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "vpc-nat-gw-" + gw + "-0", Namespace: "gw-rbac",
+		Labels:      map[string]string{"app": model.GatewayAppPrefix + gw, model.LabelGatewayPod: "true"},
+		Annotations: map[string]string{model.AnnotationGatewayPod: gw, model.AnnotationGwInit: "true", "ovn.kubernetes.io/ip_address": "10.9.1.254"}},
+		Spec: corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{{Name: "vpc-nat-gw", Image: "x"}}}}
+	must(t, k8s.Create(ctx, pod))
+	pod.Status.Phase = corev1.PodRunning
+	must(t, k8s.Status().Update(ctx, pod))
+	eip := &kubeovnv1.IptablesEIP{ObjectMeta: metav1.ObjectMeta{Name: "rbac-eip"}, Spec: kubeovnv1.IptablesEIPSpec{NatGwDp: gw, V4ip: "172.19.0.10"}}
+	must(t, k8s.Create(ctx, eip))
+	eip.Status.Ready, eip.Status.IP = true, "172.19.0.10"
+	must(t, k8s.Status().Update(ctx, eip))
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns,
+		Annotations: map[string]string{model.AnnotationGateway: gw, model.AnnotationEIP: "rbac-eip"}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, AllocateLoadBalancerNodePorts: ptr.To(false),
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}}}}
+	must(t, k8s.Create(ctx, svc))
+	must(t, k8s.Create(ctx, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: ns,
+		Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](8080)}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.9.1.10"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}}}))
+
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- controller.Run(runCtx, as, controller.Options{
+			Flags:  controller.Flags{EnableGwNftableLbSvc: true},
+			Dialer: dialer, MetricsAddr: "0", HealthAddr: "0",
+			LeaderElection: true, LeaderElectionNamespace: "kube-system",
+		}, zap.New(zap.WriteTo(io.Discard)))
+	}()
+	defer func() {
+		stop()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("controller: %v", err)
+		}
+	}()
+
+	eventually(t, "the Service served through the EIP by the controller running as its service account", func() bool {
+		var cur corev1.Service
+		must(t, k8s.Get(ctx, client.ObjectKeyFromObject(svc), &cur))
+		var recs kubeovnv1.IptablesDnatRuleList
+		must(t, k8s.List(ctx, &recs, client.MatchingLabels{model.LabelRecordName: "web", model.LabelRecordNamespace: ns}))
+		ready := len(recs.Items) > 0
+		for _, r := range recs.Items {
+			ready = ready && r.Status.Ready
+		}
+		ing := cur.Status.LoadBalancer.Ingress
+		return slices.Contains(cur.Finalizers, model.Finalizer) && ready && len(ing) == 1 && ing[0].IP == "172.19.0.10"
+	})
+	var lease coordinationv1.Lease
+	must(t, k8s.Get(ctx, types.NamespacedName{Namespace: "kube-system", Name: "vpcgw-controller"}, &lease))
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+		t.Error("the leader election Lease has no holder")
+	}
+	if err := dialer.failure(); err != nil {
+		t.Error(err)
+	}
+
+	// Deleting the Service releases it: records deleted, finalizer removed (T2).
+	must(t, k8s.Delete(ctx, svc))
+	eventually(t, "the Service released and gone", func() bool {
+		var cur corev1.Service
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(svc), &cur)
+		var recs kubeovnv1.IptablesDnatRuleList
+		must(t, k8s.List(ctx, &recs, client.MatchingLabels{model.LabelRecordName: "web", model.LabelRecordNamespace: ns}))
+		return client.IgnoreNotFound(err) == nil && err != nil && len(recs.Items) == 0
+	})
+}
+
+func allowed(t *testing.T, user string, attrs authorizationv1.ResourceAttributes) bool {
+	t.Helper()
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User: user, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"},
+		ResourceAttributes: &attrs,
+	}}
+	must(t, k8s.Create(context.Background(), sar))
+	return sar.Status.Allowed
+}
+
+// checkingAgents acknowledges every state like an agent would, after checking with a
+// SelfSubjectAccessReview, as the controller, that it may exec into the instance's pod: that is
+// what the exec transport needs in a cluster (envtest has no kubelet to exec into).
+type checkingAgents struct {
+	cfg  *rest.Config
+	mu   sync.Mutex
+	errs []error
+}
+
+func (a *checkingAgents) failure() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return errors.Join(a.errs...)
+}
+
+func (a *checkingAgents) Dial(ctx context.Context, inst transport.Instance) (*transport.Conn, error) {
+	c, err := client.New(a.cfg, client.Options{})
+	if err != nil {
+		return nil, err
+	}
+	for _, verb := range []string{"create", "get"} {
+		ssar := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Resource: "pods", Subresource: "exec", Namespace: inst.Namespace, Name: inst.Pod},
+		}}
+		if err := c.Create(ctx, ssar); err != nil {
+			return nil, err
+		}
+		if !ssar.Status.Allowed {
+			err := fmt.Errorf("the controller may not %s pods/exec on %s/%s", verb, inst.Namespace, inst.Pod)
+			a.mu.Lock()
+			a.errs = append(a.errs, err)
+			a.mu.Unlock()
+			return nil, err
+		}
+	}
+	toAgentR, toAgentW := io.Pipe()
+	fromAgentR, fromAgentW := io.Pipe()
+	go func() {
+		sc := bufio.NewScanner(toAgentR)
+		sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
+		enc := json.NewEncoder(fromAgentW)
+		for sc.Scan() {
+			var st gwstate.State
+			ack := gwstate.Ack{}
+			if err := json.Unmarshal(sc.Bytes(), &st); err != nil {
+				ack.Error = err.Error()
+			}
+			ack.Generation = st.Generation
+			if err := enc.Encode(ack); err != nil {
+				return
+			}
+		}
+		_ = fromAgentW.Close()
+	}()
+	return transport.NewConn(toAgentW, fromAgentR, closerFunc(func() error {
+		_ = toAgentW.Close()
+		return fromAgentR.Close()
+	})), nil
+}
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true,
+		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
