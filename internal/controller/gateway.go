@@ -78,7 +78,10 @@ type GatewayReconciler struct {
 	// MinSyncInterval is the least time between two syncs of one gateway: a burst of changes is
 	// coalesced into one sync, a lone change is synced at once (kube-proxy's minSyncPeriod).
 	MinSyncInterval time.Duration
-	Log             logr.Logger
+	// OnProgrammed, when set, receives after each acknowledged sync of a gateway the network
+	// programming latencies of the EndpointSlice changes it carried (benchmarks use it).
+	OnProgrammed func(gateway string, latencies []time.Duration)
+	Log          logr.Logger
 
 	syncMu   sync.Mutex
 	lastSync map[string]time.Time

@@ -74,15 +74,18 @@ func (l *latencyTracker) pending(slices []discoveryv1.EndpointSlice) map[types.U
 	return out
 }
 
-// observe records the latency of the changes that a sync acknowledged at now.
-func (l *latencyTracker) observe(changed map[types.UID]time.Time, now time.Time) {
+// observe records the latency of the changes that a sync acknowledged at now, and returns them.
+func (l *latencyTracker) observe(changed map[types.UID]time.Time, now time.Time) []time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.seen == nil {
 		l.seen = map[types.UID]time.Time{}
 	}
+	out := make([]time.Duration, 0, len(changed))
 	for uid, t := range changed {
 		l.seen[uid] = t
 		programmingLatency.Observe(now.Sub(t).Seconds())
+		out = append(out, now.Sub(t))
 	}
+	return out
 }

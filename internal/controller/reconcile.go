@@ -80,7 +80,9 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 			}
 			now := time.Now()
 			syncDuration.WithLabelValues("ok").Observe(now.Sub(start).Seconds())
-			r.latency.observe(changed, now)
+			if lat := r.latency.observe(changed, now); r.OnProgrammed != nil {
+				r.OnProgrammed(key, lat)
+			}
 			identities.WithLabelValues(key).Set(float64(len(gp.State.Identities)))
 			n := 0
 			for _, id := range gp.State.Identities {

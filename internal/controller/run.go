@@ -28,6 +28,8 @@ type Options struct {
 	// MetricsAddr and HealthAddr are listen addresses; "0" turns the server off.
 	// MinSyncInterval is the least time between two syncs of one gateway (0: no limit).
 	MinSyncInterval time.Duration
+	// OnProgrammed: see GatewayReconciler.OnProgrammed.
+	OnProgrammed func(gateway string, latencies []time.Duration)
 	// NB configures the VIP route writer; an empty address turns route writing off (SPEC V1).
 	NB                      ovn.Config
 	MetricsAddr             string
@@ -92,6 +94,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 	r := &GatewayReconciler{
 		Routes:          routes,
 		MinSyncInterval: opts.MinSyncInterval,
+		OnProgrammed:    opts.OnProgrammed,
 		Client:          mgr.GetClient(),
 		Recorder:        mgr.GetEventRecorder("vpcgw-controller"),
 		Flags:           opts.Flags,
