@@ -4,6 +4,8 @@ SHELL := /usr/bin/env bash
 GO ?= go
 ASSETS ?= $(or $(VPCGW_ASSETS),$(HOME)/.cache/vpcgw/envtest-v1.37.2)
 export KUBEBUILDER_ASSETS := $(ASSETS)
+# The install-script tests run this kubectl (built with the envtest binaries, same version).
+export VPCGW_KUBECTL := $(ASSETS)/kubectl
 # helm, built from its Go module (hack/tools/helm); the deploy tests read VPCGW_HELM.
 HELM_DIR ?= $(HOME)/.cache/vpcgw/helm-v3.22.0
 export VPCGW_HELM := $(HELM_DIR)/helm

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the envtest control plane (kube-apiserver v1.37.2 and etcd v3.7.0) from the Go module
-# proxy into a cache directory, and does nothing when the binaries there are already good.
+# Builds the envtest control plane (kube-apiserver v1.37.2 and etcd v3.7.0), and kubectl v1.37.2
+# for the install-script tests, from the Go module proxy into a cache directory, and does nothing
+# when the binaries there are already good.
 # Usage: hack/tools/build-assets.sh [OUTDIR]; prints the directory for KUBEBUILDER_ASSETS last.
 set -euo pipefail
 
@@ -11,6 +12,7 @@ mkdir -p "$out"
 
 have_apiserver() { [ -x "$out/kube-apiserver" ] && "$out/kube-apiserver" --version 2>/dev/null | grep -qF "$K8S_VERSION"; }
 have_etcd() { [ -x "$out/etcd" ] && "$out/etcd" --version >/dev/null 2>&1; }
+have_kubectl() { [ -x "$out/kubectl" ] && "$out/kubectl" version --client 2>/dev/null | grep -qF "$K8S_VERSION"; }
 
 # One fixed set of flags: changing anything but -ldflags invalidates the whole build cache (~10 min).
 ldflags="-s -w"
@@ -29,5 +31,10 @@ if ! have_etcd; then
 	go -C "$here" build -ldflags "-s -w" -o "$out/etcd.tmp" go.etcd.io/etcd/server/v3
 	mv "$out/etcd.tmp" "$out/etcd"
 fi
-have_apiserver && have_etcd
+if ! have_kubectl; then
+	echo "building kubectl into $out" >&2
+	go -C "$here" build -ldflags "$ldflags" -o "$out/kubectl.tmp" k8s.io/kubernetes/cmd/kubectl
+	mv "$out/kubectl.tmp" "$out/kubectl"
+fi
+have_apiserver && have_etcd && have_kubectl
 echo "$out"
