@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -34,7 +36,9 @@ func runController(ctx context.Context, args []string) error {
 	var opts controller.Options
 	opts.Flags.Register(fs)
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: in-cluster or $KUBECONFIG)")
-	transportName := fs.String("transport", "local", "how to reach gateway agents: local (ip netns exec, for the lab)")
+	transportName := fs.String("transport", "local", "how to reach gateway agents: exec (Kubernetes exec API into the gateway pods) or local (ip netns exec, for the lab)")
+	agentContainer := fs.String("agent-container", transport.DefaultExecContainer, "container of the gateway pods that runs the agent (exec transport)")
+	agentCommand := fs.String("agent-command", strings.Join(transport.DefaultExecCommand, " "), "the agent's command in that container, words separated by spaces (exec transport; no shell)")
 	fs.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", `metrics listen address ("0" turns it off)`)
 	fs.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", `health probe listen address ("0" turns it off)`)
 	fs.BoolVar(&opts.LeaderElection, "leader-elect", false, "elect a leader among controller replicas")
@@ -56,16 +60,6 @@ func runController(ctx context.Context, args []string) error {
 	if err := opts.Flags.Validate(); err != nil {
 		return err
 	}
-	switch *transportName {
-	case "local":
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("finding own executable for the local transport: %w", err)
-		}
-		opts.Dialer = &transport.LocalNetns{AgentCommand: []string{exe, "agent"}, Log: log.WithName("transport")}
-	default:
-		return fmt.Errorf("unknown --transport %q (supported: local)", *transportName)
-	}
 	if *kubeconfig != "" {
 		if err := os.Setenv("KUBECONFIG", *kubeconfig); err != nil {
 			return err
@@ -74,6 +68,26 @@ func runController(ctx context.Context, args []string) error {
 	cfg, err := config.GetConfig()
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	switch *transportName {
+	case "exec":
+		argv := strings.Fields(*agentCommand)
+		if len(argv) == 0 {
+			return errors.New("--agent-command is empty")
+		}
+		d, err := transport.NewExec(cfg, log.WithName("transport"), transport.WithExecContainer(*agentContainer), transport.WithExecCommand(argv...))
+		if err != nil {
+			return err
+		}
+		opts.Dialer = d
+	case "local":
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("finding own executable for the local transport: %w", err)
+		}
+		opts.Dialer = &transport.LocalNetns{AgentCommand: []string{exe, "agent"}, Log: log.WithName("transport")}
+	default:
+		return fmt.Errorf("unknown --transport %q (supported: exec, local)", *transportName)
 	}
 	return controller.Run(ctx, cfg, opts, log)
 }

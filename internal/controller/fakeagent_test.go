@@ -21,11 +21,12 @@ type fakeAgents struct {
 	states   map[types.UID]gwstate.State
 	dials    map[types.UID]int
 	applies  map[types.UID]int
+	streams  map[types.UID]io.Closer // the agent's end of each instance's current stream
 	failWith string
 }
 
 func newFakeAgents() *fakeAgents {
-	return &fakeAgents{states: map[types.UID]gwstate.State{}, dials: map[types.UID]int{}, applies: map[types.UID]int{}}
+	return &fakeAgents{states: map[types.UID]gwstate.State{}, dials: map[types.UID]int{}, applies: map[types.UID]int{}, streams: map[types.UID]io.Closer{}}
 }
 
 func (f *fakeAgents) Dial(_ context.Context, inst transport.Instance) (*transport.Conn, error) {
@@ -33,6 +34,8 @@ func (f *fakeAgents) Dial(_ context.Context, inst transport.Instance) (*transpor
 	fromAgentR, fromAgentW := io.Pipe()
 	f.mu.Lock()
 	f.dials[inst.UID]++
+	f.streams[inst.UID] = fromAgentW
+	delete(f.states, inst.UID) // a new agent starts empty
 	f.mu.Unlock()
 	go func() {
 		sc := bufio.NewScanner(toAgentR)
@@ -76,6 +79,22 @@ func (f *fakeAgents) state(uid types.UID) (gwstate.State, bool) {
 	defer f.mu.Unlock()
 	st, ok := f.states[uid]
 	return st, ok
+}
+
+// kill ends the instance's agent, as a container restart does.
+func (f *fakeAgents) kill(uid types.UID) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.streams[uid]; c != nil {
+		_ = c.Close()
+	}
+	delete(f.states, uid)
+}
+
+func (f *fakeAgents) dialsOf(uid types.UID) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.dials[uid]
 }
 
 func (f *fakeAgents) appliesOf(uid types.UID) int {

@@ -14,13 +14,16 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	"github.com/vpcgw/vpcgw/internal/model"
@@ -104,7 +107,14 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 	if r.ApplyTimeout == 0 {
 		r.ApplyTimeout = 30 * time.Second
 	}
-	r.sessions = newSessions(r.Dialer, r.ApplyTimeout, r.Log.WithName("sessions"))
+	// A stream that ends by itself wakes its gateway through this channel.
+	ended := make(chan event.TypedGenericEvent[client.Object], 64)
+	r.sessions = newSessions(r.Dialer, r.ApplyTimeout, r.Log.WithName("sessions"), func(gw string) {
+		select {
+		case ended <- event.TypedGenericEvent[client.Object]{Object: &kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: gw}}}:
+		case <-ctx.Done():
+		}
+	})
 	r.lastEvent = map[types.UID]map[string]string{}
 	r.lastSync = map[string]time.Time{}
 	go func() { <-ctx.Done(); r.sessions.closeAll() }()
@@ -143,6 +153,7 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 		Watches(&kubeovnv1.IptablesEIP{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfEIP)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfPod)).
 		Watches(&kubeovnv1.IptablesDnatRule{}, handler.EnqueueRequestsFromMapFunc(gatewayOfRecord)).
+		WatchesRawSource(source.Channel(ended, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 }
 

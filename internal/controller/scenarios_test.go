@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -320,4 +321,37 @@ func metricValue(t *testing.T, name string, want map[string]string) float64 {
 		}
 	}
 	return total
+}
+
+// An agent that goes away while nothing changes (its container restarted) is redialled and gets
+// the whole state back; a replaced instance (new pod UID) gets it too.
+// covers: L6, D7
+func TestInstanceRestartedOrReplaced(t *testing.T) {
+	f := newFixture(t, "gw-restarted", 1)
+	f.eip("eip-restarted", "172.18.11.10", true)
+	f.service("web", "eip-restarted", 80, "10.0.1.11")
+	key := "172.18.11.10:80:tcp"
+	f.eventually("served", func() bool { return f.agents.serves(f.pods[0], key) })
+
+	f.agents.kill(f.pods[0])
+	f.eventually("state back after the agent restarted", func() bool {
+		return f.agents.dialsOf(f.pods[0]) >= 2 && f.agents.serves(f.pods[0], key)
+	})
+
+	ctx := context.Background()
+	var old corev1.Pod
+	must(t, k8s.Get(ctx, client.ObjectKey{Namespace: model.DefaultGatewayNamespace, Name: "vpc-nat-gw-gw-restarted-0"}, &old))
+	must(t, k8s.Delete(ctx, &old, client.GracePeriodSeconds(0)))
+	f.eventually("old pod gone", func() bool {
+		var p corev1.Pod
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(&old), &p)
+		return err != nil
+	})
+	repl := old.DeepCopy()
+	repl.ResourceVersion, repl.UID, repl.CreationTimestamp = "", "", metav1.Time{}
+	repl.Status = corev1.PodStatus{}
+	must(t, k8s.Create(ctx, repl))
+	repl.Status.Phase = corev1.PodRunning
+	must(t, k8s.Status().Update(ctx, repl))
+	f.eventually("replacement programmed", func() bool { return f.agents.serves(repl.UID, key) })
 }

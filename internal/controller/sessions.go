@@ -20,6 +20,9 @@ type sessions struct {
 	dialer       transport.Dialer
 	applyTimeout time.Duration
 	log          logr.Logger
+	// onEnded is called with the gateway of a stream that ended by itself (an agent exited, a pod
+	// restarted its container): the gateway must be resynced even if nothing else changes.
+	onEnded func(gateway string)
 
 	mu    sync.Mutex
 	byGw  map[string]map[types.UID]*session
@@ -31,8 +34,8 @@ type session struct {
 	conn *transport.Conn
 }
 
-func newSessions(d transport.Dialer, applyTimeout time.Duration, log logr.Logger) *sessions {
-	return &sessions{dialer: d, applyTimeout: applyTimeout, log: log, byGw: map[string]map[types.UID]*session{}}
+func newSessions(d transport.Dialer, applyTimeout time.Duration, log logr.Logger, onEnded func(string)) *sessions {
+	return &sessions{dialer: d, applyTimeout: applyTimeout, log: log, onEnded: onEnded, byGw: map[string]map[types.UID]*session{}}
 }
 
 // apply sends st to every instance of gateway gw and waits for all acknowledgements (SPEC D7).
@@ -48,15 +51,20 @@ func (s *sessions) apply(ctx context.Context, gw string, instances []transport.I
 	for _, inst := range instances {
 		want[inst.UID] = true
 	}
+	var stale []*transport.Conn
 	for uid, sess := range live {
 		if !want[uid] {
-			_ = sess.conn.Close()
+			stale = append(stale, sess.conn)
 			delete(live, uid)
 		}
 	}
 	s.nextG++
 	st.Generation = s.nextG
 	s.mu.Unlock()
+	// Closing a stream can take seconds (the agent's grace period): never under the lock.
+	for _, c := range stale {
+		go c.Close()
+	}
 
 	errs := make([]error, len(instances))
 	var wg sync.WaitGroup
@@ -95,34 +103,59 @@ func (s *sessions) conn(ctx context.Context, gw string, inst transport.Instance)
 		return nil, fmt.Errorf("instance %s: connecting to its agent: %w", inst, err)
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.byGw[gw] == nil {
 		s.byGw[gw] = map[types.UID]*session{}
 	}
-	if old := s.byGw[gw][inst.UID]; old != nil {
-		_ = old.conn.Close()
+	old := s.byGw[gw][inst.UID]
+	sess = &session{inst: inst, conn: conn}
+	s.byGw[gw][inst.UID] = sess
+	s.mu.Unlock()
+	if old != nil {
+		go old.conn.Close()
 	}
-	s.byGw[gw][inst.UID] = &session{inst: inst, conn: conn}
+	go s.watch(gw, sess)
 	return conn, nil
+}
+
+// watch waits for the stream to end; one that ends while still registered ended by itself.
+func (s *sessions) watch(gw string, sess *session) {
+	<-sess.conn.Ended()
+	s.mu.Lock()
+	current := s.byGw[gw][sess.inst.UID] == sess
+	if current {
+		delete(s.byGw[gw], sess.inst.UID)
+	}
+	s.mu.Unlock()
+	_ = sess.conn.Close()
+	if current && s.onEnded != nil {
+		s.log.Info("agent stream ended; resyncing the gateway", "instance", sess.inst.String())
+		s.onEnded(gw)
+	}
 }
 
 func (s *sessions) drop(gw string, uid types.UID, conn *transport.Conn) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if sess := s.byGw[gw][uid]; sess != nil && sess.conn == conn {
-		_ = conn.Close()
 		delete(s.byGw[gw], uid)
 	}
+	s.mu.Unlock()
+	_ = conn.Close()
 }
 
 // closeAll ends every stream (controller shutdown).
 func (s *sessions) closeAll() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	var all []*transport.Conn
 	for gw, live := range s.byGw {
 		for _, sess := range live {
-			_ = sess.conn.Close()
+			all = append(all, sess.conn)
 		}
 		delete(s.byGw, gw)
 	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, c := range all {
+		wg.Go(func() { _ = c.Close() })
+	}
+	wg.Wait()
 }

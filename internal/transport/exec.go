@@ -248,20 +248,26 @@ func (e *Exec) Dial(ctx context.Context, inst Instance) (*Conn, error) {
 
 	timer := time.NewTimer(e.dialTimeout)
 	defer timer.Stop()
+	var failure error
 	select {
 	case <-opened:
 		log.Info("agent stream opened", "url", u.Path)
 		return NewConn(stdinW, stdoutR, s), nil
 	case <-s.ended:
-		s.teardown()
-		return nil, fmt.Errorf("exec into %s container %s: %w", inst, e.container, s.result)
+		failure = s.result
+		if failure == nil {
+			failure = errors.New("the agent exited before reading its input")
+		}
 	case <-ctx.Done():
-		s.teardown()
-		return nil, fmt.Errorf("exec into %s container %s: %w", inst, e.container, ctx.Err())
+		failure = ctx.Err()
 	case <-timer.C:
-		s.teardown()
-		return nil, fmt.Errorf("exec into %s container %s: stream not open after %s", inst, e.container, e.dialTimeout)
+		failure = fmt.Errorf("stream not open after %s", e.dialTimeout)
 	}
+	// Not waiting for the stream's goroutine: a WebSocket handshake does not heed cancellation
+	// (gorilla/websocket reads the upgrade response without a deadline), so an API server that
+	// never answers would hold Dial forever. The goroutine ends when the connection does.
+	s.abort()
+	return nil, fmt.Errorf("exec into %s container %s: %w", inst, e.container, failure)
 }
 
 // notifyReader calls first before the first Read: the executor reads stdin only once every
@@ -298,18 +304,29 @@ func (s *execStream) Close() error {
 		select {
 		case <-s.ended:
 		case <-t.C:
+			s.abort()
+			t.Reset(execAbortWait)
+			select {
+			case <-s.ended:
+			case <-t.C:
+				s.log.Info("agent stream did not end after cancellation; leaving it")
+				return
+			}
 		}
-		s.teardown()
+		<-s.logDone
 		s.log.Info("agent stream closed", "result", fmt.Sprint(s.result))
 	})
 	return nil
 }
 
-// teardown cancels the stream and waits for its goroutines.
-func (s *execStream) teardown() {
+// execAbortWait bounds how long Close waits for a cancelled stream to end.
+const execAbortWait = 5 * time.Second
+
+// abort cancels the stream and unblocks every pipe without waiting for the stream to end.
+func (s *execStream) abort() {
 	s.cancel()
-	<-s.ended
-	_ = s.stdin.Close()
-	_ = s.stdout.Close()
-	<-s.logDone
+	_ = s.stdin.CloseWithError(errStreamClosed)
+	_ = s.stdout.CloseWithError(errStreamClosed)
 }
+
+var errStreamClosed = errors.New("exec stream closed")

@@ -101,9 +101,10 @@ func (k *testKubelet) ExecInContainer(ctx context.Context, name, uid, container 
 	k.next++
 	k.calls = append(k.calls, execCall{Pod: name, Container: container, Cmd: cmd})
 	k.running[id] = cancel
+	agent := k.agent
 	k.mu.Unlock()
 
-	err := k.agent(ctx, name, cmd, in, out, errw)
+	err := agent(ctx, name, cmd, in, out, errw)
 	killed := ctx.Err() != nil
 
 	k.mu.Lock()
@@ -114,6 +115,13 @@ func (k *testKubelet) ExecInContainer(ctx context.Context, name, uid, container 
 		return utilexec.CodeExitError{Err: fmt.Errorf("container %s of %s was killed", container, name), Code: 137}
 	}
 	return err
+}
+
+// setAgent replaces what later execs run.
+func (k *testKubelet) setAgent(agent agentFunc) {
+	k.mu.Lock()
+	k.agent = agent
+	k.mu.Unlock()
 }
 
 // killAgents ends every running agent as a container restart would.

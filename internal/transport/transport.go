@@ -46,6 +46,7 @@ type Conn struct {
 	acks    chan gwstate.Ack
 	readErr chan error // receives the reader's terminal error once
 	done    chan struct{}
+	ended   chan struct{} // closed when the agent's output ends (stream broken or closed)
 	once    sync.Once
 	err     error // terminal error, set when the stream broke
 }
@@ -58,12 +59,14 @@ func NewConn(w io.Writer, r io.Reader, closer io.Closer) *Conn {
 		acks:    make(chan gwstate.Ack),
 		readErr: make(chan error, 1),
 		done:    make(chan struct{}),
+		ended:   make(chan struct{}),
 	}
 	go c.read(r)
 	return c
 }
 
 func (c *Conn) read(r io.Reader) {
+	defer close(c.ended)
 	br := bufio.NewReaderSize(r, 1<<16)
 	for {
 		line, err := br.ReadBytes('\n')
@@ -120,6 +123,10 @@ func (c *Conn) Apply(ctx context.Context, st gwstate.State) error {
 		}
 	}
 }
+
+// Ended is closed when the agent's output ends: the agent exited, the stream broke, or the Conn
+// was closed. The controller uses it to resync an instance whose agent went away while idle.
+func (c *Conn) Ended() <-chan struct{} { return c.ended }
 
 // Broken reports whether the stream failed and must be redialled.
 func (c *Conn) Broken() bool {
