@@ -4,11 +4,17 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -27,13 +33,19 @@ import (
 	"github.com/vpcgw/vpcgw/config/crd"
 	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/model"
+	"github.com/vpcgw/vpcgw/internal/netlab"
 	"github.com/vpcgw/vpcgw/internal/testutil"
+	"github.com/vpcgw/vpcgw/internal/transport"
 )
 
 var (
 	cfg     *rest.Config
 	k8s     client.Client
 	envSkip string
+	// agentExe is a vpcgw binary for the real-agent runs ("" when this machine cannot run them;
+	// agentSkip says why).
+	agentExe  string
+	agentSkip string
 )
 
 func TestMain(m *testing.M) {
@@ -68,7 +80,96 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	dir, err := os.MkdirTemp("", "vpcgw-ctrl-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if agentSkip = realAgentsMissing(); agentSkip == "" {
+		agentExe = filepath.Join(dir, "vpcgw")
+		build := exec.Command("go", "build", "-o", agentExe, "github.com/vpcgw/vpcgw/cmd/vpcgw")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building vpcgw for the real-agent runs:", err)
+			return 1
+		}
+	}
 	return m.Run()
+}
+
+func realAgentsMissing() string {
+	if err := netlab.Available(); err != nil {
+		return err.Error()
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		return "nft is not installed (apt-get install -y nftables)"
+	}
+	return ""
+}
+
+// dataplaneView is what the scenarios ask of the gateway instances: does one serve an identity
+// ("vip:port:proto"), and end its agent as a container restart would.
+type dataplaneView interface {
+	serves(uid types.UID, key string) bool
+	kill(uid types.UID)
+}
+
+// agentMode says how gateway instances run in a scenario.
+type agentMode string
+
+const (
+	inMemory agentMode = "memory" // fakeAgents: fast, lets a test inject failures
+	inNetns  agentMode = "netns"  // the real `vpcgw agent` in a network namespace per instance
+)
+
+// bothModes runs a scenario with in-memory agents and with real agents in namespaces.
+func bothModes(t *testing.T, scenario func(t *testing.T, mode agentMode)) {
+	for _, mode := range []agentMode{inMemory, inNetns} {
+		t.Run(string(mode), func(t *testing.T) { scenario(t, mode) })
+	}
+}
+
+// netnsAgents runs the real agent, one network namespace per gateway instance.
+type netnsAgents struct {
+	t    *testing.T
+	net  *netlab.Lab
+	mu   sync.Mutex
+	nsOf map[types.UID]string
+}
+
+func (a *netnsAgents) alias(uid types.UID, ns string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.nsOf[uid] = ns
+}
+
+func (a *netnsAgents) serves(uid types.UID, key string) bool {
+	a.mu.Lock()
+	ns := a.nsOf[uid]
+	a.mu.Unlock()
+	parts := strings.Split(key, ":") // vip:port:proto
+	out, err := a.net.Exec(ns, "nft", "list", "map", "ip", "kube-ovn", "service-ips")
+	if err != nil || len(parts) != 3 {
+		return false
+	}
+	return strings.Contains(string(out), parts[0]+" . "+parts[2]+" . "+parts[1]+" : goto dnat-")
+}
+
+// kill ends the agent processes in the instance's namespace (they are this test's own).
+func (a *netnsAgents) kill(uid types.UID) {
+	a.mu.Lock()
+	ns := a.nsOf[uid]
+	a.mu.Unlock()
+	out, err := netlab.Run("ip", "netns", "pids", ns)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
 
 // fixture is one gateway with its objects, in a namespace of its own.
@@ -76,7 +177,10 @@ type fixture struct {
 	t      *testing.T
 	ns     string
 	gw     string
-	agents *fakeAgents
+	agents *fakeAgents   // in-memory mode only
+	real   *netnsAgents  // netns mode only
+	data   dataplaneView // either
+	dialer transport.Dialer
 	pods   []types.UID
 	stop   context.CancelFunc
 	done   chan error
@@ -85,11 +189,38 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T, gw string, instances int) *fixture {
+	return newFixtureIn(t, inMemory, gw, instances)
+}
+
+// newFixtureIn makes a fixture whose gateway instances run as mode says; in netns mode the
+// gateway is named <gw>-n so that both modes of one scenario share nothing.
+func newFixtureIn(t *testing.T, mode agentMode, gw string, instances int) *fixture {
 	t.Helper()
 	if cfg == nil {
 		testutil.Skip(t, envSkip)
 	}
-	f := &fixture{t: t, ns: "ns-" + gw, gw: gw, agents: newFakeAgents()}
+	f := &fixture{t: t}
+	switch mode {
+	case inMemory:
+		f.agents = newFakeAgents()
+		f.data, f.dialer = f.agents, f.agents
+	case inNetns:
+		if agentExe == "" {
+			testutil.Skip(t, "real agents: "+agentSkip)
+		}
+		gw += "-n"
+		net, err := netlab.New("ct")
+		must(t, err)
+		t.Cleanup(func() {
+			if err := net.Cleanup(); err != nil {
+				t.Error(err)
+			}
+		})
+		f.real = &netnsAgents{t: t, net: net, nsOf: map[types.UID]string{}}
+		f.data = f.real
+		f.dialer = &transport.LocalNetns{AgentCommand: []string{agentExe, "agent"}, Log: logr.Discard()}
+	}
+	f.ns, f.gw = "ns-"+gw, gw
 	ctx := context.Background()
 	must(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}}))
 	must(t, k8s.Create(ctx, &kubeovnv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: gw + "-subnet"},
@@ -101,10 +232,18 @@ func newFixture(t *testing.T, gw string, instances int) *fixture {
 			Labels:      map[string]string{"app": model.GatewayAppPrefix + gw, model.LabelGatewayPod: "true"},
 			Annotations: map[string]string{model.AnnotationGatewayPod: gw, model.AnnotationGwInit: "true", "ovn.kubernetes.io/ip_address": fmt.Sprintf("10.0.1.%d", 250+i)}},
 			Spec: corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{{Name: "vpc-nat-gw", Image: "x"}}}}
+		if f.real != nil {
+			ns, err := f.real.net.AddNetns(strconv.Itoa(i))
+			must(t, err)
+			pod.Annotations[transport.NetnsAnnotation] = ns
+		}
 		must(t, k8s.Create(ctx, pod))
 		pod.Status.Phase = corev1.PodRunning
 		must(t, k8s.Status().Update(ctx, pod))
 		f.pods = append(f.pods, pod.UID)
+		if f.real != nil {
+			f.real.alias(pod.UID, pod.Annotations[transport.NetnsAnnotation])
+		}
 	}
 	f.start(model.Gates{LoadBalancer: true, ClusterIP: true})
 	t.Cleanup(f.stopController)
@@ -118,7 +257,7 @@ func (f *fixture) start(gates model.Gates) {
 	go func() {
 		f.done <- controller.Run(ctx, cfg, controller.Options{
 			Flags:  controller.Flags{EnableGwNftableLbSvc: gates.LoadBalancer, EnableGwNftableSvcClusterIP: gates.ClusterIP},
-			Dialer: f.agents, MetricsAddr: "0", HealthAddr: "0", MinSyncInterval: f.minSync,
+			Dialer: f.dialer, MetricsAddr: "0", HealthAddr: "0", MinSyncInterval: f.minSync,
 		}, log)
 	}()
 }
@@ -142,9 +281,18 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// eipName is the cluster-wide name of the fixture's EIP name (both modes of a scenario run in
+// one API server).
+func (f *fixture) eipName(name string) string {
+	if f.real != nil && name != "" {
+		return name + "-n"
+	}
+	return name
+}
+
 func (f *fixture) eip(name, ip string, ready bool) {
 	f.t.Helper()
-	e := &kubeovnv1.IptablesEIP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kubeovnv1.IptablesEIPSpec{NatGwDp: f.gw, V4ip: ip}}
+	e := &kubeovnv1.IptablesEIP{ObjectMeta: metav1.ObjectMeta{Name: f.eipName(name)}, Spec: kubeovnv1.IptablesEIPSpec{NatGwDp: f.gw, V4ip: ip}}
 	must(f.t, k8s.Create(context.Background(), e))
 	if ready {
 		e.Status.Ready, e.Status.IP = true, ip
@@ -157,7 +305,7 @@ func (f *fixture) service(name, eipName string, port int32, backends ...string) 
 	f.t.Helper()
 	ctx := context.Background()
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns,
-		Annotations: map[string]string{model.AnnotationGateway: f.gw, model.AnnotationEIP: eipName}},
+		Annotations: map[string]string{model.AnnotationGateway: f.gw, model.AnnotationEIP: f.eipName(eipName)}},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, AllocateLoadBalancerNodePorts: ptr.To(false),
 			Ports: []corev1.ServicePort{{Name: "http", Port: port, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}}}}
 	must(f.t, k8s.Create(ctx, svc))
