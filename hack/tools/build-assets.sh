@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the envtest control plane (kube-apiserver v1.37.2 and etcd v3.7.0), and kubectl v1.37.2
-# for the install-script tests, from the Go module proxy into a cache directory, and does nothing
-# when the binaries there are already good.
+# Builds the envtest control plane (kube-apiserver v1.37.2 and etcd v3.7.0), kube-controller-manager
+# v1.37.2 (its EndpointSlice controllers serve the lab and the tests) and kubectl v1.37.2 (the
+# install-script tests), from the Go module proxy into a cache directory, and does nothing when
+# the binaries there are already good.
 # Usage: hack/tools/build-assets.sh [OUTDIR]; prints the directory for KUBEBUILDER_ASSETS last.
 set -euo pipefail
 
@@ -12,6 +13,7 @@ mkdir -p "$out"
 
 have_apiserver() { [ -x "$out/kube-apiserver" ] && "$out/kube-apiserver" --version 2>/dev/null | grep -qF "$K8S_VERSION"; }
 have_etcd() { [ -x "$out/etcd" ] && "$out/etcd" --version >/dev/null 2>&1; }
+have_kcm() { [ -x "$out/kube-controller-manager" ] && "$out/kube-controller-manager" --version 2>/dev/null | grep -qF "$K8S_VERSION"; }
 have_kubectl() { [ -x "$out/kubectl" ] && "$out/kubectl" version --client 2>/dev/null | grep -qF "$K8S_VERSION"; }
 
 # One fixed set of flags: changing anything but -ldflags invalidates the whole build cache (~10 min).
@@ -31,10 +33,15 @@ if ! have_etcd; then
 	go -C "$here" build -ldflags "-s -w" -o "$out/etcd.tmp" go.etcd.io/etcd/server/v3
 	mv "$out/etcd.tmp" "$out/etcd"
 fi
+if ! have_kcm; then
+	echo "building kube-controller-manager into $out" >&2
+	go -C "$here" build -ldflags "$ldflags" -o "$out/kube-controller-manager.tmp" k8s.io/kubernetes/cmd/kube-controller-manager
+	mv "$out/kube-controller-manager.tmp" "$out/kube-controller-manager"
+fi
 if ! have_kubectl; then
 	echo "building kubectl into $out" >&2
 	go -C "$here" build -ldflags "$ldflags" -o "$out/kubectl.tmp" k8s.io/kubernetes/cmd/kubectl
 	mv "$out/kubectl.tmp" "$out/kubectl"
 fi
-have_apiserver && have_etcd && have_kubectl
+have_apiserver && have_etcd && have_kcm && have_kubectl
 echo "$out"

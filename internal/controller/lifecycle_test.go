@@ -17,7 +17,6 @@ import (
 	"github.com/go-logr/logr"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,6 +31,7 @@ import (
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	"github.com/vpcgw/vpcgw/config/crd"
 	"github.com/vpcgw/vpcgw/internal/controller"
+	"github.com/vpcgw/vpcgw/internal/kcm"
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/netlab"
 	"github.com/vpcgw/vpcgw/internal/testutil"
@@ -71,12 +71,44 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer func() { _ = env.Stop() }()
+	// EndpointSlices come from the real EndpointSlice controller.
+	user, err := env.AddUser(envtest.User{Name: "kcm", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	kcmDir, err := os.MkdirTemp("", "vpcgw-kcm-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(kcmDir)
+	proc, err := kcm.Start(assets, kc, kcmDir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() {
+		proc.Stop()
+		if os.Getenv("VPCGW_TEST_LOGS") == "1" {
+			fmt.Fprintln(os.Stderr, proc.Output())
+		}
+	}()
 	scheme, err := controller.Scheme()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := kcm.EnsureNode(context.Background(), k8s, nodeName); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -171,6 +203,9 @@ func (a *netnsAgents) kill(uid types.UID) {
 		}
 	}
 }
+
+// nodeName is the Node every test Pod runs on.
+const nodeName = "node-1"
 
 // fixture is one gateway with its objects, in a namespace of its own.
 type fixture struct {
@@ -301,23 +336,40 @@ func (f *fixture) eip(name, ip string, ready bool) {
 }
 
 // service creates a LoadBalancer Service with one TCP port and an EndpointSlice of backends.
+// service creates a LoadBalancer Service with one TCP port selecting app=<name>, and one Running,
+// Ready backend Pod per address (named <name>-<i>); kube-controller-manager makes the slices.
 func (f *fixture) service(name, eipName string, port int32, backends ...string) *corev1.Service {
 	f.t.Helper()
 	ctx := context.Background()
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns,
 		Annotations: map[string]string{model.AnnotationGateway: f.gw, model.AnnotationEIP: f.eipName(eipName)}},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, AllocateLoadBalancerNodePorts: ptr.To(false),
-			Ports: []corev1.ServicePort{{Name: "http", Port: port, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}}}}
+			Selector: map[string]string{"app": name},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: port, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}}}}
 	must(f.t, k8s.Create(ctx, svc))
-	es := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name + "-1", Namespace: f.ns,
-		Labels: map[string]string{discoveryv1.LabelServiceName: name}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](8080)}}}
-	for _, b := range backends {
-		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{b}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+	for i, ip := range backends {
+		f.backend(name, i, ip)
 	}
-	must(f.t, k8s.Create(ctx, es))
 	return svc
+}
+
+// backend creates backend Pod <app>-<i> with address ip, Running and Ready.
+func (f *fixture) backend(app string, i int, ip string) *corev1.Pod {
+	f.t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", app, i), Namespace: f.ns, Labels: map[string]string{"app": app},
+		Annotations: map[string]string{"ovn.kubernetes.io/ip_address": ip, "ovn.kubernetes.io/logical_switch": f.gw + "-subnet"}},
+		Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "app", Image: "x", Ports: []corev1.ContainerPort{{ContainerPort: 8080}}}}}}
+	must(f.t, k8s.Create(context.Background(), pod))
+	must(f.t, kcm.SetPodRunning(context.Background(), k8s, pod, ip, true))
+	return pod
+}
+
+// setReady flips backend Pod <app>-<i>'s readiness, as a kubelet's probe would.
+func (f *fixture) setReady(app string, i int, ready bool) {
+	f.t.Helper()
+	var pod corev1.Pod
+	must(f.t, k8s.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: fmt.Sprintf("%s-%d", app, i)}, &pod))
+	must(f.t, kcm.SetPodRunning(context.Background(), k8s, &pod, pod.Status.PodIP, ready))
 }
 
 func (f *fixture) get(name string) *corev1.Service {
