@@ -54,12 +54,10 @@ var (
 func TestMain(m *testing.M) { os.Exit(runMain(m)) }
 
 func runMain(m *testing.M) int {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	for _, b := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(assets, b)); assets == "" || err != nil {
-			envSkip = "envtest binaries missing: set KUBEBUILDER_ASSETS to a directory with kube-apiserver and etcd (hack/tools/build-assets.sh)"
-			return m.Run()
-		}
+	_, missing := testutil.EnvtestAssets("kube-apiserver", "etcd")
+	if missing != "" {
+		envSkip = missing
+		return m.Run()
 	}
 	env = &envtest.Environment{}
 	var err error

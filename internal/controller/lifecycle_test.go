@@ -53,12 +53,10 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	for _, b := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(assets, b)); assets == "" || err != nil {
-			envSkip = "envtest binaries missing: set KUBEBUILDER_ASSETS to a directory with kube-apiserver and etcd (hack/tools/build-assets.sh)"
-			return m.Run()
-		}
+	assets, missing := testutil.EnvtestAssets("kube-apiserver", "etcd", kcm.Binary)
+	if missing != "" {
+		envSkip = missing
+		return m.Run()
 	}
 	crds, err := crd.All()
 	if err != nil {

@@ -2,7 +2,9 @@
 package testutil
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -17,4 +19,19 @@ func Skip(t testing.TB, reason string) {
 		t.Fatalf("%s=1 but this test cannot run: %s", RequireAllEnv, reason)
 	}
 	t.Skip(reason)
+}
+
+// EnvtestAssets returns the directory of the envtest binaries (KUBEBUILDER_ASSETS) when it holds
+// the named ones, and otherwise "" and what is missing, as a skip reason.
+func EnvtestAssets(binaries ...string) (dir, missing string) {
+	dir = os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		return "", "KUBEBUILDER_ASSETS is not set: point it at the directory hack/tools/build-assets.sh fills (make test does)"
+	}
+	for _, b := range binaries {
+		if st, err := os.Stat(filepath.Join(dir, b)); err != nil || st.IsDir() {
+			return "", fmt.Sprintf("KUBEBUILDER_ASSETS=%s has no %s (hack/tools/build-assets.sh builds it)", dir, b)
+		}
+	}
+	return dir, ""
 }

@@ -86,14 +86,8 @@ func missing() string {
 	if _, err := exec.LookPath("nft"); err != nil {
 		return "nft is not installed (apt-get install -y nftables)"
 	}
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		return "KUBEBUILDER_ASSETS is not set (run hack/tools/build-assets.sh, or make test)"
-	}
-	for _, b := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(assets, b)); err != nil {
-			return fmt.Sprintf("%s is missing in KUBEBUILDER_ASSETS=%s", b, assets)
-		}
+	if _, missing := testutil.EnvtestAssets("kube-apiserver", "etcd"); missing != "" {
+		return missing
 	}
 	return ""
 }

@@ -64,17 +64,10 @@ func apiClient(t *testing.T) client.Client {
 }
 
 func startEnv() {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		envSkip = "KUBEBUILDER_ASSETS is not set; point it at a directory with kube-apiserver and etcd " +
-			"(hack/tools/build-assets.sh builds them)"
+	assets, missing := testutil.EnvtestAssets("kube-apiserver", "etcd")
+	if missing != "" {
+		envSkip = missing
 		return
-	}
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if st, err := os.Stat(filepath.Join(assets, bin)); err != nil || st.IsDir() {
-			envSkip = fmt.Sprintf("KUBEBUILDER_ASSETS=%s has no %s binary", assets, bin)
-			return
-		}
 	}
 
 	scheme := runtime.NewScheme()
