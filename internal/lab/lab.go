@@ -16,17 +16,15 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	"github.com/vpcgw/vpcgw/config/crd"
 	"github.com/vpcgw/vpcgw/internal/controller"
+	"github.com/vpcgw/vpcgw/internal/kcm"
 	"github.com/vpcgw/vpcgw/internal/netlab"
 	"github.com/vpcgw/vpcgw/internal/ovn"
 	"github.com/vpcgw/vpcgw/internal/transport"
@@ -39,6 +37,14 @@ type Options struct {
 	// AssetsDir holds kube-apiserver and etcd (KUBEBUILDER_ASSETS).
 	AssetsDir string
 	Log       logr.Logger
+	// ServiceCIDR is the API server's --service-cluster-ip-range (default ServiceCIDR, a /24:
+	// benchmarks with thousands of Services need a wider one).
+	ServiceCIDR string
+	// Controller, when set, adjusts the in-process controller's options before it starts
+	// (benchmarks: OnProgrammed, MinSyncInterval, gates).
+	Controller func(*controller.Options)
+	// NoController leaves the in-process controller off (a benchmark runs its own).
+	NoController bool
 }
 
 // Lab is a running lab.
@@ -52,10 +58,15 @@ type Lab struct {
 	dir    string
 	nb     *nbServer
 
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	errMu  sync.Mutex
-	errs   []error
+	cancel   context.CancelFunc
+	runCtx   context.Context
+	ctrlOpts controller.Options
+	kcm      *kcm.Process
+	stopCtrl context.CancelFunc
+	ctrlDone chan struct{}
+	wg       sync.WaitGroup
+	errMu    sync.Mutex
+	errs     []error
 
 	// Backends maps a backend pod name to its namespace and address.
 	Backends map[string]Backend
@@ -107,11 +118,16 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 		return nil, err
 	}
 
+	if opts.ServiceCIDR == "" {
+		opts.ServiceCIDR = ServiceCIDR
+		l.opts.ServiceCIDR = ServiceCIDR
+	}
 	l.env = &envtest.Environment{
 		BinaryAssetsDirectory: opts.AssetsDir,
 		CRDInstallOptions:     envtest.CRDInstallOptions{CRDs: crds},
 		ErrorIfCRDPathMissing: true,
 	}
+	l.env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", opts.ServiceCIDR)
 	opts.Log.Info("starting kube-apiserver and etcd", "assets", opts.AssetsDir)
 	if l.Config, err = l.env.Start(); err != nil {
 		return nil, fmt.Errorf("starting the API server (are kube-apiserver and etcd in %q? run hack/tools/build-assets.sh): %w", opts.AssetsDir, err)
@@ -134,7 +150,7 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 	if l.net, err = netlab.New("vl"); err != nil {
 		return nil, err
 	}
-	if l.topo, err = buildTopology(l.net); err != nil {
+	if l.topo, err = buildTopology(l.net, opts.ServiceCIDR); err != nil {
 		return nil, err
 	}
 	if err := createKubeOVNObjects(ctx, l.Client, l.topo.gw); err != nil {
@@ -157,7 +173,7 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
-	if err := l.startEndpointSlices(runCtx, scheme); err != nil {
+	if err := l.startEndpointSlices(); err != nil {
 		return nil, err
 	}
 	reader, err := ovn.NewWriter(runCtx, ovn.Config{Address: l.nb.addr()}, opts.Log.WithName("translator-nb"))
@@ -166,30 +182,49 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 	}
 	tr := &translator{reader: reader, router: l.topo.router, log: opts.Log.WithName("translator"), routes: map[string]string{}}
 	l.run("translator", func() error { defer reader.Close(); return tr.run(runCtx) })
-	l.run("controller", func() error {
-		return controller.Run(runCtx, l.Config, controller.Options{
-			Flags:       controller.Flags{EnableGwNftableLbSvc: true, EnableGwNftableSvcClusterIP: true},
-			NB:          ovn.Config{Address: l.nb.addr()},
-			Dialer:      &transport.LocalNetns{AgentCommand: []string{opts.Exe, "agent"}, Log: opts.Log.WithName("transport")},
-			MetricsAddr: "0",
-			HealthAddr:  "0",
-		}, opts.Log.WithName("controller"))
-	})
+	ctrlOpts := controller.Options{
+		Flags:       controller.Flags{EnableGwNftableLbSvc: true, EnableGwNftableSvcClusterIP: true},
+		NB:          ovn.Config{Address: l.nb.addr()},
+		Dialer:      &transport.LocalNetns{AgentCommand: []string{opts.Exe, "agent"}, Log: opts.Log.WithName("transport")},
+		MetricsAddr: "0",
+		HealthAddr:  "0",
+	}
+	if opts.Controller != nil {
+		opts.Controller(&ctrlOpts)
+	}
+	l.ctrlOpts, l.runCtx = ctrlOpts, runCtx
+	if opts.NoController {
+		return l, nil
+	}
+	l.StartController()
 	return l, nil
 }
 
-func (l *Lab) startEndpointSlices(ctx context.Context, scheme *runtime.Scheme) error {
-	mgr, err := ctrl.NewManager(l.Config, ctrl.Options{Scheme: scheme, Logger: l.opts.Log.WithName("lab-endpointslices"),
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
-	if err != nil {
-		return fmt.Errorf("lab EndpointSlice manager: %w", err)
-	}
-	if err := (&endpointSlices{client: mgr.GetClient()}).setup(mgr); err != nil {
-		return err
-	}
-	l.run("lab-endpointslices", func() error { return mgr.Start(ctx) })
-	return nil
+// StartController starts the in-process controller (again, after StopController).
+func (l *Lab) StartController() {
+	ctrlCtx, stopCtrl := context.WithCancel(l.runCtx)
+	done := make(chan struct{})
+	l.stopCtrl, l.ctrlDone = stopCtrl, done
+	l.run("controller", func() error {
+		defer close(done)
+		return controller.Run(ctrlCtx, l.Config, l.ctrlOpts, l.opts.Log.WithName("controller"))
+	})
 }
+
+// StopController stops the in-process controller (and with it the gateway's agent) and waits
+// until it has ended; the rest of the lab keeps running. A benchmark then runs its own
+// controller against the lab (Describe gives a kubeconfig; the gateway pod names its netns).
+func (l *Lab) StopController() {
+	if l.stopCtrl == nil {
+		return
+	}
+	l.stopCtrl()
+	<-l.ctrlDone
+	l.stopCtrl = nil
+}
+
+// NB is the address of the lab's OVN northbound DB.
+func (l *Lab) NB() string { return l.nb.addr() }
 
 func (l *Lab) run(name string, f func() error) {
 	l.wg.Go(func() {
@@ -352,6 +387,7 @@ func (l *Lab) Stop() error {
 		l.cancel()
 		l.wg.Wait()
 	}
+	l.kcm.Stop()
 	if l.net != nil {
 		errs = append(errs, l.net.Cleanup())
 	}

@@ -11,6 +11,7 @@ import (
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	"github.com/vpcgw/vpcgw/internal/controller"
+	"github.com/vpcgw/vpcgw/internal/kcm"
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/transport"
 )
@@ -31,6 +32,10 @@ const (
 // createKubeOVNObjects creates the Vpc, its Subnet, the external Subnet and the gateway, and the
 // gateway pod that the controller finds by kube-ovn's labels (netns given by annotation).
 func createKubeOVNObjects(ctx context.Context, c client.Client, gwNetns string) error {
+	// The Node every lab Pod runs on: the EndpointSlice controller leaves out Pods without one.
+	if err := kcm.EnsureNode(ctx, c, labNode); err != nil {
+		return err
+	}
 	objs := []client.Object{
 		&kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: VpcName}},
 		&kubeovnv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: VpcSubnetName}, Spec: kubeovnv1.SubnetSpec{
@@ -103,14 +108,7 @@ func createRunningPod(ctx context.Context, c client.Client, pod *corev1.Pod, ip 
 	if err := c.Create(ctx, pod); err != nil {
 		return fmt.Errorf("creating pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	pod.Status = corev1.PodStatus{
-		Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}},
-	}
-	if err := c.Status().Update(ctx, pod); err != nil {
-		return fmt.Errorf("setting pod %s/%s Running: %w", pod.Namespace, pod.Name, err)
-	}
-	return nil
+	return kcm.SetPodRunning(ctx, c, pod, ip, true)
 }
 
 // SetPodReady flips a pod's Ready condition, as a kubelet does when a readiness probe fails.
@@ -119,12 +117,7 @@ func SetPodReady(ctx context.Context, c client.Client, ns, name string, ready bo
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &pod); err != nil {
 		return err
 	}
-	status := corev1.ConditionFalse
-	if ready {
-		status = corev1.ConditionTrue
-	}
-	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Now()}}
-	return c.Status().Update(ctx, &pod)
+	return kcm.SetPodRunning(ctx, c, &pod, pod.Status.PodIP, ready)
 }
 
 // demoService is the LoadBalancer Service the lab serves through the EIP: HTTP on 80 and UDP on

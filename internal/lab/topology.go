@@ -66,7 +66,7 @@ type topology struct {
 	backends   int
 }
 
-func buildTopology(net *netlab.Lab) (*topology, error) {
+func buildTopology(net *netlab.Lab, serviceCIDR string) (*topology, error) {
 	t := &topology{net: net}
 	var err error
 	if t.ext, err = net.AddNetns("ext"); err != nil {
@@ -113,7 +113,7 @@ func buildTopology(net *netlab.Lab) (*topology, error) {
 		func() error { return net.AddRoute(t.vpcClient, "default", "via", RouterClientIP) },
 		func() error { return net.Sysctl(t.router, "net.ipv4.ip_forward", "1") },
 		func() error { return net.AddRoute(t.router, "default", "via", GatewayLanIP) },
-		func() error { return net.AddRoute(t.router, "unreachable", ServiceCIDR) },
+		func() error { return net.AddRoute(t.router, "unreachable", serviceCIDR) },
 		func() error { return net.AddRoute(t.gw, ClientCIDR, "via", VPCGatewayIP) },
 	}
 	for _, step := range steps {

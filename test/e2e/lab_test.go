@@ -5,10 +5,14 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/lab"
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/netlab"
@@ -27,10 +32,20 @@ import (
 )
 
 var (
-	theLab  *lab.Lab
-	skipWhy string
-	plugin  string // the kubectl-vpcgw binary
+	theLab     *lab.Lab
+	skipWhy    string
+	plugin     string // the kubectl-vpcgw binary
+	metricsURL string // the lab controller's /metrics
 )
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -61,7 +76,14 @@ func run(m *testing.M) int {
 		return 1
 	}
 	log := zap.New(zap.WriteTo(logFile), zap.UseDevMode(true))
-	theLab, err = lab.Start(context.Background(), lab.Options{Exe: exe, AssetsDir: os.Getenv("KUBEBUILDER_ASSETS"), Log: log})
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	metricsURL = "http://" + metricsAddr + "/metrics"
+	theLab, err = lab.Start(context.Background(), lab.Options{Exe: exe, AssetsDir: os.Getenv("KUBEBUILDER_ASSETS"), Log: log,
+		Controller: func(o *controller.Options) { o.MetricsAddr = metricsAddr }})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the lab:", err)
 		return 1
@@ -393,4 +415,115 @@ func TestKubectlPlugin(t *testing.T) {
 	if !strings.Contains(ruleset, "table ip kube-ovn") || !strings.Contains(ruleset, lab.EIPAddress+" . tcp . 80 : goto dnat-") {
 		t.Fatalf("ruleset:\n%s", ruleset)
 	}
+}
+
+// TestControllerRestartDuringTraffic: the controller (and with it the agent's stream) restarts in
+// the middle of a long TCP transfer through the EIP; the transfer completes, the table is never
+// flushed, and the restarted controller converges without touching the ingress.
+// covers: L7, L6, R5
+func TestControllerRestartDuringTraffic(t *testing.T) {
+	l := needLab(t)
+	ctx := context.Background()
+	ip, err := l.WaitIngress(ctx, lab.DemoNamespace, lab.DemoService, 60*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		res netlab.ProbeResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := l.ProbeWith(l.ExternalClient(), netlab.ProbeOptions{Target: ip + ":80", Path: "/stream?ms=5000", Count: 1, Timeout: 30 * time.Second})
+		done <- result{res, err}
+	}()
+	time.Sleep(time.Second) // let the transfer start (sequencing, not an assertion)
+
+	element := ip + " . tcp . 80 : goto dnat-"
+	l.StopController()
+	table, err := l.NftTable()
+	if err != nil || !strings.Contains(table, element) {
+		t.Fatalf("with the controller stopped the table lost the EIP identity (err %v):\n%s", err, table)
+	}
+	l.StartController()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	finished := false
+	for answer := range r.res.Answers {
+		finished = finished || strings.HasSuffix(answer, " done")
+	}
+	if r.res.Errors != 0 || !finished {
+		t.Fatalf("the long transfer broke over the restart: %+v", r.res)
+	}
+	waitTable(t, l, "the restarted controller's state", func(table string) bool { return strings.Contains(table, element) })
+	if got, err := l.WaitIngress(ctx, lab.DemoNamespace, lab.DemoService, 10*time.Second); err != nil || got != ip {
+		t.Fatalf("ingress after the restart: %q, %v", got, err)
+	}
+}
+
+// TestMetricsScraped: the lab controller's /metrics has the vpcgw series, and they move when an
+// endpoint changes.
+// covers: O3
+func TestMetricsScraped(t *testing.T) {
+	l := needLab(t)
+	ctx := context.Background()
+	if _, err := l.WaitIngress(ctx, lab.DemoNamespace, lab.DemoService, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	before := scrape(t)
+	for _, series := range []string{
+		"vpcgw_gateway_sync_duration_seconds_count", "vpcgw_network_programming_latency_seconds_count",
+		"vpcgw_gateway_identities{gateway=\"lab-gw\"}", "vpcgw_gateway_backends{gateway=\"lab-gw\"}",
+		"vpcgw_records_written_total", "vpcgw_gateway_sync_failures_total",
+	} {
+		if _, ok := before[series]; !ok && !strings.HasSuffix(series, "failures_total") {
+			t.Errorf("series %s missing from %s", series, metricsURL)
+		}
+	}
+	if err := lab.SetPodReady(ctx, l.Client, lab.DemoNamespace, "web-be1", false); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lab.SetPodReady(ctx, l.Client, lab.DemoNamespace, "web-be1", true) })
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		after := scrape(t)
+		return after["vpcgw_network_programming_latency_seconds_count"] > before["vpcgw_network_programming_latency_seconds_count"] &&
+			after["vpcgw_gateway_sync_duration_seconds_count"] > before["vpcgw_gateway_sync_duration_seconds_count"], nil
+	})
+	if err != nil {
+		t.Fatalf("the metrics did not move after an endpoint change: %v", err)
+	}
+}
+
+// scrape reads the Prometheus text format: series (name with labels, histogram buckets left
+// out) to value; counters and histogram counts summed over their labels under the bare name.
+func scrape(t *testing.T) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(metricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "vpcgw_") || strings.Contains(line, "_bucket{") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		series := line[:i]
+		out[series] += v
+		if j := strings.IndexByte(series, '{'); j > 0 {
+			out[series[:j]] += v
+		}
+	}
+	return out
 }
