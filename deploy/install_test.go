@@ -3,9 +3,7 @@ package deploy
 // covers: F4, O4, T2, R1, R3
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -35,10 +33,10 @@ import (
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	"github.com/vpcgw/vpcgw/internal/controller"
-	"github.com/vpcgw/vpcgw/internal/gwstate"
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/testutil"
 	"github.com/vpcgw/vpcgw/internal/transport"
+	"github.com/vpcgw/vpcgw/internal/transport/agenttest"
 )
 
 // KubectlEnv names the kubectl binary for the install script's apply test (default: kubectl on PATH).
@@ -405,34 +403,9 @@ func (a *checkingAgents) Dial(ctx context.Context, inst transport.Instance) (*tr
 			return nil, err
 		}
 	}
-	toAgentR, toAgentW := io.Pipe()
-	fromAgentR, fromAgentW := io.Pipe()
-	go func() {
-		sc := bufio.NewScanner(toAgentR)
-		sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
-		enc := json.NewEncoder(fromAgentW)
-		for sc.Scan() {
-			var st gwstate.State
-			ack := gwstate.Ack{}
-			if err := json.Unmarshal(sc.Bytes(), &st); err != nil {
-				ack.Error = err.Error()
-			}
-			ack.Generation = st.Generation
-			if err := enc.Encode(ack); err != nil {
-				return
-			}
-		}
-		_ = fromAgentW.Close()
-	}()
-	return transport.NewConn(toAgentW, fromAgentR, closerFunc(func() error {
-		_ = toAgentW.Close()
-		return fromAgentR.Close()
-	})), nil
+	conn, _ := agenttest.Pipe(nil)
+	return conn, nil
 }
-
-type closerFunc func() error
-
-func (f closerFunc) Close() error { return f() }
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()

@@ -1,17 +1,17 @@
 package controller_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"io"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vpcgw/vpcgw/internal/gwstate"
 	"github.com/vpcgw/vpcgw/internal/transport"
+	"github.com/vpcgw/vpcgw/internal/transport/agenttest"
 )
+
+// covers: D7, D8 (test double: in-memory agents for controller scenarios)
 
 // fakeAgents is a transport.Dialer whose agents keep the last state they accepted, per pod UID,
 // and reject states while failWith is set. It stands in for `vpcgw agent` where the test is about
@@ -21,57 +21,31 @@ type fakeAgents struct {
 	states   map[types.UID]gwstate.State
 	dials    map[types.UID]int
 	applies  map[types.UID]int
-	streams  map[types.UID]io.Closer // the agent's end of each instance's current stream
+	streams  map[types.UID]func() // ends each instance's current agent
 	failWith string
 }
 
 func newFakeAgents() *fakeAgents {
-	return &fakeAgents{states: map[types.UID]gwstate.State{}, dials: map[types.UID]int{}, applies: map[types.UID]int{}, streams: map[types.UID]io.Closer{}}
+	return &fakeAgents{states: map[types.UID]gwstate.State{}, dials: map[types.UID]int{}, applies: map[types.UID]int{}, streams: map[types.UID]func(){}}
 }
 
 func (f *fakeAgents) Dial(_ context.Context, inst transport.Instance) (*transport.Conn, error) {
-	toAgentR, toAgentW := io.Pipe()
-	fromAgentR, fromAgentW := io.Pipe()
+	conn, stop := agenttest.Pipe(func(st gwstate.State) gwstate.Ack {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.failWith != "" {
+			return gwstate.Ack{Error: f.failWith}
+		}
+		f.states[inst.UID] = st
+		f.applies[inst.UID]++
+		return gwstate.Ack{}
+	})
 	f.mu.Lock()
 	f.dials[inst.UID]++
-	f.streams[inst.UID] = fromAgentW
+	f.streams[inst.UID] = stop
 	delete(f.states, inst.UID) // a new agent starts empty
 	f.mu.Unlock()
-	go func() {
-		sc := bufio.NewScanner(toAgentR)
-		sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
-		enc := json.NewEncoder(fromAgentW)
-		for sc.Scan() {
-			var st gwstate.State
-			ack := gwstate.Ack{}
-			if err := json.Unmarshal(sc.Bytes(), &st); err != nil {
-				ack.Error = err.Error()
-			}
-			ack.Generation = st.Generation
-			f.mu.Lock()
-			if f.failWith != "" {
-				ack.Error = f.failWith
-			} else if ack.Error == "" {
-				f.states[inst.UID] = st
-				f.applies[inst.UID]++
-			}
-			f.mu.Unlock()
-			if err := enc.Encode(ack); err != nil {
-				return
-			}
-		}
-		_ = fromAgentW.Close()
-	}()
-	return transport.NewConn(toAgentW, fromAgentR, closers{toAgentW, fromAgentR}), nil
-}
-
-type closers []io.Closer
-
-func (c closers) Close() error {
-	for _, x := range c {
-		_ = x.Close()
-	}
-	return nil
+	return conn, nil
 }
 
 func (f *fakeAgents) state(uid types.UID) (gwstate.State, bool) {
@@ -85,8 +59,8 @@ func (f *fakeAgents) state(uid types.UID) (gwstate.State, bool) {
 func (f *fakeAgents) kill(uid types.UID) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if c := f.streams[uid]; c != nil {
-		_ = c.Close()
+	if stop := f.streams[uid]; stop != nil {
+		stop()
 	}
 	delete(f.states, uid)
 }

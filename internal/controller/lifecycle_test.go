@@ -1,5 +1,7 @@
 package controller_test
 
+// covers: T1, T2, L2, L3, L6 (harness: envtest, kube-controller-manager, agents in memory or in namespaces)
+
 import (
 	"context"
 	"fmt"

@@ -1,5 +1,7 @@
 package model
 
+// covers: P2 (the planner at 10,000 Services; one Service replanned without O(cluster) work)
+
 import (
 	"fmt"
 	"testing"

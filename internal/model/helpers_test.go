@@ -1,5 +1,7 @@
 package model
 
+// covers: R1, T2 (fixtures: snapshots, and applying a plan as the controller would)
+
 import (
 	"fmt"
 	"hash/fnv"
