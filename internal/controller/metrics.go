@@ -34,6 +34,10 @@ var (
 		Name: "vpcgw_gateway_backends",
 		Help: "Backends over all identities programmed on a gateway.",
 	}, []string{"gateway"})
+	conntrackDeleted = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "vpcgw_conntrack_entries_deleted_total",
+		Help: "Conntrack entries the gateway agents deleted (stale UDP flows, removed identities).",
+	})
 	recordsWritten = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "vpcgw_records_written_total",
 		Help: "Service records (share IptablesDnatRules) written, by operation.",
@@ -41,7 +45,7 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(syncDuration, programmingLatency, syncFailures, identities, backends, recordsWritten)
+	ctrlmetrics.Registry.MustRegister(syncDuration, programmingLatency, syncFailures, identities, backends, recordsWritten, conntrackDeleted)
 }
 
 // triggerAnnotation is set by the EndpointSlice controller to the time of the change that caused

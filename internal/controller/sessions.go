@@ -107,6 +107,7 @@ func (s *sessions) conn(ctx context.Context, gw string, inst transport.Instance)
 		s.byGw[gw] = map[types.UID]*session{}
 	}
 	old := s.byGw[gw][inst.UID]
+	conn.OnAck(func(a gwstate.Ack) { conntrackDeleted.Add(float64(a.ConntrackDeleted)) })
 	sess = &session{inst: inst, conn: conn}
 	s.byGw[gw][inst.UID] = sess
 	s.mu.Unlock()

@@ -29,6 +29,8 @@ type Agent struct {
 	iface string
 	vips  vipHolder   // nil: lo is not managed
 	ct    flowCleaner // nil: conntrack is not managed
+	// ctDeleted counts conntrack entries deleted since TakeConntrackDeleted last read it.
+	ctDeleted int
 
 	mu sync.Mutex
 	// applied holds the committed identities that have at least one backend.
@@ -109,6 +111,15 @@ func NewKernelAgent(cfg Config, log logr.Logger) (*Agent, error) {
 		ct = c
 	}
 	return newAgent(be, log, cfg.VPCInterface, vips, ct), nil
+}
+
+// TakeConntrackDeleted returns how many conntrack entries were deleted since the last call.
+func (a *Agent) TakeConntrackDeleted() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := a.ctDeleted
+	a.ctDeleted = 0
+	return n
 }
 
 // Apply converges the kernel to st, which must be normalized and valid. On error the table and
@@ -275,6 +286,7 @@ func (a *Agent) applyLocked(ctx context.Context, st gwstate.State) error {
 	}
 	if a.ct != nil && len(targets) > 0 {
 		n, err := a.ct.clean(targets)
+		a.ctDeleted += n
 		if n > 0 {
 			a.log.V(1).Info("deleted stale conntrack entries", "count", n)
 		}

@@ -3,6 +3,7 @@ package dataplane
 
 import (
 	"context"
+	"encoding/json"
 	"net/netip"
 	"slices"
 	"strings"
@@ -184,3 +185,29 @@ var errInjected = errorString("Error: Could not process rule: Operation not supp
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
+
+// countingCT reports n deleted entries per cleaning.
+type countingCT struct{ n int }
+
+func (c countingCT) clean([]cleanTarget) (int, error) { return c.n, nil }
+
+// The acknowledgement carries the conntrack entries deleted while applying that state, for the
+// controller's vpcgw_conntrack_entries_deleted_total.
+func TestAckCountsConntrackDeletions(t *testing.T) {
+	a := newAgent(&knftBackend{nft: newFake()}, logr.Discard(), "", nil, countingCT{n: 3})
+	udp := ident("10.0.0.1", 53, gwstate.UDP, be("10.0.1.1", 53), be("10.0.1.2", 53))
+	line, _ := json.Marshal(state(1, udp))
+	if ack := handleLine(context.Background(), a, line, logr.Discard()); ack.Error != "" || ack.ConntrackDeleted != 3 {
+		t.Fatalf("first ack = %+v, want 3 deletions (full sync reconciles UDP)", ack)
+	}
+	udp.Backends = udp.Backends[:1]
+	line, _ = json.Marshal(state(2, udp))
+	if ack := handleLine(context.Background(), a, line, logr.Discard()); ack.ConntrackDeleted != 3 {
+		t.Fatalf("ack after a UDP backend left = %+v, want 3 deletions", ack)
+	}
+	tcp := ident("10.0.0.1", 80, gwstate.TCP, be("10.0.1.1", 80))
+	line, _ = json.Marshal(state(3, udp, tcp))
+	if ack := handleLine(context.Background(), a, line, logr.Discard()); ack.ConntrackDeleted != 0 {
+		t.Fatalf("ack of a TCP addition = %+v, want no deletion", ack)
+	}
+}

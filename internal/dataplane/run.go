@@ -155,9 +155,9 @@ func handleLine(ctx context.Context, agent *Agent, data []byte, log logr.Logger)
 	}
 	if err := agent.Apply(ctx, st); err != nil {
 		log.Error(err, "apply failed", "generation", st.Generation)
-		return gwstate.Ack{Generation: st.Generation, Error: err.Error()}
+		return gwstate.Ack{Generation: st.Generation, Error: err.Error(), ConntrackDeleted: agent.TakeConntrackDeleted()}
 	}
-	return gwstate.Ack{Generation: st.Generation}
+	return gwstate.Ack{Generation: st.Generation, ConntrackDeleted: agent.TakeConntrackDeleted()}
 }
 
 // NewLogger returns a logr.Logger writing one line per entry to w (stderr for the agent: stdout

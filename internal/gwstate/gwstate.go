@@ -52,6 +52,9 @@ type Backend struct {
 type Ack struct {
 	Generation int64  `json:"generation"`
 	Error      string `json:"error,omitempty"`
+	// ConntrackDeleted counts the conntrack entries the agent deleted while applying this state
+	// (SPEC D6), for the controller's metrics.
+	ConntrackDeleted int `json:"conntrackDeleted,omitempty"`
 }
 
 // Key identifies an identity in maps and logs: "<vip>:<port>:<proto>".

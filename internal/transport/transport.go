@@ -47,6 +47,7 @@ type Conn struct {
 	readErr chan error // receives the reader's terminal error once
 	done    chan struct{}
 	ended   chan struct{} // closed when the agent's output ends (stream broken or closed)
+	onAck   func(gwstate.Ack)
 	once    sync.Once
 	err     error // terminal error, set when the stream broke
 }
@@ -107,6 +108,9 @@ func (c *Conn) Apply(ctx context.Context, st gwstate.State) error {
 	for {
 		select {
 		case ack := <-c.acks:
+			if c.onAck != nil {
+				c.onAck(ack)
+			}
 			if ack.Generation != st.Generation && ack.Error == "" {
 				// An ack of an older state that outlived its caller's context; skip it.
 				continue
@@ -123,6 +127,9 @@ func (c *Conn) Apply(ctx context.Context, st gwstate.State) error {
 		}
 	}
 }
+
+// OnAck sets a function that sees every acknowledgement (metrics); call it before the first Apply.
+func (c *Conn) OnAck(f func(gwstate.Ack)) { c.onAck = f }
 
 // Ended is closed when the agent's output ends: the agent exited, the stream broke, or the Conn
 // was closed. The controller uses it to resync an instance whose agent went away while idle.

@@ -476,7 +476,7 @@ func TestMetricsScraped(t *testing.T) {
 	for _, series := range []string{
 		"vpcgw_gateway_sync_duration_seconds_count", "vpcgw_network_programming_latency_seconds_count",
 		"vpcgw_gateway_identities{gateway=\"lab-gw\"}", "vpcgw_gateway_backends{gateway=\"lab-gw\"}",
-		"vpcgw_records_written_total", "vpcgw_gateway_sync_failures_total",
+		"vpcgw_records_written_total", "vpcgw_gateway_sync_failures_total", "vpcgw_conntrack_entries_deleted_total",
 	} {
 		if _, ok := before[series]; !ok && !strings.HasSuffix(series, "failures_total") {
 			t.Errorf("series %s missing from %s", series, metricsURL)
