@@ -7,7 +7,9 @@ import (
 	"io"
 	"maps"
 	"os"
+	"os/signal"
 	"slices"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,6 +29,11 @@ func Main(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	// The lab must always clean up: a closed output pipe (`vpcgw lab | head`) or a hang-up ends it
+	// through ctx instead of killing it with its namespaces and servers left behind.
+	signal.Ignore(syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGHUP)
+	defer stop()
 	logOut := io.Discard
 	if *verbose {
 		logOut = os.Stderr
