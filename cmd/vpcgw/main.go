@@ -30,6 +30,7 @@ var commands = []command{
 	{"lab", "run the local lab: API server, gateway, backends and traffic", runLab},
 	{"echo", "serve HTTP and UDP answering with a name (lab backend)", runEcho},
 	{"probe", "send requests from this network namespace and count answers", runProbe},
+	{"bench", "measure end-to-end programming latency and cold start in the lab (SPEC P2, P3)", runBench},
 }
 
 func main() {

@@ -1,0 +1,136 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Machine describes where the bench ran.
+type Machine struct {
+	CPU    string `json:"cpu"`
+	CPUs   int    `json:"cpus"`
+	Kernel string `json:"kernel"`
+	Nft    string `json:"nft"`
+	Go     string `json:"go"`
+}
+
+func (m Machine) String() string {
+	return fmt.Sprintf("%d× %s, kernel %s, %s, %s", m.CPUs, m.CPU, m.Kernel, m.Nft, m.Go)
+}
+
+func machine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version()}
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if data, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(data))
+	}
+	if out, err := exec.Command("nft", "--version").Output(); err == nil {
+		m.Nft = strings.TrimSpace(string(out))
+	}
+	return m
+}
+
+// loadAvg is the 1, 5 and 15 minute load average.
+func loadAvg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// percentiles by the nearest-rank method.
+func percentiles(ds []time.Duration) Percentiles {
+	if len(ds) == 0 {
+		return Percentiles{}
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	rank := func(p float64) time.Duration {
+		i := int(p*float64(len(s))+0.999999) - 1
+		return s[min(max(i, 0), len(s)-1)]
+	}
+	return Percentiles{Count: len(s), P50: ms(rank(0.50)), P90: ms(rank(0.90)), P99: ms(rank(0.99)), Max: ms(s[len(s)-1])}
+}
+
+func (p Percentiles) String() string {
+	return fmt.Sprintf("p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max %.1f ms (%d samples)", p.P50, p.P90, p.P99, p.Max, p.Count)
+}
+
+func printSize(out io.Writer, sr SizeResult) {
+	fmt.Fprintf(out, "   N=%d: %d changes at %.1f/s, %d syncs; network programming latency %s (load %s)\n",
+		sr.Services, sr.Changes, sr.RateAch, sr.Syncs, sr.Latency, sr.LoadAvg)
+	fmt.Fprintf(out, "   controller during the churn: %d reconciles, busy %.1f s of %.1f s, plan→ack %.1f ms per sync, %d record writes\n",
+		sr.Reconciles, sr.ReconcileBusy, sr.ChurnSeconds, sr.SyncMeanMs, sr.RecordWrites)
+	fmt.Fprintf(out, "   API requests during the churn (controller and bench): %v\n", sr.APIRequests)
+	if b := sr.Baseline; b != nil {
+		fmt.Fprintf(out, "   baseline: table loaded in %.1f s; per transaction %s; latency at the same rate %s (load %s)\n",
+			b.InitS, b.Apply, b.Latency, b.LoadAvg)
+	}
+}
+
+func (c *ColdResult) ledger() string {
+	if c.EmptyLedger {
+		return "empty ledger: the controller writes every record first"
+	}
+	return "records already in the API: a controller restart with an empty gateway table"
+}
+
+func printCold(out io.Writer, c *ColdResult) {
+	fmt.Fprintf(out, "   (%s)\n", c.ledger())
+	fmt.Fprintf(out, "   cold start %d × %d: programmed %.1f s after the controller process started (its sync, plan to ack: %.1f s); "+
+		"agent alone %.1f s (kernel transaction %.1f s); controller VmHWM %.0f MiB, RSS %.0f MiB, Go heap in use %.0f MiB (load %s)\n",
+		c.Services, c.Endpoints, c.ProgrammedS, c.FirstSyncS, c.AgentApplyS, c.AgentKernelS, c.HWMMiB, c.RSSMiB, c.HeapMiB, c.LoadAvg)
+}
+
+func ratio(a, b float64) string {
+	if b <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f×", a/b)
+}
+
+// printSummary prints the figures as Markdown tables (docs/benchmarks.md takes them as they are).
+func printSummary(out io.Writer, r *Result) {
+	fmt.Fprintf(out, "\n== summary (%s)\n\n", r.Config)
+	fmt.Fprintln(out, "| N | changes (rate/s) | syncs | vpcgw p50 / p90 / p99 / max ms | baseline p50 / p90 / p99 ms | baseline per transaction p50 / p99 ms | p99 ratio baseline/vpcgw | load avg |")
+	fmt.Fprintln(out, "|---:|---:|---:|---|---|---|---:|---|")
+	for _, s := range r.Sizes {
+		base, tx, rt := "–", "–", "–"
+		if b := s.Baseline; b != nil {
+			base = fmt.Sprintf("%.0f / %.0f / %.0f", b.Latency.P50, b.Latency.P90, b.Latency.P99)
+			tx = fmt.Sprintf("%.1f / %.1f", b.Apply.P50, b.Apply.P99)
+			rt = ratio(b.Latency.P99, s.Latency.P99)
+		}
+		fmt.Fprintf(out, "| %d | %d (%.1f) | %d | %.1f / %.1f / %.1f / %.1f | %s | %s | %s | %s |\n",
+			s.Services, s.Changes, s.RateAch, s.Syncs, s.Latency.P50, s.Latency.P90, s.Latency.P99, s.Latency.Max, base, tx, rt, s.LoadAvg)
+	}
+	fmt.Fprintln(out)
+	for _, s := range r.Sizes {
+		fmt.Fprintf(out, "- N=%d: %d Services written in %.1f s, all programmed %.1f s after the first write; during the churn the controller ran %d reconciles, busy %.1f s of %.1f s, plan→ack %.1f ms per sync, %d record writes\n",
+			s.Services, s.Services, s.CreateSec, s.ProgramS, s.Reconciles, s.ReconcileBusy, s.ChurnSeconds, s.SyncMeanMs, s.RecordWrites)
+	}
+	if c := r.Cold; c != nil {
+		fmt.Fprintf(out, "- cold start (%s) %d × %d: %.1f s to programmed (controller sync %.1f s; agent alone %.1f s, kernel %.1f s); controller VmHWM %.0f MiB, RSS %.0f MiB, heap %.0f MiB (load %s)\n",
+			c.ledger(), c.Services, c.Endpoints, c.ProgrammedS, c.FirstSyncS, c.AgentApplyS, c.AgentKernelS, c.HWMMiB, c.RSSMiB, c.HeapMiB, c.LoadAvg)
+	}
+}

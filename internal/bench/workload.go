@@ -1,0 +1,407 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime/pprof"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vpcgw/vpcgw/internal/gwstate"
+	"github.com/vpcgw/vpcgw/internal/lab"
+	"github.com/vpcgw/vpcgw/internal/model"
+)
+
+const (
+	benchNamespace = "bench"
+	// benchServiceCIDR replaces envtest's /24 so that 10,000 Services get ClusterIPs.
+	benchServiceCIDR  = "10.96.0.0/16"
+	triggerAnnotation = "endpoints.kubernetes.io/last-change-trigger-time"
+	managedBy         = "bench.vpcgw.io"
+	// Endpoint addresses are 10.77.1.20 .. 10.77.1.249 (the lab's VPC subnet; they need not answer).
+	firstEndpoint  = 20
+	maxEndpoints   = 230
+	firstPort      = 1000
+	maxPortsPerEIP = 60000
+	targetPort     = 8080
+)
+
+// workload owns the bench's Services and EndpointSlices.
+type workload struct {
+	l    *lab.Lab
+	c    client.Client
+	cfg  Config
+	eips []string // addresses; EIP k is "bench-eip-<k>"
+
+	mu     []sync.Mutex // per Service, serializes its slice writes
+	slices []*discoveryv1.EndpointSlice
+	offset []int
+}
+
+func eipName(k int) string { return fmt.Sprintf("bench-eip-%02d", k) }
+
+func newWorkload(ctx context.Context, l *lab.Lab, cfg Config) (*workload, error) {
+	w := &workload{l: l, c: l.Client, cfg: cfg}
+	if err := w.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: benchNamespace}}); err != nil {
+		return nil, fmt.Errorf("creating namespace %s: %w", benchNamespace, err)
+	}
+	for k := range cfg.EIPs {
+		ip := fmt.Sprintf("172.31.100.%d", 20+k)
+		// Ready, bound to the gateway's net1 as kube-ovn's eip-add does.
+		if err := l.AddEIP(ctx, eipName(k), ip, true); err != nil {
+			return nil, err
+		}
+		w.eips = append(w.eips, ip)
+	}
+	return w, nil
+}
+
+func serviceName(i int) string { return fmt.Sprintf("svc-%05d", i) }
+
+// placement: Service i is served on EIP i%E, port firstPort + i/E.
+func (w *workload) placement(i int) (eip int, port int32) {
+	return i % len(w.eips), int32(firstPort + i/len(w.eips))
+}
+
+// endpointIPs of Service i after `offset` changes: a window of M consecutive addresses that
+// moves by one per change (one backend leaves, one arrives).
+func endpointIPs(i, offset, m int) []string {
+	out := make([]string, m)
+	for j := range m {
+		out[j] = fmt.Sprintf("10.77.1.%d", firstEndpoint+(i*7+offset+j)%maxEndpoints)
+	}
+	return out
+}
+
+func (w *workload) service(i int) *corev1.Service {
+	eip, port := w.placement(i)
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: serviceName(i), Namespace: benchNamespace, Annotations: map[string]string{
+			model.AnnotationGateway: lab.GatewayName,
+			model.AnnotationEIP:     eipName(eip),
+		}},
+		Spec: corev1.ServiceSpec{
+			Type:                          corev1.ServiceTypeLoadBalancer,
+			AllocateLoadBalancerNodePorts: ptr.To(false),
+			Ports: []corev1.ServicePort{{Name: "tcp", Port: port, Protocol: corev1.ProtocolTCP,
+				TargetPort: intstr.FromInt32(targetPort)}},
+		},
+	}
+}
+
+func endpoints(ips []string) []discoveryv1.Endpoint {
+	out := make([]discoveryv1.Endpoint, len(ips))
+	for j, ip := range ips {
+		out[j] = discoveryv1.Endpoint{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}
+	}
+	return out
+}
+
+func (w *workload) slice(i int) *discoveryv1.EndpointSlice {
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: serviceName(i) + "-bench", Namespace: benchNamespace,
+			Labels: map[string]string{
+				discoveryv1.LabelServiceName: serviceName(i),
+				discoveryv1.LabelManagedBy:   managedBy,
+			},
+			Annotations: map[string]string{triggerAnnotation: time.Now().Format(time.RFC3339Nano)},
+		},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("tcp"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(targetPort))}},
+		Endpoints:   endpoints(endpointIPs(i, 0, w.cfg.Endpoints)),
+	}
+}
+
+// grow creates Services (and their slices) from the current count up to n.
+func (w *workload) grow(ctx context.Context, n int) error {
+	from := len(w.slices)
+	w.slices = append(w.slices, make([]*discoveryv1.EndpointSlice, n-from)...)
+	w.offset = append(w.offset, make([]int, n-from)...)
+	mus := make([]sync.Mutex, n)
+	w.mu = mus // no writes are in flight between sizes
+	next := atomic.Int64{}
+	next.Store(int64(from))
+	errs := make(chan error, w.cfg.Workers)
+	var wg sync.WaitGroup
+	for range w.cfg.Workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := w.c.Create(ctx, w.service(i)); err != nil {
+					errs <- fmt.Errorf("creating Service %s: %w", serviceName(i), err)
+					return
+				}
+				es := w.slice(i)
+				if err := w.c.Create(ctx, es); err != nil {
+					errs <- fmt.Errorf("creating EndpointSlice %s: %w", es.Name, err)
+					return
+				}
+				w.slices[i] = es
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// waitProgrammed waits until every bench Service publishes its ingress (written by the
+// controller only after the gateway acknowledged its identity, SPEC T1).
+func (w *workload) waitProgrammed(ctx context.Context, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	lastReport := time.Now()
+	interval := 100 * time.Millisecond
+	if n > 1000 {
+		interval = time.Second
+	}
+	for {
+		var list corev1.ServiceList
+		if err := w.c.List(ctx, &list, client.InNamespace(benchNamespace)); err != nil {
+			return err
+		}
+		done := 0
+		for _, s := range list.Items {
+			if len(s.Status.LoadBalancer.Ingress) > 0 {
+				done++
+			}
+		}
+		if done >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d Services programmed after %s", done, n, timeout)
+		}
+		if time.Since(lastReport) > 30*time.Second {
+			fmt.Fprintf(w.cfg.Out, "   ... %d of %d Services programmed (load %s)\n", done, n, loadAvg())
+			lastReport = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+}
+
+// change moves Service i's endpoint window by one and writes its slice, stamped with the time
+// of the change.
+func (w *workload) change(ctx context.Context, i int) error {
+	w.mu[i].Lock()
+	defer w.mu[i].Unlock()
+	es := w.slices[i]
+	w.offset[i]++
+	es.Endpoints = endpoints(endpointIPs(i, w.offset[i], w.cfg.Endpoints))
+	es.Annotations[triggerAnnotation] = time.Now().Format(time.RFC3339Nano)
+	err := w.c.Update(ctx, es)
+	if apierrors.IsConflict(err) {
+		var cur discoveryv1.EndpointSlice
+		if err := w.c.Get(ctx, client.ObjectKeyFromObject(es), &cur); err != nil {
+			return err
+		}
+		cur.Endpoints, cur.Annotations = es.Endpoints, es.Annotations
+		*es = cur
+		es.Annotations[triggerAnnotation] = time.Now().Format(time.RFC3339Nano)
+		err = w.c.Update(ctx, es)
+	}
+	return err
+}
+
+// order is the sequence in which the churn at size n visits Services (a fixed permutation,
+// repeated).
+func order(n int) []int { return rand.New(rand.NewPCG(uint64(n), 9)).Perm(n) }
+
+// changes lists the Services changed by the first count changes at size n.
+func (w *workload) changes(n, count int) []int {
+	p := order(n)
+	out := make([]int, count)
+	for k := range out {
+		out[k] = p[k%n]
+	}
+	return out
+}
+
+// identities is the gateway state of the first n Services before any change.
+func (w *workload) identities(n int) []gwstate.Identity {
+	out := make([]gwstate.Identity, n)
+	for i := range n {
+		eip, port := w.placement(i)
+		out[i] = identity(w.eips[eip], port, endpointIPs(i, 0, w.cfg.Endpoints))
+	}
+	return out
+}
+
+func identity(vip string, port int32, ips []string) gwstate.Identity {
+	id := gwstate.Identity{VIP: vip, Port: port, Protocol: gwstate.TCP}
+	for _, ip := range ips {
+		id.Backends = append(id.Backends, gwstate.Backend{IP: ip, Port: targetPort})
+	}
+	return id
+}
+
+// churn changes endpoints at cfg.Rate for cfg.Duration (4 writers, paced by the clock), then
+// waits until the gateway acknowledged them. It returns the number of slice writes.
+func (w *workload) churn(ctx context.Context, n int, rec *recorder) (written int, elapsed time.Duration, err error) {
+	total := max(1, int(w.cfg.Rate*w.cfg.Duration.Seconds()))
+	seq := w.changes(n, total)
+	jobs := make(chan int, total)
+	var ok atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for i := range jobs {
+				if err := w.change(ctx, i); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					continue
+				}
+				ok.Add(1)
+			}
+		})
+	}
+	start := time.Now()
+	for k, i := range seq {
+		at := start.Add(time.Duration(float64(k) / w.cfg.Rate * float64(time.Second)))
+		if d := time.Until(at); d > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(d):
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	elapsed = time.Since(start)
+	if e, _ := firstErr.Load().(error); e != nil {
+		return int(ok.Load()), elapsed, fmt.Errorf("writing EndpointSlices: %w", e)
+	}
+	return int(ok.Load()), elapsed, ctx.Err()
+}
+
+// runSize grows the workload to n Services, waits until they are programmed, and measures the
+// churn's network programming latency.
+func (w *workload) runSize(ctx context.Context, n int, rec *recorder, cpuProfile string) (SizeResult, error) {
+	sr := SizeResult{Services: n, Endpoints: w.cfg.Endpoints}
+	out := w.cfg.Out
+	fmt.Fprintf(out, "== N=%d: creating %d Services × %d endpoints (load %s)\n", n, n-len(w.slices), w.cfg.Endpoints, loadAvg())
+	start := time.Now()
+	if err := w.grow(ctx, n); err != nil {
+		return sr, err
+	}
+	sr.CreateSec = time.Since(start).Seconds()
+	if err := w.waitProgrammed(ctx, n, max(3*time.Minute, time.Duration(n)*200*time.Millisecond)); err != nil {
+		return sr, err
+	}
+	sr.ProgramS = time.Since(start).Seconds()
+	fmt.Fprintf(out, "   written in %.1f s, all %d programmed after %.1f s; churn %.0f changes/s for %s (load %s)\n",
+		sr.CreateSec, n, sr.ProgramS, w.cfg.Rate, w.cfg.Duration, loadAvg())
+	// Let the controller's follow-up syncs (record status) settle before measuring.
+	time.Sleep(2 * time.Second)
+	sr.LoadAvg = loadAvg()
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return sr, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return sr, err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	before := gatherStats()
+	rec.start()
+	written, elapsed, err := w.churn(ctx, n, rec)
+	if err != nil {
+		rec.stop()
+		return sr, err
+	}
+	lat, syncs := rec.drain(ctx, written, time.Minute, 10*time.Minute)
+	d := gatherStats().sub(before)
+	sr.Reconciles, sr.ReconcileBusy, sr.RecordWrites = int(d.reconciles), d.reconcileSec, int(d.recordWrites)
+	sr.APIRequests = map[string]int{}
+	for k, v := range d.requests {
+		sr.APIRequests[k] = int(v)
+	}
+	if d.syncs > 0 {
+		sr.SyncMeanMs = d.syncSec / d.syncs * 1000
+	}
+	sr.ChurnSeconds = elapsed.Seconds()
+	sr.Changes, sr.Syncs = written, syncs
+	sr.RateAch = float64(written) / elapsed.Seconds()
+	sr.Latency = percentiles(lat)
+	return sr, nil
+}
+
+// recorder collects the OnProgrammed latencies while it is on.
+type recorder struct {
+	mu    sync.Mutex
+	on    bool
+	lat   []time.Duration
+	syncs int
+}
+
+func (r *recorder) onProgrammed(gateway string, lat []time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.on || gateway != lab.GatewayName {
+		return
+	}
+	r.syncs++
+	r.lat = append(r.lat, lat...)
+}
+
+func (r *recorder) start() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.on, r.lat, r.syncs = true, nil, 0
+}
+
+func (r *recorder) stop() ([]time.Duration, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.on = false
+	return r.lat, r.syncs
+}
+
+func (r *recorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.lat)
+}
+
+// drain waits until want latencies arrived, or none arrived for stall, or max passed.
+func (r *recorder) drain(ctx context.Context, want int, stall, maxWait time.Duration) ([]time.Duration, int) {
+	deadline := time.Now().Add(maxWait)
+	last, lastChange := r.count(), time.Now()
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		c := r.count()
+		if c >= want {
+			break
+		}
+		if c != last {
+			last, lastChange = c, time.Now()
+		} else if time.Since(lastChange) > stall {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return r.stop()
+}
