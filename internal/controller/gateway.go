@@ -7,6 +7,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -18,10 +19,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -45,15 +48,21 @@ const (
 	indexServiceGateway = "vpcgw.gateway" // annotation, or unboundKey for finalizer holders without one
 	indexServiceEIP     = "vpcgw.eip"
 	indexSliceService   = "vpcgw.service"
-	indexSlicePod       = "vpcgw.pod" // namespace/name of the Pods an EndpointSlice targets
+	indexSlicePod       = "vpcgw.pod"            // namespace/name of the Pods an EndpointSlice targets
+	indexRecordOwner    = "vpcgw.record-owner"   // a Service record's owner UID
+	indexRecordGateway  = "vpcgw.record-gateway" // a Service record's gateway
 )
 
-// CacheOptions keeps only what the model reads of Pods: vpcgw caches every Pod (backends can be
-// anywhere) and this keeps that cache small.
+// CacheOptions keeps the caches small: no object keeps its managedFields (at 100,000 records they
+// were most of the controller's memory), and Pods keep only what the model reads (vpcgw caches
+// every Pod: backends can be anywhere).
 func CacheOptions() cache.Options {
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Pod{}: {Transform: trimPod},
-	}}
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {Transform: trimPod},
+		},
+	}
 }
 
 func trimPod(obj any) (any, error) {
@@ -131,6 +140,8 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 			return nonEmpty(o.GetLabels()[discoveryv1.LabelServiceName])
 		}},
 		{&discoveryv1.EndpointSlice{}, indexSlicePod, slicePods},
+		{&kubeovnv1.IptablesDnatRule{}, indexRecordOwner, func(o client.Object) []string { return recordLabel(o, model.LabelRecordUID) }},
+		{&kubeovnv1.IptablesDnatRule{}, indexRecordGateway, func(o client.Object) []string { return recordLabel(o, model.LabelGateway) }},
 	} {
 		if err := idx.IndexField(ctx, ix.obj, ix.name, ix.fn); err != nil {
 			return fmt.Errorf("index %s: %w", ix.name, err)
@@ -152,7 +163,7 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfSlice)).
 		Watches(&kubeovnv1.IptablesEIP{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfEIP)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfPod)).
-		Watches(&kubeovnv1.IptablesDnatRule{}, handler.EnqueueRequestsFromMapFunc(gatewayOfRecord)).
+		Watches(&kubeovnv1.IptablesDnatRule{}, handler.EnqueueRequestsFromMapFunc(gatewayOfRecord), builder.WithPredicates(recordChangedByOthers)).
 		WatchesRawSource(source.Channel(ended, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 }
@@ -244,6 +255,27 @@ func (r *GatewayReconciler) gatewaysOfPod(ctx context.Context, o client.Object) 
 		}
 	}
 	return requests(keys)
+}
+
+// recordLabel indexes Service records (not kube-ovn's own rules) by one of their labels.
+func recordLabel(o client.Object, label string) []string {
+	if o.GetLabels()[model.LabelRecord] != "true" {
+		return nil
+	}
+	return nonEmpty(o.GetLabels()[label])
+}
+
+// recordChangedByOthers passes the record events that may need repair (SPEC R4): a delete, or a
+// change of spec or labels. The controller's own creates and status writes would only wake the
+// gateway it is already syncing.
+var recordChangedByOthers = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
+			!maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels())
+	},
+	DeleteFunc:  func(event.DeleteEvent) bool { return true },
+	GenericFunc: func(event.GenericEvent) bool { return true },
 }
 
 // gatewayOfRecord: a record's own events only wake its gateway (SPEC R3).

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -164,31 +166,48 @@ func (r *GatewayReconciler) patchFinalizer(ctx context.Context, sp *model.Servic
 	return nil
 }
 
+// recordWriters bounds the API writes of records in flight: one change can touch many records
+// (one per backend), and writing them one after another made syncs wait on round trips.
+const recordWriters = 8
+
+// each runs fn for 0..n-1 with at most recordWriters at once and returns the errors.
+func each(n int, fn func(i int) error) []error {
+	errs := make([]error, n)
+	sem := make(chan struct{}, recordWriters)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = fn(i)
+		})
+	}
+	wg.Wait()
+	return slices.DeleteFunc(errs, func(err error) bool { return err == nil })
+}
+
 // writeRecords creates and updates the Service's records: the ledger claims before programming.
 func (r *GatewayReconciler) writeRecords(ctx context.Context, sp *model.ServicePlan) []error {
-	var errs []error
-	for i := range sp.CreateRecords {
+	errs := each(len(sp.CreateRecords), func(i int) error {
 		rec := sp.CreateRecords[i].DeepCopy()
 		rec.Status = kubeovnv1.IptablesDnatRuleStatus{}
 		err := r.Client.Create(ctx, rec)
-		if err == nil {
+		switch {
+		case err == nil:
 			recordsWritten.WithLabelValues("create").Inc()
-		}
-		if apierrors.IsAlreadyExists(err) {
+			return nil
+		case apierrors.IsAlreadyExists(err):
 			// A record of a former Service of the same name (another UID): it goes as an orphan
 			// first (SPEC I3), and this one is created on the next pass.
-			err = fmt.Errorf("record %s exists for another owner; retrying after its release", rec.Name)
+			return fmt.Errorf("record %s exists for another owner; retrying after its release", rec.Name)
 		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("creating record %s: %w", rec.Name, err))
-		}
-	}
-	for i := range sp.UpdateRecords {
+		return fmt.Errorf("creating record %s: %w", rec.Name, err)
+	})
+	return append(errs, each(len(sp.UpdateRecords), func(i int) error {
 		want := sp.UpdateRecords[i]
 		var cur kubeovnv1.IptablesDnatRule
 		if err := r.Client.Get(ctx, types.NamespacedName{Name: want.Name}, &cur); err != nil {
-			errs = append(errs, fmt.Errorf("reading record %s: %w", want.Name, err))
-			continue
+			return fmt.Errorf("reading record %s: %w", want.Name, err)
 		}
 		cur.Spec = want.Spec
 		if cur.Labels == nil {
@@ -197,51 +216,48 @@ func (r *GatewayReconciler) writeRecords(ctx context.Context, sp *model.ServiceP
 		maps.Copy(cur.Labels, want.Labels)
 		cur.Status.Ready = false
 		if err := r.Client.Update(ctx, &cur); err != nil {
-			errs = append(errs, fmt.Errorf("updating record %s: %w", want.Name, err))
-			continue
+			return fmt.Errorf("updating record %s: %w", want.Name, err)
 		}
 		recordsWritten.WithLabelValues("update").Inc()
-	}
-	return errs
+		return nil
+	})...)
 }
 
 // writeRecordStatus marks records Ready with the values the gateway now serves (SPEC R3).
 func (r *GatewayReconciler) writeRecordStatus(ctx context.Context, sp *model.ServicePlan) []error {
-	var errs []error
-	for i := range sp.StatusRecords {
+	return each(len(sp.StatusRecords), func(i int) error {
 		want := sp.StatusRecords[i]
 		var cur kubeovnv1.IptablesDnatRule
 		if err := r.Client.Get(ctx, types.NamespacedName{Name: want.Name}, &cur); err != nil {
-			errs = append(errs, fmt.Errorf("reading record %s: %w", want.Name, client.IgnoreNotFound(err)))
-			continue
+			return client.IgnoreNotFound(err)
 		}
 		if cur.Labels[model.LabelRecordUID] != string(sp.UID) {
-			continue
+			return nil
 		}
 		conds := cur.Status.Conditions
 		cur.Status = want.Status
 		cur.Status.Conditions = conds
 		cur.Status.Conditions.Set(kubeovnv1.ConditionType("Ready"), corev1.ConditionTrue, "Programmed", "served by every instance of gateway "+sp.Gateway, cur.Generation)
 		if err := r.Client.Status().Update(ctx, &cur); err != nil {
-			errs = append(errs, fmt.Errorf("record %s status: %w", want.Name, err))
-			continue
+			return fmt.Errorf("record %s status: %w", want.Name, err)
 		}
 		recordsWritten.WithLabelValues("status").Inc()
-	}
-	return errs
+		return nil
+	})
 }
 
 func (r *GatewayReconciler) deleteRecords(ctx context.Context, names []string) []error {
-	var errs []error
-	for _, name := range names {
-		rec := &kubeovnv1.IptablesDnatRule{ObjectMeta: metav1.ObjectMeta{Name: name}}
-		if err := r.Client.Delete(ctx, rec); client.IgnoreNotFound(err) != nil {
-			errs = append(errs, fmt.Errorf("deleting record %s: %w", name, err))
-			continue
+	return each(len(names), func(i int) error {
+		rec := &kubeovnv1.IptablesDnatRule{ObjectMeta: metav1.ObjectMeta{Name: names[i]}}
+		if err := r.Client.Delete(ctx, rec); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("deleting record %s: %w", names[i], err)
 		}
 		recordsWritten.WithLabelValues("delete").Inc()
-	}
-	return errs
+		return nil
+	})
 }
 
 // publishIngress makes status.loadBalancer.ingress equal to the plan's (SPEC T1).

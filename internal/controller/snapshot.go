@@ -42,9 +42,10 @@ func (r *GatewayReconciler) snapshot(ctx context.Context, key string) (model.Sna
 	// Records of this gateway, and of the Services found so far: a record's owner is part of the
 	// snapshot, or the model takes the record for an orphan.
 	records := map[string]kubeovnv1.IptablesDnatRule{}
-	addRecords := func(sel client.MatchingLabels) error {
+	// Indexed lookups: a label selector would scan every record of the cluster per Service.
+	addRecords := func(index, value string) error {
 		var rs kubeovnv1.IptablesDnatRuleList
-		if err := r.Client.List(ctx, &rs, sel); err != nil {
+		if err := r.Client.List(ctx, &rs, client.MatchingFields{index: value}); err != nil {
 			return fmt.Errorf("listing records: %w", err)
 		}
 		for _, rec := range rs.Items {
@@ -53,12 +54,12 @@ func (r *GatewayReconciler) snapshot(ctx context.Context, key string) (model.Sna
 		return nil
 	}
 	if key != unboundKey {
-		if err := addRecords(client.MatchingLabels{model.LabelRecord: "true", model.LabelGateway: key}); err != nil {
+		if err := addRecords(indexRecordGateway, key); err != nil {
 			return s, err
 		}
 	}
 	for _, svc := range s.Services {
-		if err := addRecords(client.MatchingLabels{model.LabelRecord: "true", model.LabelRecordUID: string(svc.UID)}); err != nil {
+		if err := addRecords(indexRecordOwner, string(svc.UID)); err != nil {
 			return s, err
 		}
 	}
