@@ -34,13 +34,6 @@ import (
 )
 
 const (
-	// DefaultGatewayNamespace is where kube-ovn runs gateway pods when spec.namespace is empty.
-	DefaultGatewayNamespace = model.DefaultGatewayNamespace
-	// GatewayPodLabel, GatewayAppLabelPrefx and GatewayPodAnnotation find a gateway's pods.
-	GatewayPodLabel      = model.LabelGatewayPod
-	GatewayAppLabelPrefx = model.GatewayAppPrefix
-	GatewayPodAnnotation = model.AnnotationGatewayPod
-
 	// unboundKey is the reconcile key of Services that hold the finalizer but name no gateway:
 	// they only need releasing.
 	unboundKey = ""

@@ -369,7 +369,8 @@ func (l *Lab) Describe() (descPath, kubeconfig string, err error) {
 	d := Description{
 		Kubeconfig: kcPath, Namespaces: l.topo.namespaces, Vpc: VpcName, Gateway: GatewayName,
 		EIPs: map[string]string{EIPName: EIPAddress}, Backends: l.Backends, DemoService: DemoNamespace + "/" + DemoService,
-		AddBackendUI: "create a Pod in namespace " + DemoNamespace + " labelled app=" + DemoService + " is not enough: backends need a namespace; use lab.AddBackend (Go) — a CLI follows with the lab issue",
+		AddBackendUI: "Go API: (*lab.Lab).AddBackend(ctx, namespace, pod, app) in internal/lab creates a backend network namespace on the VPC switch, " +
+			"its HTTP/UDP echo server and its Running, Ready Pod labelled app=<app>; kube-controller-manager then puts it in the EndpointSlices of matching Services",
 	}
 	d.Subnets.VPC, d.Subnets.External = VpcSubnetName, ExternalSubnetName
 	data, err := json.MarshalIndent(d, "", "  ")

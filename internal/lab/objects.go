@@ -10,7 +10,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
-	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/kcm"
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/transport"
@@ -25,7 +24,7 @@ const (
 	EIPName            = "lab-eip"
 	DemoNamespace      = "demo"
 	DemoService        = "web"
-	GatewayNamespace   = controller.DefaultGatewayNamespace
+	GatewayNamespace   = model.DefaultGatewayNamespace
 	labNode            = "lab-node"
 )
 
@@ -52,10 +51,10 @@ func createKubeOVNObjects(ctx context.Context, c client.Client, gwNetns string) 
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: controller.GatewayAppLabelPrefx + GatewayName + "-0", Namespace: GatewayNamespace,
-			Labels: map[string]string{"app": controller.GatewayAppLabelPrefx + GatewayName, controller.GatewayPodLabel: "true"},
+			Name: model.GatewayAppPrefix + GatewayName + "-0", Namespace: GatewayNamespace,
+			Labels: map[string]string{"app": model.GatewayAppPrefix + GatewayName, model.LabelGatewayPod: "true"},
 			Annotations: map[string]string{
-				controller.GatewayPodAnnotation:     GatewayName,
+				model.AnnotationGatewayPod:          GatewayName,
 				transport.NetnsAnnotation:           gwNetns,
 				"ovn.kubernetes.io/ip_address":      GatewayLanIP,
 				"ovn.kubernetes.io/logical_switch":  VpcSubnetName,
