@@ -229,7 +229,9 @@ func (r *GatewayReconciler) writeRecordStatus(ctx context.Context, sp *model.Ser
 		want := sp.StatusRecords[i]
 		var cur kubeovnv1.IptablesDnatRule
 		if err := r.Client.Get(ctx, types.NamespacedName{Name: want.Name}, &cur); err != nil {
-			return client.IgnoreNotFound(err)
+			// Usually a record created in this pass that the cache has not seen yet: retry (its
+			// own create event does not wake the gateway).
+			return fmt.Errorf("reading record %s for its status: %w", want.Name, err)
 		}
 		if cur.Labels[model.LabelRecordUID] != string(sp.UID) {
 			return nil

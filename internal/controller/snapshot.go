@@ -14,7 +14,8 @@ import (
 	"github.com/vpcgw/vpcgw/internal/model"
 )
 
-// snapshot reads, from the cache, what the model needs to plan gateway key: every gateway, EIP
+// snapshot reads, from the cache and without copying (the model only reads; writers fetch their
+// own copies), what the model needs to plan gateway key: every gateway, EIP
 // and Subnet (few), the Services bound to the gateway or owning its records, their
 // EndpointSlices, the Pods those target, the gateway's pods and the records.
 func (r *GatewayReconciler) snapshot(ctx context.Context, key string) (model.Snapshot, error) {
@@ -23,14 +24,14 @@ func (r *GatewayReconciler) snapshot(ctx context.Context, key string) (model.Sna
 	var eips kubeovnv1.IptablesEIPList
 	var subnets kubeovnv1.SubnetList
 	for _, l := range []client.ObjectList{&gws, &eips, &subnets} {
-		if err := r.Client.List(ctx, l); err != nil {
+		if err := r.Client.List(ctx, l, client.UnsafeDisableDeepCopy); err != nil {
 			return s, fmt.Errorf("listing %T: %w", l, err)
 		}
 	}
 	s.Gateways, s.EIPs, s.Subnets = gws.Items, eips.Items, subnets.Items
 
 	var svcs corev1.ServiceList
-	if err := r.Client.List(ctx, &svcs, client.MatchingFields{indexServiceGateway: key}); err != nil {
+	if err := r.Client.List(ctx, &svcs, client.MatchingFields{indexServiceGateway: key}, client.UnsafeDisableDeepCopy); err != nil {
 		return s, fmt.Errorf("listing Services of gateway %q: %w", key, err)
 	}
 	s.Services = svcs.Items
@@ -45,7 +46,7 @@ func (r *GatewayReconciler) snapshot(ctx context.Context, key string) (model.Sna
 	// Indexed lookups: a label selector would scan every record of the cluster per Service.
 	addRecords := func(index, value string) error {
 		var rs kubeovnv1.IptablesDnatRuleList
-		if err := r.Client.List(ctx, &rs, client.MatchingFields{index: value}); err != nil {
+		if err := r.Client.List(ctx, &rs, client.MatchingFields{index: value}, client.UnsafeDisableDeepCopy); err != nil {
 			return fmt.Errorf("listing records: %w", err)
 		}
 		for _, rec := range rs.Items {
@@ -85,7 +86,7 @@ func (r *GatewayReconciler) snapshot(ctx context.Context, key string) (model.Sna
 	pods := map[types.NamespacedName]bool{}
 	for _, svc := range s.Services {
 		var es discoveryv1.EndpointSliceList
-		if err := r.Client.List(ctx, &es, client.InNamespace(svc.Namespace), client.MatchingFields{indexSliceService: svc.Name}); err != nil {
+		if err := r.Client.List(ctx, &es, client.InNamespace(svc.Namespace), client.MatchingFields{indexSliceService: svc.Name}, client.UnsafeDisableDeepCopy); err != nil {
 			return s, fmt.Errorf("listing EndpointSlices of %s/%s: %w", svc.Namespace, svc.Name, err)
 		}
 		s.EndpointSlices = append(s.EndpointSlices, es.Items...)
