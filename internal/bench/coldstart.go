@@ -161,24 +161,8 @@ func scrape(addr string) (map[string]float64, error) {
 	return out, sc.Err()
 }
 
-// procMem is VmHWM and VmRSS of a process, in MiB.
+// procMem is VmHWM and VmRSS of a process, in MiB (0 when it is gone).
 func procMem(pid int) (hwm, rss float64) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		kb, _ := strconv.ParseFloat(f[1], 64)
-		switch f[0] {
-		case "VmHWM:":
-			hwm = kb / 1024
-		case "VmRSS:":
-			rss = kb / 1024
-		}
-	}
+	hwm, rss, _ = netlab.ProcMemory(pid)
 	return hwm, rss
 }
