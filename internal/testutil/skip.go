@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 )
 
@@ -35,3 +36,28 @@ func EnvtestAssets(binaries ...string) (dir, missing string) {
 	}
 	return dir, ""
 }
+
+// Lazy holds a test environment shared by a package's tests, started on first use.
+type Lazy[T any] struct {
+	once sync.Once
+	v    T
+	skip string
+	err  error
+}
+
+// Get starts the environment with start on the first call and returns it; start returns a skip
+// reason (something this machine lacks) or an error. Every caller skips or fails alike.
+func (l *Lazy[T]) Get(t testing.TB, start func() (T, string, error)) T {
+	t.Helper()
+	l.once.Do(func() { l.v, l.skip, l.err = start() })
+	if l.skip != "" {
+		Skip(t, l.skip)
+	}
+	if l.err != nil {
+		t.Fatalf("starting the shared test environment: %v", l.err)
+	}
+	return l.v
+}
+
+// Value is what was started (the zero value if nothing was), for TestMain's cleanup.
+func (l *Lazy[T]) Value() T { return l.v }

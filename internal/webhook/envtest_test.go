@@ -57,19 +57,14 @@ type env struct {
 	admin, alice, ctrl client.Client
 }
 
-var (
-	envOnce sync.Once
-	shared  *env
-	envErr  error
-	envSkip string
-)
+var shared testutil.Lazy[*env]
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if shared != nil {
-		shared.cancel()
-		<-shared.done
-		if err := shared.te.Stop(); err != nil {
+	if e := shared.Value(); e != nil {
+		e.cancel()
+		<-e.done
+		if err := e.te.Stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "stopping envtest: %v\n", err)
 		}
 	}
@@ -78,23 +73,14 @@ func TestMain(m *testing.M) {
 
 func cluster(t *testing.T) *env {
 	t.Helper()
-	envOnce.Do(startEnv)
-	if envSkip != "" {
-		testutil.Skip(t, envSkip)
-	}
-	if envErr != nil {
-		t.Fatalf("envtest: %v", envErr)
-	}
-	return shared
-}
-
-func startEnv() {
-	assets, missing := testutil.EnvtestAssets("kube-apiserver", "etcd")
-	if missing != "" {
-		envSkip = missing
-		return
-	}
-	shared, envErr = newEnv(assets)
+	return shared.Get(t, func() (*env, string, error) {
+		assets, missing := testutil.EnvtestAssets("kube-apiserver", "etcd")
+		if missing != "" {
+			return nil, missing, nil
+		}
+		e, err := newEnv(assets)
+		return e, "", err
+	})
 }
 
 func newEnv(assets string) (*env, error) {

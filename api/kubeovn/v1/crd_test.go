@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -32,11 +31,8 @@ import (
 
 // The API server is started once, on first use, and stopped in TestMain.
 var (
-	envOnce   sync.Once
-	testEnv   *envtest.Environment
-	envClient client.Client
-	envErr    error
-	envSkip   string
+	apiEnv  testutil.Lazy[client.Client]
+	testEnv *envtest.Environment
 )
 
 func TestMain(m *testing.M) {
@@ -53,29 +49,21 @@ func TestMain(m *testing.M) {
 // test when KUBEBUILDER_ASSETS does not provide the control plane binaries.
 func apiClient(t *testing.T) client.Client {
 	t.Helper()
-	envOnce.Do(startEnv)
-	if envSkip != "" {
-		testutil.Skip(t, envSkip)
-	}
-	if envErr != nil {
-		t.Fatalf("envtest: %v", envErr)
-	}
-	return envClient
+	return apiEnv.Get(t, startEnv)
 }
 
-func startEnv() {
+func startEnv() (client.Client, string, error) {
 	assets, missing := testutil.EnvtestAssets("kube-apiserver", "etcd")
 	if missing != "" {
-		envSkip = missing
-		return
+		return nil, missing, nil
 	}
 
 	scheme := runtime.NewScheme()
-	if envErr = kubeovnv1.AddToScheme(scheme); envErr != nil {
-		return
+	if err := kubeovnv1.AddToScheme(scheme); err != nil {
+		return nil, "", err
 	}
-	if envErr = apiextensionsv1.AddToScheme(scheme); envErr != nil {
-		return
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+		return nil, "", err
 	}
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "..", "config", "crd")},
@@ -85,11 +73,11 @@ func startEnv() {
 	}
 	cfg, err := env.Start()
 	if err != nil {
-		envErr = fmt.Errorf("start: %w", err)
-		return
+		return nil, "", fmt.Errorf("envtest: %w", err)
 	}
 	testEnv = env
-	envClient, envErr = client.New(cfg, client.Options{Scheme: scheme})
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	return c, "", err
 }
 
 var nameSeq atomic.Int64
