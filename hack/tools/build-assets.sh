@@ -11,10 +11,19 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=${1:-${VPCGW_ASSETS:-${XDG_CACHE_HOME:-$HOME/.cache}/vpcgw/envtest-$K8S_VERSION}}
 mkdir -p "$out"
 
-have_apiserver() { [ -x "$out/kube-apiserver" ] && "$out/kube-apiserver" --version 2>/dev/null | grep -qF "$K8S_VERSION"; }
+# Reports whether binary $1 exists and "$@" prints the pinned version. The output is captured, not
+# piped into `grep -q`: grep exiting at the first match would kill the writer with SIGPIPE, and
+# pipefail would turn a good binary into a failure (exit 141).
+have_version() {
+	[ -x "$1" ] || return 1
+	local v
+	v=$("$@" 2>/dev/null) || return 1
+	[[ $v == *"$K8S_VERSION"* ]]
+}
+have_apiserver() { have_version "$out/kube-apiserver" --version; }
 have_etcd() { [ -x "$out/etcd" ] && "$out/etcd" --version >/dev/null 2>&1; }
-have_kcm() { [ -x "$out/kube-controller-manager" ] && "$out/kube-controller-manager" --version 2>/dev/null | grep -qF "$K8S_VERSION"; }
-have_kubectl() { [ -x "$out/kubectl" ] && "$out/kubectl" version --client 2>/dev/null | grep -qF "$K8S_VERSION"; }
+have_kcm() { have_version "$out/kube-controller-manager" --version; }
+have_kubectl() { have_version "$out/kubectl" version --client; }
 
 # One fixed set of flags: changing anything but -ldflags invalidates the whole build cache (~10 min).
 ldflags="-s -w"

@@ -22,7 +22,7 @@ done
 
 have_helm() {
 	[ -x "$bin" ] && [ "$(cat "$bin.ldflags" 2>/dev/null)" = "$ldflags" ] &&
-		"$bin" version --template '{{.Version}}' 2>/dev/null | grep -qxF "$HELM_VERSION"
+		[ "$("$bin" version --template '{{.Version}}' 2>/dev/null)" = "$HELM_VERSION" ]
 }
 
 if ! have_helm; then
