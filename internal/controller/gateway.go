@@ -86,13 +86,16 @@ type GatewayReconciler struct {
 	// OnProgrammed, when set, receives after each acknowledged sync of a gateway the network
 	// programming latencies of the EndpointSlice changes it carried (benchmarks use it).
 	OnProgrammed func(gateway string, latencies []time.Duration)
-	Log          logr.Logger
+	// VerifyPartialPlans: see Options.VerifyPartialPlans.
+	VerifyPartialPlans bool
+	Log                logr.Logger
 
 	syncMu   sync.Mutex
 	lastSync map[string]time.Time
 	latency  latencyTracker
 
 	sessions *sessions
+	plans    *planCache
 	// lastEvent remembers the last event per Service UID and reason, so that a cause is reported
 	// once, not on every reconcile (SPEC T3).
 	eventsMu  sync.Mutex
@@ -118,6 +121,7 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 		}
 	})
 	r.lastEvent = map[types.UID]map[string]string{}
+	r.plans = newPlanCache()
 	r.lastSync = map[string]time.Time{}
 	go func() { <-ctx.Done(); r.sessions.closeAll() }()
 
@@ -145,18 +149,18 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 		Named("vpcgw-gateway").
 		For(&kubeovnv1.VpcNatGateway{}).
 		Watches(&corev1.Service{}, handler.Funcs{
-			CreateFunc: func(_ context.Context, e handlerCreate, q reqQueue) { enqueue(q, serviceGatewayKeys(e.Object)) },
+			CreateFunc: func(_ context.Context, e handlerCreate, q reqQueue) { enqueue(q, r.serviceChanged(e.Object)) },
 			UpdateFunc: func(_ context.Context, e handlerUpdate, q reqQueue) {
-				enqueue(q, serviceGatewayKeys(e.ObjectOld))
-				enqueue(q, serviceGatewayKeys(e.ObjectNew))
+				enqueue(q, r.serviceChanged(e.ObjectOld))
+				enqueue(q, r.serviceChanged(e.ObjectNew))
 			},
-			DeleteFunc:  func(_ context.Context, e handlerDelete, q reqQueue) { enqueue(q, serviceGatewayKeys(e.Object)) },
-			GenericFunc: func(_ context.Context, e handlerGeneric, q reqQueue) { enqueue(q, serviceGatewayKeys(e.Object)) },
+			DeleteFunc:  func(_ context.Context, e handlerDelete, q reqQueue) { enqueue(q, r.serviceChanged(e.Object)) },
+			GenericFunc: func(_ context.Context, e handlerGeneric, q reqQueue) { enqueue(q, r.serviceChanged(e.Object)) },
 		}).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfSlice)).
 		Watches(&kubeovnv1.IptablesEIP{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfEIP)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfPod)).
-		Watches(&kubeovnv1.IptablesDnatRule{}, handler.EnqueueRequestsFromMapFunc(gatewayOfRecord), builder.WithPredicates(recordChangedByOthers)).
+		Watches(&kubeovnv1.IptablesDnatRule{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfRecord), builder.WithPredicates(recordChangedByOthers)).
 		WatchesRawSource(source.Channel(ended, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 }
@@ -186,6 +190,13 @@ func serviceGatewayKeys(o client.Object) []string {
 	return nil
 }
 
+// serviceChanged marks a Service for replanning on the gateways it wakes, and returns them.
+func (r *GatewayReconciler) serviceChanged(o client.Object) []string {
+	keys := serviceGatewayKeys(o)
+	r.plans.markService(keys, types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()})
+	return keys
+}
+
 func slicePods(o client.Object) []string {
 	es, ok := o.(*discoveryv1.EndpointSlice)
 	if !ok {
@@ -210,23 +221,23 @@ func (r *GatewayReconciler) gatewayOfSlice(ctx context.Context, o client.Object)
 		return nil
 	}
 	var svc corev1.Service
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: o.GetNamespace(), Name: name}, &svc); err != nil {
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: o.GetNamespace(), Name: name}, &svc, client.UnsafeDisableDeepCopy); err != nil {
 		return nil
 	}
-	return requests(serviceGatewayKeys(&svc))
+	return requests(r.serviceChanged(&svc))
 }
 
 // gatewaysOfEIP wakes the gateways of every Service that names the EIP (SPEC S4: served as soon
 // as the EIP is Ready, woken by the EIP's own events).
 func (r *GatewayReconciler) gatewaysOfEIP(ctx context.Context, o client.Object) []reconcile.Request {
 	var svcs corev1.ServiceList
-	if err := r.Client.List(ctx, &svcs, client.MatchingFields{indexServiceEIP: o.GetName()}); err != nil {
+	if err := r.Client.List(ctx, &svcs, client.MatchingFields{indexServiceEIP: o.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
 		r.Log.Error(err, "listing Services of EIP", "eip", o.GetName())
 		return nil
 	}
 	var keys []string
 	for i := range svcs.Items {
-		keys = append(keys, serviceGatewayKeys(&svcs.Items[i])...)
+		keys = append(keys, r.serviceChanged(&svcs.Items[i])...)
 	}
 	if eip, ok := o.(*kubeovnv1.IptablesEIP); ok {
 		keys = append(keys, nonEmpty(eip.Spec.NatGwDp)...)
@@ -271,12 +282,15 @@ var recordChangedByOthers = predicate.Funcs{
 	GenericFunc: func(event.GenericEvent) bool { return true },
 }
 
-// gatewayOfRecord: a record's own events only wake its gateway (SPEC R3).
-func gatewayOfRecord(_ context.Context, o client.Object) []reconcile.Request {
-	if o.GetLabels()[model.LabelRecord] != "true" {
+// gatewayOfRecord: a record's own events only wake its gateway (SPEC R3), which replans the
+// record's owner.
+func (r *GatewayReconciler) gatewayOfRecord(_ context.Context, o client.Object) []reconcile.Request {
+	l := o.GetLabels()
+	if l[model.LabelRecord] != "true" || l[model.LabelGateway] == "" {
 		return nil
 	}
-	return requests(nonEmpty(o.GetLabels()[model.LabelGateway]))
+	r.plans.markOwner(l[model.LabelGateway], types.NamespacedName{Namespace: l[model.LabelRecordNamespace], Name: l[model.LabelRecordName]}, types.UID(l[model.LabelRecordUID]))
+	return requests([]string{l[model.LabelGateway]})
 }
 
 func requests(keys []string) []reconcile.Request {

@@ -221,6 +221,8 @@ type fixture struct {
 	done   chan error
 	// minSync is the controller's MinSyncInterval (0: none).
 	minSync time.Duration
+	// mismatches is vpcgw_partial_plan_mismatches_total when the controller started.
+	mismatches float64
 }
 
 func newFixture(t *testing.T, gw string, instances int) *fixture {
@@ -289,10 +291,13 @@ func (f *fixture) start(gates model.Gates) {
 	ctx, cancel := context.WithCancel(context.Background())
 	f.stop, f.done = cancel, make(chan error, 1)
 	log := zap.New(zap.WriteTo(testWriter{f.t}), zap.UseDevMode(true))
+	f.mismatches = metricValue(f.t, "vpcgw_partial_plan_mismatches_total", nil)
 	go func() {
 		f.done <- controller.Run(ctx, cfg, controller.Options{
 			Flags:  controller.Flags{EnableGwNftableLbSvc: gates.LoadBalancer, EnableGwNftableSvcClusterIP: gates.ClusterIP},
 			Dialer: f.dialer, MetricsAddr: "0", HealthAddr: "0", MinSyncInterval: f.minSync,
+			// Every partial plan of these scenarios is checked against a full one.
+			VerifyPartialPlans: true,
 		}, log)
 	}()
 }
@@ -304,6 +309,10 @@ func (f *fixture) stopController() {
 			f.t.Errorf("controller stopped with %v", err)
 		}
 		f.stop = nil
+		f.t.Logf("plans so far: %v full, %v partial", metricValue(f.t, "vpcgw_full_plans_total", nil), metricValue(f.t, "vpcgw_partial_plans_total", nil))
+		if n := metricValue(f.t, "vpcgw_partial_plan_mismatches_total", nil) - f.mismatches; n != 0 {
+			f.t.Errorf("%v partial plans differed from the full plan (see the log)", n)
+		}
 	}
 }
 

@@ -44,8 +44,24 @@ var (
 	}, []string{"op"})
 )
 
+var (
+	fullSyncs = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "vpcgw_full_plans_total",
+		Help: "Syncs that planned every Service of their gateway (start, failure, a gateway-wide change).",
+	})
+	partialSyncs = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "vpcgw_partial_plans_total",
+		Help: "Syncs that replanned only the Services changed since the last sync.",
+	})
+	incrementalMismatches = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "vpcgw_partial_plan_mismatches_total",
+		Help: "Partial plans that differed from the full plan (counted only with --verify-partial-plans).",
+	})
+)
+
 func init() {
-	ctrlmetrics.Registry.MustRegister(syncDuration, programmingLatency, syncFailures, identities, backends, recordsWritten, conntrackDeleted)
+	ctrlmetrics.Registry.MustRegister(syncDuration, programmingLatency, syncFailures, identities, backends, recordsWritten, conntrackDeleted,
+		fullSyncs, partialSyncs, incrementalMismatches)
 }
 
 // triggerAnnotation is set by the EndpointSlice controller to the time of the change that caused

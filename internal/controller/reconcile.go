@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -31,12 +33,12 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	if wait := r.throttle(key); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
-	snap, err := r.snapshot(ctx, key)
+	plan, gp, slices, err := r.plan(ctx, key)
 	if err != nil {
+		// The marks this pass consumed are lost: the next pass plans the whole gateway.
+		r.plans.invalidate(key)
 		return reconcile.Result{}, err
 	}
-	plan := model.Compute(snap, r.Flags.Gates())
-	gp := plan.Gateway(key) // nil: the gateway does not exist (or is the unbound key)
 
 	// Only the Services this gateway is responsible for; others are written by their own.
 	var mine []*model.ServicePlan
@@ -46,18 +48,33 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		}
 	}
 
-	// 1. Finalizer first, then the records claim the identities (SPEC T2, R3).
+	// A Service with a failed write is replanned on the next pass (which the error brings), so
+	// that its writes are decided again against what the cache then holds.
 	var errs []error
+	failed := map[*model.ServicePlan]bool{}
+	note := func(sp *model.ServicePlan, es ...error) {
+		if len(es) > 0 {
+			errs = append(errs, es...)
+			failed[sp] = true
+		}
+	}
+	defer func() {
+		for sp := range failed {
+			r.plans.markOwner(key, sp.Key, sp.UID)
+		}
+	}()
+
+	// 1. Finalizer first, then the records claim the identities (SPEC T2, R3).
 	for _, sp := range mine {
 		r.emit(sp)
 		if sp.AddFinalizer {
 			if err := r.patchFinalizer(ctx, sp, true); err != nil {
-				errs = append(errs, err)
+				note(sp, err)
 				sp.CreateRecords, sp.UpdateRecords, sp.StatusRecords = nil, nil, nil
 				continue
 			}
 		}
-		errs = append(errs, r.writeRecords(ctx, sp)...)
+		note(sp, r.writeRecords(ctx, sp)...)
 	}
 
 	// 2. The gateway's instances, then its VIP routes.
@@ -67,13 +84,14 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		case len(gp.Instances) == 0:
 			log.Info("gateway has no running instance: nothing programmed until one runs")
 		default:
-			changed := r.latency.pending(snap.EndpointSlices)
+			changed := r.latency.pending(slices)
 			start := time.Now()
 			if err := r.sessions.apply(ctx, key, transportInstances(gp), gp.State); err != nil {
 				syncDuration.WithLabelValues("error").Observe(time.Since(start).Seconds())
 				syncFailures.WithLabelValues(key).Inc()
 				msg := fmt.Sprintf("programming gateway %s failed, retrying: %v", key, err)
 				for _, sp := range mine {
+					failed[sp] = true // their status, ingress and releases wait for programming
 					if sp.Served() {
 						r.emitOnce(sp, model.Event{Type: corev1.EventTypeWarning, Reason: model.ReasonProgrammingFailed, Message: msg})
 					}
@@ -106,28 +124,113 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	released := gp == nil || programmed || len(gp.Instances) == 0
 	for _, sp := range mine {
 		if programmed {
-			errs = append(errs, r.writeRecordStatus(ctx, sp)...)
+			note(sp, r.writeRecordStatus(ctx, sp)...)
 		}
 		if sp.IngressWrite && (programmed || !sp.EIPServed) {
 			if err := r.publishIngress(ctx, sp); err != nil {
-				errs = append(errs, err)
+				note(sp, err)
 			}
 		}
 		if !released {
 			continue
 		}
 		delErrs := r.deleteRecords(ctx, sp.DeleteRecords)
-		errs = append(errs, delErrs...)
+		note(sp, delErrs...)
 		if sp.ReleaseFinalizer && len(delErrs) == 0 && (!sp.IngressWrite || len(sp.Ingress) == 0) {
 			if err := r.patchFinalizer(ctx, sp, false); err != nil {
-				errs = append(errs, err)
+				note(sp, err)
 			}
 		}
 	}
 	if released && key != unboundKey {
-		errs = append(errs, r.deleteRecords(ctx, plan.OrphanRecords)...)
+		if delErrs := r.deleteRecords(ctx, plan.OrphanRecords); len(delErrs) > 0 {
+			// Orphans belong to no kept Service: only a full plan finds them again.
+			r.plans.invalidate(key)
+			errs = append(errs, delErrs...)
+		}
 	}
 	return reconcile.Result{}, errors.Join(errs...)
+}
+
+// plan asks the model what gateway key must serve. It replans only the Services changed since the
+// last sync when it can (see planCache), the whole gateway otherwise. It returns the plan of the
+// replanned Services, the plan of the whole gateway (nil: the gateway does not exist, or key is
+// the unbound key) and the EndpointSlices read.
+func (r *GatewayReconciler) plan(ctx context.Context, key string) (model.Plan, *model.GatewayPlan, []discoveryv1.EndpointSlice, error) {
+	gates := r.Flags.Gates()
+	base, err := r.gatewayObjects(ctx, key)
+	if err != nil {
+		return model.Plan{}, nil, nil, err
+	}
+	fp := gatewayFingerprint(&base, key)
+	w := r.plans.take(key, fp)
+	full := func() (model.Plan, *model.GatewayPlan, []discoveryv1.EndpointSlice, error) {
+		snap, err := r.fullSnapshot(ctx, key, base)
+		if err != nil {
+			return model.Plan{}, nil, nil, err
+		}
+		plan := model.Compute(snap, gates)
+		if key != unboundKey {
+			r.plans.replace(key, fp, plan.Services, servicesByKey(snap.Services))
+		}
+		return plan, plan.Gateway(key), snap.EndpointSlices, nil
+	}
+	if w.full || key == unboundKey {
+		fullSyncs.Inc()
+		return full()
+	}
+
+	snap, replanned, err := r.partialSnapshot(ctx, key, base, w)
+	if err != nil {
+		return model.Plan{}, nil, nil, err
+	}
+	plan := model.Compute(snap, gates)
+	r.plans.update(key, replanned, plan.Services, servicesByKey(snap.Services))
+	gp := plan.Gateway(key)
+	if gp != nil {
+		whole := r.plans.assemble(key, gp.Base())
+		gp = &whole
+	}
+	partialSyncs.Inc()
+	if !r.VerifyPartialPlans {
+		return plan, gp, snap.EndpointSlices, nil
+	}
+	// Checking mode (tests): the partial plan must equal a full one.
+	fplan, fgp, fslices, err := full()
+	if err != nil {
+		return model.Plan{}, nil, nil, err
+	}
+	if diff := gatewayPlanDiff(gp, fgp); diff != "" {
+		incrementalMismatches.Inc()
+		r.Log.Error(nil, "partial plan differs from the full plan; using the full plan", "gateway", key, "replanned", len(replanned), "diff", diff)
+		return fplan, fgp, fslices, nil
+	}
+	return plan, gp, snap.EndpointSlices, nil
+}
+
+func servicesByKey(svcs []corev1.Service) map[types.NamespacedName]*corev1.Service {
+	out := make(map[types.NamespacedName]*corev1.Service, len(svcs))
+	for i := range svcs {
+		out[types.NamespacedName{Namespace: svcs[i].Namespace, Name: svcs[i].Name}] = &svcs[i]
+	}
+	return out
+}
+
+// gatewayPlanDiff says how two plans of one gateway differ in what is programmed ("" if not).
+func gatewayPlanDiff(a, b *model.GatewayPlan) string {
+	switch {
+	case a == nil && b == nil:
+		return ""
+	case a == nil || b == nil:
+		return fmt.Sprintf("one plan is missing (partial %v, full %v)", a != nil, b != nil)
+	case !reflect.DeepEqual(a.State, b.State):
+		return fmt.Sprintf("state: partial %d identities %v, full %d identities %v", len(a.State.Identities), a.State.ClusterIPs, len(b.State.Identities), b.State.ClusterIPs)
+	case !reflect.DeepEqual(a.Routes, b.Routes):
+		return fmt.Sprintf("routes: partial %+v, full %+v", a.Routes, b.Routes)
+	case !reflect.DeepEqual(a.Services, b.Services):
+		return fmt.Sprintf("services: partial %v, full %v", a.Services, b.Services)
+	}
+	return ""
 }
 
 func transportInstances(gp *model.GatewayPlan) []transport.Instance {

@@ -30,6 +30,9 @@ type Options struct {
 	MinSyncInterval time.Duration
 	// OnProgrammed: see GatewayReconciler.OnProgrammed.
 	OnProgrammed func(gateway string, latencies []time.Duration)
+	// VerifyPartialPlans checks every partial plan against a full one (tests and debugging: it
+	// costs a full plan per sync). A difference is logged, counted and the full plan is used.
+	VerifyPartialPlans bool
 	// NB configures the VIP route writer; an empty address turns route writing off (SPEC V1).
 	NB                      ovn.Config
 	MetricsAddr             string
@@ -92,14 +95,15 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 		log.Info("no --ovn-nb-addr: VIP routes are not written; route the VIPs to the gateway by hand")
 	}
 	r := &GatewayReconciler{
-		Routes:          routes,
-		MinSyncInterval: opts.MinSyncInterval,
-		OnProgrammed:    opts.OnProgrammed,
-		Client:          mgr.GetClient(),
-		Recorder:        mgr.GetEventRecorder("vpcgw-controller"),
-		Flags:           opts.Flags,
-		Dialer:          opts.Dialer,
-		Log:             log.WithName("gateway"),
+		Routes:             routes,
+		MinSyncInterval:    opts.MinSyncInterval,
+		OnProgrammed:       opts.OnProgrammed,
+		VerifyPartialPlans: opts.VerifyPartialPlans,
+		Client:             mgr.GetClient(),
+		Recorder:           mgr.GetEventRecorder("vpcgw-controller"),
+		Flags:              opts.Flags,
+		Dialer:             opts.Dialer,
+		Log:                log.WithName("gateway"),
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return err

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -14,11 +15,12 @@ import (
 	"github.com/vpcgw/vpcgw/internal/model"
 )
 
-// snapshot reads, from the cache and without copying (the model only reads; writers fetch their
-// own copies), what the model needs to plan gateway key: every gateway, EIP
-// and Subnet (few), the Services bound to the gateway or owning its records, their
-// EndpointSlices, the Pods those target, the gateway's pods and the records.
-func (r *GatewayReconciler) snapshot(ctx context.Context, key string) (model.Snapshot, error) {
+// Snapshots are read from the cache without copying (the model only reads; writers fetch their
+// own copies).
+
+// gatewayObjects reads what every Service of gateway key depends on: every gateway, EIP and
+// Subnet (few), and the gateway's pods.
+func (r *GatewayReconciler) gatewayObjects(ctx context.Context, key string) (model.Snapshot, error) {
 	var s model.Snapshot
 	var gws kubeovnv1.VpcNatGatewayList
 	var eips kubeovnv1.IptablesEIPList
@@ -29,64 +31,174 @@ func (r *GatewayReconciler) snapshot(ctx context.Context, key string) (model.Sna
 		}
 	}
 	s.Gateways, s.EIPs, s.Subnets = gws.Items, eips.Items, subnets.Items
+	if key != unboundKey {
+		var gwPods corev1.PodList
+		if err := r.Client.List(ctx, &gwPods, client.MatchingLabels{
+			model.LabelGatewayPod: "true", "app": model.GatewayAppPrefix + key,
+		}, client.UnsafeDisableDeepCopy); err != nil {
+			return s, fmt.Errorf("listing pods of gateway %s: %w", key, err)
+		}
+		s.GatewayPods = gwPods.Items
+	}
+	return s, nil
+}
 
+// fullSnapshot adds to s the Services bound to gateway key or owning its records, their
+// EndpointSlices, the Pods those target, and the records.
+func (r *GatewayReconciler) fullSnapshot(ctx context.Context, key string, s model.Snapshot) (model.Snapshot, error) {
 	var svcs corev1.ServiceList
 	if err := r.Client.List(ctx, &svcs, client.MatchingFields{indexServiceGateway: key}, client.UnsafeDisableDeepCopy); err != nil {
 		return s, fmt.Errorf("listing Services of gateway %q: %w", key, err)
 	}
-	s.Services = svcs.Items
-	seen := map[types.UID]bool{}
-	for _, svc := range s.Services {
-		seen[svc.UID] = true
-	}
-
-	// Records of this gateway, and of the Services found so far: a record's owner is part of the
-	// snapshot, or the model takes the record for an orphan.
-	records := map[string]kubeovnv1.IptablesDnatRule{}
-	// Indexed lookups: a label selector would scan every record of the cluster per Service.
-	addRecords := func(index, value string) error {
-		var rs kubeovnv1.IptablesDnatRuleList
-		if err := r.Client.List(ctx, &rs, client.MatchingFields{index: value}, client.UnsafeDisableDeepCopy); err != nil {
-			return fmt.Errorf("listing records: %w", err)
-		}
-		for _, rec := range rs.Items {
-			records[rec.Name] = rec
-		}
-		return nil
+	b := newSnapshotBuilder(r, s)
+	for i := range svcs.Items {
+		b.addService(svcs.Items[i])
 	}
 	if key != unboundKey {
-		if err := addRecords(indexRecordGateway, key); err != nil {
+		if err := b.addRecords(ctx, indexRecordGateway, key); err != nil {
 			return s, err
 		}
 	}
+	return b.finish(ctx)
+}
+
+// partialSnapshot adds to s what replanning the Services of w needs: each dirty Service, the
+// Services that share a claim with it (SPEC I2), their records, EndpointSlices and Pods, and the
+// records of owners that are gone. It returns the keys replanned.
+func (r *GatewayReconciler) partialSnapshot(ctx context.Context, key string, s model.Snapshot, w work) (model.Snapshot, map[types.NamespacedName]bool, error) {
+	b := newSnapshotBuilder(r, s)
+	replanned := map[types.NamespacedName]bool{}
+	for k := range w.dirty {
+		replanned[k] = true
+		var svc corev1.Service
+		switch err := r.Client.Get(ctx, k, &svc, client.UnsafeDisableDeepCopy); {
+		case err == nil:
+			b.addService(svc)
+		case !apierrors.IsNotFound(err):
+			return s, nil, fmt.Errorf("reading Service %s: %w", k, err)
+		}
+	}
+	// Services sharing an EIP port with a dirty Service, now or at its last plan: one may take
+	// over what the other gives up.
+	type claim struct {
+		eip   string
+		ports []corev1.ServicePort
+	}
+	var claims []claim
+	for _, svc := range b.s.Services {
+		claims = append(claims, claim{svc.Annotations[model.AnnotationEIP], svc.Spec.Ports})
+	}
+	for _, p := range w.previous {
+		claims = append(claims, claim{p.eip, p.ports})
+	}
+	for _, c := range claims {
+		if c.eip == "" {
+			continue
+		}
+		var svcs corev1.ServiceList
+		if err := r.Client.List(ctx, &svcs, client.MatchingFields{indexServiceEIP: c.eip}, client.UnsafeDisableDeepCopy); err != nil {
+			return s, nil, fmt.Errorf("listing Services of EIP %s: %w", c.eip, err)
+		}
+		for i := range svcs.Items {
+			svc := &svcs.Items[i]
+			if slices.Contains(serviceGatewayKeys(svc), key) && sharePort(svc.Spec.Ports, c.ports) {
+				replanned[types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}] = true
+				b.addService(*svc)
+			}
+		}
+	}
+	// Records of owners replaced or gone, and of owners whose records someone else changed.
+	for k, p := range w.previous {
+		if cur, ok := b.uids[k]; !ok || cur != p.uid {
+			if err := b.addRecords(ctx, indexRecordOwner, string(p.uid)); err != nil {
+				return s, nil, err
+			}
+		}
+	}
+	for uid := range w.owners {
+		if err := b.addRecords(ctx, indexRecordOwner, string(uid)); err != nil {
+			return s, nil, err
+		}
+	}
+	s, err := b.finish(ctx)
 	for _, svc := range s.Services {
-		if err := addRecords(indexRecordOwner, string(svc.UID)); err != nil {
+		replanned[types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}] = true
+	}
+	return s, replanned, err
+}
+
+// snapshotBuilder collects Services and records, then completes them with the record owners,
+// EndpointSlices and Pods.
+type snapshotBuilder struct {
+	r       *GatewayReconciler
+	s       model.Snapshot
+	uids    map[types.NamespacedName]types.UID
+	seen    map[types.UID]bool
+	records map[string]kubeovnv1.IptablesDnatRule
+}
+
+func newSnapshotBuilder(r *GatewayReconciler, s model.Snapshot) *snapshotBuilder {
+	return &snapshotBuilder{r: r, s: s, uids: map[types.NamespacedName]types.UID{}, seen: map[types.UID]bool{}, records: map[string]kubeovnv1.IptablesDnatRule{}}
+}
+
+func (b *snapshotBuilder) addService(svc corev1.Service) {
+	k := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	if _, dup := b.uids[k]; dup {
+		return
+	}
+	b.uids[k] = svc.UID
+	b.seen[svc.UID] = true
+	b.s.Services = append(b.s.Services, svc)
+}
+
+// addRecords adds the records of one index value. Indexed lookups: a label selector would scan
+// every record of the cluster.
+func (b *snapshotBuilder) addRecords(ctx context.Context, index, value string) error {
+	var rs kubeovnv1.IptablesDnatRuleList
+	if err := b.r.Client.List(ctx, &rs, client.MatchingFields{index: value}, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("listing records: %w", err)
+	}
+	for _, rec := range rs.Items {
+		b.records[rec.Name] = rec
+	}
+	return nil
+}
+
+func (b *snapshotBuilder) finish(ctx context.Context) (model.Snapshot, error) {
+	s := b.s
+	// The records of every Service; then a record's owner is part of the snapshot, or the model
+	// takes the record for an orphan.
+	for _, svc := range s.Services {
+		if err := b.addRecords(ctx, indexRecordOwner, string(svc.UID)); err != nil {
 			return s, err
 		}
 	}
-	for _, rec := range records {
+	for _, rec := range b.records {
 		owner := types.NamespacedName{Namespace: rec.Labels[model.LabelRecordNamespace], Name: rec.Labels[model.LabelRecordName]}
 		uid := types.UID(rec.Labels[model.LabelRecordUID])
-		if seen[uid] || owner.Name == "" {
+		if b.seen[uid] || owner.Name == "" {
 			continue
 		}
 		var svc corev1.Service
-		switch err := r.Client.Get(ctx, owner, &svc); {
+		switch err := b.r.Client.Get(ctx, owner, &svc, client.UnsafeDisableDeepCopy); {
 		case err == nil && svc.UID == uid:
-			seen[uid] = true
-			s.Services = append(s.Services, svc)
+			b.addService(svc)
+			if err := b.addRecords(ctx, indexRecordOwner, string(uid)); err != nil {
+				return s, err
+			}
 		case err != nil && !apierrors.IsNotFound(err):
 			return s, fmt.Errorf("reading record owner %s: %w", owner, err)
 		}
 	}
-	for _, rec := range records {
+	s.Services = b.s.Services
+	for _, rec := range b.records {
 		s.Records = append(s.Records, rec)
 	}
 
 	pods := map[types.NamespacedName]bool{}
 	for _, svc := range s.Services {
 		var es discoveryv1.EndpointSliceList
-		if err := r.Client.List(ctx, &es, client.InNamespace(svc.Namespace), client.MatchingFields{indexSliceService: svc.Name}, client.UnsafeDisableDeepCopy); err != nil {
+		if err := b.r.Client.List(ctx, &es, client.InNamespace(svc.Namespace), client.MatchingFields{indexSliceService: svc.Name}, client.UnsafeDisableDeepCopy); err != nil {
 			return s, fmt.Errorf("listing EndpointSlices of %s/%s: %w", svc.Namespace, svc.Name, err)
 		}
 		s.EndpointSlices = append(s.EndpointSlices, es.Items...)
@@ -104,22 +216,12 @@ func (r *GatewayReconciler) snapshot(ctx context.Context, key string) (model.Sna
 	}
 	for k := range pods {
 		var p corev1.Pod
-		switch err := r.Client.Get(ctx, k, &p); {
+		switch err := b.r.Client.Get(ctx, k, &p, client.UnsafeDisableDeepCopy); {
 		case err == nil:
 			s.Pods = append(s.Pods, p)
 		case !apierrors.IsNotFound(err):
 			return s, fmt.Errorf("reading backend pod %s: %w", k, err)
 		}
-	}
-
-	if key != unboundKey {
-		var gwPods corev1.PodList
-		if err := r.Client.List(ctx, &gwPods, client.MatchingLabels{
-			model.LabelGatewayPod: "true", "app": model.GatewayAppPrefix + key,
-		}); err != nil {
-			return s, fmt.Errorf("listing pods of gateway %s: %w", key, err)
-		}
-		s.GatewayPods = gwPods.Items
 	}
 	return s, nil
 }

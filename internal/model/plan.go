@@ -57,35 +57,17 @@ func Compute(s Snapshot, gates Gates) Plan {
 	plan := Plan{}
 	live := map[types.UID]bool{}
 	states := map[string]*GatewayPlan{}
-	for name, gw := range ix.gateways {
-		if gw.DeletionTimestamp != nil {
-			continue
+	for name := range ix.gateways {
+		if gp, ok := ix.GatewayBase(name); ok {
+			states[name] = &gp
 		}
-		gp := &GatewayPlan{Name: name, State: gwstate.State{Identities: []gwstate.Identity{}}}
-		gp.Instances = ix.instances(name)
-		gp.Routes = VIPRoutes{Router: gw.Spec.Vpc, Gateway: name}
-		for _, inst := range gp.Instances {
-			if inst.Initialized && inst.LanIP != "" {
-				gp.Routes.NextHops = append(gp.Routes.NextHops, inst.LanIP)
-			}
-		}
-		states[name] = gp
 	}
 	for i := range s.Services {
 		svc := &s.Services[i]
 		live[svc.UID] = true
 		sp := ix.PlanService(svc)
-		if gp := states[sp.Gateway]; gp != nil && sp.Served() {
-			gp.State.Identities = append(gp.State.Identities, sp.Identities...)
-			gp.Services = append(gp.Services, sp.Key)
-			if sp.ClusterIP != "" {
-				gp.State.ClusterIPs = append(gp.State.ClusterIPs, sp.ClusterIP)
-			}
-			for _, vip := range []string{sp.EIP, sp.ClusterIP} {
-				if vip != "" {
-					gp.Routes.VIPs = append(gp.Routes.VIPs, vip)
-				}
-			}
+		if gp := states[sp.Gateway]; gp != nil {
+			gp.Add(sp.Contribution())
 		}
 		plan.Services = append(plan.Services, sp)
 	}
@@ -97,20 +79,88 @@ func Compute(s Snapshot, gates Gates) Plan {
 		}
 	}
 	slices.Sort(plan.OrphanRecords)
-	slices.SortFunc(plan.Services, func(a, b ServicePlan) int {
-		return cmp.Or(strings.Compare(a.Key.Namespace, b.Key.Namespace), strings.Compare(a.Key.Name, b.Key.Name))
-	})
+	slices.SortFunc(plan.Services, func(a, b ServicePlan) int { return compareKeys(a.Key, b.Key) })
 	for _, gp := range states {
-		gp.State.Normalize()
-		sortAddrs(&gp.Routes.NextHops)
-		sortAddrs(&gp.Routes.VIPs)
-		slices.SortFunc(gp.Services, func(a, b types.NamespacedName) int {
-			return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
-		})
+		gp.Finish()
 		plan.Gateways = append(plan.Gateways, *gp)
 	}
 	slices.SortFunc(plan.Gateways, func(a, b GatewayPlan) int { return strings.Compare(a.Name, b.Name) })
 	return plan
+}
+
+// Contribution is what one Service adds to its gateway's plan. The controller keeps one per
+// Service between syncs, so that a change replans only the Services it touches.
+type Contribution struct {
+	Service    types.NamespacedName
+	Identities []gwstate.Identity
+	// EIP and ClusterIP are the served addresses ("" when that part is not served).
+	EIP, ClusterIP string
+}
+
+// Contribution is what the Service adds to its gateway: nothing unless some part is served.
+func (sp *ServicePlan) Contribution() Contribution {
+	if !sp.Served() {
+		return Contribution{Service: sp.Key}
+	}
+	return Contribution{Service: sp.Key, Identities: sp.Identities, EIP: sp.EIP, ClusterIP: sp.ClusterIP}
+}
+
+// GatewayBase is the part of a gateway's plan that does not come from Services: its instances
+// and the next hops of its VIP routes. ok is false when the gateway is missing or being deleted.
+func (ix *Index) GatewayBase(name string) (gp GatewayPlan, ok bool) {
+	gw := ix.gateways[name]
+	if gw == nil || gw.DeletionTimestamp != nil {
+		return gp, false
+	}
+	gp = GatewayPlan{Name: name, State: gwstate.State{Identities: []gwstate.Identity{}}}
+	gp.Instances = ix.instances(name)
+	gp.Routes = VIPRoutes{Router: gw.Spec.Vpc, Gateway: name}
+	for _, inst := range gp.Instances {
+		if inst.Initialized && inst.LanIP != "" {
+			gp.Routes.NextHops = append(gp.Routes.NextHops, inst.LanIP)
+		}
+	}
+	return gp, true
+}
+
+// Base is the plan without its Services: instances and next hops only.
+func (gp GatewayPlan) Base() GatewayPlan {
+	return GatewayPlan{
+		Name:      gp.Name,
+		Instances: gp.Instances,
+		State:     gwstate.State{Identities: []gwstate.Identity{}},
+		Routes:    VIPRoutes{Router: gp.Routes.Router, Gateway: gp.Routes.Gateway, NextHops: gp.Routes.NextHops},
+	}
+}
+
+// Add adds one served Service to the gateway's state, ClusterIPs and route VIPs. Call Finish
+// when every Service is in.
+func (gp *GatewayPlan) Add(c Contribution) {
+	if c.EIP == "" && c.ClusterIP == "" {
+		return
+	}
+	gp.State.Identities = append(gp.State.Identities, c.Identities...)
+	gp.Services = append(gp.Services, c.Service)
+	if c.ClusterIP != "" {
+		gp.State.ClusterIPs = append(gp.State.ClusterIPs, c.ClusterIP)
+	}
+	for _, vip := range []string{c.EIP, c.ClusterIP} {
+		if vip != "" {
+			gp.Routes.VIPs = append(gp.Routes.VIPs, vip)
+		}
+	}
+}
+
+// Finish sorts the plan, so that the same Services in any order give the same plan.
+func (gp *GatewayPlan) Finish() {
+	gp.State.Normalize()
+	sortAddrs(&gp.Routes.NextHops)
+	sortAddrs(&gp.Routes.VIPs)
+	slices.SortFunc(gp.Services, compareKeys)
+}
+
+func compareKeys(a, b types.NamespacedName) int {
+	return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 }
 
 // Gateway returns the plan of one gateway, or nil.

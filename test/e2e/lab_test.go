@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/lab"
@@ -83,12 +84,20 @@ func run(m *testing.M) int {
 	}
 	metricsURL = "http://" + metricsAddr + "/metrics"
 	theLab, err = lab.Start(context.Background(), lab.Options{Exe: exe, AssetsDir: os.Getenv("KUBEBUILDER_ASSETS"), Log: log,
-		Controller: func(o *controller.Options) { o.MetricsAddr = metricsAddr }})
+		Controller: func(o *controller.Options) {
+			o.MetricsAddr = metricsAddr
+			// Every partial plan made during these tests is checked against a full one.
+			o.VerifyPartialPlans = true
+		}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the lab:", err)
 		return 1
 	}
 	code := m.Run()
+	if n, err := counter("vpcgw_partial_plan_mismatches_total"); err != nil || n != 0 {
+		fmt.Fprintf(os.Stderr, "partial plans that differed from the full plan: %v (%v); see the lab log\n", n, err)
+		code = 1
+	}
 	if err := theLab.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stopping the lab:", err)
 		code = 1
@@ -98,6 +107,24 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "---- lab log (last 8 KiB) ----\n%s\n", tail(data, 8<<10))
 	}
 	return code
+}
+
+// counter reads a counter of the in-process controller.
+func counter(name string) (float64, error) {
+	mfs, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		return 0, err
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			sum := 0.0
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+			return sum, nil
+		}
+	}
+	return 0, fmt.Errorf("no metric %s", name)
 }
 
 // missing says what this machine lacks for the lab, or "".
