@@ -312,7 +312,7 @@ func TestChartRenders(t *testing.T) {
 				"enable-gw-nftable-lb-svc": "false", "enable-gw-nftable-svc-cluster-ip": "false",
 				"enable-lb": "true", "enable-lb-svc": "false", "transport": "exec", "leader-elect": "false",
 				"leader-election-namespace": "<absent>", "metrics-bind-address": ":8080",
-				"health-probe-bind-address": ":8081", "min-sync-interval": "100ms", "ovn-nb-addr": "<absent>",
+				"health-probe-bind-address": ":8081", "min-sync-interval": "20ms", "ovn-nb-addr": "<absent>",
 				"enable-nftable-lb-svc": "<absent>",
 			})
 			for probe, path := range map[string]string{"livenessProbe": "/healthz", "readinessProbe": "/readyz"} {

@@ -47,7 +47,7 @@ type Config struct {
 	// Rate (changes/s) and Duration of the endpoint churn at each size.
 	Rate     float64
 	Duration time.Duration
-	// MinSyncInterval of the controller (its default is 100 ms).
+	// MinSyncInterval of the controller (its default is controller.DefaultMinSyncInterval).
 	MinSyncInterval time.Duration
 	Baseline        bool // run the per-identity `nft -f` baseline
 	ColdStart       bool // run the cold start after the largest size
@@ -147,7 +147,7 @@ func Main(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.EIPs, "eips", 10, "EIPs of the gateway the Services are spread over")
 	fs.Float64Var(&cfg.Rate, "rate", 20, "endpoint changes per second during the churn")
 	fs.DurationVar(&cfg.Duration, "duration", 30*time.Second, "churn duration at each size")
-	fs.DurationVar(&cfg.MinSyncInterval, "min-sync-interval", 100*time.Millisecond, "the controller's --min-sync-interval")
+	fs.DurationVar(&cfg.MinSyncInterval, "min-sync-interval", controller.DefaultMinSyncInterval, "the controller's --min-sync-interval")
 	fs.BoolVar(&cfg.Baseline, "baseline", true, "also apply the churn as one `nft -f` per changed identity")
 	fs.BoolVar(&cfg.ColdStart, "cold-start", true, "after the largest size, restart the controller as a process against the Services in the API")
 	fs.BoolVar(&cfg.ColdOnly, "cold-only", false, "only the cold start, from nothing: write the largest -n of Services with no controller running (no records yet), then start the controller process")

@@ -21,6 +21,13 @@ import (
 	"github.com/vpcgw/vpcgw/internal/transport"
 )
 
+// DefaultMinSyncInterval is --min-sync-interval's default. A sync replans only what changed
+// (partial plans) and the agent gets a delta, so syncs are cheap; changes that arrive while a sync
+// runs are coalesced into the next one anyway (the work queue holds a gateway once). The interval
+// only bounds the rate of syncs per gateway (50/s); at 100 ms, a steady 20 changes/s waited ~50 ms
+// each for nothing (docs/benchmarks.md).
+const DefaultMinSyncInterval = 20 * time.Millisecond
+
 // Options configure one controller process.
 type Options struct {
 	Flags  Flags

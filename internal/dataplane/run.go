@@ -153,11 +153,11 @@ func handleLine(ctx context.Context, agent *Agent, data []byte, log logr.Logger)
 		log.Error(err, "invalid state", "generation", st.Generation)
 		return gwstate.Ack{Generation: st.Generation, Error: fmt.Sprintf("invalid state: %v", err)}
 	}
-	if err := agent.Apply(ctx, st); err != nil {
-		log.Error(err, "apply failed", "generation", st.Generation)
-		return gwstate.Ack{Generation: st.Generation, Error: err.Error(), ConntrackDeleted: agent.TakeConntrackDeleted()}
+	if err := agent.ApplyMessage(ctx, st); err != nil {
+		log.Error(err, "apply failed", "generation", st.Generation, "delta", st.IsDelta())
+		return gwstate.Ack{Generation: st.Generation, Error: err.Error(), ConntrackDeleted: agent.TakeConntrackDeleted(), Deltas: true}
 	}
-	return gwstate.Ack{Generation: st.Generation, ConntrackDeleted: agent.TakeConntrackDeleted()}
+	return gwstate.Ack{Generation: st.Generation, ConntrackDeleted: agent.TakeConntrackDeleted(), Deltas: true}
 }
 
 // NewLogger returns a logr.Logger writing one line per entry to w (stderr for the agent: stdout

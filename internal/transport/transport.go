@@ -50,6 +50,10 @@ type Conn struct {
 	onAck   func(gwstate.Ack)
 	once    sync.Once
 	err     error // terminal error, set when the stream broke
+	// last is the complete state the agent last acknowledged, and deltas whether it accepts
+	// deltas against it (it says so in its acks). Then Apply sends only what changed.
+	last   *gwstate.State
+	deltas bool
 }
 
 // NewConn wraps the agent's stdin (w) and stdout (r). closer ends the stream (and its process).
@@ -93,7 +97,9 @@ func (c *Conn) read(r io.Reader) {
 	}
 }
 
-// Apply sends one state and waits for the acknowledgement of its generation. A transport failure
+// Apply sends one complete, normalized state and waits for the acknowledgement of its
+// generation. To an agent that accepts deltas it sends only the difference from the state it
+// acknowledged last; st must not be modified afterwards (it is kept as that reference). A transport failure
 // breaks the Conn for good (the caller redials and resends the full state); an error the agent
 // reports in its Ack is returned as *AgentError and leaves the Conn usable.
 func (c *Conn) Apply(ctx context.Context, st gwstate.State) error {
@@ -102,7 +108,15 @@ func (c *Conn) Apply(ctx context.Context, st gwstate.State) error {
 	if c.err != nil {
 		return c.err
 	}
-	if err := c.enc.Encode(st); err != nil {
+	msg := st
+	if c.deltas && c.last != nil {
+		msg = gwstate.Delta(*c.last, st)
+		msg.Generation, msg.Base = st.Generation, c.last.Generation
+	}
+	// Until this state is acknowledged, the agent's state is unknown: a failure sends the next
+	// one complete.
+	c.last = nil
+	if err := c.enc.Encode(msg); err != nil {
 		return c.fail(fmt.Errorf("sending state generation %d: %w", st.Generation, err))
 	}
 	for {
@@ -118,6 +132,7 @@ func (c *Conn) Apply(ctx context.Context, st gwstate.State) error {
 			if ack.Error != "" {
 				return &AgentError{Generation: st.Generation, Message: ack.Error}
 			}
+			c.last, c.deltas = &st, ack.Deltas
 			return nil
 		case err := <-c.readErr:
 			return c.fail(err)

@@ -1,0 +1,74 @@
+package dataplane
+
+// covers: P1, P3 (delta states), D8 (a delta the agent cannot place is refused, nothing changes)
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+
+	"github.com/vpcgw/vpcgw/internal/gwstate"
+)
+
+// A sequence of deltas leaves exactly the ruleset a fresh agent makes from the complete state,
+// and every ack says the agent accepts deltas.
+func TestDeltaLinesConverge(t *testing.T) {
+	f := newFake()
+	a := NewAgent(f, logr.Discard())
+	send := func(msg gwstate.State) gwstate.Ack {
+		t.Helper()
+		line, err := json.Marshal(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return handleLine(context.Background(), a, line, logr.Discard())
+	}
+	web := ident("10.0.0.1", 80, gwstate.TCP, be("10.0.1.1", 8080), be("10.0.1.2", 8080))
+	dns := ident("10.0.0.2", 53, gwstate.UDP, be("10.0.1.3", 53))
+	aff := ident("10.0.0.3", 443, gwstate.TCP, be("10.0.1.4", 8443))
+	aff.AffinityTimeoutSeconds = 60
+	states := []gwstate.State{
+		state(1, web, dns),
+		state(2, ident("10.0.0.1", 80, gwstate.TCP, be("10.0.1.2", 8080), be("10.0.1.5", 8080)), dns, aff),
+		state(3, ident("10.0.0.1", 80, gwstate.TCP, be("10.0.1.2", 8080), be("10.0.1.5", 8080)), aff),
+		state(4, aff),
+		state(5),
+		state(6, web, dns, aff),
+	}
+	if ack := send(states[0]); ack.Error != "" || !ack.Deltas {
+		t.Fatalf("complete state: ack %+v, want success with Deltas", ack)
+	}
+	for i := 1; i < len(states); i++ {
+		d := gwstate.Delta(states[i-1], states[i])
+		d.Generation, d.Base = states[i].Generation, states[i-1].Generation
+		if ack := send(d); ack.Error != "" || !ack.Deltas || ack.Generation != states[i].Generation {
+			t.Fatalf("delta to generation %d: ack %+v", states[i].Generation, ack)
+		}
+		if got, want := f.Dump(), freshDump(t, states[i]); got != want {
+			t.Fatalf("after the delta to generation %d the table is\n%s\nwant (fresh agent, complete state)\n%s", states[i].Generation, got, want)
+		}
+	}
+
+	// A delta against a generation the agent does not hold is refused and changes nothing.
+	before := f.Dump()
+	d := gwstate.Delta(states[5], states[0])
+	d.Generation, d.Base = 8, 7
+	if ack := send(d); !strings.Contains(ack.Error, "send a complete state") {
+		t.Fatalf("delta on a wrong base: ack %+v, want a refusal asking for a complete state", ack)
+	}
+	if f.Dump() != before {
+		t.Fatal("a refused delta changed the table")
+	}
+}
+
+// A new agent (after a restart) refuses a delta: it holds no state to apply it to.
+func TestDeltaBeforeCompleteStateRefused(t *testing.T) {
+	a := NewAgent(newFake(), logr.Discard())
+	line, _ := json.Marshal(gwstate.State{Generation: 2, Base: 1})
+	if ack := handleLine(context.Background(), a, line, logr.Discard()); !strings.Contains(ack.Error, "before any complete state") {
+		t.Fatalf("ack = %+v, want a refusal", ack)
+	}
+}
