@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unique"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -53,9 +54,53 @@ func CacheOptions() cache.Options {
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Transform: trimPod},
+			&corev1.Pod{}:                 {Transform: trimPod},
+			&kubeovnv1.IptablesDnatRule{}: {Transform: trimRecord},
 		},
 	}
+}
+
+// trimRecord keeps one copy of the strings records repeat: a Service has a record per backend,
+// and every record carries the same label keys, gateway, EIP, Service name, ports and condition
+// text. Decoding gives each record its own copies; at 100,000 records those were tens of MB.
+func trimRecord(obj any) (any, error) {
+	r, ok := obj.(*kubeovnv1.IptablesDnatRule)
+	if !ok {
+		return obj, nil
+	}
+	r.ManagedFields = nil
+	r.Labels = internMap(r.Labels)
+	r.Annotations = internMap(r.Annotations)
+	r.Namespace = intern(r.Namespace)
+	sp := &r.Spec
+	sp.EIP, sp.ExternalPort, sp.Protocol, sp.InternalPort = intern(sp.EIP), intern(sp.ExternalPort), intern(sp.Protocol), intern(sp.InternalPort)
+	sp.Type, sp.SessionAffinity, sp.ClusterIP = kubeovnv1.DnatRuleType(intern(string(sp.Type))), kubeovnv1.DnatSessionAffinity(intern(string(sp.SessionAffinity))), intern(sp.ClusterIP)
+	st := &r.Status
+	st.V4IP, st.NatGwDp, st.Protocol, st.InternalPort, st.ExternalPort = intern(st.V4IP), intern(st.NatGwDp), intern(st.Protocol), intern(st.InternalPort), intern(st.ExternalPort)
+	for i := range st.Conditions {
+		c := &st.Conditions[i]
+		c.Type, c.Status = kubeovnv1.ConditionType(intern(string(c.Type))), corev1.ConditionStatus(intern(string(c.Status)))
+		c.Reason, c.Message = intern(c.Reason), intern(c.Message)
+	}
+	return r, nil
+}
+
+func intern(s string) string {
+	if s == "" {
+		return s
+	}
+	return unique.Make(s).Value()
+}
+
+func internMap(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return m
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[intern(k)] = intern(v)
+	}
+	return out
 }
 
 func trimPod(obj any) (any, error) {
@@ -96,6 +141,9 @@ type GatewayReconciler struct {
 
 	sessions *sessions
 	plans    *planCache
+	// ownDeletes holds the UIDs of records this controller is deleting, so that their delete
+	// events are not taken for someone else's (SPEC R4).
+	ownDeletes sync.Map
 	// lastEvent remembers the last event per Service UID and reason, so that a cause is reported
 	// once, not on every reconcile (SPEC T3).
 	eventsMu  sync.Mutex
@@ -160,7 +208,7 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfSlice)).
 		Watches(&kubeovnv1.IptablesEIP{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfEIP)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfPod)).
-		Watches(&kubeovnv1.IptablesDnatRule{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfRecord), builder.WithPredicates(recordChangedByOthers)).
+		Watches(&kubeovnv1.IptablesDnatRule{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfRecord), builder.WithPredicates(r.recordChangedByOthers())).
 		WatchesRawSource(source.Channel(ended, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 }
@@ -270,16 +318,21 @@ func recordLabel(o client.Object, label string) []string {
 }
 
 // recordChangedByOthers passes the record events that may need repair (SPEC R4): a delete, or a
-// change of spec or labels. The controller's own creates and status writes would only wake the
-// gateway it is already syncing.
-var recordChangedByOthers = predicate.Funcs{
-	CreateFunc: func(event.CreateEvent) bool { return false },
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
-			!maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels())
-	},
-	DeleteFunc:  func(event.DeleteEvent) bool { return true },
-	GenericFunc: func(event.GenericEvent) bool { return true },
+// change of spec or labels. The controller's own creates, status writes and deletes would only
+// wake the gateway for nothing (a wasted sync per backend change).
+func (r *GatewayReconciler) recordChangedByOthers() predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
+				!maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels())
+		},
+		DeleteFunc: func(e event.DeleteEvent) bool {
+			_, own := r.ownDeletes.LoadAndDelete(e.Object.GetUID())
+			return !own
+		},
+		GenericFunc: func(event.GenericEvent) bool { return true },
+	}
 }
 
 // gatewayOfRecord: a record's own events only wake its gateway (SPEC R3), which replans the

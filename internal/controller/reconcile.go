@@ -64,7 +64,9 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		}
 	}()
 
-	// 1. Finalizer first, then the records claim the identities (SPEC T2, R3).
+	// 1. Finalizer first, then the records claim the identities (SPEC T2, R3). written keeps what
+	// the API returned, so that the status writes below need not wait for the cache to see it.
+	written := &writtenRecords{byName: map[string]*kubeovnv1.IptablesDnatRule{}}
 	for _, sp := range mine {
 		r.emit(sp)
 		if sp.AddFinalizer {
@@ -74,7 +76,7 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 				continue
 			}
 		}
-		note(sp, r.writeRecords(ctx, sp)...)
+		note(sp, r.writeRecords(ctx, sp, written)...)
 	}
 
 	// 2. The gateway's instances, then its VIP routes.
@@ -124,7 +126,7 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	released := gp == nil || programmed || len(gp.Instances) == 0
 	for _, sp := range mine {
 		if programmed {
-			note(sp, r.writeRecordStatus(ctx, sp)...)
+			note(sp, r.writeRecordStatus(ctx, sp, written)...)
 		}
 		if sp.IngressWrite && (programmed || !sp.EIPServed) {
 			if err := r.publishIngress(ctx, sp); err != nil {
@@ -289,8 +291,26 @@ func each(n int, fn func(i int) error) []error {
 	return slices.DeleteFunc(errs, func(err error) bool { return err == nil })
 }
 
+// writtenRecords are the records a sync created or updated, as the API server returned them.
+type writtenRecords struct {
+	mu     sync.Mutex
+	byName map[string]*kubeovnv1.IptablesDnatRule
+}
+
+func (w *writtenRecords) put(rec *kubeovnv1.IptablesDnatRule) {
+	w.mu.Lock()
+	w.byName[rec.Name] = rec
+	w.mu.Unlock()
+}
+
+func (w *writtenRecords) get(name string) *kubeovnv1.IptablesDnatRule {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.byName[name]
+}
+
 // writeRecords creates and updates the Service's records: the ledger claims before programming.
-func (r *GatewayReconciler) writeRecords(ctx context.Context, sp *model.ServicePlan) []error {
+func (r *GatewayReconciler) writeRecords(ctx context.Context, sp *model.ServicePlan, written *writtenRecords) []error {
 	errs := each(len(sp.CreateRecords), func(i int) error {
 		rec := sp.CreateRecords[i].DeepCopy()
 		rec.Status = kubeovnv1.IptablesDnatRuleStatus{}
@@ -298,6 +318,7 @@ func (r *GatewayReconciler) writeRecords(ctx context.Context, sp *model.ServiceP
 		switch {
 		case err == nil:
 			recordsWritten.WithLabelValues("create").Inc()
+			written.put(rec)
 			return nil
 		case apierrors.IsAlreadyExists(err):
 			// A record of a former Service of the same name (another UID): it goes as an orphan
@@ -322,18 +343,19 @@ func (r *GatewayReconciler) writeRecords(ctx context.Context, sp *model.ServiceP
 			return fmt.Errorf("updating record %s: %w", want.Name, err)
 		}
 		recordsWritten.WithLabelValues("update").Inc()
+		written.put(&cur)
 		return nil
 	})...)
 }
 
 // writeRecordStatus marks records Ready with the values the gateway now serves (SPEC R3).
-func (r *GatewayReconciler) writeRecordStatus(ctx context.Context, sp *model.ServicePlan) []error {
+func (r *GatewayReconciler) writeRecordStatus(ctx context.Context, sp *model.ServicePlan, written *writtenRecords) []error {
 	return each(len(sp.StatusRecords), func(i int) error {
 		want := sp.StatusRecords[i]
 		var cur kubeovnv1.IptablesDnatRule
-		if err := r.Client.Get(ctx, types.NamespacedName{Name: want.Name}, &cur); err != nil {
-			// Usually a record created in this pass that the cache has not seen yet: retry (its
-			// own create event does not wake the gateway).
+		if w := written.get(want.Name); w != nil {
+			cur = *w // written in this pass: the cache may not have it yet
+		} else if err := r.Client.Get(ctx, types.NamespacedName{Name: want.Name}, &cur); err != nil {
 			return fmt.Errorf("reading record %s for its status: %w", want.Name, err)
 		}
 		if cur.Labels[model.LabelRecordUID] != string(sp.UID) {
@@ -353,8 +375,15 @@ func (r *GatewayReconciler) writeRecordStatus(ctx context.Context, sp *model.Ser
 
 func (r *GatewayReconciler) deleteRecords(ctx context.Context, names []string) []error {
 	return each(len(names), func(i int) error {
-		rec := &kubeovnv1.IptablesDnatRule{ObjectMeta: metav1.ObjectMeta{Name: names[i]}}
-		if err := r.Client.Delete(ctx, rec); err != nil {
+		var cur kubeovnv1.IptablesDnatRule
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: names[i]}, &cur, client.UnsafeDisableDeepCopy); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		// Delete exactly the record read (UID precondition): its delete event is ours.
+		rec := &kubeovnv1.IptablesDnatRule{ObjectMeta: metav1.ObjectMeta{Name: names[i], UID: cur.UID}}
+		r.ownDeletes.Store(cur.UID, true)
+		if err := r.Client.Delete(ctx, rec, client.Preconditions{UID: &cur.UID}); err != nil {
+			r.ownDeletes.Delete(cur.UID)
 			if apierrors.IsNotFound(err) {
 				return nil
 			}

@@ -129,4 +129,3 @@ func TestNoDeltasToAnOlderAgent(t *testing.T) {
 		}
 	}
 }
-
