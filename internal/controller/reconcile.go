@@ -178,9 +178,12 @@ func (r *GatewayReconciler) plan(ctx context.Context, key string) (model.Plan, *
 		return plan, plan.Gateway(key), snap.EndpointSlices, nil
 	}
 	if w.full || key == unboundKey {
+		start := time.Now()
+		defer func() { planDuration.WithLabelValues("full").Observe(time.Since(start).Seconds()) }()
 		fullSyncs.Inc()
 		return full()
 	}
+	start := time.Now()
 
 	snap, replanned, err := r.partialSnapshot(ctx, key, base, w)
 	if err != nil {
@@ -194,6 +197,7 @@ func (r *GatewayReconciler) plan(ctx context.Context, key string) (model.Plan, *
 		gp = &whole
 	}
 	partialSyncs.Inc()
+	planDuration.WithLabelValues("partial").Observe(time.Since(start).Seconds())
 	if !r.VerifyPartialPlans {
 		return plan, gp, snap.EndpointSlices, nil
 	}

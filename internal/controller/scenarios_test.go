@@ -277,7 +277,8 @@ func backendsOf(f *fixture, key string) int {
 	return -1
 }
 
-// The metrics of SPEC O3 are exported and move with the work done; the programming latency is
+// The metrics of SPEC O3 are exported and move with the work done (sync and plan durations, full
+// and partial); the programming latency is
 // measured from the trigger time the real EndpointSlice controller stamps on its slices.
 // covers: O3
 func TestMetrics(t *testing.T) {
@@ -297,6 +298,16 @@ func TestMetrics(t *testing.T) {
 		metricValue(t, "vpcgw_records_written_total", map[string]string{"op": "create"}) == 0 {
 		t.Fatal("sync duration or records written not counted")
 	}
+	// A backend change after the first sync is a partial plan (one Service replanned).
+	partialBefore := metricValue(t, "vpcgw_plan_duration_seconds", map[string]string{"kind": "partial"})
+	f.setReady("web", 1, false)
+	f.eventually("partial plan timed", func() bool {
+		return metricValue(t, "vpcgw_plan_duration_seconds", map[string]string{"kind": "partial"}) > partialBefore
+	})
+	if metricValue(t, "vpcgw_plan_duration_seconds", map[string]string{"kind": "full"}) == 0 {
+		t.Fatal("full plans not timed")
+	}
+	f.setReady("web", 1, true)
 	failuresBefore := metricValue(t, "vpcgw_gateway_sync_failures_total", gw)
 	f.agents.fail("boom")
 	f.setReady("web", 1, false)
