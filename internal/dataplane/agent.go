@@ -21,8 +21,15 @@ import (
 // the state it last committed and sends only the difference to the kernel, as one atomic
 // transaction per Apply. The first Apply (and the first after a failed one or after drift was
 // found) lists the table once and reconciles it fully: it adopts what is there, rewrites the
-// rules of every desired identity and deletes stale objects it owns. Agent is safe for
-// concurrent use (Apply, Verify and Retry are serialised).
+// rules of every desired identity and deletes stale objects it owns.
+//
+// An Apply that creates more than stageChunk new identity chains (a cold sync) first commits
+// their objects in staging transactions of stageChunk identities, while nothing references
+// them, and then everything traffic can see in one final transaction (see stage): the kernel's
+// cost per anonymous map grows with the transaction, so one transaction of 10,000 identities
+// is quadratic (SPEC P2). Only the final transaction changes what traffic sees (SPEC D8).
+//
+// Agent is safe for concurrent use (Apply, Verify and Retry are serialised).
 type Agent struct {
 	be    backend
 	log   logr.Logger
@@ -46,9 +53,23 @@ type Agent struct {
 	synced bool
 	// vipsSynced is false when the last lo convergence failed.
 	vipsSynced bool
-	// commitTime is how long the last kernel transaction took (benchmarks, logs).
+	// staged holds identities whose objects (identity chain and maps, affinity chains and sets)
+	// were committed by a staging transaction of an Apply whose final transaction has not
+	// succeeded: they are in the kernel, with exactly this content, but no service-ips element
+	// points at them. A full sync reuses them (only the element is missing) or deletes them. It
+	// is empty whenever synced is true.
+	staged map[idKey]gwstate.Identity
+	// stageChunk is the number of new identities per staging transaction; 0 disables staging.
+	stageChunk int
+	// commitTime is how long the last Apply's kernel transactions took (benchmarks, logs).
 	commitTime time.Duration
 }
+
+// defaultStageChunk is the number of new identities created per staging transaction. A cold
+// sync of n new identities larger than this is committed as ceil(n/K) staging transactions plus
+// one final transaction (see stage). Chosen with BenchmarkP2StageChunk (docs/benchmarks.md):
+// 100 to 500 cost the same at 10,000 identities, 1,000 more.
+const defaultStageChunk = 250
 
 // NewAgent returns an agent that manages the table through knftables (the nft binary, or its
 // Fake in tests), which must be an interface for family ip, table "kube-ovn"
@@ -61,7 +82,7 @@ func newAgent(be backend, log logr.Logger, iface string, vips vipHolder, ct flow
 	if iface == "" {
 		iface = DefaultVPCInterface
 	}
-	return &Agent{be: be, log: log, iface: iface, vips: vips, ct: ct,
+	return &Agent{be: be, log: log, iface: iface, vips: vips, ct: ct, stageChunk: defaultStageChunk,
 		applied: map[idKey]gwstate.Identity{}, present: map[idKey]gwstate.Identity{}}
 }
 
@@ -244,32 +265,47 @@ func (a *Agent) applyLocked(ctx context.Context, st gwstate.State) error {
 		}
 	}
 
-	tx := a.be.begin()
 	full := !a.synced
+	var inv *inventory
 	if full {
-		inv, err := a.be.inventory(ctx)
-		if err != nil {
+		var err error
+		if inv, err = a.be.inventory(ctx); err != nil {
 			return err
 		}
-		a.fullSync(tx, inv, st.Identities, desired)
+	}
+	a.commitTime = 0
+	ready, stage := a.planStaging(inv, st.Identities, desired)
+	stagedOps, stagedTx, err := a.stage(ctx, stage, ready)
+	if err != nil {
+		a.synced = false
+		return err
+	}
+
+	tx := a.be.begin()
+	if full {
+		a.fullSync(tx, inv, st.Identities, desired, ready)
 	} else {
-		a.incremental(tx, st.Identities, desired)
+		a.incremental(tx, st.Identities, desired, ready)
 	}
 	ops := tx.size()
-	a.commitTime = 0
 	if ops > 0 {
 		start := time.Now()
 		err := a.be.commit(ctx, tx)
-		a.commitTime = time.Since(start)
+		a.commitTime += time.Since(start)
 		if err != nil {
 			a.synced = false
+			if stagedTx > 0 {
+				return fmt.Errorf("%s transaction (%d operations, after %d staging transactions) failed: %w", a.be.name(), ops, stagedTx, err)
+			}
 			return fmt.Errorf("%s transaction (%d operations) failed: %w", a.be.name(), ops, err)
 		}
 	}
 	targets := a.cleanTargets(full, desired, present)
 	a.applied, a.present, a.order = desired, present, st.Identities
+	a.staged = nil // referenced now, or deleted by the full sync as stale
 	a.synced = true
-	a.log.V(1).Info("applied state", "generation", st.Generation, "identities", len(desired), "operations", ops, "full", full, "kernelTime", a.commitTime.String())
+	a.log.V(1).Info("applied state", "generation", st.Generation, "identities", len(desired), "operations", ops+stagedOps,
+		"stagingTransactions", stagedTx, "full", full, "kernelTime", a.commitTime.String())
 
 	var errs []error
 	if a.vips != nil {
@@ -338,9 +374,133 @@ func (a *Agent) Applied() []gwstate.Identity {
 	return out
 }
 
+// planStaging decides which desired identities get their objects written ahead of the final
+// transaction (SPEC P2 with D8). inv is nil for an incremental Apply.
+//
+// ready are identities whose objects are in the kernel, unreferenced and with the desired
+// content (staged by an earlier Apply whose final transaction failed): the final transaction
+// only adds their element. stage are identities whose identity chain does not exist (a full
+// sync: not in inv; incremental: not committed); they are returned only when they are more than
+// one chunk, so that small changes stay one transaction (SPEC P1).
+//
+// Only objects that no element points at are written ahead, so nothing new is reachable before
+// the final transaction commits, and a failed final transaction leaves what traffic sees whole.
+func (a *Agent) planStaging(inv *inventory, ids []gwstate.Identity, desired map[idKey]gwstate.Identity) (ready map[idKey]bool, stage []gwstate.Identity) {
+	ready = map[idKey]bool{}
+	if inv == nil {
+		for _, id := range ids {
+			if len(id.Backends) == 0 {
+				continue
+			}
+			if _, ok := a.applied[keyOf(id)]; !ok {
+				stage = append(stage, id)
+			}
+		}
+	} else {
+		chains, sets := nameSet(inv.chains), nameSet(inv.sets)
+		referenced := make(map[string]bool, len(inv.elements))
+		for _, e := range inv.elements {
+			if _, c, ok := strings.Cut(e.value, " "); ok {
+				referenced[c] = true
+			}
+		}
+		for _, id := range ids {
+			if len(id.Backends) == 0 {
+				continue
+			}
+			idc := IdentityChain(id.VIP, id.Port, id.Protocol)
+			if !chains[idc] {
+				stage = append(stage, id)
+				continue
+			}
+			if old, ok := a.staged[keyOf(id)]; ok && identityEqual(old, id) && !referenced[idc] && present(id, chains, sets) {
+				ready[keyOf(id)] = true
+			}
+		}
+	}
+	if a.stageChunk <= 0 || len(stage) <= a.stageChunk {
+		stage = nil
+	}
+	return ready, stage
+}
+
+func nameSet(names []string) map[string]bool {
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
+}
+
+// present reports whether every chain and set of id is in the listed table.
+func present(id gwstate.Identity, chains, sets map[string]bool) bool {
+	cs, ss := objectNames(id)
+	for _, c := range cs {
+		if !chains[c] {
+			return false
+		}
+	}
+	for _, s := range ss {
+		if !sets[s] {
+			return false
+		}
+	}
+	return true
+}
+
+// stage commits the objects of new identities (writeObjects: identity chain with its anonymous
+// maps, affinity chains and sets), a.stageChunk identities per transaction, and marks them ready
+// and staged. The first transaction also adds the table, the service-ips map and the two base
+// chains if they are missing, all empty: the base chains get their rules (dispatch, hairpin)
+// and the map its elements only in the final transaction. The objects are unreferenced:
+// traffic sees none of this before the final transaction (SPEC D8).
+//
+// Why: the kernel's cost per anonymous map grows with the size of its transaction (binding a
+// rule to an anonymous map walks the whole transaction), so one transaction of 10,000 identities
+// is quadratic; in chunks of K it is O(K) per map. What stays quadratic is the kernel's walk of
+// the table's list of sets by name (three per map), see addAnonymousMap (SPEC P2).
+func (a *Agent) stage(ctx context.Context, stage []gwstate.Identity, ready map[idKey]bool) (ops, transactions int, err error) {
+	if len(stage) == 0 {
+		return 0, 0, nil
+	}
+	if a.staged == nil {
+		a.staged = make(map[idKey]gwstate.Identity, len(stage))
+	}
+	chunks := (len(stage) + a.stageChunk - 1) / a.stageChunk
+	for i := 0; i < len(stage); i += a.stageChunk {
+		chunk := stage[i:min(i+a.stageChunk, len(stage))]
+		tx := a.be.begin()
+		if i == 0 {
+			// Created first, as writeBase does, so that `nft list` shows the same order as
+			// a one-transaction sync. The base chains stay empty (policy accept) until the
+			// final transaction adds their rules; on a table that exists these are no-ops.
+			tx.addTable()
+			tx.addServiceMap()
+			tx.addBaseChain(BaseChain, "prerouting", BaseChainPriority)
+			tx.addBaseChain(PostroutingChain, "postrouting", PostroutingPriority)
+		}
+		for j := range chunk {
+			writeObjects(tx, nil, &chunk[j])
+		}
+		ops += tx.size()
+		start := time.Now()
+		err := a.be.commit(ctx, tx)
+		a.commitTime += time.Since(start)
+		if err != nil {
+			return ops, transactions, fmt.Errorf("%s staging transaction %d of %d (%d operations) failed: %w", a.be.name(), transactions+1, chunks, tx.size(), err)
+		}
+		transactions++
+		for _, id := range chunk {
+			a.staged[keyOf(id)] = id
+			ready[keyOf(id)] = true
+		}
+	}
+	return ops, transactions, nil
+}
+
 // incremental writes only what differs between a.applied and desired, in the order of the
-// (normalized) states.
-func (a *Agent) incremental(tx txn, ids []gwstate.Identity, desired map[idKey]gwstate.Identity) {
+// (normalized) states. Identities in ready only get their element.
+func (a *Agent) incremental(tx txn, ids []gwstate.Identity, desired map[idKey]gwstate.Identity, ready map[idKey]bool) {
 	// Removals first: a removed identity's objects never share names with a desired one.
 	for _, old := range a.order {
 		k := keyOf(old)
@@ -357,6 +517,8 @@ func (a *Agent) incremental(tx txn, ids []gwstate.Identity, desired map[idKey]gw
 		}
 		old, ok := a.applied[keyOf(id)]
 		switch {
+		case !ok && ready[keyOf(id)]:
+			tx.addElement(id)
 		case !ok:
 			writeIdentity(tx, nil, &id)
 		case !identityEqual(old, id):
@@ -367,8 +529,9 @@ func (a *Agent) incremental(tx txn, ids []gwstate.Identity, desired map[idKey]gw
 
 // fullSync writes a transaction that makes the listed table exactly desired, as far as owned
 // objects go. Desired identities are rewritten in place (add, flush and re-add in the same
-// transaction), so traffic sees no gap (SPEC L7).
-func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired map[idKey]gwstate.Identity) {
+// transaction), so traffic sees no gap (SPEC L7); those in ready (written by stage) only get
+// their element.
+func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired map[idKey]gwstate.Identity, ready map[idKey]bool) {
 	writeBase(tx, a.iface)
 
 	// Elements that name no desired identity, or point elsewhere than they should, go first.
@@ -385,11 +548,36 @@ func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired
 
 	keepChains := map[string]bool{}
 	keepSets := map[string]bool{}
+	// Objects deleted by writeIdentity (a staged identity rewritten from its known content) are
+	// not deleted again as stale.
+	deleted := map[string]bool{}
+	var chains, sets map[string]bool
+	if len(a.staged) > 0 {
+		chains, sets = nameSet(inv.chains), nameSet(inv.sets)
+	}
 	for _, id := range ids {
 		if len(id.Backends) == 0 {
 			continue
 		}
-		writeIdentity(tx, nil, &id)
+		old, staged := a.staged[keyOf(id)]
+		switch {
+		case ready[keyOf(id)]:
+			tx.addElement(id)
+		case staged && present(old, chains, sets):
+			// A leftover of a failed staged sync with other content: rewrite it from what it
+			// is, so that affinity sets whose timeout changed are recreated (SPEC D3).
+			writeIdentity(tx, &old, &id)
+			oldChains, oldSets := objectNames(old)
+			newChains, newSets := objectNames(id)
+			for _, c := range oldChains {
+				deleted[c] = !slices.Contains(newChains, c)
+			}
+			for _, s := range oldSets {
+				deleted[s] = !slices.Contains(newSets, s)
+			}
+		default:
+			writeIdentity(tx, nil, &id)
+		}
 		keepChains[IdentityChain(id.VIP, id.Port, id.Protocol)] = true
 		if id.AffinityTimeoutSeconds > 0 {
 			for _, b := range id.Backends {
@@ -401,12 +589,12 @@ func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired
 
 	var staleChains, staleSets []string
 	for _, c := range inv.chains {
-		if owned(c) && !keepChains[c] {
+		if owned(c) && !keepChains[c] && !deleted[c] {
 			staleChains = append(staleChains, c)
 		}
 	}
 	for _, s := range inv.sets {
-		if owned(s) && !keepSets[s] {
+		if owned(s) && !keepSets[s] && !deleted[s] {
 			staleSets = append(staleSets, s)
 		}
 	}

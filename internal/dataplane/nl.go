@@ -3,15 +3,14 @@ package dataplane
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"reflect"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 	"unsafe"
@@ -25,20 +24,26 @@ import (
 	"github.com/vpcgw/vpcgw/internal/gwstate"
 )
 
-// nlBackend sends transactions to the kernel as one netlink batch through
-// github.com/google/nftables. Unlike `nft -f`, it does not load the table first, so the cost of
-// a transaction does not grow with the table (SPEC P1). The rules are the same as the text
-// path's, expression by expression (the real-kernel test compares `nft list table` of both).
+// nlBackend sends each transaction to the kernel as one netlink batch: github.com/google/nftables
+// builds the messages, sendBatch sends them on a socket of its own. Unlike `nft -f`, it does not
+// load the table first, so the cost of a transaction does not grow with the table (SPEC P1).
+// The rules are the same as the text path's, expression by expression (the real-kernel tests
+// compare `nft list table` of both).
 type nlBackend struct {
-	conn  *nftables.Conn
+	// conn builds the messages of a transaction and lists the table.
+	conn *nftables.Conn
+	// fd is a netfilter netlink socket of our own that sends the transactions (sendBatch).
+	fd    int
+	seq   uint32
 	table *nftables.Table
-	// anonPrefix (random per agent) and anon name anonymous maps uniquely.
-	anonPrefix string
-	anon       uint64
+	// anon numbers the next anonymous map (see anonName). inventory raises it above the number
+	// of every set already in the table that has a name of that form.
+	anon uint64
 }
 
-// socketBuffer is the send and receive buffer forced on the netlink socket: a cold sync of
-// 10,000 identities is one batch of ~40,000 messages, and the kernel acks each of them.
+// socketBuffer is the send and receive buffer forced on the netlink sockets: a cold sync of
+// 10,000 identities sends batches of up to ~40,000 messages (several MiB), and a rejected
+// batch may get an error for each of them.
 const socketBuffer = 256 << 20
 
 // newNLBackend opens a lasting netlink socket in the calling thread's network namespace.
@@ -63,16 +68,44 @@ func newNLBackend() (*nlBackend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening nftables netlink socket: %w", err)
 	}
-	var r [4]byte
-	if _, err := rand.Read(r[:]); err != nil {
-		return nil, err
+	fd, err := openBatchSocket()
+	if err != nil {
+		_ = conn.CloseLasting()
+		return nil, fmt.Errorf("opening nftables netlink socket: %w", err)
 	}
-	return &nlBackend{conn: conn, table: &nftables.Table{Family: nftables.TableFamilyIPv4, Name: TableName}, anonPrefix: hex.EncodeToString(r[:])}, nil
+	return &nlBackend{conn: conn, fd: fd, table: &nftables.Table{Family: nftables.TableFamilyIPv4, Name: TableName}}, nil
+}
+
+// openBatchSocket opens a blocking NETLINK_NETFILTER socket in the calling thread's network
+// namespace, with large buffers and NETLINK_CAP_ACK (errors do not echo the failed message).
+func openBatchSocket() (int, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+	if err != nil {
+		return -1, err
+	}
+	for _, o := range []struct{ level, opt, v int }{
+		{unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, socketBuffer},
+		{unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, socketBuffer},
+		{unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1},
+	} {
+		if err := unix.SetsockoptInt(fd, o.level, o.opt, o.v); err != nil {
+			_ = unix.Close(fd)
+			return -1, fmt.Errorf("setsockopt %d: %w", o.opt, err)
+		}
+	}
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		_ = unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }
 
 func (b *nlBackend) name() string { return "netlink" }
 
-func (b *nlBackend) close() error { return b.conn.CloseLasting() }
+func (b *nlBackend) close() error {
+	err := unix.Close(b.fd)
+	return errors.Join(err, b.conn.CloseLasting())
+}
 
 // nlTxn queues messages on the connection; commit sends them as one batch. Apply calls are
 // serialised, so only one nlTxn exists at a time.
@@ -86,11 +119,159 @@ func (b *nlBackend) begin() txn { return &nlTxn{b: b} }
 
 func (b *nlBackend) commit(_ context.Context, tx txn) error {
 	t := tx.(*nlTxn)
-	if t.err != nil {
-		_ = b.conn.Flush() // drop what was queued; it would fail the same way
-		return t.err
+	q := queuedMessages(b.conn)
+	msgs := *q
+	*q = nil
+	// google/nftables records a message it could not serialise on the connection (Flush
+	// would return it); take it, so that it fails this transaction only.
+	e := connError(b.conn)
+	serr := *e
+	*e = nil
+	if err := errors.Join(t.err, serr); err != nil {
+		return err // nothing of what was queued reaches the kernel
 	}
-	return b.conn.Flush()
+	return b.sendBatch(msgs)
+}
+
+// sendBatch sends msgs to the kernel as one nfnetlink batch (one atomic transaction) and
+// reports the kernel's verdict. It replaces google/nftables' Conn.Flush, which asks an ack for
+// every message and reads them one receive at a time: at 40,000 messages, two syscalls and a
+// goroutine (github.com/mdlayher/socket's cancellation watcher) per ack cost seconds. Here only
+// the last message asks for an ack; the kernel reports every failed message anyway, and a
+// failed commit on the batch's first message. The kernel processes the batch inside sendmsg,
+// so every answer is queued on the socket when sendmsg returns.
+func (b *nlBackend) sendBatch(msgs []netlink.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	size := 2 * (unix.NLMSG_HDRLEN + 4)
+	for _, m := range msgs {
+		size += unix.NLMSG_HDRLEN + (len(m.Data)+3)&^3
+	}
+	buf := make([]byte, 0, size)
+	put := func(typ uint16, flags netlink.HeaderFlags, data []byte) uint32 {
+		b.seq++
+		var h [unix.NLMSG_HDRLEN]byte
+		binary.NativeEndian.PutUint32(h[0:], uint32(unix.NLMSG_HDRLEN+len(data)))
+		binary.NativeEndian.PutUint16(h[4:], typ)
+		binary.NativeEndian.PutUint16(h[6:], uint16(flags))
+		binary.NativeEndian.PutUint32(h[8:], b.seq)
+		buf = append(buf, h[:]...)
+		buf = append(buf, data...)
+		for len(buf)%4 != 0 {
+			buf = append(buf, 0)
+		}
+		return b.seq
+	}
+	batchHdr := []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, unix.NFNL_SUBSYS_NFTABLES}
+	first := put(unix.NFNL_MSG_BATCH_BEGIN, netlink.Request, batchHdr)
+	var last uint32
+	for i, m := range msgs {
+		flags := m.Header.Flags &^ netlink.Acknowledge
+		if i == len(msgs)-1 {
+			flags |= netlink.Acknowledge
+		}
+		last = put(uint16(m.Header.Type), flags, m.Data)
+	}
+	put(unix.NFNL_MSG_BATCH_END, netlink.Request, batchHdr)
+
+	if err := unix.Sendto(b.fd, buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return fmt.Errorf("sending the batch (%d messages, %d bytes): %w", len(msgs), len(buf), err)
+	}
+
+	// Read every answer: errors of failed messages (or of the commit, on the first message)
+	// and the ack of the last one, which comes last. Answers to an earlier batch (left over
+	// when reading it failed) are skipped by their sequence numbers.
+	var errs []error
+	failed := 0
+	acked := false
+	rbuf := make([]byte, 1<<16)
+	for !acked {
+		n, _, err := unix.Recvfrom(b.fd, rbuf, unix.MSG_DONTWAIT)
+		if errors.Is(err, unix.EAGAIN) {
+			// Not expected (the answers are queued before sendmsg returns); wait a little.
+			if failed > 0 {
+				break
+			}
+			fds := []unix.PollFd{{Fd: int32(b.fd), Events: unix.POLLIN}}
+			if k, perr := unix.Poll(fds, 10_000); perr != nil && !errors.Is(perr, unix.EINTR) {
+				return fmt.Errorf("waiting for the kernel's answer: %w", perr)
+			} else if k == 0 {
+				return errors.New("no answer from the kernel to the batch within 10s")
+			}
+			continue
+		}
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			// ENOBUFS: answers were lost; whether the batch committed is unknown.
+			return fmt.Errorf("reading the kernel's answer: %w", err)
+		}
+		for d := rbuf[:n]; len(d) >= unix.NLMSG_HDRLEN; {
+			l := int(binary.NativeEndian.Uint32(d[0:]))
+			if l < unix.NLMSG_HDRLEN || l > len(d) {
+				return fmt.Errorf("malformed netlink answer (length %d of %d)", l, len(d))
+			}
+			typ := binary.NativeEndian.Uint16(d[4:])
+			body := d[unix.NLMSG_HDRLEN:l]
+			d = d[min((l+3)&^3, len(d)):]
+			if typ != unix.NLMSG_ERROR || len(body) < 4+unix.NLMSG_HDRLEN {
+				continue
+			}
+			code := int32(binary.NativeEndian.Uint32(body[0:]))
+			seq := binary.NativeEndian.Uint32(body[4+8:])
+			if seq-first > last-first {
+				continue // not this batch's
+			}
+			if code != 0 {
+				// The first errors name the cause; later messages often fail because of it.
+				if failed++; failed <= 3 {
+					errs = append(errs, batchError(msgs, first, seq, syscall.Errno(-code)))
+				}
+			}
+			if seq == last {
+				acked = true
+			}
+		}
+	}
+	if failed > 3 {
+		errs = append(errs, fmt.Errorf("and %d more failed messages", failed-3))
+	}
+	return errors.Join(errs...)
+}
+
+// batchError names the message of a batch that an error answers.
+func batchError(msgs []netlink.Message, first, seq uint32, errno syscall.Errno) error {
+	i := int(seq) - int(first) - 1
+	if i < 0 || i >= len(msgs) {
+		return fmt.Errorf("transaction: %w", errno)
+	}
+	return fmt.Errorf("message %d of %d (%s): %w", i+1, len(msgs), msgName(uint16(msgs[i].Header.Type)&0xff), errno)
+}
+
+func msgName(t uint16) string {
+	switch t {
+	case unix.NFT_MSG_NEWTABLE:
+		return "add table"
+	case unix.NFT_MSG_NEWCHAIN:
+		return "add chain"
+	case unix.NFT_MSG_DELCHAIN:
+		return "delete chain"
+	case unix.NFT_MSG_NEWRULE:
+		return "add rule"
+	case unix.NFT_MSG_DELRULE:
+		return "flush chain"
+	case unix.NFT_MSG_NEWSET:
+		return "add set"
+	case unix.NFT_MSG_DELSET:
+		return "delete set"
+	case unix.NFT_MSG_NEWSETELEM:
+		return "add element"
+	case unix.NFT_MSG_DELSETELEM:
+		return "delete element"
+	}
+	return fmt.Sprintf("message type %d", t)
 }
 
 func (t *nlTxn) size() int { return t.n }
@@ -315,21 +496,32 @@ func (t *nlTxn) addRule(chain string, r rule) {
 // would show the key 1 as 16777216. nft itself records "host endian" here, so the queued
 // NEWSET message is patched to say the same (the real-kernel test compares both listings).
 //
-// The map also gets its own name and ID instead of "__map%d": for a name with %d the kernel
-// scans every set of the table with sscanf to find a free number, which made a cold sync of
-// 10,000 identities quadratic (seconds). Anonymous maps are shown inline, so the name is never
-// seen; it only has to be unique in the table.
+// The kernel finds a set by name by walking the table's list of sets, comparing names with
+// nla_strcmp (strlen, then memcmp): creating a set walks it twice and the rule's lookup once
+// more, so a cold sync of 10,000 identities does ~3 × 10,000 walks over up to 10,000 sets
+// (SPEC P2). The name choice keeps each step of those walks cheap:
+//   - not "__map%d": for a name with %d the kernel also sscanf()s every set name of the table
+//     to allocate a number;
+//   - short, and different from its neighbours in the first characters (anonName), so that
+//     strlen and the comparison stop after a few bytes.
+//
+// The NEWSETELEM message that fills the map names it by set ID only: without a name the kernel
+// finds it among the transaction's new sets instead of walking the table (one walk less). The
+// NEWSET message gets NLM_F_EXCL, so that a name clash fails the transaction instead of
+// reusing a set (the next full sync lists the table and numbers past it). Anonymous maps are
+// shown inline by `nft list`, so the name is never seen.
 func (t *nlTxn) addAnonymousMap(set *nftables.Set, elems []nftables.SetElement) error {
+	n := t.b.anon
 	t.b.anon++
-	set.ID = 1<<31 | uint32(t.b.anon&0x7fffffff)
-	set.Name = fmt.Sprintf("__map%s_%d", t.b.anonPrefix, t.b.anon)
+	set.ID = 1<<31 | uint32(n&0x7fffffff)
+	set.Name = anonName(n)
 	before := len(*queuedMessages(t.b.conn))
 	if err := t.b.conn.AddSet(set, elems); err != nil {
 		return err
 	}
 	msgs := *queuedMessages(t.b.conn)
-	if len(msgs) <= before {
-		return errors.New("anonymous map: no NEWSET message was queued")
+	if len(msgs) != before+2 {
+		return fmt.Errorf("anonymous map: %d messages queued, want NEWSET and NEWSETELEM", len(msgs)-before)
 	}
 	newset := &msgs[before]
 	// NFTA_SET_USERDATA (len 10, type 13) holding one TLV: NFTNL_UDATA_SET_KEYBYTEORDER
@@ -340,13 +532,66 @@ func (t *nlTxn) addAnonymousMap(set *nftables.Set, elems []nftables.SetElement) 
 		return errors.New("anonymous map: key byte order user data not found in the NEWSET message")
 	}
 	newset.Data[i+6] = 1 // host endian
+	newset.Header.Flags |= netlink.Excl
+	// NEWSETELEM: nfgenmsg (4 bytes), then NFTA_SET_ELEM_LIST_SET (the name) first.
+	elem := &msgs[before+1]
+	d := elem.Data
+	if len(d) < 8 || binary.NativeEndian.Uint16(d[6:8]) != unix.NFTA_SET_ELEM_LIST_SET {
+		return errors.New("anonymous map: set name not found first in the NEWSETELEM message")
+	}
+	l := (int(binary.NativeEndian.Uint16(d[4:6])) + 3) &^ 3
+	if 4+l > len(d) {
+		return errors.New("anonymous map: bad NEWSETELEM message")
+	}
+	elem.Data = append(d[:4:4], d[4+l:]...)
 	return nil
+}
+
+// anonDigits are the digits of anonymous map names.
+const anonDigits = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+// anonName is the name of the n-th anonymous map: "_" and n in base 36, least significant digit
+// first ("_0", "_1", … "_z", "_01", "_11", …). Consecutive maps differ in their second
+// character, names stay short (4 characters up to 46,656 maps), and none can be the name of an
+// owned named set ("service-ips", "aff-…") or of nft's own anonymous sets ("__set%d", "__map%d").
+func anonName(n uint64) string {
+	b := make([]byte, 1, 14)
+	b[0] = '_'
+	for {
+		b = append(b, anonDigits[n%36])
+		n /= 36
+		if n == 0 {
+			return string(b)
+		}
+	}
+}
+
+// anonNumber is the inverse of anonName, for any name of that form (also one anonName would
+// not write, like "_10"); ok is false for other names.
+func anonNumber(name string) (n uint64, ok bool) {
+	if len(name) < 2 || len(name) > 13 || name[0] != '_' {
+		return 0, false
+	}
+	for i := len(name) - 1; i >= 1; i-- {
+		d := strings.IndexByte(anonDigits, name[i])
+		if d < 0 {
+			return 0, false
+		}
+		n = n*36 + uint64(d)
+	}
+	return n, true
 }
 
 // queuedMessages exposes the messages google/nftables has queued for the next Flush.
 func queuedMessages(c *nftables.Conn) *[]netlink.Message {
 	f := reflect.ValueOf(c).Elem().FieldByName("messages")
 	return (*[]netlink.Message)(unsafe.Pointer(f.UnsafeAddr()))
+}
+
+// connError exposes the serialisation error google/nftables keeps for the next Flush.
+func connError(c *nftables.Conn) *error {
+	f := reflect.ValueOf(c).Elem().FieldByName("err")
+	return (*error)(unsafe.Pointer(f.UnsafeAddr()))
 }
 
 func isNotFound(err error) bool {
@@ -394,6 +639,9 @@ func (b *nlBackend) inventory(context.Context) (*inventory, error) {
 	}
 	var svc *nftables.Set
 	for _, s := range sets {
+		if n, ok := anonNumber(s.Name); ok && n >= b.anon {
+			b.anon = n + 1 // never reuse a name that is in the table (a previous agent's maps)
+		}
 		if s.Anonymous {
 			continue
 		}

@@ -252,6 +252,14 @@ func writeIdentity(tx txn, old, new *gwstate.Identity) {
 		removeEndpoints(tx, *old, nil)
 		return
 	}
+	writeObjects(tx, old, new)
+	tx.addElement(*new)
+}
+
+// writeObjects is writeIdentity(old, new) without the service-ips element: the identity chain
+// and, with affinity, the endpoint chains and sets. A staged cold sync writes these ahead, while
+// no element points at the identity chain yet, so they carry no traffic.
+func writeObjects(tx txn, old, new *gwstate.Identity) {
 	idc := IdentityChain(new.VIP, new.Port, new.Protocol)
 	tx.addChain(idc)
 	tx.flushChain(idc)
@@ -295,7 +303,18 @@ func writeIdentity(tx txn, old, new *gwstate.Identity) {
 	} else {
 		tx.addRule(idc, dnatRule(new.Protocol, new.Backends))
 	}
-	tx.addElement(*new)
+}
+
+// objectNames lists the chains and sets an installed identity owns.
+func objectNames(id gwstate.Identity) (chains, sets []string) {
+	chains = []string{IdentityChain(id.VIP, id.Port, id.Protocol)}
+	if id.AffinityTimeoutSeconds > 0 {
+		for _, b := range id.Backends {
+			chains = append(chains, EndpointChain(id, b))
+			sets = append(sets, AffinitySet(id, b))
+		}
+	}
+	return chains, sets
 }
 
 // removeEndpoints deletes the endpoint chains and affinity sets of old's backends except those
