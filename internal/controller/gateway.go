@@ -74,9 +74,11 @@ func trimRecord(obj any) (any, error) {
 	r.Namespace = intern(r.Namespace)
 	sp := &r.Spec
 	sp.EIP, sp.ExternalPort, sp.Protocol, sp.InternalPort = intern(sp.EIP), intern(sp.ExternalPort), intern(sp.Protocol), intern(sp.InternalPort)
+	sp.InternalIP = intern(sp.InternalIP) // also in the status, and shared by the backend's records
 	sp.Type, sp.SessionAffinity, sp.ClusterIP = kubeovnv1.DnatRuleType(intern(string(sp.Type))), kubeovnv1.DnatSessionAffinity(intern(string(sp.SessionAffinity))), intern(sp.ClusterIP)
 	st := &r.Status
 	st.V4IP, st.NatGwDp, st.Protocol, st.InternalPort, st.ExternalPort = intern(st.V4IP), intern(st.NatGwDp), intern(st.Protocol), intern(st.InternalPort), intern(st.ExternalPort)
+	st.InternalIP = intern(st.InternalIP)
 	for i := range st.Conditions {
 		c := &st.Conditions[i]
 		c.Type, c.Status = kubeovnv1.ConditionType(intern(string(c.Type))), corev1.ConditionStatus(intern(string(c.Status)))
