@@ -40,6 +40,7 @@ func runController(ctx context.Context, args []string) error {
 	agentCommand := fs.String("agent-command", strings.Join(transport.DefaultExecCommand, " "), "the agent's command in that container, words separated by spaces (exec transport; no shell)")
 	fs.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", `metrics listen address ("0" turns it off)`)
 	fs.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", `health probe listen address ("0" turns it off)`)
+	fs.StringVar(&opts.PprofAddr, "pprof-bind-address", "", `net/http/pprof listen address (empty: off)`)
 	fs.BoolVar(&opts.LeaderElection, "leader-elect", false, "elect a leader among controller replicas")
 	fs.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease")
 	fs.StringVar(&opts.NB.Address, "ovn-nb-addr", "", `OVN northbound DB ("tcp:ip:6641", "ssl:ip:6641", "unix:/path", comma-separated for a cluster); empty: VIP routes are not written`)

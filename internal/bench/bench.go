@@ -58,7 +58,9 @@ type Config struct {
 	// CPUProfile, when set, receives a CPU profile of the bench process (with the in-process
 	// controller) during the churn at the largest size.
 	CPUProfile string
-	Workers    int // concurrent API writers when creating Services
+	// HeapProfile: where to write the cold-start controller's heap profile ("" none).
+	HeapProfile string
+	Workers     int // concurrent API writers when creating Services
 	// Plot is the PNG written (empty: none); JSON the results file (empty: none).
 	Plot, JSON string
 	Out        io.Writer
@@ -152,6 +154,7 @@ func Main(ctx context.Context, args []string) error {
 	fs.BoolVar(&cfg.ColdStart, "cold-start", true, "after the largest size, restart the controller as a process against the Services in the API")
 	fs.BoolVar(&cfg.ColdOnly, "cold-only", false, "only the cold start, from nothing: write the largest -n of Services with no controller running (no records yet), then start the controller process")
 	fs.DurationVar(&cfg.ColdTimeout, "cold-timeout", 20*time.Minute, "how long the cold start may take")
+	fs.StringVar(&cfg.HeapProfile, "heapprofile", "", "write a heap profile of the cold-start controller process, 15 s after it programmed everything, to this file")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the churn at the largest size (the in-process controller) to this file")
 	fs.IntVar(&cfg.Workers, "workers", 8, "concurrent API writers when creating Services")
 	fs.StringVar(&cfg.AssetsDir, "assets", os.Getenv("KUBEBUILDER_ASSETS"), "directory with kube-apiserver and etcd")

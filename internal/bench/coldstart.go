@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -55,9 +56,13 @@ func runColdStart(ctx context.Context, l *lab.Lab, w *workload, cfg Config) (*Co
 			_ = os.Remove(logPath)
 		}
 	}()
+	pprofAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.Command(cfg.Exe, "controller", "--kubeconfig", kubeconfig, "--transport", "local",
 		"--enable-gw-nftable-lb-svc", "--metrics-bind-address", addr, "--health-probe-bind-address", "0",
-		"--min-sync-interval", cfg.MinSyncInterval.String())
+		"--min-sync-interval", cfg.MinSyncInterval.String(), "--pprof-bind-address", pprofAddr)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	res.LoadAvg = loadAvg()
 	fmt.Fprintf(out, "   %s (log %s, load %s)\n", strings.Join(cmd.Args, " "), logPath, res.LoadAvg)
@@ -113,6 +118,12 @@ func runColdStart(ctx context.Context, l *lab.Lab, w *workload, cfg Config) (*Co
 		}
 		time.Sleep(time.Second)
 	}
+	if cfg.HeapProfile != "" {
+		if err := fetch("http://"+pprofAddr+"/debug/pprof/heap", cfg.HeapProfile); err != nil {
+			return nil, fmt.Errorf("controller heap profile: %w", err)
+		}
+		fmt.Fprintf(out, "   controller heap profile: %s\n", cfg.HeapProfile)
+	}
 	fmt.Fprintf(out, "   the same %d identities × %d backends applied by a new in-process agent (netlink) in an empty namespace (load %s)\n", n, cfg.Endpoints, loadAvg())
 	apply, kernel, err := agentColdApply(ctx, w.identities(n))
 	if err != nil {
@@ -121,6 +132,23 @@ func runColdStart(ctx context.Context, l *lab.Lab, w *workload, cfg Config) (*Co
 	res.AgentApplyS, res.AgentKernelS = apply.Seconds(), kernel.Seconds()
 	keepLog = false
 	return res, nil
+}
+
+// fetch writes the body of url to path.
+func fetch(url, path string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
 }
 
 func freeAddr() (string, error) {

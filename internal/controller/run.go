@@ -41,9 +41,11 @@ type Options struct {
 	// costs a full plan per sync). A difference is logged, counted and the full plan is used.
 	VerifyPartialPlans bool
 	// NB configures the VIP route writer; an empty address turns route writing off (SPEC V1).
-	NB                      ovn.Config
-	MetricsAddr             string
-	HealthAddr              string
+	NB          ovn.Config
+	MetricsAddr string
+	HealthAddr  string
+	// PprofAddr serves net/http/pprof ("" or "0": off).
+	PprofAddr               string
 	LeaderElection          bool
 	LeaderElectionNamespace string
 }
@@ -75,6 +77,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 		Cache:                   CacheOptions(),
 		Metrics:                 metricsserver.Options{BindAddress: defaultAddr(opts.MetricsAddr)},
 		HealthProbeBindAddress:  defaultAddr(opts.HealthAddr),
+		PprofBindAddress:        pprofAddr(opts.PprofAddr),
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        "vpcgw-controller",
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
@@ -125,6 +128,13 @@ type ovnRoutes struct{ w *ovn.Writer }
 
 func (o ovnRoutes) Sync(ctx context.Context, want model.VIPRoutes) error {
 	return o.w.Sync(ctx, ovn.VIPRoutes{Router: want.Router, Gateway: want.Gateway, NextHops: want.NextHops, VIPs: want.VIPs})
+}
+
+func pprofAddr(a string) string {
+	if a == "0" {
+		return ""
+	}
+	return a
 }
 
 func defaultAddr(a string) string {
