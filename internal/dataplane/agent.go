@@ -29,6 +29,9 @@ import (
 // cost per anonymous map grows with the transaction, so one transaction of 10,000 identities
 // is quadratic (SPEC P2). Only the final transaction changes what traffic sees (SPEC D8).
 //
+// A delta message (ApplyMessage) to a synced agent is applied from the delta alone, in
+// O(changed) (applyDelta, SPEC P1); anything else goes through the complete state.
+//
 // Agent is safe for concurrent use (Apply, Verify and Retry are serialised).
 type Agent struct {
 	be    backend
@@ -44,10 +47,17 @@ type Agent struct {
 	applied map[idKey]gwstate.Identity
 	// present holds every identity of the committed state, with or without backends.
 	present map[idKey]gwstate.Identity
-	// order is the committed state's identities in their (normalized) order.
-	order []gwstate.Identity
-	// last is the last valid desired state, committed or not: what Retry and Verify converge to.
+	// last, with pending applied over it, is the last valid desired state, committed or not:
+	// what Retry and Verify converge to. Read it through desired(). A delta applied by the fast
+	// path (applyDelta) only records its identities in pending, lastGen and lastClusterIPs, so
+	// that it costs O(changed); desired() merges them into last when the complete state is
+	// needed (a retry, a repair, a delta the fast path does not take).
 	last *gwstate.State
+	// pending holds identities upserted (removed: false) or removed since last, by key.
+	pending map[idKey]pendingID
+	// lastGen and lastClusterIPs are the generation and the ClusterIPs of the desired state.
+	lastGen        int64
+	lastClusterIPs []string
 	// synced is false until a full reconcile succeeded, and again after any failed Apply or
 	// when drift was found, so that the next transaction starts from what the kernel has.
 	synced bool
@@ -151,7 +161,7 @@ func (a *Agent) Apply(ctx context.Context, st gwstate.State) error {
 	if err := a.validate(st); err != nil {
 		return fmt.Errorf("invalid state: %w", err)
 	}
-	a.last = &st
+	a.setLast(&st)
 	return a.applyLocked(ctx, st)
 }
 
@@ -191,7 +201,7 @@ func (a *Agent) Retry(ctx context.Context) (bool, error) {
 	if a.last == nil || (a.synced && a.vipsSynced) {
 		return false, nil
 	}
-	return true, a.applyLocked(ctx, *a.last)
+	return true, a.applyLocked(ctx, *a.desired())
 }
 
 // Verify looks for drift cheaply, without reading rules back: the table and both base chains
@@ -205,7 +215,7 @@ func (a *Agent) Verify(ctx context.Context) (string, error) {
 		return "", nil
 	}
 	if !a.synced || !a.vipsSynced {
-		return "", a.applyLocked(ctx, *a.last)
+		return "", a.applyLocked(ctx, *a.desired())
 	}
 	drift, err := a.be.check(ctx, a.expectation())
 	if err != nil {
@@ -216,7 +226,7 @@ func (a *Agent) Verify(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("verifying lo: %w", err)
 		}
-		if want := wantVIPs(a.last.ClusterIPs); !slices.Equal(have, want) {
+		if want := wantVIPs(a.lastClusterIPs); !slices.Equal(have, want) {
 			drift = fmt.Sprintf("lo holds %v with label %s, want %v", have, VIPLabel, want)
 		}
 	}
@@ -226,10 +236,10 @@ func (a *Agent) Verify(ctx context.Context) (string, error) {
 	a.log.Info("drift detected, repairing with a full reconcile", "drift", drift)
 	a.synced = false
 	a.vipsSynced = false
-	if err := a.applyLocked(ctx, *a.last); err != nil {
+	if err := a.applyLocked(ctx, *a.desired()); err != nil {
 		return drift, fmt.Errorf("repairing drift (%s): %w", drift, err)
 	}
-	a.log.Info("drift repaired", "drift", drift, "generation", a.last.Generation)
+	a.log.Info("drift repaired", "drift", drift, "generation", a.lastGen)
 	return drift, nil
 }
 
@@ -301,7 +311,7 @@ func (a *Agent) applyLocked(ctx context.Context, st gwstate.State) error {
 		}
 	}
 	targets := a.cleanTargets(full, desired, present)
-	a.applied, a.present, a.order = desired, present, st.Identities
+	a.applied, a.present = desired, present
 	a.staged = nil // referenced now, or deleted by the full sync as stale
 	a.synced = true
 	a.log.V(1).Info("applied state", "generation", st.Generation, "identities", len(desired), "operations", ops+stagedOps,
@@ -320,17 +330,7 @@ func (a *Agent) applyLocked(ctx context.Context, st gwstate.State) error {
 	} else {
 		a.vipsSynced = true
 	}
-	if a.ct != nil && len(targets) > 0 {
-		n, err := a.ct.clean(targets)
-		a.ctDeleted += n
-		if n > 0 {
-			a.log.V(1).Info("deleted stale conntrack entries", "count", n)
-		}
-		if err != nil {
-			// Not fatal for the state: the entries expire; the next change retries.
-			a.log.Error(err, "conntrack cleanup")
-		}
-	}
+	a.cleanConntrack(targets)
 	return errors.Join(errs...)
 }
 
@@ -501,15 +501,17 @@ func (a *Agent) stage(ctx context.Context, stage []gwstate.Identity, ready map[i
 // incremental writes only what differs between a.applied and desired, in the order of the
 // (normalized) states. Identities in ready only get their element.
 func (a *Agent) incremental(tx txn, ids []gwstate.Identity, desired map[idKey]gwstate.Identity, ready map[idKey]bool) {
-	// Removals first: a removed identity's objects never share names with a desired one.
-	for _, old := range a.order {
-		k := keyOf(old)
-		if _, was := a.applied[k]; !was {
-			continue
-		}
+	// Removals first, in the states' order: a removed identity's objects never share names
+	// with a desired one.
+	var gone []gwstate.Identity
+	for k, old := range a.applied {
 		if _, ok := desired[k]; !ok {
-			writeIdentity(tx, &old, nil)
+			gone = append(gone, old)
 		}
+	}
+	slices.SortFunc(gone, func(x, y gwstate.Identity) int { return compareKeys(keyOf(x), keyOf(y)) })
+	for i := range gone {
+		writeIdentity(tx, &gone[i], nil)
 	}
 	for _, id := range ids {
 		if len(id.Backends) == 0 {

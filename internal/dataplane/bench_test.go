@@ -157,6 +157,45 @@ func BenchmarkP1DecodeAndApply(b *testing.B) {
 	}
 }
 
+// BenchmarkP1DeltaDecodeAndApply is the same change as it reaches the agent today: a delta
+// line (gwstate.State.Base: the changed identity only) through handleLine, i.e. decode,
+// normalize, validate and Agent.ApplyMessage. The lines alternate between the changed and the
+// original backends, each against the generation before it; they are encoded before the timer
+// starts (that is the controller's work).
+func BenchmarkP1DeltaDecodeAndApply(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("netlink/identities=%d", n), func(b *testing.B) {
+			l := benchLab(b)
+			ns, err := l.AddNetns("gw")
+			if err != nil {
+				b.Fatal(err)
+			}
+			enter(b, ns)
+			a := newBenchAgent(b, false)
+			ctx := context.Background()
+			base := scaleState(1, n, 10)
+			if err := a.Apply(ctx, base); err != nil {
+				b.Fatal(err)
+			}
+			k := n / 2
+			variants := [2]gwstate.Identity{withChangedIdentity(base, k, 3).Identities[k], base.Identities[k]}
+			lines := make([][]byte, b.N)
+			for i := range b.N {
+				lines[i] = mustJSON(b, gwstate.State{Generation: int64(i + 2), Base: int64(i + 1), Identities: []gwstate.Identity{variants[i%2]}})
+			}
+			b.ResetTimer()
+			var kernel time.Duration
+			for i := range b.N {
+				if ack := handleLine(ctx, a, lines[i], logr.Discard()); ack.Error != "" {
+					b.Fatal(ack.Error)
+				}
+				kernel += a.commitTime
+			}
+			b.ReportMetric(float64(kernel.Microseconds())/1000/float64(b.N), "kernel-ms/op")
+		})
+	}
+}
+
 // BenchmarkP2ColdSync: an empty table, a new agent, one state of 10,000 identities × 10
 // backends. SPEC P2: ≤ 5 s. Reports the Go heap the agent holds afterwards.
 func BenchmarkP2ColdSync(b *testing.B) {

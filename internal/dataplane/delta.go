@@ -1,9 +1,13 @@
 package dataplane
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
+	"time"
 
 	"github.com/vpcgw/vpcgw/internal/gwstate"
 )
@@ -12,6 +16,11 @@ import (
 // last state the agent accepted (gwstate.State.Base). A delta carries only the identities that
 // changed, so a change at 10,000 identities is a line of a few hundred bytes instead of
 // megabytes to decode (SPEC P1, P3). msg must be normalized and valid.
+//
+// A delta to a synced agent takes the fast path (applyDelta): O(changed) work, the same
+// transaction the full path would write. Anything the agent does not trust (no full sync yet, a
+// failed apply or lo convergence, staged leftovers, more new identities than one staging chunk)
+// sends it through the full path: merge into the complete state, validate, applyLocked.
 func (a *Agent) ApplyMessage(ctx context.Context, msg gwstate.State) error {
 	if !msg.IsDelta() {
 		return a.Apply(ctx, msg)
@@ -21,13 +30,236 @@ func (a *Agent) ApplyMessage(ctx context.Context, msg gwstate.State) error {
 	if a.last == nil {
 		return errors.New("delta state before any complete state: send a complete state")
 	}
-	st, err := a.last.Merge(msg)
+	if msg.Base != a.lastGen {
+		return fmt.Errorf("delta against generation %d, but the state held is generation %d: send a complete state", msg.Base, a.lastGen)
+	}
+	if a.synced && a.vipsSynced && len(a.staged) == 0 {
+		if done, err := a.applyDelta(ctx, msg); done {
+			return err
+		}
+	}
+	st, err := a.desired().Merge(msg)
 	if err != nil {
 		return fmt.Errorf("%w: send a complete state", err)
 	}
 	if err := a.validate(st); err != nil {
 		return fmt.Errorf("invalid state: %w", err)
 	}
-	a.last = &st
+	a.setLast(&st)
 	return a.applyLocked(ctx, st)
+}
+
+// pendingID is one entry of Agent.pending: an identity upserted or removed by a delta since
+// Agent.last.
+type pendingID struct {
+	id      gwstate.Identity
+	removed bool
+}
+
+// setLast makes st the desired state (complete, normalized).
+func (a *Agent) setLast(st *gwstate.State) {
+	a.last, a.pending = st, nil
+	a.lastGen, a.lastClusterIPs = st.Generation, st.ClusterIPs
+}
+
+// desired returns the complete desired state: last with the pending deltas merged in (O(n),
+// done only when the complete state is needed, and then kept).
+func (a *Agent) desired() *gwstate.State {
+	if a.last == nil || (len(a.pending) == 0 && a.last.Generation == a.lastGen) {
+		return a.last
+	}
+	d := gwstate.State{Generation: a.lastGen, Base: a.last.Generation, ClusterIPs: a.lastClusterIPs}
+	for k, p := range a.pending {
+		if p.removed {
+			d.Removed = append(d.Removed, gwstate.IdentityKey{VIP: k.vip, Port: k.port, Protocol: k.proto})
+		} else {
+			d.Identities = append(d.Identities, p.id)
+		}
+	}
+	d.Normalize() // sorts by key; backends and ClusterIPs are normalized already
+	st, err := a.last.Merge(d)
+	if err != nil {
+		panic(fmt.Sprintf("merging pending deltas: %v", err)) // Base is last's generation
+	}
+	a.setLast(&st)
+	return a.last
+}
+
+// recordDelta records the accepted delta msg in the desired state in O(len(msg)).
+func (a *Agent) recordDelta(msg gwstate.State) {
+	if a.pending == nil {
+		a.pending = make(map[idKey]pendingID, len(msg.Identities)+len(msg.Removed))
+	}
+	for _, k := range msg.Removed {
+		a.pending[idKey{k.VIP, k.Port, k.Protocol}] = pendingID{removed: true}
+	}
+	for _, id := range msg.Identities {
+		a.pending[keyOf(id)] = pendingID{id: id}
+	}
+	a.lastGen, a.lastClusterIPs = msg.Generation, msg.ClusterIPs
+}
+
+// applyDelta is the fast path of a delta (SPEC P1): the agent is synced, so what it committed
+// (applied, present) is the desired state the delta is based on, and the work follows from the
+// delta alone. It validates the upserted identities that differ from the committed ones, writes
+// the transaction incremental would write for the merged state (removals first, then the
+// changed identities, both in the states' order), commits it, and updates the committed maps,
+// the pending deltas, lo (only when the ClusterIPs changed) and conntrack (SPEC D6) in
+// O(changed). It reports done = false, having changed nothing, when the delta creates more new
+// identity chains than one staging chunk (the full path stages them, SPEC P2).
+//
+// A failed transaction leaves the table and the committed maps as they were, records the delta
+// as the desired state and marks the agent unsynced: Retry, or the next message through the full
+// path, converges (SPEC D8).
+func (a *Agent) applyDelta(ctx context.Context, msg gwstate.State) (done bool, err error) {
+	var changed []gwstate.Identity // upserts that differ from the committed identities
+	var gone []gwstate.Identity    // committed identities with backends that lose their objects
+	var removed []gwstate.Identity // committed identities that leave the state
+	newChains := 0
+	for _, id := range msg.Identities {
+		k := keyOf(id)
+		if old, ok := a.present[k]; ok && identityEqual(old, id) {
+			continue
+		}
+		changed = append(changed, id)
+		old, had := a.applied[k]
+		switch {
+		case len(id.Backends) == 0 && had:
+			gone = append(gone, old)
+		case len(id.Backends) > 0 && !had:
+			newChains++
+		}
+	}
+	for _, rk := range msg.Removed {
+		k := idKey{rk.VIP, rk.Port, rk.Protocol}
+		if old, ok := a.present[k]; ok {
+			removed = append(removed, old)
+			if len(old.Backends) > 0 {
+				gone = append(gone, old)
+			}
+		}
+	}
+	if a.stageChunk > 0 && newChains > a.stageChunk {
+		return false, nil
+	}
+	if err := (gwstate.State{Generation: msg.Generation, Identities: changed, ClusterIPs: msg.ClusterIPs}).Validate(); err != nil {
+		return true, fmt.Errorf("invalid state: %w", err)
+	}
+	prevClusterIPs := a.lastClusterIPs
+	a.recordDelta(msg)
+
+	tx := a.be.begin()
+	slices.SortFunc(gone, func(x, y gwstate.Identity) int { return compareKeys(keyOf(x), keyOf(y)) })
+	for i := range gone {
+		writeIdentity(tx, &gone[i], nil)
+	}
+	for i := range changed {
+		id := &changed[i]
+		if len(id.Backends) == 0 {
+			continue
+		}
+		if old, ok := a.applied[keyOf(*id)]; ok {
+			writeIdentity(tx, &old, id)
+		} else {
+			writeIdentity(tx, nil, id)
+		}
+	}
+	a.commitTime = 0
+	ops := tx.size()
+	if ops > 0 {
+		start := time.Now()
+		err := a.be.commit(ctx, tx)
+		a.commitTime = time.Since(start)
+		if err != nil {
+			a.synced = false
+			return true, fmt.Errorf("%s transaction (%d operations) failed: %w", a.be.name(), ops, err)
+		}
+	}
+
+	targets := a.deltaCleanTargets(changed, removed)
+	for _, old := range removed {
+		k := keyOf(old)
+		delete(a.present, k)
+		delete(a.applied, k)
+	}
+	for _, id := range changed {
+		k := keyOf(id)
+		a.present[k] = id
+		if len(id.Backends) > 0 {
+			a.applied[k] = id
+		} else {
+			delete(a.applied, k)
+		}
+	}
+	a.log.V(1).Info("applied delta", "generation", msg.Generation, "base", msg.Base, "changed", len(changed),
+		"removed", len(removed), "identities", len(a.applied), "operations", ops, "kernelTime", a.commitTime.String())
+
+	var errs []error
+	if a.vips != nil && !slices.Equal(prevClusterIPs, msg.ClusterIPs) {
+		added, deleted, err := a.vips.converge(wantVIPs(msg.ClusterIPs))
+		a.vipsSynced = err == nil
+		if len(added)+len(deleted) > 0 {
+			a.log.V(1).Info("lo VIPs converged", "added", added, "deleted", deleted)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	a.cleanConntrack(targets)
+	return true, errors.Join(errs...)
+}
+
+// deltaCleanTargets is cleanTargets for a delta, before the committed maps are updated:
+// changed are the upserts that differ from the committed identities, removed the committed
+// identities the delta removes (SPEC D6).
+func (a *Agent) deltaCleanTargets(changed, removed []gwstate.Identity) []cleanTarget {
+	if a.ct == nil {
+		return nil
+	}
+	var out []cleanTarget
+	for _, id := range changed {
+		if id.Protocol != gwstate.UDP {
+			continue
+		}
+		old, had := a.applied[keyOf(id)]
+		has := len(id.Backends) > 0
+		if had != has || (had && !slices.Equal(old.Backends, id.Backends)) {
+			out = append(out, newCleanTarget(id.VIP, id.Port, id.Protocol, id.Backends))
+		}
+	}
+	for _, old := range removed {
+		out = append(out, newCleanTarget(old.VIP, old.Port, old.Protocol, nil))
+	}
+	return out
+}
+
+// cleanConntrack deletes the flows targets name (SPEC D6). A failure is logged, not returned:
+// the entries expire, and the next change retries.
+func (a *Agent) cleanConntrack(targets []cleanTarget) {
+	if a.ct == nil || len(targets) == 0 {
+		return
+	}
+	n, err := a.ct.clean(targets)
+	a.ctDeleted += n
+	if n > 0 {
+		a.log.V(1).Info("deleted stale conntrack entries", "count", n)
+	}
+	if err != nil {
+		a.log.Error(err, "conntrack cleanup")
+	}
+}
+
+// compareKeys orders identity keys as gwstate.State.Normalize orders identities: VIP
+// numerically, then port, then protocol.
+func compareKeys(x, y idKey) int {
+	return cmp.Or(compareAddrs(x.vip, y.vip), cmp.Compare(x.port, y.port), cmp.Compare(x.proto, y.proto))
+}
+
+func compareAddrs(x, y string) int {
+	px, errX := netip.ParseAddr(x)
+	py, errY := netip.ParseAddr(y)
+	if errX != nil || errY != nil {
+		return cmp.Compare(x, y)
+	}
+	return px.Compare(py)
 }
