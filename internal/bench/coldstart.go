@@ -118,6 +118,9 @@ func runColdStart(ctx context.Context, l *lab.Lab, w *workload, cfg Config) (*Co
 		}
 		time.Sleep(time.Second)
 	}
+	if m, err := scrape(addr); err == nil {
+		fmt.Fprintf(out, "   plans by the cold-start controller: %.0f full, %.0f partial\n", m["vpcgw_full_plans_total"], m["vpcgw_partial_plans_total"])
+	}
 	if cfg.HeapProfile != "" {
 		if err := fetch("http://"+pprofAddr+"/debug/pprof/heap", cfg.HeapProfile); err != nil {
 			return nil, fmt.Errorf("controller heap profile: %w", err)

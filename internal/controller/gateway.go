@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 	"unique"
@@ -41,6 +42,7 @@ const (
 
 	indexServiceGateway = "vpcgw.gateway" // annotation, or unboundKey for finalizer holders without one
 	indexServiceEIP     = "vpcgw.eip"
+	indexServiceClaim   = "vpcgw.eip-port" // "<EIP name>/<port>/<protocol>" per port: who may conflict (SPEC I2)
 	indexSliceService   = "vpcgw.service"
 	indexSlicePod       = "vpcgw.pod"            // namespace/name of the Pods an EndpointSlice targets
 	indexRecordOwner    = "vpcgw.record-owner"   // a Service record's owner UID
@@ -183,6 +185,7 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 	}{
 		{&corev1.Service{}, indexServiceGateway, func(o client.Object) []string { return serviceGatewayKeys(o) }},
 		{&corev1.Service{}, indexServiceEIP, func(o client.Object) []string { return nonEmpty(o.GetAnnotations()[model.AnnotationEIP]) }},
+		{&corev1.Service{}, indexServiceClaim, serviceClaims},
 		{&discoveryv1.EndpointSlice{}, indexSliceService, func(o client.Object) []string {
 			return nonEmpty(o.GetLabels()[discoveryv1.LabelServiceName])
 		}},
@@ -245,6 +248,23 @@ func (r *GatewayReconciler) serviceChanged(o client.Object) []string {
 	keys := serviceGatewayKeys(o)
 	r.plans.markService(keys, types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()})
 	return keys
+}
+
+// serviceClaims are the EIP ports a Service asks for, as indexServiceClaim values.
+func serviceClaims(o client.Object) []string {
+	svc, ok := o.(*corev1.Service)
+	if !ok || svc.Annotations[model.AnnotationEIP] == "" {
+		return nil
+	}
+	out := make([]string, 0, len(svc.Spec.Ports))
+	for _, p := range svc.Spec.Ports {
+		out = append(out, claimKey(svc.Annotations[model.AnnotationEIP], p))
+	}
+	return out
+}
+
+func claimKey(eip string, p corev1.ServicePort) string {
+	return eip + "/" + strconv.Itoa(int(p.Port)) + "/" + string(protocolOf(p))
 }
 
 func slicePods(o client.Object) []string {

@@ -167,18 +167,6 @@ func keep(sp *model.ServicePlan, svc *corev1.Service) *kept {
 	return k
 }
 
-// sharePort reports whether two port lists claim a common (port, protocol).
-func sharePort(a, b []corev1.ServicePort) bool {
-	for _, x := range a {
-		for _, y := range b {
-			if x.Port == y.Port && protocolOf(x) == protocolOf(y) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 func protocolOf(p corev1.ServicePort) corev1.Protocol {
 	if p.Protocol == "" {
 		return corev1.ProtocolTCP

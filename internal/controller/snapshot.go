@@ -91,19 +91,28 @@ func (r *GatewayReconciler) partialSnapshot(ctx context.Context, key string, s m
 	for _, p := range w.previous {
 		claims = append(claims, claim{p.eip, p.ports})
 	}
+	// Each EIP port once: many Services share an EIP, each on its own ports.
+	listed := map[string]bool{}
 	for _, c := range claims {
 		if c.eip == "" {
 			continue
 		}
-		var svcs corev1.ServiceList
-		if err := r.Client.List(ctx, &svcs, client.MatchingFields{indexServiceEIP: c.eip}, client.UnsafeDisableDeepCopy); err != nil {
-			return s, nil, fmt.Errorf("listing Services of EIP %s: %w", c.eip, err)
-		}
-		for i := range svcs.Items {
-			svc := &svcs.Items[i]
-			if slices.Contains(serviceGatewayKeys(svc), key) && sharePort(svc.Spec.Ports, c.ports) {
-				replanned[types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}] = true
-				b.addService(*svc)
+		for _, p := range c.ports {
+			k := claimKey(c.eip, p)
+			if listed[k] {
+				continue
+			}
+			listed[k] = true
+			var svcs corev1.ServiceList
+			if err := r.Client.List(ctx, &svcs, client.MatchingFields{indexServiceClaim: k}, client.UnsafeDisableDeepCopy); err != nil {
+				return s, nil, fmt.Errorf("listing Services of EIP port %s: %w", k, err)
+			}
+			for i := range svcs.Items {
+				svc := &svcs.Items[i]
+				if slices.Contains(serviceGatewayKeys(svc), key) {
+					replanned[types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}] = true
+					b.addService(*svc)
+				}
 			}
 		}
 	}
@@ -134,11 +143,13 @@ type snapshotBuilder struct {
 	s       model.Snapshot
 	uids    map[types.NamespacedName]types.UID
 	seen    map[types.UID]bool
-	records map[string]kubeovnv1.IptablesDnatRule
+	// records are collected straight into the snapshot (one copy of each: at 10,000 Services a
+	// full snapshot holds 100,000 of them); recordNames dedupes.
+	recordNames map[string]bool
 }
 
 func newSnapshotBuilder(r *GatewayReconciler, s model.Snapshot) *snapshotBuilder {
-	return &snapshotBuilder{r: r, s: s, uids: map[types.NamespacedName]types.UID{}, seen: map[types.UID]bool{}, records: map[string]kubeovnv1.IptablesDnatRule{}}
+	return &snapshotBuilder{r: r, s: s, uids: map[types.NamespacedName]types.UID{}, seen: map[types.UID]bool{}, recordNames: map[string]bool{}}
 }
 
 func (b *snapshotBuilder) addService(svc corev1.Service) {
@@ -158,8 +169,11 @@ func (b *snapshotBuilder) addRecords(ctx context.Context, index, value string) e
 	if err := b.r.Client.List(ctx, &rs, client.MatchingFields{index: value}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing records: %w", err)
 	}
-	for _, rec := range rs.Items {
-		b.records[rec.Name] = rec
+	for i := range rs.Items {
+		if name := rs.Items[i].Name; !b.recordNames[name] {
+			b.recordNames[name] = true
+			b.s.Records = append(b.s.Records, rs.Items[i])
+		}
 	}
 	return nil
 }
@@ -173,7 +187,8 @@ func (b *snapshotBuilder) finish(ctx context.Context) (model.Snapshot, error) {
 			return s, err
 		}
 	}
-	for _, rec := range b.records {
+	for i := range b.s.Records {
+		rec := &b.s.Records[i]
 		owner := types.NamespacedName{Namespace: rec.Labels[model.LabelRecordNamespace], Name: rec.Labels[model.LabelRecordName]}
 		uid := types.UID(rec.Labels[model.LabelRecordUID])
 		if b.seen[uid] || owner.Name == "" {
@@ -190,10 +205,7 @@ func (b *snapshotBuilder) finish(ctx context.Context) (model.Snapshot, error) {
 			return s, fmt.Errorf("reading record owner %s: %w", owner, err)
 		}
 	}
-	s.Services = b.s.Services
-	for _, rec := range b.records {
-		s.Records = append(s.Records, rec)
-	}
+	s.Services, s.Records = b.s.Services, b.s.Records
 
 	pods := map[types.NamespacedName]bool{}
 	for _, svc := range s.Services {
