@@ -139,10 +139,10 @@ func (r *GatewayReconciler) partialSnapshot(ctx context.Context, key string, s m
 // snapshotBuilder collects Services and records, then completes them with the record owners,
 // EndpointSlices and Pods.
 type snapshotBuilder struct {
-	r       *GatewayReconciler
-	s       model.Snapshot
-	uids    map[types.NamespacedName]types.UID
-	seen    map[types.UID]bool
+	r    *GatewayReconciler
+	s    model.Snapshot
+	uids map[types.NamespacedName]types.UID
+	seen map[types.UID]bool
 	// records are collected straight into the snapshot (one copy of each: at 10,000 Services a
 	// full snapshot holds 100,000 of them); recordNames dedupes.
 	recordNames map[string]bool

@@ -100,3 +100,24 @@ func TestDeltaRejected(t *testing.T) {
 		}
 	}
 }
+
+// Identities sort numerically by address (10.0.0.9 before 10.0.0.10), then port and protocol;
+// ClusterIPs likewise, without duplicates; garbage sorts by string and does not panic.
+func TestSortIdentities(t *testing.T) {
+	st := State{
+		Identities: []Identity{
+			{VIP: "10.0.0.10", Port: 80, Protocol: TCP}, {VIP: "10.0.0.9", Port: 443, Protocol: TCP},
+			{VIP: "10.0.0.9", Port: 80, Protocol: UDP}, {VIP: "10.0.0.9", Port: 80, Protocol: TCP}, {VIP: "bad", Port: 1, Protocol: TCP},
+		},
+		ClusterIPs: []string{"10.96.0.10", "10.96.0.9", "10.96.0.10"},
+	}
+	st.SortIdentities()
+	var got []string
+	for _, id := range st.Identities {
+		got = append(got, id.Key())
+	}
+	want := []string{"10.0.0.9:80:tcp", "10.0.0.9:80:udp", "10.0.0.9:443:tcp", "10.0.0.10:80:tcp", "bad:1:tcp"}
+	if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(st.ClusterIPs, []string{"10.96.0.9", "10.96.0.10"}) {
+		t.Fatalf("sorted identities %v, clusterIPs %v; want %v and [10.96.0.9 10.96.0.10]", got, st.ClusterIPs, want)
+	}
+}

@@ -2,7 +2,6 @@ package model
 
 import (
 	"cmp"
-	"net/netip"
 	"slices"
 	"strings"
 
@@ -153,9 +152,10 @@ func (gp *GatewayPlan) Add(c Contribution) {
 
 // Finish sorts the plan, so that the same Services in any order give the same plan.
 func (gp *GatewayPlan) Finish() {
-	gp.State.Normalize()
-	sortAddrs(&gp.Routes.NextHops)
-	sortAddrs(&gp.Routes.VIPs)
+	// Backends come sorted and de-duplicated from backendsFor.
+	gp.State.SortIdentities()
+	gp.Routes.NextHops = gwstate.SortAddrs(gp.Routes.NextHops)
+	gp.Routes.VIPs = gwstate.SortAddrs(gp.Routes.VIPs)
 	slices.SortFunc(gp.Services, compareKeys)
 }
 
@@ -197,9 +197,4 @@ func (ix *Index) instances(gw string) []Instance {
 	}
 	slices.SortFunc(out, func(a, b Instance) int { return strings.Compare(a.Pod.Name, b.Pod.Name) })
 	return out
-}
-
-func sortAddrs(s *[]string) {
-	slices.SortFunc(*s, func(a, b string) int { return netip.MustParseAddr(a).Compare(netip.MustParseAddr(b)) })
-	*s = slices.Compact(*s)
 }
