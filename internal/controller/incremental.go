@@ -82,6 +82,14 @@ func (c *planCache) markOwner(gw string, key types.NamespacedName, uid types.UID
 	}
 }
 
+// pending reports whether changes were marked for gw since its last take.
+func (c *planCache) pending(gw string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g := c.gateway(gw)
+	return len(g.dirty) > 0 || len(g.owners) > 0
+}
+
 // invalidate makes the next sync of gw a full plan.
 func (c *planCache) invalidate(gw string) {
 	c.mu.Lock()

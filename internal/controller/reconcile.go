@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	"github.com/vpcgw/vpcgw/internal/gwstate"
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/transport"
 )
@@ -207,8 +208,17 @@ func (r *GatewayReconciler) plan(ctx context.Context, key string) (model.Plan, *
 		return model.Plan{}, nil, nil, err
 	}
 	if diff := gatewayPlanDiff(gp, fgp); diff != "" {
-		incrementalMismatches.Inc()
-		r.Log.Error(nil, "partial plan differs from the full plan; using the full plan", "gateway", key, "replanned", len(replanned), "diff", diff)
+		// The two plans read the cache at different moments: an object that changed in between
+		// (an EndpointSlice written right after its Service) makes them differ, and its event
+		// marks the change for the next pass. Only a difference without such a change is a fault.
+		// Handlers run just after the cache is updated: give them a moment.
+		time.Sleep(50 * time.Millisecond)
+		if r.plans.pending(key) {
+			r.Log.V(1).Info("partial plan differs from the full plan while objects changed; the next pass replans", "gateway", key, "diff", diff)
+		} else {
+			incrementalMismatches.Inc()
+			r.Log.Error(nil, "partial plan differs from the full plan; using the full plan", "gateway", key, "replanned", len(replanned), "diff", diff)
+		}
 		return fplan, fgp, fslices, nil
 	}
 	return plan, gp, snap.EndpointSlices, nil
@@ -230,7 +240,9 @@ func gatewayPlanDiff(a, b *model.GatewayPlan) string {
 	case a == nil || b == nil:
 		return fmt.Sprintf("one plan is missing (partial %v, full %v)", a != nil, b != nil)
 	case !reflect.DeepEqual(a.State, b.State):
-		return fmt.Sprintf("state: partial %d identities %v, full %d identities %v", len(a.State.Identities), a.State.ClusterIPs, len(b.State.Identities), b.State.ClusterIPs)
+		d := gwstate.Delta(b.State, a.State) // what the partial plan has that the full one has not
+		return fmt.Sprintf("state: partial %d identities, full %d; clusterIPs partial %v, full %v; partial-only or different %v, missing %v",
+			len(a.State.Identities), len(b.State.Identities), a.State.ClusterIPs, b.State.ClusterIPs, d.Identities, d.Removed)
 	case !reflect.DeepEqual(a.Routes, b.Routes):
 		return fmt.Sprintf("routes: partial %+v, full %+v", a.Routes, b.Routes)
 	case !reflect.DeepEqual(a.Services, b.Services):
