@@ -99,10 +99,9 @@ func (c *planCache) invalidate(gw string) {
 
 // work is what one sync of a gateway has to replan.
 type work struct {
-	full        bool
-	fingerprint string // of the cache contents, when not full
-	dirty       map[types.NamespacedName]bool
-	owners      map[types.UID]bool
+	full   bool
+	dirty  map[types.NamespacedName]bool
+	owners map[types.UID]bool
 	// previous is the kept plan of every dirty Service, and of every Service sharing a claim.
 	previous map[types.NamespacedName]*kept
 }

@@ -34,7 +34,7 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	if wait := r.throttle(key); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
-	plan, gp, slices, err := r.plan(ctx, key)
+	plan, gp, endpointSlices, err := r.plan(ctx, key)
 	if err != nil {
 		// The marks this pass consumed are lost: the next pass plans the whole gateway.
 		r.plans.invalidate(key)
@@ -87,7 +87,7 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		case len(gp.Instances) == 0:
 			log.Info("gateway has no running instance: nothing programmed until one runs")
 		default:
-			changed := r.latency.pending(slices)
+			changed := r.latency.pending(endpointSlices)
 			start := time.Now()
 			if err := r.sessions.apply(ctx, key, transportInstances(gp), gp.State); err != nil {
 				syncDuration.WithLabelValues("error").Observe(time.Since(start).Seconds())
