@@ -92,6 +92,23 @@ func newBenchAgent(b *testing.B, text bool) *Agent {
 
 var benchSizes = []int{10, 1000, 10000}
 
+// programmedAgent enters a fresh gateway namespace and returns an agent (text path or netlink)
+// that has programmed n identities × 10 backends, and that state.
+func programmedAgent(b *testing.B, textPath bool, n int) (*Agent, gwstate.State) {
+	b.Helper()
+	ns, err := benchLab(b).AddNetns("gw")
+	if err != nil {
+		b.Fatal(err)
+	}
+	enter(b, ns)
+	a := newBenchAgent(b, textPath)
+	base := scaleState(1, n, 10)
+	if err := a.Apply(context.Background(), base); err != nil {
+		b.Fatal(err)
+	}
+	return a, base
+}
+
 // BenchmarkP1OneIdentityChange: with n identities × 10 backends programmed, one identity's
 // backends change; one op = Agent.Apply of the new complete state (diff in memory + one
 // kernel transaction). SPEC P1: ≤ 10 ms at 10,000 and flat.
@@ -99,18 +116,8 @@ func BenchmarkP1OneIdentityChange(b *testing.B) {
 	for _, path := range []string{"netlink", "nft-text"} {
 		for _, n := range benchSizes {
 			b.Run(fmt.Sprintf("%s/identities=%d", path, n), func(b *testing.B) {
-				l := benchLab(b)
-				ns, err := l.AddNetns("gw")
-				if err != nil {
-					b.Fatal(err)
-				}
-				enter(b, ns)
-				a := newBenchAgent(b, path == "nft-text")
+				a, base := programmedAgent(b, path == "nft-text", n)
 				ctx := context.Background()
-				base := scaleState(1, n, 10)
-				if err := a.Apply(ctx, base); err != nil {
-					b.Fatal(err)
-				}
 				k := n / 2
 				variants := [2]gwstate.State{withChangedIdentity(base, k, 3), base}
 				b.ResetTimer()
@@ -134,18 +141,8 @@ func BenchmarkP1OneIdentityChange(b *testing.B) {
 func BenchmarkP1DecodeAndApply(b *testing.B) {
 	for _, n := range benchSizes {
 		b.Run(fmt.Sprintf("netlink/identities=%d", n), func(b *testing.B) {
-			l := benchLab(b)
-			ns, err := l.AddNetns("gw")
-			if err != nil {
-				b.Fatal(err)
-			}
-			enter(b, ns)
-			a := newBenchAgent(b, false)
+			a, base := programmedAgent(b, false, n)
 			ctx := context.Background()
-			base := scaleState(1, n, 10)
-			if err := a.Apply(ctx, base); err != nil {
-				b.Fatal(err)
-			}
 			lines := [2][]byte{mustJSON(b, withChangedIdentity(base, n/2, 3)), mustJSON(b, base)}
 			b.ResetTimer()
 			for i := range b.N {
@@ -165,18 +162,8 @@ func BenchmarkP1DecodeAndApply(b *testing.B) {
 func BenchmarkP1DeltaDecodeAndApply(b *testing.B) {
 	for _, n := range benchSizes {
 		b.Run(fmt.Sprintf("netlink/identities=%d", n), func(b *testing.B) {
-			l := benchLab(b)
-			ns, err := l.AddNetns("gw")
-			if err != nil {
-				b.Fatal(err)
-			}
-			enter(b, ns)
-			a := newBenchAgent(b, false)
+			a, base := programmedAgent(b, false, n)
 			ctx := context.Background()
-			base := scaleState(1, n, 10)
-			if err := a.Apply(ctx, base); err != nil {
-				b.Fatal(err)
-			}
 			k := n / 2
 			variants := [2]gwstate.Identity{withChangedIdentity(base, k, 3).Identities[k], base.Identities[k]}
 			lines := make([][]byte, b.N)
