@@ -9,8 +9,12 @@ export VPCGW_KUBECTL := $(ASSETS)/kubectl
 # helm, built from its Go module (hack/tools/helm); the deploy tests read VPCGW_HELM.
 HELM_DIR ?= $(HOME)/.cache/vpcgw/helm-v3.22.0
 export VPCGW_HELM := $(HELM_DIR)/helm
+# kube-ovn-controller v1.16.2 and what runs it (its CRDs, OVN schemas, gateway script), built from
+# its Go module (hack/tools/kubeovn); the lab and the K tests read VPCGW_KUBEOVN.
+KUBEOVN_DIR ?= $(HOME)/.cache/vpcgw/kube-ovn-v1.16.2
+export VPCGW_KUBEOVN := $(KUBEOVN_DIR)
 
-.PHONY: all build deps assets helm generate lab lab-stay test unit fmt-check vet
+.PHONY: all build deps assets helm kubeovn generate lab lab-stay test unit fmt-check vet
 
 all: build
 
@@ -29,22 +33,26 @@ assets:
 helm:
 	hack/tools/helm/build.sh "$(HELM_DIR)"
 
+# kube-ovn-controller v1.16.2 and its CRDs, schemas and gateway script (~5 min the first time).
+kubeovn:
+	hack/tools/kubeovn/build.sh "$(KUBEOVN_DIR)"
+
 # Deepcopy code and CRD YAML from api/kubeovn/v1 (controller-gen, hack/tools/controllergen).
 generate:
 	hack/generate.sh
 
 # The local lab: API server, gateway, backends, an external client, traffic through the EIP.
-lab: deps assets build
+lab: deps assets kubeovn build
 	./bin/vpcgw lab $(LAB_ARGS)
 
 # The same lab, left running for your own Services (prints a KUBECONFIG; Ctrl-C ends it).
-lab-stay: deps assets build
+lab-stay: deps assets kubeovn build
 	./bin/vpcgw lab --stay $(LAB_ARGS)
 
 # Every test: unit tests (race detector), integration tests against the real API server, real
 # nftables in network namespaces, and the end-to-end lab tests. VPCGW_REQUIRE_ALL=1 turns every
 # "this machine lacks X" skip into a failure, so nothing is silently skipped here.
-test: deps assets helm fmt-check vet
+test: deps assets helm kubeovn fmt-check vet
 	VPCGW_REQUIRE_ALL=1 $(GO) test -race -count=1 -timeout 30m ./...
 
 # Fast tests only (no root, no API server needed; the others skip with a reason).

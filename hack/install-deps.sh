@@ -2,7 +2,8 @@
 # Installs the Debian packages the lab and the tests use, when they are missing. Idempotent.
 set -euo pipefail
 
-packages=(nftables iproute2 conntrack ovn-central)
+# iptables and arping: kube-ovn's gateway script (nat-gateway.sh) runs in the lab's gateway namespace.
+packages=(nftables iproute2 conntrack ovn-central iptables arping)
 missing=()
 for p in "${packages[@]}"; do
 	[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || missing+=("$p")

@@ -15,6 +15,8 @@ type Flags struct {
 	EnableGwNftableSvcClusterIP bool // --enable-gw-nftable-svc-cluster-ip
 	EnableLb                    bool // --enable-lb: OVN load balancers own the ClusterIP data plane
 	EnableLbSvc                 bool // --enable-lb-svc: kube-ovn's LB pods own LoadBalancer ingress
+	// Ledger is the form of the records (SPEC R6): service-record (default) or iptables-dnat-rule.
+	Ledger string
 }
 
 // RemovedFlag is the flag of kube-ovn's first implementation, which vpcgw does not accept (SPEC F3).
@@ -26,6 +28,9 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.EnableGwNftableSvcClusterIP, "enable-gw-nftable-svc-cluster-ip", false, "hold and serve Service ClusterIPs on the VPC NAT gateway")
 	fs.BoolVar(&f.EnableLb, "enable-lb", false, "the cluster's kube-ovn serves ClusterIPs with OVN load balancers")
 	fs.BoolVar(&f.EnableLbSvc, "enable-lb-svc", false, "the cluster's kube-ovn serves LoadBalancer Services with its LB pods")
+	fs.StringVar(&f.Ledger, "ledger", string(model.LedgerServiceRecord), "where the records of served Services live: "+
+		string(model.LedgerServiceRecord)+" (vpcgw.io ServiceRecords, which kube-ovn never acts on) or "+
+		string(model.LedgerDnatRule)+" (share IptablesDnatRules, only for a kube-ovn that treats them as a ledger)")
 }
 
 // Validate applies the startup matrix of SPEC F2.
@@ -40,12 +45,16 @@ func (f Flags) Validate() error {
 	if f.EnableLbSvc && !f.EnableLb && !f.EnableGwNftableSvcClusterIP {
 		errs = append(errs, errors.New("--enable-lb-svc needs ClusterIPs to be served: turn on --enable-lb or --enable-gw-nftable-svc-cluster-ip"))
 	}
+	if _, err := model.ParseLedgerForm(f.Ledger); err != nil {
+		errs = append(errs, fmt.Errorf("--ledger: %w", err))
+	}
 	return errors.Join(errs...)
 }
 
 // Gates returns the model's view of the flags.
 func (f Flags) Gates() model.Gates {
-	return model.Gates{LoadBalancer: f.EnableGwNftableLbSvc, ClusterIP: f.EnableGwNftableSvcClusterIP}
+	ledger, _ := model.ParseLedgerForm(f.Ledger) // Validate reported an unknown form
+	return model.Gates{LoadBalancer: f.EnableGwNftableLbSvc, ClusterIP: f.EnableGwNftableSvcClusterIP, Ledger: ledger}
 }
 
 // CheckRemovedFlags fails with a message naming the replacements when args use the removed flag.

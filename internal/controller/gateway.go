@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/transport"
 )
@@ -58,6 +59,7 @@ func CacheOptions() cache.Options {
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:                 {Transform: trimPod},
 			&kubeovnv1.IptablesDnatRule{}: {Transform: trimRecord},
+			&vpcgwv1alpha1.ServiceRecord{}: {Transform: trimServiceRecord},
 		},
 	}
 }
@@ -85,6 +87,28 @@ func trimRecord(obj any) (any, error) {
 		c := &st.Conditions[i]
 		c.Type, c.Status = kubeovnv1.ConditionType(intern(string(c.Type))), corev1.ConditionStatus(intern(string(c.Status)))
 		c.Reason, c.Message = intern(c.Reason), intern(c.Message)
+	}
+	return r, nil
+}
+
+// trimServiceRecord interns what ServiceRecords repeat: label keys, gateway, EIP and backend
+// addresses shared by the records of one gateway.
+func trimServiceRecord(obj any) (any, error) {
+	r, ok := obj.(*vpcgwv1alpha1.ServiceRecord)
+	if !ok {
+		return obj, nil
+	}
+	r.ManagedFields = nil
+	r.Labels = internMap(r.Labels)
+	r.Annotations = internMap(r.Annotations)
+	sp := &r.Spec
+	sp.Service.Namespace, sp.Gateway, sp.EIP, sp.EIPAddress = intern(sp.Service.Namespace), intern(sp.Gateway), intern(sp.EIP), intern(sp.EIPAddress)
+	for i := range sp.Ports {
+		p := &sp.Ports[i]
+		p.Protocol = intern(p.Protocol)
+		for j := range p.Backends {
+			p.Backends[j] = intern(p.Backends[j])
+		}
 	}
 	return r, nil
 }
@@ -148,6 +172,9 @@ type GatewayReconciler struct {
 	// ownDeletes holds the UIDs of records this controller is deleting, so that their delete
 	// events are not taken for someone else's (SPEC R4).
 	ownDeletes sync.Map
+	// ownWrites holds, per ServiceRecord UID, the resourceVersion of this controller's last write,
+	// so that its update event does not wake the gateway again.
+	ownWrites sync.Map
 	// lastEvent remembers the last event per Service UID and reason, so that a cause is reported
 	// once, not on every reconcile (SPEC T3).
 	eventsMu  sync.Mutex
@@ -192,6 +219,8 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 		{&discoveryv1.EndpointSlice{}, indexSlicePod, slicePods},
 		{&kubeovnv1.IptablesDnatRule{}, indexRecordOwner, func(o client.Object) []string { return recordLabel(o, model.LabelRecordUID) }},
 		{&kubeovnv1.IptablesDnatRule{}, indexRecordGateway, func(o client.Object) []string { return recordLabel(o, model.LabelGateway) }},
+		{&vpcgwv1alpha1.ServiceRecord{}, indexRecordOwner, func(o client.Object) []string { return recordLabel(o, model.LabelRecordUID) }},
+		{&vpcgwv1alpha1.ServiceRecord{}, indexRecordGateway, func(o client.Object) []string { return recordLabel(o, model.LabelGateway) }},
 	} {
 		if err := idx.IndexField(ctx, ix.obj, ix.name, ix.fn); err != nil {
 			return fmt.Errorf("index %s: %w", ix.name, err)
@@ -214,6 +243,7 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 		Watches(&kubeovnv1.IptablesEIP{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfEIP)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfPod)).
 		Watches(&kubeovnv1.IptablesDnatRule{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfRecord), builder.WithPredicates(r.recordChangedByOthers())).
+		Watches(&vpcgwv1alpha1.ServiceRecord{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfRecord), builder.WithPredicates(r.recordChangedByOthers())).
 		WatchesRawSource(source.Channel(ended, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 }
@@ -346,6 +376,12 @@ func (r *GatewayReconciler) recordChangedByOthers() predicate.Funcs {
 	return predicate.Funcs{
 		CreateFunc: func(event.CreateEvent) bool { return false },
 		UpdateFunc: func(e event.UpdateEvent) bool {
+			// A ServiceRecord has no status subresource: the controller's own write changes its
+			// generation too, and is recognised by the resourceVersion the API returned.
+			if rv, own := r.ownWrites.Load(e.ObjectNew.GetUID()); own && rv == e.ObjectNew.GetResourceVersion() {
+				r.ownWrites.CompareAndDelete(e.ObjectNew.GetUID(), rv)
+				return false
+			}
 			return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
 				!maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels())
 		},

@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 	"github.com/vpcgw/vpcgw/config/crd"
 	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/kcm"
@@ -60,7 +61,13 @@ func runMain(m *testing.M) int {
 		envSkip = missing
 		return m.Run()
 	}
-	crds, err := crd.All()
+	kubeOVN, missing := testutil.KubeOVNAssets(crd.KubeOVNFiles...)
+	if missing != "" {
+		envSkip = missing
+		return m.Run()
+	}
+	// kube-ovn's own CRDs, as a cluster running kube-ovn has them, and vpcgw's (SPEC K1).
+	crds, err := crd.WithKubeOVN(kubeOVN)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -294,7 +301,7 @@ func (f *fixture) start(gates model.Gates) {
 	f.mismatches = metricValue(f.t, "vpcgw_partial_plan_mismatches_total", nil)
 	go func() {
 		f.done <- controller.Run(ctx, cfg, controller.Options{
-			Flags:  controller.Flags{EnableGwNftableLbSvc: gates.LoadBalancer, EnableGwNftableSvcClusterIP: gates.ClusterIP},
+			Flags:  controller.Flags{EnableGwNftableLbSvc: gates.LoadBalancer, EnableGwNftableSvcClusterIP: gates.ClusterIP, Ledger: string(gates.Ledger)},
 			Dialer: f.dialer, MetricsAddr: "0", HealthAddr: "0", MinSyncInterval: f.minSync,
 			// Every partial plan of these scenarios is checked against a full one.
 			VerifyPartialPlans: true,
@@ -392,7 +399,16 @@ func (f *fixture) get(name string) *corev1.Service {
 	return &svc
 }
 
-func (f *fixture) records(name string) []kubeovnv1.IptablesDnatRule {
+// records are the Service's ServiceRecords, as an operator lists them (SPEC R6).
+func (f *fixture) records(name string) []vpcgwv1alpha1.ServiceRecord {
+	var rs vpcgwv1alpha1.ServiceRecordList
+	must(f.t, k8s.List(context.Background(), &rs, client.MatchingLabels{model.LabelRecordNamespace: f.ns, model.LabelRecordName: name}))
+	return rs.Items
+}
+
+// dnatRules are the IptablesDnatRules carrying the Service's record labels: none in the default
+// ledger form (kube-ovn-controller would program them, SPEC K2).
+func (f *fixture) dnatRules(name string) []kubeovnv1.IptablesDnatRule {
 	var rs kubeovnv1.IptablesDnatRuleList
 	must(f.t, k8s.List(context.Background(), &rs, client.MatchingLabels{model.LabelRecordNamespace: f.ns, model.LabelRecordName: name}))
 	return rs.Items
@@ -432,13 +448,18 @@ func hasFinalizer(svc *corev1.Service) bool {
 	return svc != nil && slices.Contains(svc.Finalizers, model.Finalizer)
 }
 
-func allReady(rs []kubeovnv1.IptablesDnatRule, v4ip string) bool {
-	for _, r := range rs {
-		if !r.Status.Ready || r.Status.V4IP != v4ip {
-			return false
-		}
+// allReady: the Service has one record, Ready, serving vip (its EIP, or its ClusterIP when the
+// EIP part is not served).
+func allReady(rs []vpcgwv1alpha1.ServiceRecord, vip string) bool {
+	if len(rs) != 1 {
+		return false
 	}
-	return len(rs) > 0
+	r := rs[0]
+	served := r.Spec.EIPAddress
+	if served == "" {
+		served = r.Spec.ClusterIP
+	}
+	return r.Status.Ready && served == vip
 }
 
 func must(t *testing.T, err error) {

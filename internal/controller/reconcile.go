@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 	"github.com/vpcgw/vpcgw/internal/gwstate"
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/transport"
@@ -128,6 +129,9 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	for _, sp := range mine {
 		if programmed {
 			note(sp, r.writeRecordStatus(ctx, sp, written)...)
+			if sp.WriteRecord {
+				note(sp, r.writeServiceRecord(ctx, sp))
+			}
 		}
 		if sp.IngressWrite && (programmed || !sp.EIPServed) {
 			if err := r.publishIngress(ctx, sp); err != nil {
@@ -137,7 +141,7 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		if !released {
 			continue
 		}
-		delErrs := r.deleteRecords(ctx, sp.DeleteRecords)
+		delErrs := append(r.deleteRecords(ctx, sp.DeleteRecords), r.deleteServiceRecords(ctx, sp.DeleteServiceRecords)...)
 		note(sp, delErrs...)
 		if sp.ReleaseFinalizer && len(delErrs) == 0 && (!sp.IngressWrite || len(sp.Ingress) == 0) {
 			if err := r.patchFinalizer(ctx, sp, false); err != nil {
@@ -146,7 +150,7 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		}
 	}
 	if released && key != unboundKey {
-		if delErrs := r.deleteRecords(ctx, plan.OrphanRecords); len(delErrs) > 0 {
+		if delErrs := append(r.deleteRecords(ctx, plan.OrphanRecords), r.deleteServiceRecords(ctx, plan.OrphanServiceRecords)...); len(delErrs) > 0 {
 			// Orphans belong to no kept Service: only a full plan finds them again.
 			r.plans.invalidate(key)
 			errs = append(errs, delErrs...)
@@ -409,6 +413,48 @@ func (r *GatewayReconciler) deleteRecords(ctx context.Context, names []string) [
 		return nil
 	})
 }
+
+// writeServiceRecord writes the Service's record as the gateway now serves it: one server-side
+// apply, a create or an update alike, with spec and status in the same request (SPEC R3, R6).
+func (r *GatewayReconciler) writeServiceRecord(ctx context.Context, sp *model.ServicePlan) error {
+	want := sp.Record
+	rec := &vpcgwv1alpha1.ServiceRecord{
+		TypeMeta:   metav1.TypeMeta{APIVersion: vpcgwv1alpha1.GroupVersion.String(), Kind: "ServiceRecord"},
+		ObjectMeta: metav1.ObjectMeta{Name: want.Name, Labels: want.Labels},
+		Spec:       want.Spec,
+		Status:     want.Status,
+	}
+	if err := r.Client.Patch(ctx, rec, client.Apply, client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("writing ServiceRecord %s of %s: %w", want.Name, sp.Key, err)
+	}
+	r.ownWrites.Store(rec.UID, rec.ResourceVersion)
+	recordsWritten.WithLabelValues("service-record").Inc()
+	return nil
+}
+
+func (r *GatewayReconciler) deleteServiceRecords(ctx context.Context, names []string) []error {
+	return each(len(names), func(i int) error {
+		var cur vpcgwv1alpha1.ServiceRecord
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: names[i]}, &cur, client.UnsafeDisableDeepCopy); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		rec := &vpcgwv1alpha1.ServiceRecord{ObjectMeta: metav1.ObjectMeta{Name: names[i], UID: cur.UID}}
+		r.ownDeletes.Store(cur.UID, true)
+		if err := r.Client.Delete(ctx, rec, client.Preconditions{UID: &cur.UID}); err != nil {
+			r.ownDeletes.Delete(cur.UID)
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("deleting ServiceRecord %s: %w", names[i], err)
+		}
+		r.ownWrites.Delete(cur.UID)
+		recordsWritten.WithLabelValues("delete").Inc()
+		return nil
+	})
+}
+
+// fieldOwner is the field manager of the controller's server-side applies.
+const fieldOwner = "vpcgw-controller"
 
 // publishIngress makes status.loadBalancer.ingress equal to the plan's (SPEC T1).
 func (r *GatewayReconciler) publishIngress(ctx context.Context, sp *model.ServicePlan) error {

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 	"github.com/vpcgw/vpcgw/internal/model"
 )
 
@@ -145,11 +146,12 @@ type snapshotBuilder struct {
 	seen map[types.UID]bool
 	// records are collected straight into the snapshot (one copy of each: at 10,000 Services a
 	// full snapshot holds 100,000 of them); recordNames dedupes.
-	recordNames map[string]bool
+	recordNames        map[string]bool
+	serviceRecordNames map[string]bool
 }
 
 func newSnapshotBuilder(r *GatewayReconciler, s model.Snapshot) *snapshotBuilder {
-	return &snapshotBuilder{r: r, s: s, uids: map[types.NamespacedName]types.UID{}, seen: map[types.UID]bool{}, recordNames: map[string]bool{}}
+	return &snapshotBuilder{r: r, s: s, uids: map[types.NamespacedName]types.UID{}, seen: map[types.UID]bool{}, recordNames: map[string]bool{}, serviceRecordNames: map[string]bool{}}
 }
 
 func (b *snapshotBuilder) addService(svc corev1.Service) {
@@ -162,9 +164,19 @@ func (b *snapshotBuilder) addService(svc corev1.Service) {
 	b.s.Services = append(b.s.Services, svc)
 }
 
-// addRecords adds the records of one index value. Indexed lookups: a label selector would scan
-// every record of the cluster.
+// addRecords adds the records, of both ledger forms, of one index value. Indexed lookups: a
+// label selector would scan every record of the cluster.
 func (b *snapshotBuilder) addRecords(ctx context.Context, index, value string) error {
+	var srs vpcgwv1alpha1.ServiceRecordList
+	if err := b.r.Client.List(ctx, &srs, client.MatchingFields{index: value}, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("listing ServiceRecords: %w", err)
+	}
+	for i := range srs.Items {
+		if name := srs.Items[i].Name; !b.serviceRecordNames[name] {
+			b.serviceRecordNames[name] = true
+			b.s.ServiceRecords = append(b.s.ServiceRecords, srs.Items[i])
+		}
+	}
 	var rs kubeovnv1.IptablesDnatRuleList
 	if err := b.r.Client.List(ctx, &rs, client.MatchingFields{index: value}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing records: %w", err)
@@ -178,6 +190,29 @@ func (b *snapshotBuilder) addRecords(ctx context.Context, index, value string) e
 	return nil
 }
 
+// recordOwners are the owners the records collected so far name, of both forms.
+func (b *snapshotBuilder) recordOwners() []recordOwner {
+	out := make([]recordOwner, 0, len(b.s.ServiceRecords)+len(b.s.Records))
+	add := func(l map[string]string) {
+		out = append(out, recordOwner{
+			key: types.NamespacedName{Namespace: l[model.LabelRecordNamespace], Name: l[model.LabelRecordName]},
+			uid: types.UID(l[model.LabelRecordUID]),
+		})
+	}
+	for i := range b.s.ServiceRecords {
+		add(b.s.ServiceRecords[i].Labels)
+	}
+	for i := range b.s.Records {
+		add(b.s.Records[i].Labels)
+	}
+	return out
+}
+
+type recordOwner struct {
+	key types.NamespacedName
+	uid types.UID
+}
+
 func (b *snapshotBuilder) finish(ctx context.Context) (model.Snapshot, error) {
 	s := b.s
 	// The records of every Service; then a record's owner is part of the snapshot, or the model
@@ -187,10 +222,8 @@ func (b *snapshotBuilder) finish(ctx context.Context) (model.Snapshot, error) {
 			return s, err
 		}
 	}
-	for i := range b.s.Records {
-		rec := &b.s.Records[i]
-		owner := types.NamespacedName{Namespace: rec.Labels[model.LabelRecordNamespace], Name: rec.Labels[model.LabelRecordName]}
-		uid := types.UID(rec.Labels[model.LabelRecordUID])
+	for _, o := range b.recordOwners() {
+		owner, uid := o.key, o.uid
 		if b.seen[uid] || owner.Name == "" {
 			continue
 		}
@@ -205,7 +238,7 @@ func (b *snapshotBuilder) finish(ctx context.Context) (model.Snapshot, error) {
 			return s, fmt.Errorf("reading record owner %s: %w", owner, err)
 		}
 	}
-	s.Services, s.Records = b.s.Services, b.s.Records
+	s.Services, s.Records, s.ServiceRecords = b.s.Services, b.s.Records, b.s.ServiceRecords
 
 	pods := map[types.NamespacedName]bool{}
 	for _, svc := range s.Services {

@@ -14,11 +14,14 @@ import (
 	"k8s.io/utils/ptr"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 )
 
 var (
-	lbGates   = Gates{LoadBalancer: true}
-	bothGates = Gates{LoadBalancer: true, ClusterIP: true}
+	lbGates   = Gates{LoadBalancer: true, Ledger: LedgerDnatRule}
+	bothGates = Gates{LoadBalancer: true, ClusterIP: true, Ledger: LedgerDnatRule}
+	// srGates run the default ledger form, vpcgw.io ServiceRecords.
+	srGates = Gates{LoadBalancer: true, ClusterIP: true}
 	t0        = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 )
 
@@ -152,7 +155,20 @@ func applyPlan(s Snapshot, p Plan) Snapshot {
 	for _, n := range p.OrphanRecords {
 		delete(recs, n)
 	}
+	srs := map[string]vpcgwv1alpha1.ServiceRecord{}
+	for _, r := range s.ServiceRecords {
+		srs[r.Name] = r
+	}
+	for _, n := range p.OrphanServiceRecords {
+		delete(srs, n)
+	}
 	for _, sp := range p.Services {
+		if sp.WriteRecord {
+			srs[sp.Record.Name] = *sp.Record
+		}
+		for _, n := range sp.DeleteServiceRecords {
+			delete(srs, n)
+		}
 		for i := range out.Services {
 			svc := &out.Services[i]
 			if svc.UID != sp.UID {
@@ -193,6 +209,10 @@ func applyPlan(s Snapshot, p Plan) Snapshot {
 	for _, r := range recs {
 		out.Records = append(out.Records, r)
 	}
+	out.ServiceRecords = nil
+	for _, r := range srs {
+		out.ServiceRecords = append(out.ServiceRecords, r)
+	}
 	return out
 }
 
@@ -202,7 +222,16 @@ func writes(p Plan) []string {
 	for _, n := range p.OrphanRecords {
 		out = append(out, "delete orphan "+n)
 	}
+	for _, n := range p.OrphanServiceRecords {
+		out = append(out, "delete orphan service record "+n)
+	}
 	for _, sp := range p.Services {
+		if sp.WriteRecord {
+			out = append(out, sp.Key.String()+": write service record "+sp.Record.Name)
+		}
+		for _, n := range sp.DeleteServiceRecords {
+			out = append(out, sp.Key.String()+": delete service record "+n)
+		}
 		for _, r := range sp.CreateRecords {
 			out = append(out, sp.Key.String()+": create "+r.Name)
 		}

@@ -80,7 +80,7 @@ func TestClusterIPService(t *testing.T) {
 		t.Fatalf("ClusterIP Service without the ClusterIP gate: %+v", sp)
 	}
 	// A LoadBalancer Service with only the ClusterIP gate serves its ClusterIP only.
-	sp = servicePlan(Compute(baseSnapshot(service("web", t0)), Gates{ClusterIP: true}), "web")
+	sp = servicePlan(Compute(baseSnapshot(service("web", t0)), Gates{ClusterIP: true, Ledger: LedgerDnatRule}), "web")
 	if sp.EIPServed || !sp.ClusterIPServed || sp.IngressWrite || !strings.Contains(sp.EIPReason, "--enable-gw-nftable-lb-svc") {
 		t.Fatalf("LoadBalancer with the ClusterIP gate only: %+v", sp)
 	}

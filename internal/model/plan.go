@@ -15,8 +15,10 @@ import (
 type Plan struct {
 	Services []ServicePlan // sorted by namespace/name
 	Gateways []GatewayPlan // one per existing gateway, sorted by name
-	// OrphanRecords are records whose owner Service (by UID) no longer exists (SPEC R4, R5, I3).
-	OrphanRecords []string
+	// OrphanRecords are records whose owner Service (by UID) no longer exists (SPEC R4, R5, I3);
+	// OrphanServiceRecords likewise, in the ServiceRecord form.
+	OrphanRecords        []string
+	OrphanServiceRecords []string
 }
 
 // GatewayPlan is what one gateway must serve.
@@ -77,7 +79,15 @@ func Compute(s Snapshot, gates Gates) Plan {
 			}
 		}
 	}
+	for uid, rs := range ix.svcRecords {
+		if !live[uid] {
+			for _, r := range rs {
+				plan.OrphanServiceRecords = append(plan.OrphanServiceRecords, r.Name)
+			}
+		}
+	}
 	slices.Sort(plan.OrphanRecords)
+	slices.Sort(plan.OrphanServiceRecords)
 	slices.SortFunc(plan.Services, func(a, b ServicePlan) int { return compareKeys(a.Key, b.Key) })
 	for _, gp := range states {
 		gp.Finish()

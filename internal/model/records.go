@@ -14,8 +14,84 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 	"github.com/vpcgw/vpcgw/internal/gwstate"
 )
+
+// ServiceRecordName is "lb-<service name, truncated>-<12 hex of sha256(ns/name/uid)>", at most 63
+// characters and a valid DNS-1123 label. The UID is part of it, so that a Service recreated with
+// the same name gets a record of its own while the old one is released (SPEC I3).
+func ServiceRecordName(ns, name string, uid types.UID) string {
+	sum := sha256.Sum256([]byte(ns + "/" + name + "/" + string(uid)))
+	const maxName = 63 - len("lb-") - len("-") - 12
+	base := strings.Trim(name[:min(len(name), maxName)], "-.")
+	base = strings.ReplaceAll(base, ".", "-")
+	return "lb-" + base + "-" + hex.EncodeToString(sum[:])[:12]
+}
+
+// desiredServiceRecord is the ledger entry of a served Service in the ServiceRecord form: every
+// served port with its backends, built from the identities just planned (SPEC R1-R3, R6).
+func desiredServiceRecord(svc *corev1.Service, b binding, sp *ServicePlan, timeout int32) *vpcgwv1alpha1.ServiceRecord {
+	labels := map[string]string{
+		LabelRecordNamespace: svc.Namespace,
+		LabelRecordName:      svc.Name,
+		LabelRecordUID:       string(svc.UID),
+		LabelRecord:          "true",
+		LabelGateway:         b.gateway,
+	}
+	rec := &vpcgwv1alpha1.ServiceRecord{
+		ObjectMeta: metav1.ObjectMeta{Name: ServiceRecordName(svc.Namespace, svc.Name, svc.UID), Labels: labels},
+		Spec: vpcgwv1alpha1.ServiceRecordSpec{
+			Service:                       vpcgwv1alpha1.ServiceReference{Namespace: svc.Namespace, Name: svc.Name, UID: svc.UID},
+			Gateway:                       b.gateway,
+			ClusterIP:                     sp.ClusterIP,
+			SessionAffinityTimeoutSeconds: timeout,
+			Ports:                         []vpcgwv1alpha1.RecordPort{},
+		},
+	}
+	if sp.EIP != "" {
+		labels[LabelEIPAddress] = sp.EIP
+		labels[LabelEIPUID] = string(b.eip.UID)
+		rec.Spec.EIP, rec.Spec.EIPUID, rec.Spec.EIPAddress = b.eipName, b.eip.UID, sp.EIP
+	}
+	// Both identities of a port have the same backends (SPEC I1): take them from one VIP.
+	vip := cmp.Or(sp.EIP, sp.ClusterIP)
+	addrs := map[string]bool{}
+	var ports []string
+	for _, id := range sp.Identities {
+		if id.VIP != vip {
+			continue
+		}
+		p := vpcgwv1alpha1.RecordPort{Port: id.Port, Protocol: string(id.Protocol)}
+		for _, be := range id.Backends {
+			p.Backends = append(p.Backends, be.IP+":"+strconv.Itoa(int(be.Port)))
+			addrs[be.IP] = true
+		}
+		rec.Spec.Ports = append(rec.Spec.Ports, p)
+	}
+	slices.SortFunc(rec.Spec.Ports, func(a, b vpcgwv1alpha1.RecordPort) int {
+		return cmp.Or(strings.Compare(a.Protocol, b.Protocol), cmp.Compare(a.Port, b.Port))
+	})
+	for _, p := range rec.Spec.Ports {
+		ports = append(ports, strconv.Itoa(int(p.Port))+"/"+p.Protocol)
+	}
+	rec.Status = vpcgwv1alpha1.ServiceRecordStatus{Ready: true, Ports: strings.Join(ports, ","), Backends: int32(len(addrs))}
+	return rec
+}
+
+// serviceRecordCurrent reports whether an existing ServiceRecord already says what want says.
+func serviceRecordCurrent(cur, want *vpcgwv1alpha1.ServiceRecord) bool {
+	return labelsInclude(cur.Labels, want.Labels) && cur.Status == want.Status && serviceRecordSpecEqual(&cur.Spec, &want.Spec)
+}
+
+func serviceRecordSpecEqual(a, b *vpcgwv1alpha1.ServiceRecordSpec) bool {
+	return a.Service == b.Service && a.Gateway == b.Gateway && a.EIP == b.EIP && a.EIPUID == b.EIPUID &&
+		a.EIPAddress == b.EIPAddress && a.ClusterIP == b.ClusterIP &&
+		a.SessionAffinityTimeoutSeconds == b.SessionAffinityTimeoutSeconds &&
+		slices.EqualFunc(a.Ports, b.Ports, func(x, y vpcgwv1alpha1.RecordPort) bool {
+			return x.Port == y.Port && x.Protocol == y.Protocol && slices.Equal(x.Backends, y.Backends)
+		})
+}
 
 // RecordName is "lb-<service name, truncated>-<12 hex of sha256(ns/name/proto/port/backendIP/
 // targetPort)>", at most 63 characters and a valid DNS-1123 label (SPEC R1).
@@ -85,8 +161,13 @@ func dedupeRecords(rs *[]kubeovnv1.IptablesDnatRule) {
 	*rs = slices.CompactFunc(*rs, func(a, b kubeovnv1.IptablesDnatRule) bool { return a.Name == b.Name })
 }
 
-// recordGateway is the gateway named by a Service's existing records.
+// recordGateway is the gateway named by a Service's existing records, of either form.
 func (ix *Index) recordGateway(uid types.UID) string {
+	for _, r := range ix.svcRecords[uid] {
+		if gw := r.Labels[LabelGateway]; gw != "" {
+			return gw
+		}
+	}
 	for _, r := range ix.records[uid] {
 		if gw := r.Labels[LabelGateway]; gw != "" {
 			return gw
@@ -123,6 +204,18 @@ func (ix *Index) planWrites(svc *corev1.Service, b binding, sp *ServicePlan) {
 		}
 	}
 	slices.Sort(sp.DeleteRecords)
+	for _, r := range ix.svcRecords[svc.UID] {
+		switch {
+		case sp.Record == nil || r.Name != sp.Record.Name:
+			sp.DeleteServiceRecords = append(sp.DeleteServiceRecords, r.Name)
+		case !serviceRecordCurrent(r, sp.Record):
+			sp.WriteRecord = true
+		}
+	}
+	if sp.Record != nil && !slices.ContainsFunc(ix.svcRecords[svc.UID], func(r *vpcgwv1alpha1.ServiceRecord) bool { return r.Name == sp.Record.Name }) {
+		sp.WriteRecord = true
+	}
+	slices.Sort(sp.DeleteServiceRecords)
 
 	hasFinalizer := slices.Contains(svc.Finalizers, Finalizer)
 	served := sp.Served()

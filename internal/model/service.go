@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 	"github.com/vpcgw/vpcgw/internal/gwstate"
 )
 
@@ -33,8 +34,16 @@ type ServicePlan struct {
 	EIP       string
 	ClusterIP string
 
-	// Records is the desired ledger of the Service (SPEC R1, R2), with the status each record
-	// gets once the gateway acknowledged.
+	// Record is the desired ServiceRecord of the Service (SPEC R6; nil when nothing is served or
+	// the ledger is kept as IptablesDnatRules). WriteRecord: it differs from the existing one and is
+	// written (one create or update) once the gateway acknowledged. DeleteServiceRecords are
+	// ServiceRecords to release after programming (stale, or left from the other form).
+	Record               *vpcgwv1alpha1.ServiceRecord
+	WriteRecord          bool
+	DeleteServiceRecords []string
+
+	// Records is the desired ledger in the seed's form, IptablesDnatRules (SPEC R1, R2), with the
+	// status each record gets once the gateway acknowledged.
 	Records []kubeovnv1.IptablesDnatRule
 	// Writes against the snapshot. Record creates and updates come before the gateway sync;
 	// deletes, statuses, ingress and finalizer release after it (SPEC R3, T1, T2).
@@ -229,13 +238,16 @@ func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan)
 			continue
 		}
 		backends := ix.backendsFor(svc, p, resolver)
-		if sp.Records == nil {
-			sp.Records = make([]kubeovnv1.IptablesDnatRule, 0, len(backends)*len(svc.Spec.Ports))
-		}
 		for _, vip := range []string{sp.EIP, sp.ClusterIP} {
 			if vip != "" {
 				sp.Identities = append(sp.Identities, gwstate.Identity{VIP: vip, Port: p.Port, Protocol: proto, Backends: backends, AffinityTimeoutSeconds: timeout})
 			}
+		}
+		if !ix.gates.dnatRuleLedger() {
+			continue
+		}
+		if sp.Records == nil {
+			sp.Records = make([]kubeovnv1.IptablesDnatRule, 0, len(backends)*len(svc.Spec.Ports))
 		}
 		labels := recordLabels(svc, b, sp, p.Port)
 		for _, be := range backends {
@@ -243,7 +255,11 @@ func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan)
 		}
 	}
 	sp.Events = append(sp.Events, resolver.events()...)
-	dedupeRecords(&sp.Records)
+	if ix.gates.dnatRuleLedger() {
+		dedupeRecords(&sp.Records)
+	} else {
+		sp.Record = desiredServiceRecord(svc, b, sp, timeout)
+	}
 }
 
 // holdsAll reports whether svc holds every identity it would serve on vip; otherwise it records

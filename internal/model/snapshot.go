@@ -2,6 +2,7 @@ package model
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -9,13 +10,42 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 )
 
-// Gates are the two feature gates of SPEC F1.
+// Gates are the two feature gates of SPEC F1, and the form of the ledger the controller keeps
+// (SPEC R6).
 type Gates struct {
 	LoadBalancer bool // --enable-gw-nftable-lb-svc
 	ClusterIP    bool // --enable-gw-nftable-svc-cluster-ip
+	Ledger       LedgerForm
 }
+
+// LedgerForm is where the records of served Services live (SPEC R6, K2).
+type LedgerForm string
+
+const (
+	// LedgerServiceRecord keeps one vpcgw.io ServiceRecord per Service, which kube-ovn never
+	// acts on: the default, and the only safe form beside kube-ovn v1.16.x and master.
+	LedgerServiceRecord LedgerForm = "service-record"
+	// LedgerDnatRule is the seed's form: one share IptablesDnatRule per (Service port, backend).
+	// Only for a kube-ovn that treats such records as a ledger (SPEC R6).
+	LedgerDnatRule LedgerForm = "iptables-dnat-rule"
+)
+
+// ParseLedgerForm accepts the two forms ("" is the default).
+func ParseLedgerForm(s string) (LedgerForm, error) {
+	switch LedgerForm(s) {
+	case "", LedgerServiceRecord:
+		return LedgerServiceRecord, nil
+	case LedgerDnatRule:
+		return LedgerDnatRule, nil
+	}
+	return "", fmt.Errorf("unknown ledger form %q: use %s (the default) or %s", s, LedgerServiceRecord, LedgerDnatRule)
+}
+
+// dnatRuleLedger reports whether records are written as IptablesDnatRules.
+func (g Gates) dnatRuleLedger() bool { return g.Ledger == LedgerDnatRule }
 
 // Snapshot is what the model reads. Order does not matter.
 type Snapshot struct {
@@ -29,8 +59,12 @@ type Snapshot struct {
 	Gateways    []kubeovnv1.VpcNatGateway
 	GatewayPods []corev1.Pod
 	EIPs        []kubeovnv1.IptablesEIP
-	// Records are the existing share IptablesDnatRules labelled as Service records.
+	// Records are the existing share IptablesDnatRules labelled as Service records (the seed's
+	// ledger form; in the ServiceRecord form they are left from an earlier form and released).
 	Records []kubeovnv1.IptablesDnatRule
+	// ServiceRecords are the existing vpcgw.io ServiceRecords (in the seed's form, likewise left
+	// from the other form and released).
+	ServiceRecords []vpcgwv1alpha1.ServiceRecord
 }
 
 // Index is a snapshot prepared for lookups. Building it is linear in the snapshot; planning one
@@ -44,6 +78,7 @@ type Index struct {
 	gatewayPods map[string][]*corev1.Pod // by gateway
 	slices      map[types.NamespacedName][]*discoveryv1.EndpointSlice
 	records     map[types.UID][]*kubeovnv1.IptablesDnatRule // by owner UID label
+	svcRecords  map[types.UID][]*vpcgwv1alpha1.ServiceRecord // by owner UID label
 	// claims lists, per identity, the Services that could serve it, best claim first (I2). A
 	// ClusterIP is unique in a cluster, but a snapshot is input like any other.
 	claims map[claimKey][]claimant
@@ -71,6 +106,7 @@ func NewIndex(s Snapshot, gates Gates) *Index {
 		gatewayPods: map[string][]*corev1.Pod{},
 		slices:      map[types.NamespacedName][]*discoveryv1.EndpointSlice{},
 		records:     map[types.UID][]*kubeovnv1.IptablesDnatRule{},
+		svcRecords:  map[types.UID][]*vpcgwv1alpha1.ServiceRecord{},
 		claims:      map[claimKey][]claimant{},
 	}
 	for i := range s.Gateways {
@@ -104,6 +140,13 @@ func NewIndex(s Snapshot, gates Gates) *Index {
 		if IsRecord(r) {
 			uid := types.UID(r.Labels[LabelRecordUID])
 			ix.records[uid] = append(ix.records[uid], r)
+		}
+	}
+	for i := range s.ServiceRecords {
+		r := &s.ServiceRecords[i]
+		if IsServiceRecord(r) {
+			uid := types.UID(r.Labels[LabelRecordUID])
+			ix.svcRecords[uid] = append(ix.svcRecords[uid], r)
 		}
 	}
 	for i := range s.Services {
@@ -152,5 +195,10 @@ func (ix *Index) holder(vip string, p corev1.ServicePort, self types.NamespacedN
 
 // IsRecord tells a Service record from a hand-made rule or one of kube-ovn's own.
 func IsRecord(r *kubeovnv1.IptablesDnatRule) bool {
+	return r.Labels[LabelRecord] == "true" && r.Labels[LabelRecordUID] != ""
+}
+
+// IsServiceRecord tells a record of this controller (labels of SPEC R2) from any other object.
+func IsServiceRecord(r *vpcgwv1alpha1.ServiceRecord) bool {
 	return r.Labels[LabelRecord] == "true" && r.Labels[LabelRecordUID] != ""
 }

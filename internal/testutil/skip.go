@@ -61,3 +61,23 @@ func (l *Lazy[T]) Get(t testing.TB, start func() (T, string, error)) T {
 
 // Value is what was started (the zero value if nothing was), for TestMain's cleanup.
 func (l *Lazy[T]) Value() T { return l.v }
+
+// KubeOVNAssetsEnv names the directory hack/tools/kubeovn/build.sh fills: kube-ovn-controller
+// v1.16.2, kube-ovn's CRDs, the OVN NB/SB schemas its models were generated from, its gateway
+// script and the NetworkAttachmentDefinition CRD (make test sets it).
+const KubeOVNAssetsEnv = "VPCGW_KUBEOVN"
+
+// KubeOVNAssets returns that directory when it holds the named files, and otherwise "" and what is
+// missing, as a skip reason.
+func KubeOVNAssets(files ...string) (dir, missing string) {
+	dir = os.Getenv(KubeOVNAssetsEnv)
+	if dir == "" {
+		return "", KubeOVNAssetsEnv + " is not set: point it at the directory hack/tools/kubeovn/build.sh fills (make test does)"
+	}
+	for _, f := range files {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.IsDir() {
+			return "", fmt.Sprintf("%s=%s has no %s (hack/tools/kubeovn/build.sh builds it)", KubeOVNAssetsEnv, dir, f)
+		}
+	}
+	return dir, ""
+}

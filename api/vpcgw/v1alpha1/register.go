@@ -1,0 +1,21 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/scheme"
+)
+
+var (
+	// GroupVersion is vpcgw's API group and version.
+	GroupVersion = schema.GroupVersion{Group: "vpcgw.io", Version: "v1alpha1"}
+
+	// SchemeBuilder registers the types of this package.
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+
+	// AddToScheme adds the types of this package to a scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)
+
+func init() {
+	SchemeBuilder.Register(&ServiceRecord{}, &ServiceRecordList{})
+}
