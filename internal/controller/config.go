@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/vpcgw/vpcgw/internal/model"
 )
 
@@ -17,6 +19,9 @@ type Flags struct {
 	EnableLbSvc                 bool // --enable-lb-svc: kube-ovn's LB pods own LoadBalancer ingress
 	// Ledger is the form of the records (SPEC R6): service-record (default) or iptables-dnat-rule.
 	Ledger string
+	// KubeOVNNamespace is kube-ovn-controller's namespace: its ovn-vpc-nat-config ConfigMap and,
+	// unless a gateway's spec.namespace says otherwise, its gateway pods (SPEC K5).
+	KubeOVNNamespace string
 }
 
 // RemovedFlag is the flag of kube-ovn's first implementation, which vpcgw does not accept (SPEC F3).
@@ -31,6 +36,8 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Ledger, "ledger", string(model.LedgerServiceRecord), "where the records of served Services live: "+
 		string(model.LedgerServiceRecord)+" (vpcgw.io ServiceRecords, which kube-ovn never acts on) or "+
 		string(model.LedgerDnatRule)+" (share IptablesDnatRules, only for a kube-ovn that treats them as a ledger)")
+	fs.StringVar(&f.KubeOVNNamespace, "kube-ovn-namespace", model.DefaultGatewayNamespace,
+		"kube-ovn-controller's namespace: where its "+model.GatewayConfigMap+" ConfigMap is and where it runs gateway pods without spec.namespace")
 }
 
 // Validate applies the startup matrix of SPEC F2.
@@ -45,6 +52,9 @@ func (f Flags) Validate() error {
 	if f.EnableLbSvc && !f.EnableLb && !f.EnableGwNftableSvcClusterIP {
 		errs = append(errs, errors.New("--enable-lb-svc needs ClusterIPs to be served: turn on --enable-lb or --enable-gw-nftable-svc-cluster-ip"))
 	}
+	if errs2 := validation.IsDNS1123Label(f.kubeOVNNamespace()); len(errs2) > 0 {
+		errs = append(errs, fmt.Errorf("--kube-ovn-namespace=%q is not a namespace name: %s", f.KubeOVNNamespace, errs2[0]))
+	}
 	if _, err := model.ParseLedgerForm(f.Ledger); err != nil {
 		errs = append(errs, fmt.Errorf("--ledger: %w", err))
 	}
@@ -55,6 +65,13 @@ func (f Flags) Validate() error {
 func (f Flags) Gates() model.Gates {
 	ledger, _ := model.ParseLedgerForm(f.Ledger) // Validate reported an unknown form
 	return model.Gates{LoadBalancer: f.EnableGwNftableLbSvc, ClusterIP: f.EnableGwNftableSvcClusterIP, Ledger: ledger}
+}
+
+func (f Flags) kubeOVNNamespace() string {
+	if f.KubeOVNNamespace == "" {
+		return model.DefaultGatewayNamespace
+	}
+	return f.KubeOVNNamespace
 }
 
 // CheckRemovedFlags fails with a message naming the replacements when args use the removed flag.

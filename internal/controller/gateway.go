@@ -17,7 +17,9 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -53,12 +55,18 @@ const (
 // CacheOptions keeps the caches small: no object keeps its managedFields (at 100,000 records they
 // were most of the controller's memory), and Pods keep only what the model reads (vpcgw caches
 // every Pod: backends can be anywhere).
-func CacheOptions() cache.Options {
+func CacheOptions(kubeOVNNamespace string) cache.Options {
+	if kubeOVNNamespace == "" {
+		kubeOVNNamespace = model.DefaultGatewayNamespace
+	}
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:                 {Transform: trimPod},
-			&kubeovnv1.IptablesDnatRule{}: {Transform: trimRecord},
+			// Only kube-ovn's gateway configuration is read, not every ConfigMap of the cluster.
+			&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{kubeOVNNamespace: {}},
+				Field: fields.OneTermEqualSelector("metadata.name", model.GatewayConfigMap)},
+			&corev1.Pod{}:                  {Transform: trimPod},
+			&kubeovnv1.IptablesDnatRule{}:  {Transform: trimRecord},
 			&vpcgwv1alpha1.ServiceRecord{}: {Transform: trimServiceRecord},
 		},
 	}
@@ -244,6 +252,8 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfPod)).
 		Watches(&kubeovnv1.IptablesDnatRule{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfRecord), builder.WithPredicates(r.recordChangedByOthers())).
 		Watches(&vpcgwv1alpha1.ServiceRecord{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfRecord), builder.WithPredicates(r.recordChangedByOthers())).
+		// A new natGwNamePrefix moves every gateway's pods: replan them all.
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.allGateways)).
 		WatchesRawSource(source.Channel(ended, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 }
@@ -359,6 +369,34 @@ func (r *GatewayReconciler) gatewaysOfPod(ctx context.Context, o client.Object) 
 		}
 	}
 	return requests(keys)
+}
+
+// allGateways wakes every gateway.
+func (r *GatewayReconciler) allGateways(ctx context.Context, _ client.Object) []reconcile.Request {
+	var gws kubeovnv1.VpcNatGatewayList
+	if err := r.Client.List(ctx, &gws); err != nil {
+		r.Log.Error(err, "listing gateways")
+		return nil
+	}
+	keys := make([]string, 0, len(gws.Items))
+	for i := range gws.Items {
+		keys = append(keys, gws.Items[i].Name)
+	}
+	return requests(keys)
+}
+
+// placement reads where kube-ovn runs gateway pods: its namespace (a flag) and its natGwNamePrefix
+// (ConfigMap ovn-vpc-nat-config there, read as kube-ovn reads it: empty or missing is the default).
+func (r *GatewayReconciler) placement(ctx context.Context) (model.GatewayPlacement, error) {
+	p := model.GatewayPlacement{KubeOVNNamespace: r.Flags.kubeOVNNamespace()}
+	var cm corev1.ConfigMap
+	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: p.KubeOVNNamespace, Name: model.GatewayConfigMap}, &cm); {
+	case err == nil:
+		p.NamePrefix = cm.Data[model.GatewayConfigNamePrefix]
+	case !apierrors.IsNotFound(err):
+		return p, fmt.Errorf("reading ConfigMap %s/%s: %w", p.KubeOVNNamespace, model.GatewayConfigMap, err)
+	}
+	return p, nil
 }
 
 // recordLabel indexes Service records (not kube-ovn's own rules) by one of their labels.

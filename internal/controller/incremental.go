@@ -187,7 +187,7 @@ func protocolOf(p corev1.ServicePort) corev1.Protocol {
 // which the EIP handler marks. Subnets count by generation: kube-ovn writes their status on every
 // IP allocation.
 func gatewayFingerprint(s *model.Snapshot, gw string) string {
-	var parts []string
+	parts := []string{"placement/" + s.Placement.KubeOVNNamespace + "/" + s.Placement.NamePrefix}
 	for i := range s.Gateways {
 		if g := &s.Gateways[i]; g.Name == gw {
 			parts = append(parts, "g/"+g.ResourceVersion+deleting(g.DeletionTimestamp))

@@ -74,7 +74,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Logger:                  log,
-		Cache:                   CacheOptions(),
+		Cache:                   CacheOptions(opts.Flags.KubeOVNNamespace),
 		Metrics:                 metricsserver.Options{BindAddress: defaultAddr(opts.MetricsAddr)},
 		HealthProbeBindAddress:  defaultAddr(opts.HealthAddr),
 		PprofBindAddress:        pprofAddr(opts.PprofAddr),

@@ -32,10 +32,15 @@ func (r *GatewayReconciler) gatewayObjects(ctx context.Context, key string) (mod
 		}
 	}
 	s.Gateways, s.EIPs, s.Subnets = gws.Items, eips.Items, subnets.Items
+	placement, err := r.placement(ctx)
+	if err != nil {
+		return s, err
+	}
+	s.Placement = placement
 	if key != unboundKey {
 		var gwPods corev1.PodList
 		if err := r.Client.List(ctx, &gwPods, client.MatchingLabels{
-			model.LabelGatewayPod: "true", "app": model.GatewayAppPrefix + key,
+			model.LabelGatewayPod: "true", "app": placement.AppLabel(key),
 		}, client.UnsafeDisableDeepCopy); err != nil {
 			return s, fmt.Errorf("listing pods of gateway %s: %w", key, err)
 		}

@@ -22,7 +22,7 @@ var (
 	bothGates = Gates{LoadBalancer: true, ClusterIP: true, Ledger: LedgerDnatRule}
 	// srGates run the default ledger form, vpcgw.io ServiceRecords.
 	srGates = Gates{LoadBalancer: true, ClusterIP: true}
-	t0        = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	t0      = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 )
 
 func gateway(name, vpc string) kubeovnv1.VpcNatGateway {

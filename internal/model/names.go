@@ -5,12 +5,18 @@
 // writes the Plan; no rule of SPEC.md is decided anywhere else.
 package model
 
+import kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+
 // Annotations on Services (SPEC S1, S2, S6).
 const (
 	AnnotationGateway              = "ovn.kubernetes.io/vpc_nat_gw"
 	AnnotationEIP                  = "ovn.kubernetes.io/eip"
 	AnnotationExternalIPFromSubnet = "ovn.kubernetes.io/service_external_ip_from_subnet"
 )
+
+// LoadBalancerClass is the spec.loadBalancerClass vpcgw answers to besides none (SPEC K9): a
+// LoadBalancer Service of any other class belongs to another implementation.
+const LoadBalancerClass = "kubeovn.io/vpc-nat-gw"
 
 // Finalizer is kube-ovn's controller finalizer, put on Services before anything is written for
 // them and removed after everything is released (SPEC T2).
@@ -31,12 +37,51 @@ const (
 // Gateway pods (kube-ovn's names).
 const (
 	LabelGatewayPod      = "ovn.kubernetes.io/vpc-nat-gw" // "true" on every gateway pod
-	GatewayAppPrefix     = "vpc-nat-gw-"                  // label app=vpc-nat-gw-<gateway>
 	AnnotationGatewayPod = AnnotationGateway              // the gateway's name, on its pods
 	AnnotationGwInit     = "ovn.kubernetes.io/vpc_nat_gw_init"
-	// DefaultGatewayNamespace is where kube-ovn runs gateway pods when spec.namespace is empty.
+	// DefaultGatewayNamespace is kube-ovn's own namespace in a default install: where it runs
+	// gateway pods unless the gateway's spec.namespace (kube-ovn master) says otherwise.
 	DefaultGatewayNamespace = "kube-system"
+	// DefaultGatewayNamePrefix is kube-ovn's default natGwNamePrefix (ConfigMap ovn-vpc-nat-config):
+	// a gateway's workload and label app are "<prefix>-<gateway>".
+	DefaultGatewayNamePrefix = "vpc-nat-gw"
+	// GatewayAppPrefix is the default prefix with its dash, as in label app=vpc-nat-gw-<gateway>.
+	GatewayAppPrefix = DefaultGatewayNamePrefix + "-"
+	// GatewayConfigMap is kube-ovn's ConfigMap, in its own namespace, that sets natGwNamePrefix.
+	GatewayConfigMap = "ovn-vpc-nat-config"
+	// GatewayConfigNamePrefix is the key of the prefix in GatewayConfigMap.
+	GatewayConfigNamePrefix = "natGwNamePrefix"
 )
+
+// GatewayPlacement is where kube-ovn runs gateway pods and how it names them (SPEC K5). The zero
+// value is kube-ovn's default install.
+type GatewayPlacement struct {
+	// KubeOVNNamespace is kube-ovn-controller's namespace (its POD_NAMESPACE): v1.16.x runs every
+	// gateway there, master those without spec.namespace.
+	KubeOVNNamespace string
+	// NamePrefix is kube-ovn's natGwNamePrefix.
+	NamePrefix string
+}
+
+// Namespace is where gateway gw's pods run.
+func (p GatewayPlacement) Namespace(gw *kubeovnv1.VpcNatGateway) string {
+	if gw != nil && gw.Spec.Namespace != "" {
+		return gw.Spec.Namespace // kube-ovn master; v1.16.x's CRD prunes the field
+	}
+	if p.KubeOVNNamespace != "" {
+		return p.KubeOVNNamespace
+	}
+	return DefaultGatewayNamespace
+}
+
+// AppLabel is the value of label app on gateway gw's pods: "<prefix>-<gw>".
+func (p GatewayPlacement) AppLabel(gw string) string {
+	prefix := p.NamePrefix
+	if prefix == "" {
+		prefix = DefaultGatewayNamePrefix
+	}
+	return prefix + "-" + gw
+}
 
 // VIP route constants (SPEC V1).
 const (

@@ -186,17 +186,14 @@ func (p Plan) Gateway(name string) *GatewayPlan {
 // instances lists a gateway's running pods, sorted by name (kube-ovn's getNatGwPods).
 func (ix *Index) instances(gw string) []Instance {
 	g := ix.gateways[gw]
-	ns := g.Spec.Namespace
-	if ns == "" {
-		ns = DefaultGatewayNamespace
-	}
+	ns, app := ix.placement.Namespace(g), ix.placement.AppLabel(gw)
 	provider := "ovn"
 	if sub := ix.subnets[g.Spec.Subnet]; sub != nil && sub.Spec.Provider != "" {
 		provider = sub.Spec.Provider
 	}
 	var out []Instance
 	for _, p := range ix.gatewayPods[gw] {
-		if p.Namespace != ns || p.Labels["app"] != GatewayAppPrefix+gw || p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+		if p.Namespace != ns || p.Labels["app"] != app || p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
 			continue
 		}
 		lan, ok := firstIPv4(strings.Split(p.Annotations[provider+ipAddressSuffix], ","))

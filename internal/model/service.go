@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -100,8 +101,8 @@ func warning(reason, format string, args ...any) *Event {
 }
 
 // bind applies SPEC F1, F5, S1-S6, L4 and L5 to one Service.
-func (ix *Index) bind(svc *corev1.Service) binding {
-	b := binding{gateway: svc.Annotations[AnnotationGateway]}
+func (ix *Index) bind(svc *corev1.Service) (b binding) {
+	b = binding{gateway: svc.Annotations[AnnotationGateway]}
 	switch {
 	case b.gateway == "":
 		b.quiet = "the Service has no " + AnnotationGateway + " annotation"
@@ -117,11 +118,14 @@ func (ix *Index) bind(svc *corev1.Service) binding {
 		b.blocked = warning(ReasonInvalidAnnotation, "annotation %s=%q is not a valid VpcNatGateway name: %s", AnnotationGateway, b.gateway, errs[0])
 		return b
 	}
-	if _, clash := svc.Annotations[AnnotationExternalIPFromSubnet]; clash {
-		b.blocked = warning(ReasonUnsupported, "annotations %s and %s are mutually exclusive (a Service must not publish two ingress addresses): remove one", AnnotationGateway, AnnotationExternalIPFromSubnet)
+	isLB := svc.Spec.Type == corev1.ServiceTypeLoadBalancer
+	if isLB && svc.Spec.LoadBalancerClass != nil && *svc.Spec.LoadBalancerClass != LoadBalancerClass {
+		// Another implementation's Service (MetalLB, a cloud provider): not ours, no event there
+		// is ours to give beyond this one (SPEC K9).
+		b.blocked = warning(ReasonUnsupported, "spec.loadBalancerClass is %q: this Service belongs to that implementation, not to gateway %s (use class %s, or none)",
+			*svc.Spec.LoadBalancerClass, b.gateway, LoadBalancerClass)
 		return b
 	}
-	isLB := svc.Spec.Type == corev1.ServiceTypeLoadBalancer
 	if !isLB && svc.Spec.Type != corev1.ServiceTypeClusterIP && svc.Spec.Type != "" {
 		b.blocked = warning(ReasonUnsupported, "Service type %s is not served through a VPC NAT gateway: use LoadBalancer (EIP and ClusterIP) or ClusterIP", svc.Spec.Type)
 		return b
@@ -152,6 +156,7 @@ func (ix *Index) bind(svc *corev1.Service) binding {
 		b.cipWhy = "the controller runs without --enable-gw-nftable-svc-cluster-ip"
 	}
 	if !isLB {
+		ix.checkFromSubnet(svc, &b)
 		return b
 	}
 	if !ix.gates.LoadBalancer {
@@ -159,6 +164,7 @@ func (ix *Index) bind(svc *corev1.Service) binding {
 		return b
 	}
 	b.eipName = svc.Annotations[AnnotationEIP]
+	defer ix.checkFromSubnet(svc, &b)
 	switch {
 	case b.eipName == "":
 		b.eipWhy = warning(ReasonEIPMissing, "a LoadBalancer Service with annotation %s=%s also needs annotation %s=<IptablesEIP name>", AnnotationGateway, b.gateway, AnnotationEIP)
@@ -180,6 +186,42 @@ func (ix *Index) bind(svc *corev1.Service) binding {
 		}
 	}
 	return b
+}
+
+// checkFromSubnet applies SPEC S6 with K4: ovn.kubernetes.io/service_external_ip_from_subnet
+// beside the gateway annotation is a second ingress address, unless it names the Subnet that holds
+// the EIP address the Service is served on. kube-ovn-controller writes exactly that annotation on
+// every LoadBalancer Service whose ingress lies in one of its Subnets, so vpcgw's own EIP ingress
+// gets it; that is kube-ovn describing vpcgw's address, not another one.
+func (ix *Index) checkFromSubnet(svc *corev1.Service, b *binding) {
+	name, ok := svc.Annotations[AnnotationExternalIPFromSubnet]
+	if !ok || b.blocked != nil {
+		return
+	}
+	if b.eipAddr != "" && ix.subnetHolds(name, b.eipAddr) {
+		return
+	}
+	*b = binding{gateway: b.gateway, blocked: warning(ReasonUnsupported,
+		"annotations %s and %s are mutually exclusive (a Service must not publish two ingress addresses): remove %s, or let it name the Subnet of the EIP",
+		AnnotationGateway, AnnotationExternalIPFromSubnet, AnnotationExternalIPFromSubnet)}
+}
+
+// subnetHolds reports whether Subnet name exists and one of its CIDRs contains addr.
+func (ix *Index) subnetHolds(name, addr string) bool {
+	sub := ix.subnets[name]
+	if sub == nil {
+		return false
+	}
+	ip, err := netip.ParseAddr(addr)
+	if err != nil {
+		return false
+	}
+	for _, c := range strings.Split(sub.Spec.CIDRBlock, ",") {
+		if p, err := netip.ParsePrefix(strings.TrimSpace(c)); err == nil && p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // PlanService decides everything about one Service. Its cost is that of the Service's own ports,
@@ -323,9 +365,14 @@ func ipv4ClusterIP(svc *corev1.Service) string {
 	return ""
 }
 
-// readyEIPAddress returns the EIP's bound IPv4 address when it is Ready (SPEC S4).
+// readyEIPAddress returns the EIP's bound IPv4 address when it is Ready (SPEC S4), or while
+// kube-ovn redoes it after a gateway restart (SPEC K6): kube-ovn then marks every EIP of the gateway
+// ready=false with a redo time and replays eip-add into the new pod, keeping status.ip. That is a
+// transient state of the same address, not an EIP going away: withdrawing ingress and records for
+// it would only add churn and a gap after the gateway is back.
 func readyEIPAddress(eip *kubeovnv1.IptablesEIP) (string, bool) {
-	if !eip.Status.Ready {
+	redoing := eip.Status.Redo != "" && (eip.Spec.V4ip == "" || eip.Spec.V4ip == eip.Status.IP)
+	if !eip.Status.Ready && !redoing {
 		return "", false
 	}
 	ip, err := netip.ParseAddr(eip.Status.IP)

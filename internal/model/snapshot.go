@@ -52,6 +52,8 @@ type Snapshot struct {
 	// Services: every Service that names a gateway, carries the finalizer or owns a record.
 	Services       []corev1.Service
 	EndpointSlices []discoveryv1.EndpointSlice
+	// Placement says where kube-ovn runs the gateways' pods (SPEC K5).
+	Placement GatewayPlacement
 	// Pods the endpoints point at (for NIC resolution, SPEC B2).
 	Pods        []corev1.Pod
 	Subnets     []kubeovnv1.Subnet
@@ -71,13 +73,14 @@ type Snapshot struct {
 // Service with it costs what that Service has (ports, endpoints, records), not the cluster.
 type Index struct {
 	gates       Gates
+	placement   GatewayPlacement
 	gateways    map[string]*kubeovnv1.VpcNatGateway
 	eips        map[string]*kubeovnv1.IptablesEIP
 	subnets     map[string]*kubeovnv1.Subnet
 	pods        map[types.NamespacedName]*corev1.Pod
 	gatewayPods map[string][]*corev1.Pod // by gateway
 	slices      map[types.NamespacedName][]*discoveryv1.EndpointSlice
-	records     map[types.UID][]*kubeovnv1.IptablesDnatRule // by owner UID label
+	records     map[types.UID][]*kubeovnv1.IptablesDnatRule  // by owner UID label
 	svcRecords  map[types.UID][]*vpcgwv1alpha1.ServiceRecord // by owner UID label
 	// claims lists, per identity, the Services that could serve it, best claim first (I2). A
 	// ClusterIP is unique in a cluster, but a snapshot is input like any other.
@@ -99,6 +102,7 @@ type claimant struct {
 func NewIndex(s Snapshot, gates Gates) *Index {
 	ix := &Index{
 		gates:       gates,
+		placement:   s.Placement,
 		gateways:    make(map[string]*kubeovnv1.VpcNatGateway, len(s.Gateways)),
 		eips:        make(map[string]*kubeovnv1.IptablesEIP, len(s.EIPs)),
 		subnets:     make(map[string]*kubeovnv1.Subnet, len(s.Subnets)),

@@ -1,4 +1,4 @@
-// covers: W7, W4
+// covers: W7, W4, K7
 //
 // The shipped ValidatingWebhookConfiguration (deploy/webhook) registers exactly SPEC W7's
 // resources and operations, at the paths the server serves, with a failure policy per resource,
@@ -26,6 +26,8 @@ func TestShippedConfiguration(t *testing.T) {
 	}
 	type want struct {
 		path, group, resource string
+		version               string
+		resources             []string
 		ops                   []admissionregistrationv1.OperationType
 		policy                admissionregistrationv1.FailurePolicyType
 	}
@@ -35,10 +37,11 @@ func TestShippedConfiguration(t *testing.T) {
 		del    = admissionregistrationv1.Delete
 	)
 	wants := map[string]want{
-		"services.vpcgw.kubeovn.io":            {webhook.PathService, "", "services", []admissionregistrationv1.OperationType{create, update}, admissionregistrationv1.Ignore},
-		"iptables-dnat-rules.vpcgw.kubeovn.io": {webhook.PathRecord, "kubeovn.io", "iptables-dnat-rules", []admissionregistrationv1.OperationType{create, update, del}, admissionregistrationv1.Fail},
-		"iptables-eips.vpcgw.kubeovn.io":       {webhook.PathEIP, "kubeovn.io", "iptables-eips", []admissionregistrationv1.OperationType{del}, admissionregistrationv1.Fail},
-		"vpc-nat-gateways.vpcgw.kubeovn.io":    {webhook.PathGateway, "kubeovn.io", "vpc-nat-gateways", []admissionregistrationv1.OperationType{del}, admissionregistrationv1.Fail},
+		"services.vpcgw.kubeovn.io":            {webhook.PathService, "", "services", "v1", nil, []admissionregistrationv1.OperationType{create, update}, admissionregistrationv1.Ignore},
+		"servicerecords.vpcgw.kubeovn.io":      {webhook.PathServiceRecord, "vpcgw.io", "servicerecords", "v1alpha1", nil, []admissionregistrationv1.OperationType{create, update, del}, admissionregistrationv1.Fail},
+		"iptables-dnat-rules.vpcgw.kubeovn.io": {webhook.PathRecord, "kubeovn.io", "iptables-dnat-rules", "v1", []string{"iptables-dnat-rules", "iptables-dnat-rules/status"}, []admissionregistrationv1.OperationType{create, update, del}, admissionregistrationv1.Fail},
+		"iptables-eips.vpcgw.kubeovn.io":       {webhook.PathEIP, "kubeovn.io", "iptables-eips", "v1", nil, []admissionregistrationv1.OperationType{del}, admissionregistrationv1.Fail},
+		"vpc-nat-gateways.vpcgw.kubeovn.io":    {webhook.PathGateway, "kubeovn.io", "vpc-nat-gateways", "v1", nil, []admissionregistrationv1.OperationType{del}, admissionregistrationv1.Fail},
 	}
 	if len(c.Webhooks) != len(wants) {
 		t.Fatalf("%d webhooks, want %d", len(c.Webhooks), len(wants))
@@ -56,9 +59,13 @@ func TestShippedConfiguration(t *testing.T) {
 			t.Fatalf("%s: %d rules, want 1", h.Name, len(h.Rules))
 		}
 		r := h.Rules[0]
-		if !slices.Equal(r.APIGroups, []string{w.group}) || !slices.Equal(r.APIVersions, []string{"v1"}) ||
-			!slices.Equal(r.Resources, []string{w.resource}) || !slices.Equal(r.Operations, w.ops) {
-			t.Errorf("%s: rule %+v, want %s/v1 %s %v", h.Name, r, w.group, w.resource, w.ops)
+		resources := w.resources // record rules cover their status too (SPEC W4: status writes included)
+		if resources == nil {
+			resources = []string{w.resource}
+		}
+		if !slices.Equal(r.APIGroups, []string{w.group}) || !slices.Equal(r.APIVersions, []string{w.version}) ||
+			!slices.Equal(r.Resources, resources) || !slices.Equal(r.Operations, w.ops) {
+			t.Errorf("%s: rule %+v, want %s/%s %s %v", h.Name, r, w.group, w.version, w.resource, w.ops)
 		}
 		if h.FailurePolicy == nil || *h.FailurePolicy != w.policy {
 			t.Errorf("%s: failurePolicy %v, want %s", h.Name, h.FailurePolicy, w.policy)
@@ -68,11 +75,17 @@ func TestShippedConfiguration(t *testing.T) {
 		}
 		// The webhooks the controller writes through exclude its user (W7: the controller never
 		// depends on the webhook), with the same user name as --controller-user's default.
-		if w.resource == "services" || w.resource == "iptables-dnat-rules" {
-			exclude := fmt.Sprintf("request.userInfo.username != '%s'", webhook.DefaultControllerUser)
-			if !slices.ContainsFunc(h.MatchConditions, func(m admissionregistrationv1.MatchCondition) bool { return strings.TrimSpace(m.Expression) == exclude }) {
+		has := func(expr string) bool {
+			return slices.ContainsFunc(h.MatchConditions, func(m admissionregistrationv1.MatchCondition) bool { return strings.TrimSpace(m.Expression) == expr })
+		}
+		if w.resource == "services" || w.resource == "iptables-dnat-rules" || w.resource == "servicerecords" {
+			if exclude := fmt.Sprintf("request.userInfo.username != '%s'", webhook.DefaultControllerUser); !has(exclude) {
 				t.Errorf("%s: no matchCondition %q", h.Name, exclude)
 			}
+		}
+		// kube-ovn-controller's own operations never reach the webhook (SPEC K7).
+		if exclude := fmt.Sprintf("request.userInfo.username != '%s'", webhook.DefaultKubeOVNUser); !has(exclude) {
+			t.Errorf("%s: no matchCondition %q (K7)", h.Name, exclude)
 		}
 	}
 }

@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 	"github.com/vpcgw/vpcgw/config/crd"
 	deploywebhook "github.com/vpcgw/vpcgw/deploy/webhook"
 	"github.com/vpcgw/vpcgw/internal/controller"
@@ -55,6 +56,8 @@ type env struct {
 	// admin is envtest's system:masters user; alice is another system:masters user (not the
 	// controller); ctrl authenticates as the controller's service account user name.
 	admin, alice, ctrl client.Client
+	// kubeOVN authenticates as kube-ovn-controller's service account user name.
+	kubeOVN client.Client
 }
 
 var shared testutil.Lazy[*env]
@@ -78,14 +81,19 @@ func cluster(t *testing.T) *env {
 		if missing != "" {
 			return nil, missing, nil
 		}
-		e, err := newEnv(assets)
+		kubeOVN, missing := testutil.KubeOVNAssets(crd.KubeOVNFiles...)
+		if missing != "" {
+			return nil, missing, nil
+		}
+		e, err := newEnv(assets, kubeOVN)
 		return e, "", err
 	})
 }
 
-func newEnv(assets string) (*env, error) {
+func newEnv(assets, kubeOVN string) (*env, error) {
 	log.SetLogger(testLogger())
-	crds, err := crd.All()
+	// kube-ovn's own CRDs, as in a cluster, and vpcgw's (SPEC K1).
+	crds, err := crd.WithKubeOVN(kubeOVN)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +132,7 @@ func newEnv(assets string) (*env, error) {
 	e.cancel = cancel
 	e.mgr, err = webhook.NewManager(ctx, cfg, webhook.Options{
 		Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir,
-		ControllerUser: controllerUser, HealthAddr: e.healthAddr,
+		ControllerUser: controllerUser, KubeOVNUser: webhook.DefaultKubeOVNUser, HealthAddr: e.healthAddr,
 	}, testLogger())
 	if err != nil {
 		cancel()
@@ -138,7 +146,7 @@ func newEnv(assets string) (*env, error) {
 	for _, u := range []struct {
 		name string
 		into *client.Client
-	}{{"alice", &e.alice}, {controllerUser, &e.ctrl}} {
+	}{{"alice", &e.alice}, {controllerUser, &e.ctrl}, {webhook.DefaultKubeOVNUser, &e.kubeOVN}} {
 		au, err := te.AddUser(envtest.User{Name: u.name, Groups: []string{"system:masters"}}, nil)
 		if err != nil {
 			return fail(fmt.Errorf("adding user %s: %w", u.name, err))
@@ -300,6 +308,7 @@ func admitted(t *testing.T, err error, what string) {
 const (
 	hookService = "services.vpcgw.kubeovn.io"
 	hookRecord  = "iptables-dnat-rules.vpcgw.kubeovn.io"
+	hookSvcRec  = "servicerecords.vpcgw.kubeovn.io"
 	hookEIP     = "iptables-eips.vpcgw.kubeovn.io"
 	hookGateway = "vpc-nat-gateways.vpcgw.kubeovn.io"
 )
@@ -573,16 +582,20 @@ func shareRecord(svcNs, svcName, gw string, eip *kubeovnv1.IptablesEIP) *kubeovn
 	return &kubeovnv1.IptablesDnatRule{ObjectMeta: metav1.ObjectMeta{Name: model.RecordName(svcNs, svcName, "tcp", 80, "10.0.1.10", 8080), Labels: l}, Spec: spec}
 }
 
+// covers: W4, K7, K8
+// On kube-ovn's own CRD (v1.16.2 prunes spec.type): records are told by their label, only the
+// controller writes them (status included), kube-ovn-controller's own writes (its finalizer) pass,
+// and rules without the label, kube-ovn's and users' own, are not vpcgw's business.
 func TestRecordsAreControllerOwned(t *testing.T) {
 	e := cluster(t)
 	ctx := context.Background()
 	svcName := unique("web")
 	rec := shareRecord("default", svcName, "gw1", nil)
 	msg := func(verb, user string) string {
-		return fmt.Sprintf("IptablesDnatRule %s has spec.type share: share rules are controller-owned accounting records of Services; "+
-			"only the vpcgw controller (%s) may %s them, not %q. Change the Service instead (the controller keeps its records in step), "+
+		return fmt.Sprintf("IptablesDnatRule %s carries label %s=true: it is a controller-owned accounting record of a Service; "+
+			"only the vpcgw controller (%s) may %s it, not %q. Change the Service instead (the controller keeps its records in step), "+
 			"and inspect a Service's records with: kubectl get iptables-dnat-rules -l ovn.kubernetes.io/nftable-lb-svc-name=%s",
-			rec.Name, controllerUser, verb, user, svcName)
+			rec.Name, model.LabelRecord, controllerUser, verb, user, svcName)
 	}
 	// Another user (system:masters, so RBAC allows it) cannot create ...
 	denied(t, e.alice.Create(ctx, rec.DeepCopy()), hookRecord, msg("create", "alice"))
@@ -591,32 +604,58 @@ func TestRecordsAreControllerOwned(t *testing.T) {
 	edited := rec.DeepCopy()
 	edited.Spec.InternalIP = "10.0.1.11"
 	denied(t, e.alice.Update(ctx, edited.DeepCopy()), hookRecord, msg("update", "alice"))
-	labelled := rec.DeepCopy()
-	labelled.Labels["x"] = "y"
-	denied(t, e.alice.Update(ctx, labelled), hookRecord, msg("update", "alice"))
+	unlabelled := rec.DeepCopy()
+	delete(unlabelled.Labels, model.LabelRecord)
+	denied(t, e.alice.Update(ctx, unlabelled), hookRecord, msg("update", "alice"))
 	admitted(t, e.ctrl.Update(ctx, edited), "update by the controller")
 	denied(t, e.alice.Delete(ctx, edited), hookRecord, msg("delete", "alice"))
-	// The status subresource is not intercepted (the controller writes it after programming).
+	// Status writes are the controller's too (kube-ovn's redo writes them; vpcgw's ledger does not
+	// depend on them).
 	edited.Status.Ready = true
+	denied(t, e.alice.Status().Update(ctx, edited.DeepCopy()), hookRecord, msg("update", "alice"))
 	admitted(t, e.ctrl.Status().Update(ctx, edited), "status update by the controller")
-	admitted(t, e.ctrl.Delete(ctx, edited), "delete by the controller")
+	// kube-ovn-controller adds and removes its finalizer on any rule it programs.
+	fin := edited.DeepCopy()
+	fin.Finalizers = []string{"kubeovn.io/kube-ovn-controller"}
+	admitted(t, e.kubeOVN.Update(ctx, fin), "kube-ovn's finalizer added")
+	fin.Finalizers = nil
+	admitted(t, e.kubeOVN.Update(ctx, fin), "kube-ovn's finalizer removed")
+	admitted(t, e.ctrl.Delete(ctx, fin), "delete by the controller")
 
-	// Exclusive rules are not affected, whoever writes them.
+	// A rule without the record label (a user's exclusive DNAT, or kube-ovn's share DNAT of
+	// master) is not affected, whoever writes it.
 	excl := &kubeovnv1.IptablesDnatRule{ObjectMeta: metav1.ObjectMeta{Name: unique("dnat")}, Spec: kubeovnv1.IptablesDnatRuleSpec{
 		EIP: "eip-a", ExternalPort: "22", Protocol: "tcp", InternalIP: "10.0.1.10", InternalPort: "22"}}
-	admitted(t, e.alice.Create(ctx, excl), "exclusive create")
-	if excl.Spec.Type != kubeovnv1.DnatRuleTypeExclusive {
-		t.Fatalf("type defaulted to %q", excl.Spec.Type)
-	}
+	admitted(t, e.alice.Create(ctx, excl), "plain create")
 	excl.Spec.InternalIP = "10.0.1.12"
-	admitted(t, e.alice.Update(ctx, excl), "exclusive update")
-	// Turning it into a share rule is rejected (by the CRD's CEL rule, before the webhook).
-	toShare := excl.DeepCopy()
-	toShare.Spec.Type = kubeovnv1.DnatRuleTypeShare
-	if err := e.alice.Update(ctx, toShare); err == nil || !strings.Contains(err.Error(), "spec.type is immutable") {
-		t.Fatalf("changing the type: %v", err)
+	admitted(t, e.alice.Update(ctx, excl), "plain update")
+	admitted(t, e.alice.Delete(ctx, excl), "plain delete")
+}
+
+// covers: W4, R6
+func TestServiceRecordsAreControllerOwned(t *testing.T) {
+	e := cluster(t)
+	ctx := context.Background()
+	name := unique("web")
+	rec := &vpcgwv1alpha1.ServiceRecord{
+		ObjectMeta: metav1.ObjectMeta{Name: model.ServiceRecordName("default", name, "uid-x"), Labels: map[string]string{
+			model.LabelRecord: "true", model.LabelRecordNamespace: "default", model.LabelRecordName: name, model.LabelRecordUID: "uid-x", model.LabelGateway: "gw1"}},
+		Spec: vpcgwv1alpha1.ServiceRecordSpec{Service: vpcgwv1alpha1.ServiceReference{Namespace: "default", Name: name, UID: "uid-x"}, Gateway: "gw1",
+			Ports: []vpcgwv1alpha1.RecordPort{{Port: 80, Protocol: "tcp", Backends: []string{"10.0.1.10:8080"}}}},
 	}
-	admitted(t, e.alice.Delete(ctx, excl), "exclusive delete")
+	deniedBy := func(err error, verb string) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), hookSvcRec) || !strings.Contains(err.Error(), "only the vpcgw controller ("+controllerUser+") may "+verb+" it") {
+			t.Fatalf("%s by alice: %v", verb, err)
+		}
+	}
+	deniedBy(e.alice.Create(ctx, rec.DeepCopy()), "create")
+	admitted(t, e.ctrl.Create(ctx, rec), "create by the controller")
+	edited := rec.DeepCopy()
+	edited.Spec.Ports[0].Backends = nil
+	deniedBy(e.alice.Update(ctx, edited), "update")
+	deniedBy(e.alice.Delete(ctx, rec), "delete")
+	admitted(t, e.ctrl.Delete(ctx, rec), "delete by the controller")
 }
 
 func TestEIPInUse(t *testing.T) {
@@ -629,7 +668,7 @@ func TestEIPInUse(t *testing.T) {
 	e.seen(t, rec, false)
 
 	denied(t, e.admin.Delete(ctx, eip), hookEIP, fmt.Sprintf("IptablesEIP %s is in use by Service shop/web: delete the Service or remove its ovn.kubernetes.io/eip annotation first "+
-		"(kubectl get iptables-dnat-rules -l ovn.kubernetes.io/eip_uid=%s lists the claims)", eip.Name, eip.UID))
+		"(kubectl get servicerecords -l ovn.kubernetes.io/eip_uid=%s lists the claims)", eip.Name, eip.UID))
 
 	// An EIP that only Service annotations name (no record yet, e.g. not Ready) is not held.
 	other := e.eip(t, gw, "")

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 	"github.com/vpcgw/vpcgw/internal/model"
 )
 
@@ -23,8 +24,10 @@ import (
 const (
 	PathService = "/validate-service"
 	PathRecord  = "/validate-iptables-dnat-rule"
-	PathEIP     = "/validate-iptables-eip"
-	PathGateway = "/validate-vpc-nat-gateway"
+	// PathServiceRecord serves vpcgw.io ServiceRecords (SPEC W4).
+	PathServiceRecord = "/validate-service-record"
+	PathEIP           = "/validate-iptables-eip"
+	PathGateway       = "/validate-vpc-nat-gateway"
 )
 
 // Field indexes the handlers list Services by; IndexFields registers them.
@@ -67,7 +70,10 @@ type Handlers struct {
 	Reader client.Reader
 	// ControllerUser is the user name of the controller's identity (W4).
 	ControllerUser string
-	decoder        admission.Decoder
+	// KubeOVNUser is kube-ovn-controller's user name: every request it makes is admitted, so that
+	// vpcgw never blocks kube-ovn's own operations (SPEC K7). Empty: nobody is exempt.
+	KubeOVNUser string
+	decoder     admission.Decoder
 }
 
 // NewHandlers returns the handlers decoding with scheme (it must know core/v1 and kubeovn.io/v1).
@@ -77,10 +83,24 @@ func NewHandlers(reader client.Reader, scheme *runtime.Scheme, controllerUser st
 
 // Register serves the handlers on srv at their paths.
 func (h *Handlers) Register(srv webhook.Server) {
-	srv.Register(PathService, &admission.Webhook{Handler: admission.HandlerFunc(h.Service)})
-	srv.Register(PathRecord, &admission.Webhook{Handler: admission.HandlerFunc(h.Record)})
-	srv.Register(PathEIP, &admission.Webhook{Handler: admission.HandlerFunc(h.EIP)})
-	srv.Register(PathGateway, &admission.Webhook{Handler: admission.HandlerFunc(h.Gateway)})
+	srv.Register(PathService, &admission.Webhook{Handler: h.exemptKubeOVN(h.Service)})
+	srv.Register(PathRecord, &admission.Webhook{Handler: h.exemptKubeOVN(h.Record)})
+	srv.Register(PathServiceRecord, &admission.Webhook{Handler: h.exemptKubeOVN(h.ServiceRecord)})
+	srv.Register(PathEIP, &admission.Webhook{Handler: h.exemptKubeOVN(h.EIP)})
+	srv.Register(PathGateway, &admission.Webhook{Handler: h.exemptKubeOVN(h.Gateway)})
+}
+
+// exemptKubeOVN admits every request of kube-ovn-controller before next sees it (SPEC K7): its
+// start-up GC deletes gateways of deleted Vpcs and exits when that fails, it removes its own
+// finalizers, and it updates Services with full Updates. The registration excludes it too
+// (matchConditions); this holds where an older registration does not.
+func (h *Handlers) exemptKubeOVN(next admission.HandlerFunc) admission.HandlerFunc {
+	return func(ctx context.Context, req admission.Request) admission.Response {
+		if h.KubeOVNUser != "" && req.UserInfo.Username == h.KubeOVNUser {
+			return admission.Allowed("kube-ovn-controller's own operation")
+		}
+		return next(ctx, req)
+	}
 }
 
 func verdict(problems []string) admission.Response {
@@ -123,7 +143,17 @@ func (h *Handlers) Service(ctx context.Context, req admission.Request) admission
 			old = &oldSvc
 		}
 	}
-	if problems := ValidateService(old, &svc); len(problems) > 0 {
+	var subnets []kubeovnv1.Subnet
+	if name, ok := svc.Annotations[model.AnnotationExternalIPFromSubnet]; ok && name != "" && svc.Annotations[model.AnnotationGateway] != "" {
+		var sub kubeovnv1.Subnet
+		switch err := h.Reader.Get(ctx, client.ObjectKey{Name: name}, &sub); {
+		case err == nil:
+			subnets = append(subnets, sub)
+		case !apierrors.IsNotFound(err):
+			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading Subnet %s: %w", name, err))
+		}
+	}
+	if problems := ValidateService(old, &svc, subnets...); len(problems) > 0 {
 		return verdict(problems)
 	}
 	gateway, eipName, ok := NeedsClaimCheck(old, &svc)
@@ -167,6 +197,21 @@ func (h *Handlers) Record(_ context.Context, req admission.Request) admission.Re
 	return verdict(ValidateRecordWrite(req.Operation, req.UserInfo.Username, h.ControllerUser, o, n))
 }
 
+// ServiceRecord admits writes of vpcgw.io ServiceRecords (SPEC W4): only the controller's.
+func (h *Handlers) ServiceRecord(_ context.Context, req admission.Request) admission.Response {
+	var rec vpcgwv1alpha1.ServiceRecord
+	raw := req.Object
+	if req.Operation == admissionv1.Delete || len(raw.Raw) == 0 {
+		raw = req.OldObject
+	}
+	if len(raw.Raw) > 0 {
+		if err := h.decoder.DecodeRaw(raw, &rec); err != nil {
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the ServiceRecord: %w", err))
+		}
+	}
+	return verdict(ValidateServiceRecordWrite(req.Operation, req.UserInfo.Username, h.ControllerUser, req.Name, rec.Labels))
+}
+
 // EIP admits IptablesEIP deletes (SPEC W5).
 func (h *Handlers) EIP(ctx context.Context, req admission.Request) admission.Response {
 	if req.Operation != admissionv1.Delete {
@@ -182,7 +227,11 @@ func (h *Handlers) EIP(ctx context.Context, req admission.Request) admission.Res
 	if err := h.Reader.List(ctx, &records, client.MatchingLabels{model.LabelEIPUID: string(eip.UID)}); err != nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("listing records of IptablesEIP %s: %w", eip.Name, err))
 	}
-	return verdict(ValidateEIPDelete(&eip, records.Items))
+	var srs vpcgwv1alpha1.ServiceRecordList
+	if err := h.Reader.List(ctx, &srs, client.MatchingLabels{model.LabelEIPUID: string(eip.UID)}); err != nil {
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("listing ServiceRecords of IptablesEIP %s: %w", eip.Name, err))
+	}
+	return verdict(ValidateEIPDelete(&eip, records.Items, srs.Items...))
 }
 
 // Gateway admits VpcNatGateway deletes (SPEC W6).
@@ -199,5 +248,9 @@ func (h *Handlers) Gateway(ctx context.Context, req admission.Request) admission
 	if err := h.Reader.List(ctx, &records, client.MatchingLabels{model.LabelGateway: name}); err != nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("listing records of VpcNatGateway %s: %w", name, err))
 	}
-	return verdict(ValidateGatewayDelete(name, services.Items, records.Items))
+	var srs vpcgwv1alpha1.ServiceRecordList
+	if err := h.Reader.List(ctx, &srs, client.MatchingLabels{model.LabelGateway: name}); err != nil {
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("listing ServiceRecords of VpcNatGateway %s: %w", name, err))
+	}
+	return verdict(ValidateGatewayDelete(name, services.Items, records.Items, srs.Items...))
 }

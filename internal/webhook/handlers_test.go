@@ -15,12 +15,14 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/model"
 )
@@ -99,7 +101,7 @@ func TestServiceHandler(t *testing.T) {
 func TestRecordHandler(t *testing.T) {
 	h := newTestHandlers(t)
 	ctx := context.Background()
-	share := rule("lb-web-0123456789ab", kubeovnv1.DnatRuleTypeShare, map[string]string{model.LabelRecordName: "web"})
+	share := rule("lb-web-0123456789ab", kubeovnv1.DnatRuleTypeShare, map[string]string{model.LabelRecordName: "web", model.LabelRecord: "true", model.LabelRecordUID: "uid-web"})
 	excl := rule("e1", kubeovnv1.DnatRuleTypeExclusive, nil)
 	for _, op := range []admissionv1.Operation{admissionv1.Create, admissionv1.Update, admissionv1.Delete} {
 		var old, obj runtime.Object = share, share
@@ -110,7 +112,7 @@ func TestRecordHandler(t *testing.T) {
 			obj = nil
 		}
 		expect(t, h.Record(ctx, request(t, op, ctrlUser, share.Name, old, obj)), true, "")
-		expect(t, h.Record(ctx, request(t, op, "alice", share.Name, old, obj)), false, "controller-owned accounting records")
+		expect(t, h.Record(ctx, request(t, op, "alice", share.Name, old, obj)), false, "controller-owned accounting record")
 		var eold, eobj runtime.Object = excl, excl
 		if op == admissionv1.Create {
 			eold = nil
@@ -135,4 +137,80 @@ func TestDeleteHandlers(t *testing.T) {
 	gw2 := gw.DeepCopy()
 	gw2.Name = "gw2"
 	expect(t, h.Gateway(ctx, request(t, admissionv1.Delete, "alice", "gw2", gw2, nil)), true, "")
+}
+
+// covers: K7
+// kube-ovn-controller's own requests are admitted whatever vpcgw would say: its start-up GC deletes
+// the gateways of deleted Vpcs (and exits when that fails), it updates Services.
+func TestKubeOVNExempt(t *testing.T) {
+	const kubeOVN = "system:serviceaccount:kube-system:ovn"
+	bound := svc("web", corev1.ServiceTypeLoadBalancer, a(gwAnn, "gw1", eipAnn, "eip1"))
+	h := newTestHandlers(t, bound)
+	h.KubeOVNUser = kubeOVN
+	ctx := context.Background()
+	gwDelete := func(user string) admission.Request {
+		r := request(t, admissionv1.Delete, user, "gw1", nil, nil)
+		return r
+	}
+	expect(t, h.exemptKubeOVN(h.Gateway)(ctx, gwDelete("alice")), false, "still serves Service")
+	expect(t, h.exemptKubeOVN(h.Gateway)(ctx, gwDelete(kubeOVN)), true, "")
+	// Its full Update adding service_external_ip_from_subnet, whatever the Subnet says.
+	updated := bound.DeepCopy()
+	updated.Annotations[model.AnnotationExternalIPFromSubnet] = "elsewhere"
+	expect(t, h.exemptKubeOVN(h.Service)(ctx, request(t, admissionv1.Update, "alice", "web", bound, updated)), false, "mutually exclusive")
+	expect(t, h.exemptKubeOVN(h.Service)(ctx, request(t, admissionv1.Update, kubeOVN, "web", bound, updated)), true, "")
+	// Without the setting nobody is exempt.
+	h.KubeOVNUser = ""
+	expect(t, h.exemptKubeOVN(h.Gateway)(ctx, gwDelete(kubeOVN)), false, "still serves Service")
+}
+
+// covers: K4, S6
+// The annotation kube-ovn writes on vpcgw's own ingress (the EIP's Subnet) is admitted, from anyone
+// (kube-ovn's identity may differ from the configured one); another Subnet is S6's second address.
+func TestServiceSubnetAnnotation(t *testing.T) {
+	external := &kubeovnv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: "ovn-vpc-external-network"}, Spec: kubeovnv1.SubnetSpec{CIDRBlock: "172.18.0.0/24"}}
+	other := &kubeovnv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere"}, Spec: kubeovnv1.SubnetSpec{CIDRBlock: "192.168.5.0/24"}}
+	served := svc("web", corev1.ServiceTypeLoadBalancer, a(gwAnn, "gw1", eipAnn, "eip1"))
+	served.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "172.18.0.10"}}
+	h := newTestHandlers(t, external, other, eipObj("eip1", "gw1"))
+	ctx := context.Background()
+	for subnet, allowed := range map[string]bool{"ovn-vpc-external-network": true, "elsewhere": false, "missing": false} {
+		u := served.DeepCopy()
+		u.Annotations[model.AnnotationExternalIPFromSubnet] = subnet
+		frag := ""
+		if !allowed {
+			frag = "mutually exclusive"
+		}
+		expect(t, h.Service(ctx, request(t, admissionv1.Update, "kube-ovn", "web", served, u)), allowed, frag)
+	}
+	// Without an ingress there is nothing kube-ovn could have derived it from.
+	bare := svc("web", corev1.ServiceTypeLoadBalancer, a(gwAnn, "gw1", eipAnn, "eip1"))
+	u := bare.DeepCopy()
+	u.Annotations[model.AnnotationExternalIPFromSubnet] = "ovn-vpc-external-network"
+	expect(t, h.Service(ctx, request(t, admissionv1.Update, "alice", "web", bare, u)), false, "mutually exclusive")
+}
+
+// covers: W4, W5, R6
+func TestServiceRecordHandlers(t *testing.T) {
+	rec := &vpcgwv1alpha1.ServiceRecord{ObjectMeta: metav1.ObjectMeta{Name: "lb-web-0123456789ab", Labels: map[string]string{
+		model.LabelRecord: "true", model.LabelRecordUID: "uid-web", model.LabelRecordNamespace: "ns", model.LabelRecordName: "web",
+		model.LabelGateway: "gw1", model.LabelEIPUID: "uid-eip1",
+	}}}
+	e := eipObj("eip1", "gw1")
+	e.UID = "uid-eip1"
+	h := newTestHandlers(t, rec, e)
+	ctx := context.Background()
+	for _, op := range []admissionv1.Operation{admissionv1.Create, admissionv1.Update, admissionv1.Delete} {
+		var old, obj runtime.Object = rec, rec
+		if op == admissionv1.Create {
+			old = nil
+		}
+		if op == admissionv1.Delete {
+			obj = nil
+		}
+		expect(t, h.ServiceRecord(ctx, request(t, op, ctrlUser, rec.Name, old, obj)), true, "")
+		expect(t, h.ServiceRecord(ctx, request(t, op, "alice", rec.Name, old, obj)), false, "kubectl get servicerecords -l ovn.kubernetes.io/nftable-lb-svc-name=web")
+	}
+	expect(t, h.EIP(ctx, request(t, admissionv1.Delete, "alice", "eip1", e, nil)), false, "in use by Service ns/web")
+	expect(t, h.Gateway(ctx, request(t, admissionv1.Delete, "alice", "gw1", nil, nil)), false, "still serves Service ns/web")
 }

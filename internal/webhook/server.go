@@ -24,12 +24,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/model"
 )
 
 // DefaultControllerUser is the controller's service account user name in deploy/.
 const DefaultControllerUser = "system:serviceaccount:kube-system:vpcgw-controller"
+
+// DefaultKubeOVNUser is kube-ovn-controller's service account user name in kube-ovn's own install
+// (service account ovn in kube-system).
+const DefaultKubeOVNUser = "system:serviceaccount:kube-system:ovn"
 
 // Options configure one webhook server process.
 type Options struct {
@@ -40,6 +45,9 @@ type Options struct {
 	CertDir string
 	// ControllerUser is the user name of the controller's identity (W4). Required.
 	ControllerUser string
+	// KubeOVNUser is kube-ovn-controller's user name: its requests are always admitted (SPEC K7:
+	// its garbage collection, finalizer removals and Service updates are never blocked).
+	KubeOVNUser string
 	// HealthAddr and MetricsAddr are listen addresses; "0" or "" turns the server off.
 	HealthAddr  string
 	MetricsAddr string
@@ -79,7 +87,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, opts Options, log logr.Lo
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
-	if err := Setup(ctx, mgr, opts.ControllerUser); err != nil {
+	if err := Setup(ctx, mgr, opts); err != nil {
 		return nil, err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -96,16 +104,18 @@ func NewManager(ctx context.Context, cfg *rest.Config, opts Options, log logr.Lo
 
 // Setup registers the indexes, starts the informers the handlers read (so that the first
 // request does not wait for a list) and registers the handlers on the manager's webhook server.
-func Setup(ctx context.Context, mgr manager.Manager, controllerUser string) error {
+func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	if err := IndexFields(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	for _, obj := range []client.Object{&corev1.Service{}, &kubeovnv1.IptablesEIP{}, &kubeovnv1.IptablesDnatRule{}} {
+	for _, obj := range []client.Object{&corev1.Service{}, &kubeovnv1.IptablesEIP{}, &kubeovnv1.IptablesDnatRule{}, &vpcgwv1alpha1.ServiceRecord{}, &kubeovnv1.Subnet{}} {
 		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
 			return fmt.Errorf("informer for %T: %w", obj, err)
 		}
 	}
-	NewHandlers(mgr.GetCache(), mgr.GetScheme(), controllerUser).Register(mgr.GetWebhookServer())
+	h := NewHandlers(mgr.GetCache(), mgr.GetScheme(), opts.ControllerUser)
+	h.KubeOVNUser = opts.KubeOVNUser
+	h.Register(mgr.GetWebhookServer())
 	return nil
 }
 
@@ -135,7 +145,9 @@ func Main(ctx context.Context, args []string) error {
 	fs.StringVar(&opts.Host, "host", "", "address to listen on (empty: all)")
 	fs.IntVar(&opts.Port, "port", webhook.DefaultPort, "HTTPS port")
 	fs.StringVar(&opts.ControllerUser, "controller-user", DefaultControllerUser,
-		"user name of the controller's identity: the only user that may write share IptablesDnatRules (SPEC W4)")
+		"user name of the controller's identity: the only user that may write Service records (SPEC W4)")
+	fs.StringVar(&opts.KubeOVNUser, "kube-ovn-user", DefaultKubeOVNUser,
+		"user name of kube-ovn-controller's identity: its requests are always admitted (SPEC K7); empty: none")
 	fs.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", `health probe listen address ("0" turns it off)`)
 	fs.StringVar(&opts.MetricsAddr, "metrics-bind-address", "0", `metrics listen address ("0" turns it off)`)
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: in-cluster or $KUBECONFIG)")
@@ -161,6 +173,6 @@ func Main(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	log.Info("starting webhook", "port", opts.Port, "certDir", opts.CertDir, "controllerUser", opts.ControllerUser)
+	log.Info("starting webhook", "port", opts.Port, "certDir", opts.CertDir, "controllerUser", opts.ControllerUser, "kubeOVNUser", opts.KubeOVNUser)
 	return mgr.Start(ctx)
 }

@@ -13,6 +13,7 @@ package webhook
 import (
 	"cmp"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 	"github.com/vpcgw/vpcgw/internal/model"
 )
 
@@ -64,7 +66,11 @@ func bindingOf(svc *corev1.Service) serviceBinding {
 //     gateway annotation together with service_external_ip_from_subnet when the old Service did
 //     not already have both (S6); a LoadBalancer Service that enters the mode (gets the gateway
 //     annotation) without the EIP annotation (S2).
-func ValidateService(old, svc *corev1.Service) []string {
+//
+// subnets are the Subnets the handler read for service_external_ip_from_subnet (SPEC K4): the
+// annotation is admitted beside the gateway annotation when it names one of them that holds every
+// address of the Service's ingress, as kube-ovn-controller writes it for vpcgw's own EIP ingress.
+func ValidateService(old, svc *corev1.Service, subnets ...kubeovnv1.Subnet) []string {
 	o, n := bindingOf(old), bindingOf(svc)
 	if old != nil && o == n {
 		return nil
@@ -86,7 +92,7 @@ func ValidateService(old, svc *corev1.Service) []string {
 	if n.eip != "" && n.eip != o.eip {
 		problems = append(problems, nameProblems(model.AnnotationEIP, "IptablesEIP", n.eip)...)
 	}
-	if n.gateway != "" && n.fromSubnet && (o.gateway == "" || !o.fromSubnet) {
+	if n.gateway != "" && n.fromSubnet && (o.gateway == "" || !o.fromSubnet) && !ingressInSubnet(svc, n.fromSubnetText, subnets) {
 		problems = append(problems, fmt.Sprintf("annotations %s and %s are mutually exclusive (a Service must not publish two ingress addresses): remove one",
 			model.AnnotationGateway, model.AnnotationExternalIPFromSubnet))
 	}
@@ -95,6 +101,40 @@ func ValidateService(old, svc *corev1.Service) []string {
 			model.AnnotationGateway, n.gateway, model.AnnotationEIP))
 	}
 	return problems
+}
+
+// ingressInSubnet reports whether the Service has ingress addresses and every one lies in the
+// Subnet named name (one of subnets).
+func ingressInSubnet(svc *corev1.Service, name string, subnets []kubeovnv1.Subnet) bool {
+	ing := svc.Status.LoadBalancer.Ingress
+	if len(ing) == 0 {
+		return false
+	}
+	for i := range subnets {
+		if subnets[i].Name != name {
+			continue
+		}
+		for _, in := range ing {
+			if !cidrsHold(subnets[i].Spec.CIDRBlock, in.IP) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+func cidrsHold(cidrs, addr string) bool {
+	ip, err := netip.ParseAddr(addr)
+	if err != nil {
+		return false
+	}
+	for _, c := range strings.Split(cidrs, ",") {
+		if p, err := netip.ParsePrefix(strings.TrimSpace(c)); err == nil && p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 func nameProblems(annotation, kind, value string) []string {
@@ -193,26 +233,41 @@ func holdsPort(svc *corev1.Service, port int32, proto corev1.Protocol) bool {
 }
 
 // ValidateRecordWrite applies SPEC W4 to a create (old == nil), update, or delete (obj == nil)
-// of an IptablesDnatRule by user. Share rules are vpcgw's controller-owned accounting records
-// (R4): only controllerUser may write or delete them. Exclusive rules are not affected. spec.type
-// never changes, for anyone (the CRD's CEL rule says so too; this is the same rule, checked again).
+// of an IptablesDnatRule by user. Rules carrying the record label (on either side of an update:
+// forging one and unmarking one alike) are vpcgw's controller-owned accounting records (R4): only
+// controllerUser may write or delete them. Every other rule, kube-ovn's own share rules included,
+// is not vpcgw's business (SPEC W4, K8): kube-ovn v1.16.2's CRD prunes spec.type, so the type
+// cannot tell records apart.
 func ValidateRecordWrite(op admissionv1.Operation, user, controllerUser string, old, obj *kubeovnv1.IptablesDnatRule) []string {
-	if old != nil && obj != nil && old.Spec.Type != obj.Spec.Type {
-		return []string{fmt.Sprintf("IptablesDnatRule %s: spec.type cannot change from %q to %q: delete and recreate the rule to change it",
-			obj.Name, old.Spec.Type, obj.Spec.Type)}
-	}
-	r := cmp.Or(obj, old) // on update both have the same type
-	if r == nil || r.Spec.Type != kubeovnv1.DnatRuleTypeShare {
+	var r *kubeovnv1.IptablesDnatRule
+	switch {
+	case obj != nil && model.IsRecord(obj):
+		r = obj
+	case old != nil && model.IsRecord(old):
+		r = old
+	default:
 		return nil
 	}
 	if controllerUser != "" && user == controllerUser {
 		return nil
 	}
 	svc := cmp.Or(r.Labels[model.LabelRecordName], "<svc>")
-	return []string{fmt.Sprintf("IptablesDnatRule %s has spec.type share: share rules are controller-owned accounting records of Services; "+
-		"only the vpcgw controller (%s) may %s them, not %q. Change the Service instead (the controller keeps its records in step), "+
+	return []string{fmt.Sprintf("IptablesDnatRule %s carries label %s=true: it is a controller-owned accounting record of a Service; "+
+		"only the vpcgw controller (%s) may %s it, not %q. Change the Service instead (the controller keeps its records in step), "+
 		"and inspect a Service's records with: kubectl get iptables-dnat-rules -l %s=%s",
-		r.Name, controllerUser, verb(op), user, model.LabelRecordName, svc)}
+		r.Name, model.LabelRecord, controllerUser, verb(op), user, model.LabelRecordName, svc)}
+}
+
+// ValidateServiceRecordWrite applies SPEC W4 to a write of a ServiceRecord (vpcgw.io): every one
+// is controller-owned, so only controllerUser may create, update or delete it.
+func ValidateServiceRecordWrite(op admissionv1.Operation, user, controllerUser, name string, labels map[string]string) []string {
+	if controllerUser != "" && user == controllerUser {
+		return nil
+	}
+	svc := cmp.Or(labels[model.LabelRecordName], "<svc>")
+	return []string{fmt.Sprintf("ServiceRecord %s is a controller-owned accounting record of a Service: only the vpcgw controller (%s) may %s it, not %q. "+
+		"Change the Service instead (the controller keeps its record in step), and inspect a Service's record with: kubectl get servicerecords -l %s=%s",
+		name, controllerUser, verb(op), user, model.LabelRecordName, svc)}
 }
 
 func verb(op admissionv1.Operation) string {
@@ -238,42 +293,65 @@ func nameList(names []string) string {
 	return strings.Join(names, ", ")
 }
 
-func recordOwner(r *kubeovnv1.IptablesDnatRule) string {
-	ns, name := r.Labels[model.LabelRecordNamespace], r.Labels[model.LabelRecordName]
+// claim is what the delete rules read of a record of either form: its labels and whether it is
+// being deleted.
+type claim struct {
+	labels   map[string]string
+	deleting bool
+	name     string
+}
+
+func claimsOf(records []kubeovnv1.IptablesDnatRule, serviceRecords []vpcgwv1alpha1.ServiceRecord) []claim {
+	out := make([]claim, 0, len(records)+len(serviceRecords))
+	for i := range records {
+		if r := &records[i]; model.IsRecord(r) {
+			out = append(out, claim{r.Labels, r.DeletionTimestamp != nil, r.Name})
+		}
+	}
+	for i := range serviceRecords {
+		if r := &serviceRecords[i]; model.IsServiceRecord(r) {
+			out = append(out, claim{r.Labels, r.DeletionTimestamp != nil, r.Name})
+		}
+	}
+	return out
+}
+
+func (c claim) owner() string {
+	ns, name := c.labels[model.LabelRecordNamespace], c.labels[model.LabelRecordName]
 	if name == "" {
-		return "record " + r.Name
+		return "record " + c.name
 	}
 	return ns + "/" + name
 }
 
-// ValidateEIPDelete applies SPEC W5: an IptablesEIP cannot be deleted while a Service record
-// (a share rule labelled ovn.kubernetes.io/nftable-lb-svc-record=true with an owner UID, not
-// being deleted) claims it by label ovn.kubernetes.io/eip_uid = the EIP's UID. records may hold
-// any rules; the validator picks the claims.
-func ValidateEIPDelete(eip *kubeovnv1.IptablesEIP, records []kubeovnv1.IptablesDnatRule) []string {
+// ValidateEIPDelete applies SPEC W5: an IptablesEIP cannot be deleted while a Service record of
+// either ledger form (labelled ovn.kubernetes.io/nftable-lb-svc-record=true with an owner UID, not
+// being deleted) claims it by label ovn.kubernetes.io/eip_uid = the EIP's UID. The records may
+// hold anything; the validator picks the claims.
+func ValidateEIPDelete(eip *kubeovnv1.IptablesEIP, records []kubeovnv1.IptablesDnatRule, serviceRecords ...vpcgwv1alpha1.ServiceRecord) []string {
 	if eip == nil || eip.UID == "" {
 		return nil
 	}
 	var users []string
-	for i := range records {
-		r := &records[i]
-		if model.IsRecord(r) && r.DeletionTimestamp == nil && r.Labels[model.LabelEIPUID] == string(eip.UID) {
-			users = append(users, recordOwner(r))
+	for _, c := range claimsOf(records, serviceRecords) {
+		if !c.deleting && c.labels[model.LabelEIPUID] == string(eip.UID) {
+			users = append(users, c.owner())
 		}
 	}
 	if len(users) == 0 {
 		return nil
 	}
 	return []string{fmt.Sprintf("IptablesEIP %s is in use by Service %s: delete the Service or remove its %s annotation first "+
-		"(kubectl get iptables-dnat-rules -l %s=%s lists the claims)",
+		"(kubectl get servicerecords -l %s=%s lists the claims)",
 		eip.Name, nameList(users), model.AnnotationEIP, model.LabelEIPUID, eip.UID)}
 }
 
 // ValidateGatewayDelete applies SPEC W6: a VpcNatGateway cannot be deleted while Services are
 // bound to it through an EIP or a ClusterIP: Services annotated with the gateway that are not
-// being deleted, and the owners of records labelled ovn.kubernetes.io/vpc-nat-gw-name=<gateway>.
-// services and records may hold anything; the validator picks the bindings.
-func ValidateGatewayDelete(gateway string, services []corev1.Service, records []kubeovnv1.IptablesDnatRule) []string {
+// being deleted, and the owners of records (either form) labelled
+// ovn.kubernetes.io/vpc-nat-gw-name=<gateway>. services and records may hold anything; the
+// validator picks the bindings.
+func ValidateGatewayDelete(gateway string, services []corev1.Service, records []kubeovnv1.IptablesDnatRule, serviceRecords ...vpcgwv1alpha1.ServiceRecord) []string {
 	var bound []string
 	for i := range services {
 		s := &services[i]
@@ -281,10 +359,9 @@ func ValidateGatewayDelete(gateway string, services []corev1.Service, records []
 			bound = append(bound, s.Namespace+"/"+s.Name)
 		}
 	}
-	for i := range records {
-		r := &records[i]
-		if model.IsRecord(r) && r.DeletionTimestamp == nil && r.Labels[model.LabelGateway] == gateway {
-			bound = append(bound, recordOwner(r))
+	for _, c := range claimsOf(records, serviceRecords) {
+		if !c.deleting && c.labels[model.LabelGateway] == gateway {
+			bound = append(bound, c.owner())
 		}
 	}
 	if gateway == "" || len(bound) == 0 {

@@ -252,17 +252,23 @@ func rule(name string, typ kubeovnv1.DnatRuleType, labels map[string]string) *ku
 	}
 }
 
+// covers: W4, K8
 func TestValidateRecordWrite(t *testing.T) {
-	share := rule("lb-web-0123456789ab", kubeovnv1.DnatRuleTypeShare, map[string]string{model.LabelRecordName: "web", model.LabelRecordNamespace: "ns"})
-	bare := rule("s1", kubeovnv1.DnatRuleTypeShare, nil)
+	recLabels := map[string]string{model.LabelRecordName: "web", model.LabelRecordNamespace: "ns", model.LabelRecord: "true", model.LabelRecordUID: "uid-web"}
+	rec := rule("lb-web-0123456789ab", kubeovnv1.DnatRuleTypeShare, recLabels)
+	// kube-ovn v1.16.2's CRD prunes spec.type: a record without it is still a record.
+	pruned := rule("lb-web-0123456789ab", "", recLabels)
+	kubeOVNShare := rule("s1", kubeovnv1.DnatRuleTypeShare, nil) // a user's own share rule (kube-ovn master)
 	excl := rule("e1", kubeovnv1.DnatRuleTypeExclusive, nil)
-	edited := share.DeepCopy()
+	edited := rec.DeepCopy()
 	edited.Spec.InternalIP = "10.0.1.11"
-	toExcl := share.DeepCopy()
-	toExcl.Spec.Type = kubeovnv1.DnatRuleTypeExclusive
+	unmarked := rec.DeepCopy()
+	unmarked.Labels = map[string]string{model.LabelRecordName: "web"}
+	forged := excl.DeepCopy()
+	forged.Labels = recLabels
 	denied := func(name, verb, user, svc string) []string {
-		return []string{"IptablesDnatRule " + name + " has spec.type share: share rules are controller-owned accounting records of Services; " +
-			"only the vpcgw controller (" + ctrlUser + ") may " + verb + " them, not \"" + user + "\". Change the Service instead (the controller keeps its records in step), " +
+		return []string{"IptablesDnatRule " + name + " carries label " + model.LabelRecord + "=true: it is a controller-owned accounting record of a Service; " +
+			"only the vpcgw controller (" + ctrlUser + ") may " + verb + " it, not \"" + user + "\". Change the Service instead (the controller keeps its records in step), " +
 			"and inspect a Service's records with: kubectl get iptables-dnat-rules -l ovn.kubernetes.io/nftable-lb-svc-name=" + svc}
 	}
 	cases := []struct {
@@ -272,21 +278,21 @@ func TestValidateRecordWrite(t *testing.T) {
 		old, new *kubeovnv1.IptablesDnatRule
 		want     []string
 	}{
-		{"controller creates", admissionv1.Create, ctrlUser, nil, share, nil},
-		{"controller updates", admissionv1.Update, ctrlUser, share, edited, nil},
-		{"controller deletes", admissionv1.Delete, ctrlUser, share, nil, nil},
-		{"user creates", admissionv1.Create, "alice", nil, share, denied(share.Name, "create", "alice", "web")},
-		{"user creates an unlabelled share rule", admissionv1.Create, "alice", nil, bare, denied("s1", "create", "alice", "<svc>")},
-		{"user updates", admissionv1.Update, "alice", share, edited, denied(share.Name, "update", "alice", "web")},
-		{"user deletes", admissionv1.Delete, "alice", share, nil, denied(share.Name, "delete", "alice", "web")},
-		{"system:masters user is not the controller", admissionv1.Delete, "kubernetes-admin", share, nil, denied(share.Name, "delete", "kubernetes-admin", "web")},
+		{"controller creates", admissionv1.Create, ctrlUser, nil, rec, nil},
+		{"controller updates", admissionv1.Update, ctrlUser, rec, edited, nil},
+		{"controller deletes", admissionv1.Delete, ctrlUser, rec, nil, nil},
+		{"user creates", admissionv1.Create, "alice", nil, rec, denied(rec.Name, "create", "alice", "web")},
+		{"user creates a record without spec.type", admissionv1.Create, "alice", nil, pruned, denied(rec.Name, "create", "alice", "web")},
+		{"user updates", admissionv1.Update, "alice", rec, edited, denied(rec.Name, "update", "alice", "web")},
+		{"user removes the record label", admissionv1.Update, "alice", rec, unmarked, denied(rec.Name, "update", "alice", "web")},
+		{"user forges a record", admissionv1.Update, "alice", excl, forged, denied("e1", "update", "alice", "web")},
+		{"user deletes", admissionv1.Delete, "alice", rec, nil, denied(rec.Name, "delete", "alice", "web")},
+		{"system:masters user is not the controller", admissionv1.Delete, "kubernetes-admin", rec, nil, denied(rec.Name, "delete", "kubernetes-admin", "web")},
+		{"a user's own share rule", admissionv1.Create, "alice", nil, kubeOVNShare, nil},
+		{"a user's own share rule deleted", admissionv1.Delete, "alice", kubeOVNShare, nil, nil},
 		{"exclusive create", admissionv1.Create, "alice", nil, excl, nil},
 		{"exclusive update", admissionv1.Update, "alice", excl, excl, nil},
 		{"exclusive delete", admissionv1.Delete, "alice", excl, nil, nil},
-		{"type change by the controller", admissionv1.Update, ctrlUser, share, toExcl, []string{
-			`IptablesDnatRule lb-web-0123456789ab: spec.type cannot change from "share" to "exclusive": delete and recreate the rule to change it`}},
-		{"type change to share", admissionv1.Update, "alice", excl, with2(excl, kubeovnv1.DnatRuleTypeShare), []string{
-			`IptablesDnatRule e1: spec.type cannot change from "exclusive" to "share": delete and recreate the rule to change it`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -296,15 +302,24 @@ func TestValidateRecordWrite(t *testing.T) {
 		})
 	}
 	// Without a controller identity nobody may write records (Main refuses to start that way).
-	if got := ValidateRecordWrite(admissionv1.Create, "", "", nil, share); len(got) != 1 {
+	if got := ValidateRecordWrite(admissionv1.Create, "", "", nil, rec); len(got) != 1 {
 		t.Errorf("empty controller user admitted an empty user: %q", got)
 	}
 }
 
-func with2(r *kubeovnv1.IptablesDnatRule, typ kubeovnv1.DnatRuleType) *kubeovnv1.IptablesDnatRule {
-	c := r.DeepCopy()
-	c.Spec.Type = typ
-	return c
+// covers: W4, R6
+func TestValidateServiceRecordWrite(t *testing.T) {
+	labels := map[string]string{model.LabelRecordName: "web"}
+	if got := ValidateServiceRecordWrite(admissionv1.Update, ctrlUser, ctrlUser, "lb-web-0123456789ab", labels); got != nil {
+		t.Errorf("the controller's write denied: %q", got)
+	}
+	for _, op := range []admissionv1.Operation{admissionv1.Create, admissionv1.Update, admissionv1.Delete} {
+		got := ValidateServiceRecordWrite(op, "alice", ctrlUser, "lb-web-0123456789ab", labels)
+		if len(got) != 1 || !strings.Contains(got[0], "only the vpcgw controller") || !strings.Contains(got[0], verb(op)+" it") ||
+			!strings.Contains(got[0], "kubectl get servicerecords -l ovn.kubernetes.io/nftable-lb-svc-name=web") {
+			t.Errorf("%s by a user: %q", op, got)
+		}
+	}
 }
 
 func record(name, ns, svcName, gw, eipUID string) kubeovnv1.IptablesDnatRule {
@@ -337,7 +352,7 @@ func TestValidateEIPDelete(t *testing.T) {
 		{"claimed", []kubeovnv1.IptablesDnatRule{
 			record("r1", "ns", "web", "gw1", "uid-eip1"), record("r2", "ns", "web", "gw1", "uid-eip1"), record("r3", "a", "dns", "gw1", "uid-eip1")},
 			[]string{"IptablesEIP eip1 is in use by Service a/dns, ns/web: delete the Service or remove its ovn.kubernetes.io/eip annotation first " +
-				"(kubectl get iptables-dnat-rules -l ovn.kubernetes.io/eip_uid=uid-eip1 lists the claims)"}},
+				"(kubectl get servicerecords -l ovn.kubernetes.io/eip_uid=uid-eip1 lists the claims)"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
