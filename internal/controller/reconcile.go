@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -16,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
@@ -266,25 +266,32 @@ func transportInstances(gp *model.GatewayPlan) []transport.Instance {
 	return out
 }
 
+// patchFinalizer adds or removes the finalizer with a strategic merge patch that names only that
+// finalizer and carries no resourceVersion: it never conflicts with kube-ovn-controller's full
+// Service updates (SPEC K4), and leaves other finalizers alone.
 func (r *GatewayReconciler) patchFinalizer(ctx context.Context, sp *model.ServicePlan, add bool) error {
 	var svc corev1.Service
 	if err := r.Client.Get(ctx, sp.Key, &svc); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	if svc.UID != sp.UID {
+	if svc.UID != sp.UID || slices.Contains(svc.Finalizers, model.Finalizer) == add {
 		return nil
 	}
-	patch := client.MergeFromWithOptions(svc.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	changed := false
+	// The UID in the patch makes the API server refuse it for a Service recreated meanwhile.
+	meta := map[string]any{"uid": string(sp.UID)}
 	if add {
-		changed = controllerutil.AddFinalizer(&svc, model.Finalizer)
+		meta["finalizers"] = []string{model.Finalizer}
 	} else {
-		changed = controllerutil.RemoveFinalizer(&svc, model.Finalizer)
+		meta["$deleteFromPrimitiveList/finalizers"] = []string{model.Finalizer}
 	}
-	if !changed {
-		return nil
+	data, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return err
 	}
-	if err := r.Client.Patch(ctx, &svc, patch); err != nil {
+	if err := r.Client.Patch(ctx, &svc, client.RawPatch(types.StrategicMergePatchType, data)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
 		return fmt.Errorf("service %s: finalizer: %w", sp.Key, err)
 	}
 	r.Log.Info("finalizer "+map[bool]string{true: "added", false: "released"}[add], "service", sp.Key)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -33,12 +34,43 @@ type Process struct {
 	output bytes.Buffer
 }
 
+// EndpointSliceControllers are the controllers Start runs: EndpointSlices (with mirroring) only.
+var EndpointSliceControllers = []string{"endpointslice-controller", "endpointslice-mirroring-controller"}
+
+// WorkloadControllers are the controllers a cluster runs for workloads such as kube-ovn's VPC NAT
+// gateway StatefulSets: the workload controllers, EndpointSlices (with mirroring), the garbage
+// collector (owner references: a deleted StatefulSet takes its Pods) and the namespace controller
+// (a deleted namespace is emptied and goes away).
+var WorkloadControllers = []string{
+	"statefulset-controller", "replicaset-controller", "deployment-controller",
+	"endpointslice-controller", "endpointslice-mirroring-controller",
+	"garbage-collector-controller", "namespace-controller",
+}
+
+// Options says which controllers StartWith runs.
+type Options struct {
+	// Controllers are kube-controller-manager's controller names (--controllers); empty means
+	// EndpointSliceControllers.
+	Controllers []string
+}
+
 // Start runs <assetsDir>/kube-controller-manager with the EndpointSlice and EndpointSlice
 // mirroring controllers only, against the API server of kubeconfig (written to dir).
 func Start(assetsDir string, kubeconfig []byte, dir string) (*Process, error) {
+	return StartWith(assetsDir, kubeconfig, dir, Options{})
+}
+
+// StartWith runs <assetsDir>/kube-controller-manager with the controllers of opts, against the
+// API server of kubeconfig (written to dir). It serves nothing (--secure-port=0) and runs without
+// leader election, so several can run side by side against different API servers.
+func StartWith(assetsDir string, kubeconfig []byte, dir string, opts Options) (*Process, error) {
 	bin := filepath.Join(assetsDir, Binary)
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("%s not found in %s (hack/tools/build-assets.sh builds it): %w", Binary, assetsDir, err)
+	}
+	controllers := opts.Controllers
+	if len(controllers) == 0 {
+		controllers = EndpointSliceControllers
 	}
 	kc := filepath.Join(dir, "kcm.kubeconfig")
 	if err := os.WriteFile(kc, kubeconfig, 0o600); err != nil {
@@ -47,7 +79,7 @@ func Start(assetsDir string, kubeconfig []byte, dir string) (*Process, error) {
 	p := &Process{done: make(chan struct{})}
 	p.cmd = exec.Command(bin,
 		"--kubeconfig="+kc,
-		"--controllers=endpointslice-controller,endpointslice-mirroring-controller",
+		"--controllers="+strings.Join(controllers, ","),
 		"--leader-elect=false",
 		"--secure-port=0",
 		"--use-service-account-credentials=false",

@@ -1,0 +1,271 @@
+// Package kubeovnrun runs the real kube-ovn-controller v1.16.2 beside a local API server, as a
+// cluster runs it: OVN NB and SB ovsdb-servers created from kube-ovn's own schemas with
+// ovn-northd between them, the objects a kube-ovn install puts in the API server (CRDs,
+// ConfigMaps, the external network's NetworkAttachmentDefinition, a Node and its SB Chassis), and
+// the controller process itself with the start-up fixes of the interop reference (§4).
+package kubeovnrun
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Schema files in the kube-ovn assets directory (hack/tools/kubeovn/build.sh extracts them from
+// the schema kube-ovn's models were generated from).
+const (
+	NBSchemaFile = "ovnnb.ovsschema"
+	SBSchemaFile = "ovnsb.ovsschema"
+)
+
+// OVN is a running OVN central: NB and SB ovsdb-servers on loopback TCP and unix sockets, and
+// ovn-northd translating between them. Everything runs as children of this process.
+type OVN struct {
+	dir    string
+	nb, sb *dbServer
+	northd *child
+}
+
+// dbServer is one ovsdb-server.
+type dbServer struct {
+	name string // "nb" or "sb"
+	sock string
+	port int
+	proc *child
+}
+
+// StartOVN creates NB and SB databases in dir from kube-ovn's schemas (in kubeOVNDir) and starts
+// their ovsdb-servers and ovn-northd. dir should be short: unix socket paths are limited to 108
+// bytes.
+func StartOVN(dir, kubeOVNDir string) (o *OVN, err error) {
+	for _, bin := range []string{"ovsdb-server", "ovsdb-tool", "ovn-northd", "ovn-nbctl", "ovn-sbctl"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return nil, fmt.Errorf("%s is not installed (apt-get install -y ovn-central)", bin)
+		}
+	}
+	o = &OVN{dir: dir}
+	defer func() {
+		if err != nil {
+			o.Stop()
+		}
+	}()
+	if o.nb, err = startDB(dir, "nb", filepath.Join(kubeOVNDir, NBSchemaFile)); err != nil {
+		return nil, err
+	}
+	if o.sb, err = startDB(dir, "sb", filepath.Join(kubeOVNDir, SBSchemaFile)); err != nil {
+		return nil, err
+	}
+	o.northd, err = startChild("ovn-northd", nil,
+		"--ovnnb-db=unix:"+o.nb.sock,
+		"--ovnsb-db=unix:"+o.sb.sock,
+		"--unixctl="+filepath.Join(dir, "northd.ctl"),
+		"--log-file="+filepath.Join(dir, "northd.log"),
+		"--no-chdir", "-vconsole:off")
+	if err != nil {
+		return nil, err
+	}
+	// northd writes SB_Global from NB_Global once it holds its lock: wait for that, so callers
+	// start from a working pipeline.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if out, err := o.SBCtl("--bare", "--columns=_uuid", "list", "SB_Global"); err == nil && strings.TrimSpace(out) != "" {
+			if nbg, err := o.NBCtl("--bare", "--columns=_uuid", "list", "NB_Global"); err == nil && strings.TrimSpace(nbg) != "" {
+				return o, nil
+			}
+		}
+		if o.northd.exited() {
+			return nil, fmt.Errorf("ovn-northd exited: %s%s", o.northd.output(), readTail(filepath.Join(dir, "northd.log")))
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("ovn-northd did not initialise the SB database within 15s: %s", readTail(filepath.Join(dir, "northd.log")))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// listeningPort is ovsdb-server's log line for a "ptcp:0:..." remote once the kernel chose a port.
+var listeningPort = regexp.MustCompile(`listening on port (\d+)`)
+
+// startDB creates <dir>/<name>.db from schema and serves it on <dir>/<name>.sock and a loopback
+// TCP port the kernel picks (ptcp:0), read back from the server's log: no port can clash with
+// another run.
+func startDB(dir, name, schema string) (*dbServer, error) {
+	db := filepath.Join(dir, name+".db")
+	if out, err := exec.Command("ovsdb-tool", "create", db, schema).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("ovsdb-tool create %s from %s: %w: %s", db, schema, err, out)
+	}
+	s := &dbServer{name: name, sock: filepath.Join(dir, name+".sock")}
+	logFile := filepath.Join(dir, name+".log")
+	var err error
+	s.proc, err = startChild("ovsdb-server", nil, db,
+		"--remote=punix:"+s.sock,
+		"--remote=ptcp:0:127.0.0.1",
+		"--unixctl="+filepath.Join(dir, name+".ctl"),
+		"--log-file="+logFile,
+		"--no-chdir", "-vconsole:off", "-vfile:info")
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if s.port == 0 {
+			if b, err := os.ReadFile(logFile); err == nil {
+				if m := listeningPort.FindSubmatch(b); m != nil {
+					s.port, _ = strconv.Atoi(string(m[1]))
+				}
+			}
+		}
+		if s.port != 0 && dialable("unix", s.sock) && dialable("tcp", s.tcpHostPort()) {
+			return s, nil
+		}
+		if s.proc.exited() {
+			return nil, fmt.Errorf("%s ovsdb-server exited: %s%s", name, s.proc.output(), readTail(logFile))
+		}
+		if time.Now().After(deadline) {
+			s.proc.stop()
+			return nil, fmt.Errorf("%s ovsdb-server did not listen within 10s: %s", name, readTail(logFile))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (s *dbServer) tcpHostPort() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+func dialable(network, addr string) bool {
+	c, err := net.DialTimeout(network, addr, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+// NBAddr is the NB address in kube-ovn's --ovn-nb-addr form (tcp:127.0.0.1:<port>).
+func (o *OVN) NBAddr() string { return "tcp:" + o.nb.tcpHostPort() }
+
+// SBAddr is the SB address in kube-ovn's --ovn-sb-addr form (tcp:127.0.0.1:<port>).
+func (o *OVN) SBAddr() string { return "tcp:" + o.sb.tcpHostPort() }
+
+// NBSocket and SBSocket are the unix socket addresses (unix:/path).
+func (o *OVN) NBSocket() string { return "unix:" + o.nb.sock }
+func (o *OVN) SBSocket() string { return "unix:" + o.sb.sock }
+
+// NBCtl runs ovn-nbctl with args against the NB database and returns its output.
+func (o *OVN) NBCtl(args ...string) (string, error) {
+	return ctl("ovn-nbctl", o.NBSocket(), args)
+}
+
+// SBCtl runs ovn-sbctl with args against the SB database and returns its output.
+func (o *OVN) SBCtl(args ...string) (string, error) {
+	return ctl("ovn-sbctl", o.SBSocket(), args)
+}
+
+func ctl(bin, db string, args []string) (string, error) {
+	full := append([]string{"--db=" + db, "--timeout=10"}, args...)
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(bin, full...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("%s %s: %w: %s", bin, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+// Stop ends ovn-northd and both ovsdb-servers and waits for them.
+func (o *OVN) Stop() {
+	if o == nil {
+		return
+	}
+	if o.northd != nil {
+		o.northd.stop()
+	}
+	for _, s := range []*dbServer{o.nb, o.sb} {
+		if s != nil && s.proc != nil {
+			s.proc.stop()
+		}
+	}
+}
+
+// child is a process started by this package: it never outlives its parent (Pdeathsig), and
+// its output is kept (the first MiB).
+type child struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	mu   sync.Mutex
+	out  bytes.Buffer
+}
+
+func startChild(bin string, env []string, args ...string) (*child, error) {
+	c := &child{cmd: exec.Command(bin, args...), done: make(chan struct{})}
+	c.cmd.Env = env
+	c.cmd.Stdout, c.cmd.Stderr = c, c
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := c.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", bin, err)
+	}
+	go func() { _ = c.cmd.Wait(); close(c.done) }()
+	return c, nil
+}
+
+func (c *child) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.out.Len() < 1<<20 {
+		c.out.Write(b)
+	}
+	return len(b), nil
+}
+
+func (c *child) output() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.out.String()
+}
+
+func (c *child) exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop sends SIGTERM, then SIGKILL after 10s, and waits.
+func (c *child) stop() {
+	if c.exited() {
+		return
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
+}
+
+// readTail returns the last 4 KiB of a log file, for error messages.
+func readTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return ""
+		}
+		return err.Error()
+	}
+	if len(b) > 4096 {
+		b = b[len(b)-4096:]
+	}
+	return "\n" + string(b)
+}
