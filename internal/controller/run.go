@@ -67,6 +67,9 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 	if err := opts.Flags.Validate(); err != nil {
 		return err
 	}
+	if err := CheckLedgerForm(ctx, cfg, opts.Flags.Gates().Ledger); err != nil {
+		return err
+	}
 	scheme, err := Scheme()
 	if err != nil {
 		return fmt.Errorf("building scheme: %w", err)

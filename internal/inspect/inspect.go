@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 	"github.com/vpcgw/vpcgw/internal/model"
 )
 
@@ -37,10 +38,18 @@ func Snapshot(ctx context.Context, c client.Reader) (model.Snapshot, error) {
 	if err := c.List(ctx, &records, client.MatchingLabels{model.LabelRecord: "true"}); err != nil {
 		return s, fmt.Errorf("listing records: %w", err)
 	}
+	var serviceRecords vpcgwv1alpha1.ServiceRecordList
+	if err := c.List(ctx, &serviceRecords, client.MatchingLabels{model.LabelRecord: "true"}); err != nil {
+		return s, fmt.Errorf("listing ServiceRecords: %w", err)
+	}
 	owners := map[string]bool{}
 	for _, r := range records.Items {
 		owners[r.Labels[model.LabelRecordUID]] = true
 	}
+	for _, r := range serviceRecords.Items {
+		owners[r.Labels[model.LabelRecordUID]] = true
+	}
+	s.ServiceRecords = serviceRecords.Items
 	for _, svc := range svcs.Items {
 		if svc.Annotations[model.AnnotationGateway] != "" || slicesContains(svc.Finalizers, model.Finalizer) || owners[string(svc.UID)] {
 			s.Services = append(s.Services, svc)
@@ -94,7 +103,7 @@ func Status(w io.Writer, plan model.Plan, snap model.Snapshot) error {
 			bs = append(bs, b)
 		}
 		slices.Sort(bs)
-		ready := sp.Served() && len(sp.CreateRecords)+len(sp.UpdateRecords)+len(sp.StatusRecords) == 0 && !sp.IngressWrite
+		ready := sp.Served() && len(sp.CreateRecords)+len(sp.UpdateRecords)+len(sp.StatusRecords) == 0 && !sp.WriteRecord && !sp.IngressWrite
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\n", k, dash(sp.Gateway), dash(eipOf[k]), dash(ingress[k]),
 			dash(strings.Join(ids, ",")), dash(strings.Join(bs, ",")), affinity, ready, dash(whyNot(sp)))
 	}
