@@ -30,12 +30,18 @@ import (
 	"github.com/vpcgw/vpcgw/internal/transport"
 )
 
+// kubeOVNDirEnv names the kube-ovn assets directory, as make sets it.
+const kubeOVNDirEnv = "VPCGW_KUBEOVN"
+
 // Options configure a lab.
 type Options struct {
 	// Exe is the vpcgw binary that runs agents, echo servers and probes inside the namespaces.
 	Exe string
 	// AssetsDir holds kube-apiserver and etcd (KUBEBUILDER_ASSETS).
 	AssetsDir string
+	// KubeOVNDir holds kube-ovn's CRDs (VPCGW_KUBEOVN, filled by hack/tools/kubeovn/build.sh): the
+	// lab installs kube-ovn's own, as a cluster has them (SPEC K1).
+	KubeOVNDir string
 	Log       logr.Logger
 	// ServiceCIDR is the API server's --service-cluster-ip-range (default ServiceCIDR, a /24:
 	// benchmarks with thousands of Services need a wider one).
@@ -104,9 +110,12 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 	if err := netlab.Available(); err != nil {
 		return nil, err
 	}
-	crds, err := crd.All()
+	if opts.KubeOVNDir == "" {
+		opts.KubeOVNDir = os.Getenv(kubeOVNDirEnv)
+	}
+	crds, err := crd.WithKubeOVN(opts.KubeOVNDir)
 	if err != nil {
-		return nil, fmt.Errorf("loading CRDs: %w", err)
+		return nil, fmt.Errorf("loading kube-ovn's CRDs (run hack/tools/kubeovn/build.sh, or make kubeovn): %w", err)
 	}
 	l = &Lab{opts: opts, Backends: map[string]Backend{}}
 	defer func() {

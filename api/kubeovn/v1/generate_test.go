@@ -1,4 +1,4 @@
-// covers: R1, S7 (generated API stays in sync)
+// covers: R1, R6, S7 (generated API stays in sync)
 package v1_test
 
 import (
@@ -57,9 +57,10 @@ func TestGeneratedFilesUpToDate(t *testing.T) {
 		}
 	}
 	compare(filepath.Join("api", "kubeovn", "v1", "zz_generated.deepcopy.go"))
+	compare(filepath.Join("api", "vpcgw", "v1alpha1", "zz_generated.deepcopy.go"))
 
 	names := func(dir string) []string {
-		m, err := filepath.Glob(filepath.Join(dir, "config", "crd", "kubeovn.io_*.yaml"))
+		m, err := filepath.Glob(filepath.Join(dir, "config", "crd", "*.yaml"))
 		if err != nil {
 			t.Fatal(err)
 		}
