@@ -4,10 +4,16 @@
 # again converges to the same objects (idempotent). No Helm release is created: the cluster's state
 # is exactly the printed manifests, and `helm` is only a template engine here.
 #
+# kube-ovn must be installed first: the script refuses, creating nothing, where one of kube-ovn's
+# CRDs (vpc-nat-gateways, iptables-eips, iptables-dnat-rules, subnets, vpcs.kubeovn.io) is missing.
+# It never creates, changes or deletes a kubeovn.io CRD (SPEC K1); the only CRD it applies is
+# vpcgw's own, servicerecords.vpcgw.io.
+#
 #   deploy/install.sh [--dry-run]
 #
 # --dry-run prints the manifests that would be applied and touches no cluster (it renders them as
-# for a fresh install: CRDs per INSTALL_CRDS, a newly generated webhook certificate).
+# for a fresh install: vpcgw's CRD per INSTALL_CRDS, a newly generated webhook certificate; it
+# cannot check for kube-ovn).
 #
 # Environment (all optional):
 #   ENABLE_GW_NFTABLE_LB_SVC=false          --enable-gw-nftable-lb-svc (LoadBalancer through the EIP)
@@ -21,7 +27,12 @@
 #   OVN_NB_ADDR=                            e.g. tcp:10.96.0.10:6641 (empty: no VIP routes)
 #   OVN_NB_TLS_SECRET=                      Secret with cert/key/cacert for an ssl: OVN_NB_ADDR
 #   ENABLE_WEBHOOK=true                     CERT_MANAGER=false (true: cert-manager issues the cert)
-#   INSTALL_CRDS=auto                       auto: only when kubeovn.io's CRDs are missing (--dry-run: true)
+#   INSTALL_CRDS=true                       vpcgw's own CRD servicerecords.vpcgw.io (auto: same as true);
+#                                           kube-ovn's CRDs are never installed, whatever the value
+#   LEDGER=service-record                   --ledger: service-record or iptables-dnat-rule (SPEC R6)
+#   KUBE_OVN_NAMESPACE=kube-system          kube-ovn's namespace (its ConfigMap ovn-vpc-nat-config)
+#   KUBE_OVN_SERVICE_ACCOUNT=system:serviceaccount:kube-system:ovn
+#                                           kube-ovn-controller's user, exempt from the webhook (K7)
 #   ROLLOUT_TIMEOUT=5m                      wait for the Deployments to be ready; 0: do not wait
 #   HELM=helm KUBECTL=kubectl               the binaries; without helm on PATH, it is built with
 #                                           hack/tools/helm/build.sh when Go is available
@@ -58,7 +69,10 @@ OVN_NB_ADDR=${OVN_NB_ADDR:-}
 OVN_NB_TLS_SECRET=${OVN_NB_TLS_SECRET:-}
 ENABLE_WEBHOOK=${ENABLE_WEBHOOK:-true}
 CERT_MANAGER=${CERT_MANAGER:-false}
-INSTALL_CRDS=${INSTALL_CRDS:-auto}
+INSTALL_CRDS=${INSTALL_CRDS:-true}
+LEDGER=${LEDGER:-service-record}
+KUBE_OVN_NAMESPACE=${KUBE_OVN_NAMESPACE:-kube-system}
+KUBE_OVN_SERVICE_ACCOUNT=${KUBE_OVN_SERVICE_ACCOUNT:-system:serviceaccount:kube-system:ovn}
 ROLLOUT_TIMEOUT=${ROLLOUT_TIMEOUT:-5m}
 KUBECTL=${KUBECTL:-kubectl}
 
@@ -75,6 +89,9 @@ check CERT_MANAGER "$CERT_MANAGER" "$bool" "true or false"
 check INSTALL_CRDS "$INSTALL_CRDS" '^(true|false|auto)$' "true, false or auto"
 check ROLLOUT_TIMEOUT "$ROLLOUT_TIMEOUT" '^(0|[1-9][0-9]*[smh])$' "0 or a duration like 90s or 5m"
 check NAMESPACE "$NAMESPACE" "$dns_label" "a namespace name"
+check LEDGER "$LEDGER" '^(service-record|iptables-dnat-rule)$' "service-record or iptables-dnat-rule"
+check KUBE_OVN_NAMESPACE "$KUBE_OVN_NAMESPACE" "$dns_label" "a namespace name"
+check KUBE_OVN_SERVICE_ACCOUNT "$KUBE_OVN_SERVICE_ACCOUNT" '^[A-Za-z0-9][-A-Za-z0-9_.:@]*$' "a user name like system:serviceaccount:kube-system:ovn"
 check CONTROLLER_REPLICAS "$CONTROLLER_REPLICAS" '^[1-9][0-9]?$' "a number from 1 to 99"
 check IMAGE_REPOSITORY "$IMAGE_REPOSITORY" '^[a-z0-9]+([._-]+[a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*$' "an image repository"
 [ -z "$IMAGE_TAG" ] || check IMAGE_TAG "$IMAGE_TAG" '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$' "an image tag"
@@ -96,20 +113,19 @@ fi
 
 kube() { "$KUBECTL" "$@"; }
 
+# auto (the old default, which decided about kube-ovn's CRDs) now means vpcgw's own CRD too.
 install_crds=$INSTALL_CRDS
+[ "$install_crds" != auto ] || install_crds=true
 existing_ca=""
-if [ "$dry_run" = true ]; then
-	[ "$install_crds" != auto ] || install_crds=true
-else
+if [ "$dry_run" = false ]; then
 	kube version >/dev/null || die "cannot reach the cluster with $KUBECTL"
-	if [ "$install_crds" = auto ]; then
-		if kube get crd vpc-nat-gateways.kubeovn.io >/dev/null 2>&1; then
-			install_crds=false
-			echo "kubeovn.io CRDs found (kube-ovn installed them): not installing vpcgw's copies" >&2
-		else
-			install_crds=true
-		fi
-	fi
+	# kube-ovn owns its CRDs: without them vpcgw cannot run, and installing them is kube-ovn's job.
+	missing=()
+	for crd in vpc-nat-gateways.kubeovn.io iptables-eips.kubeovn.io iptables-dnat-rules.kubeovn.io subnets.kubeovn.io vpcs.kubeovn.io; do
+		kube get crd "$crd" -o name >/dev/null 2>&1 || missing+=("$crd")
+	done
+	[ "${#missing[@]}" -eq 0 ] ||
+		die "kube-ovn's CRDs ${missing[*]} are missing: install kube-ovn first (vpcgw never installs kube-ovn's CRDs)"
 	if [ "$CERT_MANAGER" = true ]; then
 		kube get crd certificates.cert-manager.io >/dev/null 2>&1 || die "CERT_MANAGER=true but cert-manager is not installed"
 	fi
@@ -133,6 +149,10 @@ values=$work/values.yaml
 	echo "enableLb: $ENABLE_LB"
 	echo "enableLbSvc: $ENABLE_LB_SVC"
 	echo "transport: exec"
+	echo "ledger: $LEDGER"
+	echo "kubeOvn:"
+	echo "  namespace: \"$KUBE_OVN_NAMESPACE\""
+	echo "  serviceAccount: \"$KUBE_OVN_SERVICE_ACCOUNT\""
 	echo "image:"
 	echo "  repository: \"$IMAGE_REPOSITORY\""
 	echo "  tag: \"$IMAGE_TAG\""
@@ -159,6 +179,16 @@ values=$work/values.yaml
 
 manifests=$work/vpcgw.yaml
 "$HELM" template vpcgw "$chart" --namespace "$NAMESPACE" --values "$values" >"$manifests"
+# The chart renders no kubeovn.io CRD (it fails instead); this holds for any CHART too (SPEC K1).
+kubeovn_crds=$(awk '
+	function done() { if (kind == "CustomResourceDefinition" && (name ~ /\.kubeovn\.io$/ || group == "kubeovn.io")) print name }
+	/^---/ { done(); kind = ""; name = ""; group = ""; meta = 0; spec = 0; next }
+	/^kind: / { kind = $2 }
+	/^[^ #]/ { meta = ($0 ~ /^metadata:/); spec = ($0 ~ /^spec:/) }
+	meta && /^  name: / { name = $2 }
+	spec && /^  group: / { group = $2 }
+	END { done() }' "$manifests")
+[ -z "$kubeovn_crds" ] || die "the rendered manifests contain kube-ovn's CRDs ($kubeovn_crds): refusing to apply them"
 
 if [ "$dry_run" = true ]; then
 	cat -- "$manifests"

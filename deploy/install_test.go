@@ -1,6 +1,6 @@
 package deploy
 
-// covers: F4, O4, T2, R1, R3
+// covers: F4, O4, T2, R1, R3, K1, K7
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -28,13 +29,12 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/model"
-	"github.com/vpcgw/vpcgw/internal/testutil"
 	"github.com/vpcgw/vpcgw/internal/transport"
 	"github.com/vpcgw/vpcgw/internal/transport/agenttest"
 )
@@ -68,12 +68,12 @@ func TestInstallScriptDryRun(t *testing.T) {
 		flags map[string]string
 		check func(t *testing.T, m manifest)
 	}{{
-		name:  "defaults",
-		flags: map[string]string{"enable-gw-nftable-lb-svc": "false", "enable-gw-nftable-svc-cluster-ip": "false", "enable-lb": "true", "transport": "exec", "leader-elect": "false"},
+		name: "defaults",
+		flags: map[string]string{"enable-gw-nftable-lb-svc": "false", "enable-gw-nftable-svc-cluster-ip": "false", "enable-lb": "true", "transport": "exec", "leader-elect": "false",
+			"ledger": "service-record", "kube-ovn-namespace": "kube-system"},
 		check: func(t *testing.T, m manifest) {
-			if m.count("CustomResourceDefinition") != 5 {
-				t.Errorf("dry run renders %d CRDs, want 5 (INSTALL_CRDS=auto is true offline)", m.count("CustomResourceDefinition"))
-			}
+			// vpcgw's own CRD, and never kube-ovn's (SPEC K1).
+			checkNoKubeOVNCRDs(t, m, true)
 			checkWebhook(t, m, "generated")
 		},
 	}, {
@@ -84,9 +84,7 @@ func TestInstallScriptDryRun(t *testing.T) {
 		flags: map[string]string{"enable-gw-nftable-lb-svc": "true", "enable-gw-nftable-svc-cluster-ip": "true", "enable-lb": "false",
 			"leader-elect": "true", "ovn-nb-addr": "tcp:10.0.0.1:6641,tcp:10.0.0.2:6641"},
 		check: func(t *testing.T, m manifest) {
-			if m.count("CustomResourceDefinition") != 0 {
-				t.Error("CRDs rendered with INSTALL_CRDS=false")
-			}
+			checkNoKubeOVNCRDs(t, m, false)
 			for _, ns := range []string{"kube-system", "gw-b"} {
 				m.must(t, "Role", ns, "vpcgw-controller-exec")
 			}
@@ -94,6 +92,17 @@ func TestInstallScriptDryRun(t *testing.T) {
 			if c["image"] != "registry.local:5000/vpcgw:v0.1.0" {
 				t.Errorf("image = %v", c["image"])
 			}
+		},
+	}, {
+		// INSTALL_CRDS=auto once meant "kube-ovn's CRDs when missing"; now it is vpcgw's own only.
+		name: "INSTALL_CRDS=auto, the seed's ledger, kube-ovn elsewhere",
+		env: map[string]string{"INSTALL_CRDS": "auto", "LEDGER": "iptables-dnat-rule", "KUBE_OVN_NAMESPACE": "kube-ovn",
+			"KUBE_OVN_SERVICE_ACCOUNT": "system:serviceaccount:kube-ovn:ovn"},
+		flags: map[string]string{"ledger": "iptables-dnat-rule", "kube-ovn-namespace": "kube-ovn"},
+		check: func(t *testing.T, m manifest) {
+			checkNoKubeOVNCRDs(t, m, true)
+			wantRules(t, m.must(t, "Role", "kube-ovn", "vpcgw-controller-kube-ovn-config"), map[string][]string{"/configmaps": {"get", "list", "watch"}})
+			checkKubeOVNExcluded(t, m, "system:serviceaccount:kube-ovn:ovn")
 		},
 	}, {
 		name:  "cert-manager, namespace",
@@ -127,7 +136,7 @@ func TestInstallScriptDryRun(t *testing.T) {
 			if cfg == nil {
 				return
 			}
-			for _, n := range []string{ns, "gw-b"} {
+			for _, n := range []string{ns, "gw-b", "kube-ovn"} {
 				createNamespace(t, n)
 			}
 			if tc.env["CERT_MANAGER"] == "true" {
@@ -152,6 +161,12 @@ func TestInstallScriptRejects(t *testing.T) {
 		{map[string]string{"IMAGE_REPOSITORY": "x\"\n  pwned: \"1"}, "IMAGE_REPOSITORY"},
 		{map[string]string{"OVN_NB_ADDR": "tcp:$(touch " + marker + "):6641"}, "OVN_NB_ADDR"},
 		{map[string]string{"GATEWAY_NAMESPACES": "kube-system,`touch " + marker + "`"}, "GATEWAY_NAMESPACES"},
+		{map[string]string{"LEDGER": "configmap"}, "LEDGER"},
+		{map[string]string{"KUBE_OVN_NAMESPACE": "Kube_OVN"}, "KUBE_OVN_NAMESPACE"},
+		// Quoted into the webhook's CEL expressions: nothing may end the string.
+		{map[string]string{"KUBE_OVN_SERVICE_ACCOUNT": "ovn' || true || '"}, "KUBE_OVN_SERVICE_ACCOUNT"},
+		// Whatever chart it renders, the script never applies a kubeovn.io CRD (SPEC K1).
+		{map[string]string{"CHART": kubeOVNCRDChart(t)}, "contain kube-ovn's CRDs (subnets.kubeovn.io)"},
 	} {
 		out, stderr, err := installScript(t, tc.env, "--dry-run")
 		if err == nil || !strings.Contains(stderr, tc.want) || out != "" {
@@ -166,30 +181,32 @@ func TestInstallScriptRejects(t *testing.T) {
 	}
 }
 
+// kubeOVNCRDChart writes a chart that renders kube-ovn's Subnet CRD, as chart 0.1.0 did.
+func kubeOVNCRDChart(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	must(t, os.MkdirAll(filepath.Join(dir, "templates"), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "Chart.yaml"), []byte("apiVersion: v2\nname: old\nversion: 0.1.0\n"), 0o600))
+	must(t, os.WriteFile(filepath.Join(dir, "templates", "crd.yaml"), []byte(`apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: subnets.kubeovn.io
+spec:
+  group: kubeovn.io
+  names: {kind: Subnet, plural: subnets}
+  scope: Cluster
+  versions: [{name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object}}}]
+`), 0o600))
+	return dir
+}
+
 // TestInstallScriptApply runs the script for real against the API server twice: the second run
 // changes nothing (the webhook certificate is kept, the objects stay at their resourceVersion).
 func TestInstallScriptApply(t *testing.T) {
 	helmBin(t)
 	needAPIServer(t)
-	kubectl := os.Getenv(KubectlEnv)
-	if kubectl == "" {
-		var err error
-		if kubectl, err = exec.LookPath("kubectl"); err != nil {
-			testutil.Skip(t, "kubectl not found: set "+KubectlEnv+" or put kubectl on PATH")
-		}
-	}
-	user, err := env.AddUser(envtest.User{Name: "installer", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kubectl := kubectlBin(t)
+	kubeconfig := kubeconfigFor(t, env)
 	envs := map[string]string{"KUBECTL": kubectl, "KUBECONFIG": kubeconfig, "ROLLOUT_TIMEOUT": "0", "NAMESPACE": "vpcgw-install",
 		"GATEWAY_NAMESPACES": "gw-install", "ENABLE_GW_NFTABLE_LB_SVC": "true"}
 	run := func() {
@@ -214,9 +231,14 @@ func TestInstallScriptApply(t *testing.T) {
 			out[name] = d.GetResourceVersion()
 			if name == "vpcgw-controller" {
 				cs, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
-				wantFlags(t, args(t, cs[0].(map[string]any)), map[string]string{"enable-gw-nftable-lb-svc": "true", "enable-gw-nftable-svc-cluster-ip": "false"})
+				wantFlags(t, args(t, cs[0].(map[string]any)), map[string]string{"enable-gw-nftable-lb-svc": "true", "enable-gw-nftable-svc-cluster-ip": "false",
+					"ledger": "service-record", "kube-ovn-namespace": "kube-system"})
 			}
 		}
+		// vpcgw's own CRD is installed (and served) by the script.
+		var crd apiextensionsv1.CustomResourceDefinition
+		must(t, k8s.Get(ctx, types.NamespacedName{Name: "servicerecords.vpcgw.io"}, &crd))
+		out["crd"] = crd.ResourceVersion
 		vwc := &unstructured.Unstructured{}
 		vwc.SetAPIVersion("admissionregistration.k8s.io/v1")
 		vwc.SetKind("ValidatingWebhookConfiguration")
@@ -239,10 +261,12 @@ func TestInstallScriptApply(t *testing.T) {
 		vwc.SetName("vpcgw")
 		_ = k8s.Delete(context.Background(), vwc)
 	})
+	checkKubeOVNCRDsUnchanged(t, "install.sh")
 	run()
 	if second := snapshot(); fmt.Sprint(first) != fmt.Sprint(second) {
 		t.Errorf("second install changed objects:\n first %v\nsecond %v", first, second)
 	}
+	checkKubeOVNCRDsUnchanged(t, "install.sh run again")
 }
 
 // TestControllerRBACSuffices applies the chart's RBAC for real and runs the real controller as its
@@ -255,6 +279,7 @@ func TestControllerRBACSuffices(t *testing.T) {
 	createNamespace(t, "gw-rbac")
 	m := manifest(render(t, "--set", "controller.replicas=2", "--set", "gatewayNamespaces={kube-system,gw-rbac}", "--set", "webhook.enabled=false"))
 	apply(t, m, false)
+	checkKubeOVNCRDsUnchanged(t, "the chart applied")
 
 	for _, tc := range []struct {
 		attrs authorizationv1.ResourceAttributes
@@ -271,36 +296,86 @@ func TestControllerRBACSuffices(t *testing.T) {
 		{authorizationv1.ResourceAttributes{Verb: "update", Group: "kubeovn.io", Resource: "vpc-nat-gateways"}, false},
 		{authorizationv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system"}, true},
 		{authorizationv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "default"}, false},
+		// The ledger (SPEC R6) in both forms.
+		{authorizationv1.ResourceAttributes{Verb: "create", Group: "vpcgw.io", Resource: "servicerecords"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "patch", Group: "vpcgw.io", Resource: "servicerecords"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "delete", Group: "vpcgw.io", Resource: "servicerecords"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "get", Group: "vpcgw.io", Resource: "servicerecords"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "create", Group: "kubeovn.io", Resource: "iptables-dnat-rules"}, true},
+		// kube-ovn's Vpcs and its ConfigMap, read only and only in kube-ovn's namespace.
+		{authorizationv1.ResourceAttributes{Verb: "watch", Group: "kubeovn.io", Resource: "vpcs"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "update", Group: "kubeovn.io", Resource: "vpcs"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "configmaps", Namespace: "kube-system", Name: "ovn-vpc-nat-config"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "update", Resource: "configmaps", Namespace: "kube-system", Name: "ovn-vpc-nat-config"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "configmaps", Namespace: "default"}, false},
+		// No CRD, kube-ovn's least of all (SPEC K1).
+		{authorizationv1.ResourceAttributes{Verb: "update", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions", Name: "subnets.kubeovn.io"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "delete", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions", Name: "vpc-nat-gateways.kubeovn.io"}, false},
 	} {
 		if got := allowed(t, controllerUser, tc.attrs); got != tc.want {
 			t.Errorf("%s may %+v: %v, want %v", controllerUser, tc.attrs, got, tc.want)
 		}
 	}
 
-	// The controller, as its service account.
+	// The controller, as its service account, with vpcgw's own ledger (SPEC R6): it serves.
+	t.Run("service-record", func(t *testing.T) { runControllerAsItsServiceAccount(t, "service-record", "sr") })
+
+	// With the seed's ledger form the chart also grants reading kube-ovn's IptablesDnatRule CRD,
+	// and the controller, reading it, refuses kube-ovn v1.16.2's schema, which prunes the record
+	// fields (SPEC K1, R6), before writing anything.
+	t.Run("iptables-dnat-rule", func(t *testing.T) {
+		apply(t, manifest(render(t, "--set", "controller.replicas=2", "--set", "gatewayNamespaces={kube-system,gw-rbac}", "--set", "webhook.enabled=false",
+			"--set", "ledger=iptables-dnat-rule")), false)
+		checkKubeOVNCRDsUnchanged(t, "the chart (ledger iptables-dnat-rule) applied")
+		crd := func(name string) authorizationv1.ResourceAttributes {
+			return authorizationv1.ResourceAttributes{Verb: "get", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions", Name: name}
+		}
+		for name, want := range map[string]bool{"iptables-dnat-rules.kubeovn.io": true, "subnets.kubeovn.io": false, "servicerecords.vpcgw.io": false} {
+			if got := allowed(t, controllerUser, crd(name)); got != want {
+				t.Errorf("%s may get CRD %s: %v, want %v", controllerUser, name, got, want)
+			}
+		}
+		as := rest.CopyConfig(cfg)
+		as.Impersonate = rest.ImpersonationConfig{UserName: controllerUser, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		err := controller.Run(ctx, as, controller.Options{
+			Flags:  controller.Flags{EnableGwNftableLbSvc: true, Ledger: "iptables-dnat-rule", KubeOVNNamespace: "kube-system"},
+			Dialer: &checkingAgents{cfg: as}, MetricsAddr: "0", HealthAddr: "0",
+		}, zap.New(zap.WriteTo(io.Discard)))
+		if err == nil || !strings.Contains(err.Error(), "has no spec.type") || !strings.Contains(err.Error(), "use --ledger=service-record") {
+			t.Errorf("controller with --ledger=iptables-dnat-rule on kube-ovn v1.16.2's CRD: %v, want a refusal naming the missing fields", err)
+		}
+	})
+}
+
+// runControllerAsItsServiceAccount runs the real controller with the chart's permissions only and
+// waits until it served a Service end to end and released it again.
+func runControllerAsItsServiceAccount(t *testing.T, ledger, short string) {
 	ctx := context.Background()
 	as := rest.CopyConfig(cfg)
 	as.Impersonate = rest.ImpersonationConfig{UserName: controllerUser, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}}
 	dialer := &checkingAgents{cfg: as}
-	gw, ns := "rbac-gw", "rbac-svc"
+	gw, ns, eipName := "rbac-gw-"+short, "rbac-svc-"+short, "rbac-eip-"+short
 	createNamespace(t, ns)
 	must(t, k8s.Create(ctx, &kubeovnv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: gw + "-subnet"},
 		Spec: kubeovnv1.SubnetSpec{Vpc: gw + "-vpc", CIDRBlock: "10.9.1.0/24", Provider: "ovn"}}))
 	must(t, k8s.Create(ctx, &kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: gw},
-		Spec: kubeovnv1.VpcNatGatewaySpec{Vpc: gw + "-vpc", Subnet: gw + "-subnet", LanIP: "10.9.1.254", Namespace: "gw-rbac"}}))
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "vpc-nat-gw-" + gw + "-0", Namespace: "gw-rbac",
+		Spec: kubeovnv1.VpcNatGatewaySpec{Vpc: gw + "-vpc", Subnet: gw + "-subnet", LanIP: "10.9.1.254"}}))
+	// kube-ovn v1.16.2's VpcNatGateway has no spec.namespace: its pods run in kube-ovn's namespace.
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "vpc-nat-gw-" + gw + "-0", Namespace: "kube-system",
 		Labels:      map[string]string{"app": model.GatewayAppPrefix + gw, model.LabelGatewayPod: "true"},
 		Annotations: map[string]string{model.AnnotationGatewayPod: gw, model.AnnotationGwInit: "true", "ovn.kubernetes.io/ip_address": "10.9.1.254"}},
 		Spec: corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{{Name: "vpc-nat-gw", Image: "x"}}}}
 	must(t, k8s.Create(ctx, pod))
 	pod.Status.Phase = corev1.PodRunning
 	must(t, k8s.Status().Update(ctx, pod))
-	eip := &kubeovnv1.IptablesEIP{ObjectMeta: metav1.ObjectMeta{Name: "rbac-eip"}, Spec: kubeovnv1.IptablesEIPSpec{NatGwDp: gw, V4ip: "172.19.0.10"}}
+	eip := &kubeovnv1.IptablesEIP{ObjectMeta: metav1.ObjectMeta{Name: eipName}, Spec: kubeovnv1.IptablesEIPSpec{NatGwDp: gw, V4ip: "172.19.0.10"}}
 	must(t, k8s.Create(ctx, eip))
 	eip.Status.Ready, eip.Status.IP = true, "172.19.0.10"
 	must(t, k8s.Status().Update(ctx, eip))
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns,
-		Annotations: map[string]string{model.AnnotationGateway: gw, model.AnnotationEIP: "rbac-eip"}},
+		Annotations: map[string]string{model.AnnotationGateway: gw, model.AnnotationEIP: eipName}},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, AllocateLoadBalancerNodePorts: ptr.To(false),
 			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}}}}
 	must(t, k8s.Create(ctx, svc))
@@ -314,7 +389,7 @@ func TestControllerRBACSuffices(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- controller.Run(runCtx, as, controller.Options{
-			Flags:  controller.Flags{EnableGwNftableLbSvc: true},
+			Flags:  controller.Flags{EnableGwNftableLbSvc: true, Ledger: ledger, KubeOVNNamespace: "kube-system"},
 			Dialer: dialer, MetricsAddr: "0", HealthAddr: "0",
 			LeaderElection: true, LeaderElectionNamespace: "kube-system",
 		}, zap.New(zap.WriteTo(io.Discard)))
@@ -326,17 +401,32 @@ func TestControllerRBACSuffices(t *testing.T) {
 		}
 	}()
 
+	owner := client.MatchingLabels{model.LabelRecordName: "web", model.LabelRecordNamespace: ns}
+	// records returns how many records of the Service each form holds, and whether all are ready.
+	records := func() (serviceRecords, dnatRules int, ready bool) {
+		var srs vpcgwv1alpha1.ServiceRecordList
+		must(t, k8s.List(ctx, &srs, owner))
+		var drs kubeovnv1.IptablesDnatRuleList
+		must(t, k8s.List(ctx, &drs, owner))
+		ready = true
+		for _, r := range srs.Items {
+			ready = ready && r.Status.Ready
+		}
+		for _, r := range drs.Items {
+			ready = ready && r.Status.Ready
+		}
+		return len(srs.Items), len(drs.Items), ready
+	}
 	eventually(t, "the Service served through the EIP by the controller running as its service account", func() bool {
 		var cur corev1.Service
 		must(t, k8s.Get(ctx, client.ObjectKeyFromObject(svc), &cur))
-		var recs kubeovnv1.IptablesDnatRuleList
-		must(t, k8s.List(ctx, &recs, client.MatchingLabels{model.LabelRecordName: "web", model.LabelRecordNamespace: ns}))
-		ready := len(recs.Items) > 0
-		for _, r := range recs.Items {
-			ready = ready && r.Status.Ready
+		srs, drs, ready := records()
+		written := srs > 0 && drs == 0
+		if ledger == "iptables-dnat-rule" {
+			written = drs > 0 && srs == 0
 		}
 		ing := cur.Status.LoadBalancer.Ingress
-		return slices.Contains(cur.Finalizers, model.Finalizer) && ready && len(ing) == 1 && ing[0].IP == "172.19.0.10"
+		return slices.Contains(cur.Finalizers, model.Finalizer) && written && ready && len(ing) == 1 && ing[0].IP == "172.19.0.10"
 	})
 	var lease coordinationv1.Lease
 	must(t, k8s.Get(ctx, types.NamespacedName{Namespace: "kube-system", Name: "vpcgw-controller"}, &lease))
@@ -352,9 +442,8 @@ func TestControllerRBACSuffices(t *testing.T) {
 	eventually(t, "the Service released and gone", func() bool {
 		var cur corev1.Service
 		err := k8s.Get(ctx, client.ObjectKeyFromObject(svc), &cur)
-		var recs kubeovnv1.IptablesDnatRuleList
-		must(t, k8s.List(ctx, &recs, client.MatchingLabels{model.LabelRecordName: "web", model.LabelRecordNamespace: ns}))
-		return client.IgnoreNotFound(err) == nil && err != nil && len(recs.Items) == 0
+		srs, drs, _ := records()
+		return client.IgnoreNotFound(err) == nil && err != nil && srs == 0 && drs == 0
 	})
 }
 

@@ -83,7 +83,52 @@ else fails the render.
 {{- if and .Values.webhook.enabled .Values.webhook.certs.existingSecret (not .Values.webhook.certManager.enabled) (not .Values.webhook.certs.caBundle) -}}
 {{- fail "webhook.certs.existingSecret needs webhook.certs.caBundle (base64 of the CA's PEM)" -}}
 {{- end -}}
+{{- if not (has .Values.ledger (list "service-record" "iptables-dnat-rule")) -}}
+{{- fail (printf "ledger must be service-record or iptables-dnat-rule, not %q" (toString .Values.ledger)) -}}
+{{- end -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$" (toString .Values.kubeOvn.namespace)) -}}
+{{- fail (printf "kubeOvn.namespace must be a namespace name (kube-ovn's, where ConfigMap ovn-vpc-nat-config is), not %q" (toString .Values.kubeOvn.namespace)) -}}
+{{- end -}}
+{{- /* It is quoted into CEL expressions: a user name's characters only. */ -}}
+{{- if not (regexMatch "^[A-Za-z0-9][-A-Za-z0-9_.:@]*$" (toString .Values.kubeOvn.serviceAccount)) -}}
+{{- fail (printf "kubeOvn.serviceAccount must be kube-ovn-controller's user name, like system:serviceaccount:kube-system:ovn, not %q" (toString .Values.kubeOvn.serviceAccount)) -}}
+{{- end -}}
 {{- if not .Values.gatewayNamespaces -}}
 {{- fail "gatewayNamespaces must name at least one namespace (where the VPC NAT gateway pods run)" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The kube-ovn CRDs vpcgw reads and writes objects of; kube-ovn installs them (SPEC K1). */}}
+{{- define "vpcgw.kubeOvnCRDs" -}}
+vpc-nat-gateways.kubeovn.io iptables-eips.kubeovn.io iptables-dnat-rules.kubeovn.io subnets.kubeovn.io vpcs.kubeovn.io
+{{- end -}}
+
+{{/*
+vpcgw.requireKubeOvn fails helm install/upgrade (and helm template --dry-run=server) where one of
+kube-ovn's CRDs is missing: vpcgw never installs them itself (SPEC K1). Plain helm template and
+helm lint have no cluster (every lookup is empty, even of kube-system, which every cluster has),
+so they skip the check.
+
+It also refuses an upgrade that would delete kube-ovn's CRDs: chart 0.1.0 could install them as
+part of the release; helm upgrade deletes what the release no longer renders unless it carries
+helm.sh/resource-policy: keep (crds.keep, true by default then).
+*/}}
+{{- define "vpcgw.requireKubeOvn" -}}
+{{- if lookup "v1" "Namespace" "" "kube-system" -}}
+{{- $missing := list -}}
+{{- range $name := splitList " " (include "vpcgw.kubeOvnCRDs" .) -}}
+{{- $crd := lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" $name -}}
+{{- if not $crd -}}
+{{- $missing = append $missing $name -}}
+{{- else -}}
+{{- $ann := $crd.metadata.annotations | default dict -}}
+{{- if and (eq (index $ann "meta.helm.sh/release-name" | default "") $.Release.Name) (eq (index $ann "meta.helm.sh/release-namespace" | default "") $.Release.Namespace) (ne (index $ann "helm.sh/resource-policy" | default "") "keep") -}}
+{{- fail (printf "CRD %s belongs to this release (an older vpcgw chart installed it) without helm.sh/resource-policy: keep, so this upgrade would delete it and every kube-ovn object of its kind: run `kubectl annotate crd %s helm.sh/resource-policy=keep` first" $name $name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if $missing -}}
+{{- fail (printf "kube-ovn's CRDs %s are missing: install kube-ovn first (vpcgw never installs kube-ovn's CRDs)" (join ", " $missing)) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
