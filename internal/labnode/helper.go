@@ -1,0 +1,187 @@
+package labnode
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// helperEnv carries a helperSpec (JSON) to the re-executed binary. A process is a container or
+// an exec by being started as `<this binary> <argv...>` with this variable set: the helper enters
+// the pod's namespaces and then execs argv itself, so the process the node watches is argv's.
+const helperEnv = "VPCGW_LABNODE_HELPER"
+
+// helperSpec says where a container process runs.
+type helperSpec struct {
+	// Netns is the pod's network namespace (a name under /run/netns).
+	Netns string `json:"netns"`
+	// Root, when set, is an empty directory where the helper builds the container's root: the
+	// host's top-level directories bound in, /etc bound from Etc (the pod's own overlay of the
+	// host's /etc), and /kube-ovn/nat-gateway.sh bound from Script.
+	Root   string `json:"root,omitempty"`
+	Etc    string `json:"etc,omitempty"`
+	Script string `json:"script,omitempty"`
+	// WorkingDir is the container's working directory ("" is /).
+	WorkingDir string `json:"workingDir,omitempty"`
+}
+
+// kubeOVNScriptPath is where kube-ovn's vpc-nat-gateway image has its script.
+const kubeOVNScriptPath = "/kube-ovn/nat-gateway.sh"
+
+// MaybeRunExecHelper runs the node's exec helper when this process was started as one, and then
+// never returns (it execs the container's argv, or exits 127 with the reason on stderr). It
+// returns false at once otherwise. Binaries that host a Node (the test binary's TestMain, vpcgw's
+// main) call it before anything else.
+func MaybeRunExecHelper() bool {
+	raw, ok := os.LookupEnv(helperEnv)
+	if !ok {
+		return false
+	}
+	if err := runHelper(raw, os.Args[1:]); err != nil {
+		fmt.Fprintf(os.Stderr, "labnode: %v\n", err)
+		os.Exit(127)
+	}
+	return true // not reached: runHelper execs or fails
+}
+
+func runHelper(raw string, argv []string) error {
+	var spec helperSpec
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
+		return fmt.Errorf("bad %s: %w", helperEnv, err)
+	}
+	if len(argv) == 0 {
+		return errors.New("no command given")
+	}
+	// Namespaces and the root directory belong to a thread; the exec below replaces the whole
+	// process with this thread, so everything done here is what the program starts with.
+	runtime.LockOSThread()
+	// CLONE_NEWNS also unshares this thread's filesystem attributes from the Go runtime's other
+	// threads, so the mounts and the chroot below are private to the container.
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("unshare mount namespace: %w", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making mounts private: %w", err)
+	}
+	nsFile, err := os.Open(filepath.Join("/run/netns", spec.Netns))
+	if err != nil {
+		return fmt.Errorf("opening network namespace: %w", err)
+	}
+	if err := unix.Setns(int(nsFile.Fd()), unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("entering network namespace %s: %w", spec.Netns, err)
+	}
+	_ = nsFile.Close()
+	if spec.Root == "" {
+		// As `ip netns exec` does: a sysfs of the pod's network namespace, so that tools reading
+		// /sys/class/net see the pod's interfaces.
+		if err := unix.Unmount("/sys", unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmounting /sys: %w", err)
+		}
+		if err := unix.Mount("sysfs", "/sys", "sysfs", 0, ""); err != nil {
+			return fmt.Errorf("mounting sysfs: %w", err)
+		}
+	} else {
+		if err := buildRoot(spec); err != nil {
+			return err
+		}
+		if err := unix.Chroot(spec.Root); err != nil {
+			return fmt.Errorf("chroot %s: %w", spec.Root, err)
+		}
+	}
+	wd := spec.WorkingDir
+	if wd == "" {
+		wd = "/"
+	}
+	if err := os.Chdir(wd); err != nil {
+		return fmt.Errorf("working directory: %w", err)
+	}
+	env := make([]string, 0, len(os.Environ()))
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, helperEnv+"=") {
+			env = append(env, kv)
+		}
+	}
+	// The container's PATH (in env) decides what argv[0] is, as a runtime resolves it in the image.
+	path := argv[0]
+	if !strings.Contains(path, "/") {
+		if path, err = exec.LookPath(argv[0]); err != nil {
+			return fmt.Errorf("executable %q not found in $PATH: %w", argv[0], err)
+		}
+	}
+	if err := syscall.Exec(path, argv, env); err != nil {
+		return fmt.Errorf("exec %s: %w", path, err)
+	}
+	return nil
+}
+
+// buildRoot makes spec.Root the root of a vpc-nat-gateway container: the host's filesystem
+// plays the image, plus kube-ovn's script at /kube-ovn/nat-gateway.sh and a private /etc (the
+// script writes /etc/kube-ovn/nat-gateway.env and reads it on later calls).
+func buildRoot(spec helperSpec) error {
+	root := spec.Root
+	if err := unix.Mount("tmpfs", root, "tmpfs", 0, "mode=0755"); err != nil {
+		return fmt.Errorf("mounting the container root: %w", err)
+	}
+	entries, err := os.ReadDir("/")
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		src, dst := "/"+name, filepath.Join(root, name)
+		switch {
+		case name == "proc" || name == "sys" || name == "etc" || name == "kube-ovn":
+			continue
+		case e.Type()&os.ModeSymlink != 0:
+			target, err := os.Readlink(src)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(target, dst); err != nil {
+				return err
+			}
+			continue
+		case e.IsDir():
+			if err := os.Mkdir(dst, 0o755); err != nil {
+				return err
+			}
+		default:
+			if err := os.WriteFile(dst, nil, 0o644); err != nil {
+				return err
+			}
+		}
+		if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("binding %s: %w", src, err)
+		}
+	}
+	for _, d := range []string{"proc", "sys", "etc", "kube-ovn"} {
+		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := unix.Mount("proc", filepath.Join(root, "proc"), "proc", 0, ""); err != nil {
+		return fmt.Errorf("mounting proc: %w", err)
+	}
+	if err := unix.Mount("sysfs", filepath.Join(root, "sys"), "sysfs", 0, ""); err != nil {
+		return fmt.Errorf("mounting sysfs: %w", err)
+	}
+	if err := unix.Mount(spec.Etc, filepath.Join(root, "etc"), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("binding the pod's /etc %s: %w", spec.Etc, err)
+	}
+	script := filepath.Join(root, kubeOVNScriptPath)
+	if err := os.WriteFile(script, nil, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount(spec.Script, script, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("binding %s: %w", spec.Script, err)
+	}
+	return nil
+}

@@ -1,0 +1,200 @@
+package labnode
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"golang.org/x/sys/unix"
+)
+
+// runReadiness probes the running container per its readinessProbe (exec, tcpSocket, httpGet;
+// from inside the pod's network namespace, as the host cannot reach the lab's pod addresses)
+// until ctx ends, and sets its readiness per the probe's thresholds, as the kubelet's prober does.
+// Liveness and startup probes are not run.
+func (c *containerRunner) runReadiness(ctx context.Context, p *corev1.Probe) {
+	period := time.Duration(max(p.PeriodSeconds, 1)) * time.Second
+	timeout := time.Duration(max(p.TimeoutSeconds, 1)) * time.Second
+	success, failure := max(p.SuccessThreshold, 1), max(p.FailureThreshold, 1)
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(time.Duration(p.InitialDelaySeconds) * time.Second):
+	}
+	t := time.NewTicker(period)
+	defer t.Stop()
+	var oks, fails int32
+	for {
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		err := c.probeOnce(pctx, p)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			oks, fails = oks+1, 0
+		} else {
+			oks, fails = 0, fails+1
+		}
+		c.mu.Lock()
+		was := c.ready
+		switch {
+		case oks >= success:
+			c.ready = c.running
+		case fails >= failure:
+			c.ready = false
+		}
+		changed := was != c.ready
+		c.mu.Unlock()
+		if changed {
+			c.w.log.Info("readiness changed", "container", c.spec.Name, "ready", !was, "probeError", err)
+			c.notify()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (c *containerRunner) probeOnce(ctx context.Context, p *corev1.Probe) error {
+	ips := c.w.podIPs()
+	host := ""
+	if len(ips) > 0 {
+		host = ips[0]
+	}
+	switch {
+	case p.Exec != nil:
+		code, out, err := c.execCapture(ctx, p.Exec.Command)
+		if err != nil {
+			return err
+		}
+		if code != 0 {
+			return fmt.Errorf("exit code %d: %s", code, out)
+		}
+		return nil
+	case p.TCPSocket != nil:
+		port, err := c.port(p.TCPSocket.Port)
+		if err != nil {
+			return err
+		}
+		if p.TCPSocket.Host != "" {
+			host = p.TCPSocket.Host
+		}
+		conn, err := c.dialInPod(ctx, net.JoinHostPort(host, strconv.Itoa(port)))
+		if err != nil {
+			return err
+		}
+		return conn.Close()
+	case p.HTTPGet != nil:
+		g := p.HTTPGet
+		port, err := c.port(g.Port)
+		if err != nil {
+			return err
+		}
+		if g.Host != "" {
+			host = g.Host
+		}
+		scheme := "http"
+		if g.Scheme == corev1.URISchemeHTTPS {
+			scheme = "https"
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s://%s%s", scheme, net.JoinHostPort(host, strconv.Itoa(port)), g.Path), nil)
+		if err != nil {
+			return err
+		}
+		for _, h := range g.HTTPHeaders {
+			req.Header.Add(h.Name, h.Value)
+		}
+		req.Header.Set("User-Agent", "kube-probe/1.37")
+		tr := &http.Transport{
+			DialContext:     func(ctx context.Context, _, addr string) (net.Conn, error) { return c.dialInPod(ctx, addr) },
+			TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // as the kubelet's prober
+		}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr, Timeout: 0}).Do(req)
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode < 200 || resp.StatusCode >= 400 {
+			return fmt.Errorf("HTTP probe failed with statuscode: %d", resp.StatusCode)
+		}
+		return nil
+	default:
+		return fmt.Errorf("unsupported probe handler")
+	}
+}
+
+// port resolves a probe's port, by number or by the name of a container port.
+func (c *containerRunner) port(p intstr.IntOrString) (int, error) {
+	if p.Type == intstr.Int {
+		return p.IntValue(), nil
+	}
+	for _, cp := range c.spec.Ports {
+		if cp.Name == p.StrVal {
+			return int(cp.ContainerPort), nil
+		}
+	}
+	return 0, fmt.Errorf("container %s has no port named %q", c.spec.Name, p.StrVal)
+}
+
+// dialInPod opens a TCP connection from inside the pod's network namespace: the socket is
+// created on a thread moved into it and then moved back. The thread must not end while locked:
+// Go would end the OS thread, and children other code in this process forked from it with
+// Pdeathsig (the lab's kube-controller-manager, kube-ovn-controller, ovsdb-server) would be
+// killed with it.
+func (c *containerRunner) dialInPod(ctx context.Context, addr string) (net.Conn, error) {
+	netns, ok := c.w.netnsName()
+	if !ok {
+		return nil, errNotRunning
+	}
+	type result struct {
+		conn net.Conn
+		err  error
+	}
+	res := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			runtime.UnlockOSThread()
+			res <- result{err: err}
+			return
+		}
+		defer orig.Close()
+		f, err := os.Open(filepath.Join("/run/netns", netns))
+		if err != nil {
+			runtime.UnlockOSThread()
+			res <- result{err: err}
+			return
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			res <- result{err: fmt.Errorf("entering %s: %w", netns, err)}
+			return
+		}
+		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		rerr := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET)
+		res <- result{conn, err}
+		if rerr != nil {
+			// Never seen; the thread may neither run other goroutines (wrong namespace) nor end.
+			select {}
+		}
+		runtime.UnlockOSThread()
+	}()
+	r := <-res
+	return r.conn, r.err
+}
