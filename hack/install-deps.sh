@@ -2,8 +2,9 @@
 # Installs the Debian packages the lab and the tests use, when they are missing. Idempotent.
 set -euo pipefail
 
-# iptables and arping: kube-ovn's gateway script (nat-gateway.sh) runs in the lab's gateway namespace.
-packages=(nftables iproute2 conntrack ovn-central iptables arping)
+# iptables and iputils-arping (the arping of kube-ovn's alpine image; Debian's "arping" exits 1 on -U):
+# kube-ovn's gateway script (nat-gateway.sh) runs in the lab's gateway namespace.
+packages=(nftables iproute2 conntrack ovn-central iptables iputils-arping)
 missing=()
 for p in "${packages[@]}"; do
 	[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || missing+=("$p")

@@ -189,8 +189,10 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 	if err != nil {
 		return nil, err
 	}
-	tr := &translator{reader: reader, router: l.topo.router, log: opts.Log.WithName("translator"), routes: map[string]string{}}
-	l.run("translator", func() error { defer reader.Close(); return tr.run(runCtx) })
+	l.run("translator", func() error {
+		defer reader.Close()
+		return RunVIPRouteTranslator(runCtx, reader, VpcName, l.topo.router, opts.Log.WithName("translator"))
+	})
 	ctrlOpts := controller.Options{
 		Flags:       controller.Flags{EnableGwNftableLbSvc: true, EnableGwNftableSvcClusterIP: true},
 		NB:          ovn.Config{Address: l.nb.addr()},

@@ -22,9 +22,17 @@ const routeProto = "210"
 // in the router namespace as /32 routes, so that a VPC client reaches a VIP only through them.
 type translator struct {
 	reader *ovn.Writer // used read-only
+	vpc    string      // the VPC's logical router
 	router string      // namespace of the VPC router
 	log    logr.Logger
 	routes map[string]string // vip -> installed next hops, "a,b"
+}
+
+// RunVIPRouteTranslator plays OVN's data path for the VIP policies of logical router vpc (read
+// through reader, never written) in the router namespace routerNetns, until ctx ends.
+func RunVIPRouteTranslator(ctx context.Context, reader *ovn.Writer, vpc, routerNetns string, log logr.Logger) error {
+	t := &translator{reader: reader, vpc: vpc, router: routerNetns, log: log, routes: map[string]string{}}
+	return t.run(ctx)
 }
 
 func (t *translator) run(ctx context.Context) error {
@@ -43,7 +51,7 @@ func (t *translator) run(ctx context.Context) error {
 }
 
 func (t *translator) sync(ctx context.Context) error {
-	pols, err := t.reader.Policies(ctx, VpcName, "")
+	pols, err := t.reader.Policies(ctx, t.vpc, "")
 	if err != nil {
 		return err
 	}

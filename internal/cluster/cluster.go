@@ -1,0 +1,535 @@
+// Package cluster runs on one machine what a kube-ovn cluster with vpcgw runs, with the real
+// parts wherever they can run here (SPEC O1): kube-apiserver and etcd, kube-controller-manager,
+// kube-ovn-controller v1.16.2 with its own CRDs and OVN NB/SB databases and ovn-northd, the vpcgw
+// controller and webhook as their own processes under their own identities and the shipped RBAC,
+// the webhook registered over TLS as shipped. A lab node plays the kubelet (Pods as network
+// namespaces, the kubelet's exec API), and bridge and router namespaces play OVN's data path,
+// which cannot run without OVS. The lab creates only what a kube-ovn user creates; kube-ovn makes
+// the gateway, its Pod, the addresses and the EIP's status.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	"github.com/vpcgw/vpcgw/config/crd"
+	"github.com/vpcgw/vpcgw/deploy/manifests"
+	deploywebhook "github.com/vpcgw/vpcgw/deploy/webhook"
+	"github.com/vpcgw/vpcgw/internal/controller"
+	"github.com/vpcgw/vpcgw/internal/kcm"
+	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
+	"github.com/vpcgw/vpcgw/internal/lab"
+	"github.com/vpcgw/vpcgw/internal/labnode"
+	"github.com/vpcgw/vpcgw/internal/netlab"
+	"github.com/vpcgw/vpcgw/internal/ovn"
+	"github.com/vpcgw/vpcgw/internal/webhook"
+)
+
+// Identities of the processes, as a real install names them.
+const (
+	NodeName       = "lab-node"
+	ControllerUser = webhook.DefaultControllerUser // from the chart's service account
+	WebhookUser    = "system:serviceaccount:kube-system:vpcgw-webhook"
+	KubeOVNUser    = webhook.DefaultKubeOVNUser
+)
+
+// Options configure a lab cluster.
+type Options struct {
+	// Exe is the vpcgw binary: controller, webhook and agent processes, echo backends, probes.
+	// It must call kubeovnrun.MaybeRunMountHelper and labnode.MaybeRunExecHelper first thing.
+	Exe string
+	// AssetsDir holds kube-apiserver, etcd and kube-controller-manager (KUBEBUILDER_ASSETS);
+	// KubeOVNDir what hack/tools/kubeovn/build.sh gathers (VPCGW_KUBEOVN).
+	AssetsDir, KubeOVNDir string
+	Log                   logr.Logger
+	// KubeOVNArgs are extra kube-ovn-controller flags. The lab runs it with --enable-lb=false: the
+	// gateway serves ClusterIPs (SPEC F2); the K4 tests turn it on.
+	KubeOVNArgs []string
+	// ControllerArgs replace the vpcgw controller's feature flags (default: both gates on,
+	// --enable-lb=false, as kube-ovn runs).
+	ControllerArgs []string
+	// NoDemo leaves the demo objects (EIP, Deployment, Service) out.
+	NoDemo bool
+}
+
+// Cluster is a running lab cluster.
+type Cluster struct {
+	opts Options
+	dir  string
+	env  *envtest.Environment
+
+	// Config and Client are an admin's (system:masters); Kubeconfig is its file.
+	Config     *rest.Config
+	Client     client.Client
+	Kubeconfig string
+
+	OVN     *kubeovnrun.OVN
+	KubeOVN *kubeovnrun.Controller
+	Node    *labnode.Node
+	kcm     *kcm.Process
+	net     *netlab.Lab
+	network *network
+
+	Webhook, Controller *process
+	controllerArgs      []string
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	errMu  sync.Mutex
+	errs   []error
+}
+
+// Start brings everything up and waits until kube-ovn's gateway Pod runs (and, with the demo,
+// until the demo Service has its EXTERNAL-IP).
+func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
+	if opts.Exe == "" || opts.AssetsDir == "" || opts.KubeOVNDir == "" {
+		return nil, errors.New("cluster: Exe, AssetsDir and KubeOVNDir are required")
+	}
+	if err := netlab.Available(); err != nil {
+		return nil, err
+	}
+	c := &Cluster{opts: opts}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%w\n%s", err, tail(c.Logs(), 60))
+			_ = c.Stop()
+		}
+	}()
+	// A short directory: unix socket paths are limited to 108 bytes.
+	if c.dir, err = os.MkdirTemp("", "vcl-"); err != nil {
+		return nil, err
+	}
+	if err := c.startAPIServer(ctx); err != nil {
+		return nil, err
+	}
+	if err := kubeovnrun.InstallCluster(ctx, c.Client, opts.KubeOVNDir); err != nil {
+		return nil, err
+	}
+	if c.OVN, err = kubeovnrun.StartOVN(c.dir, opts.KubeOVNDir); err != nil {
+		return nil, err
+	}
+	if c.net, err = netlab.New("vc"); err != nil {
+		return nil, err
+	}
+	if c.network, err = newNetwork(c.net, ServiceCIDR); err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+
+	nodeCfg, err := c.userConfig("system:node:"+NodeName, "system:masters", "system:nodes")
+	if err != nil {
+		return nil, err
+	}
+	if c.Node, err = labnode.Start(runCtx, labnode.Config{
+		NodeName: NodeName, REST: nodeCfg, Network: c.network, InternalIP: netip.MustParseAddr("127.0.0.1"),
+		NetnsPrefix: "vp", Log: opts.Log.WithName("labnode"),
+	}); err != nil {
+		return nil, fmt.Errorf("starting the lab node: %w", err)
+	}
+	if err := kubeovnrun.AddNode(ctx, c.Client, c.OVN, kubeovnrun.Node{Name: NodeName, Address: "127.0.0.1", KubeletPort: int32(c.Node.ExecPort())}); err != nil {
+		return nil, err
+	}
+	kcmKC, err := kubeovnrun.AdminKubeconfig(c.env, "system:kube-controller-manager")
+	if err != nil {
+		return nil, err
+	}
+	if c.kcm, err = kcm.StartWith(opts.AssetsDir, kcmKC, c.dir, kcm.Options{Controllers: kcm.WorkloadControllers}); err != nil {
+		return nil, err
+	}
+	kubeOVNKC, err := kubeovnrun.AdminKubeconfig(c.env, KubeOVNUser)
+	if err != nil {
+		return nil, err
+	}
+	if c.KubeOVN, err = kubeovnrun.Start(kubeovnrun.Options{
+		KubeOVNDir: opts.KubeOVNDir, Dir: filepath.Join(c.dir, "kube-ovn"), Kubeconfig: kubeOVNKC,
+		NBAddr: c.OVN.NBAddr(), SBAddr: c.OVN.SBAddr(), NodeName: NodeName, ServiceCIDR: ServiceCIDR,
+		ExtraArgs: append([]string{"--enable-lb=false"}, opts.KubeOVNArgs...), HelperExe: opts.Exe,
+	}); err != nil {
+		return nil, err
+	}
+	if err := c.KubeOVN.WaitLeading(ctx, c.Client); err != nil {
+		return nil, fmt.Errorf("kube-ovn-controller: %w", err)
+	}
+
+	// The VPC router follows the NB DB's VIP policies (OVN's data path, played).
+	reader, err := ovn.NewWriter(ctx, ovn.Config{Address: c.OVN.NBAddr()}, opts.Log.WithName("translator-nb"))
+	if err != nil {
+		return nil, err
+	}
+	c.run("translator", func() error {
+		defer reader.Close()
+		return lab.RunVIPRouteTranslator(runCtx, reader, VpcName, c.network.router, opts.Log.WithName("translator"))
+	})
+
+	if err := c.installRBAC(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.startWebhook(ctx); err != nil {
+		return nil, err
+	}
+	c.controllerArgs = opts.ControllerArgs
+	if c.controllerArgs == nil {
+		c.controllerArgs = []string{"--enable-gw-nftable-lb-svc", "--enable-gw-nftable-svc-cluster-ip", "--enable-lb=false"}
+	}
+	if err := c.StartController(ctx); err != nil {
+		return nil, err
+	}
+
+	if err := createAll(ctx, c.Client, userObjects()...); err != nil {
+		return nil, err
+	}
+	if err := c.waitGateway(ctx, 90*time.Second); err != nil {
+		return nil, err
+	}
+	if opts.NoDemo {
+		return c, nil
+	}
+	if err := createAll(ctx, c.Client, EIP(EIPName, EIPAddress), EchoDeployment(opts.Exe, DemoNamespace, DemoDeployment, 2), DemoServiceObject()); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) startAPIServer(ctx context.Context) error {
+	own, err := crd.All()
+	if err != nil {
+		return err
+	}
+	hooks, err := deploywebhook.Configuration()
+	if err != nil {
+		return err
+	}
+	scheme, err := controller.Scheme()
+	if err != nil {
+		return err
+	}
+	// The webhook configuration is installed as shipped: envtest points clientConfig.service at
+	// the local server and injects its CA.
+	c.env = &envtest.Environment{
+		BinaryAssetsDirectory: c.opts.AssetsDir,
+		CRDInstallOptions:     envtest.CRDInstallOptions{CRDs: own},
+		WebhookInstallOptions: envtest.WebhookInstallOptions{ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{hooks}},
+		Scheme:                scheme,
+	}
+	kubeovnrun.ConfigureEnvtest(c.env, c.opts.KubeOVNDir, ServiceCIDR)
+	c.opts.Log.Info("starting kube-apiserver and etcd", "assets", c.opts.AssetsDir)
+	if c.Config, err = c.env.Start(); err != nil {
+		return fmt.Errorf("starting the API server (are kube-apiserver and etcd in %q? make assets): %w", c.opts.AssetsDir, err)
+	}
+	if c.Client, err = client.New(c.Config, client.Options{Scheme: scheme}); err != nil {
+		return err
+	}
+	kc, err := kubeovnrun.AdminKubeconfig(c.env, "lab-admin")
+	if err != nil {
+		return err
+	}
+	c.Kubeconfig = filepath.Join(c.dir, "admin.kubeconfig")
+	return os.WriteFile(c.Kubeconfig, kc, 0o600)
+}
+
+// userConfig is the REST config of a new API server user.
+func (c *Cluster) userConfig(name string, groups ...string) (*rest.Config, error) {
+	u, err := c.env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("adding user %s: %w", name, err)
+	}
+	return u.Config(), nil
+}
+
+// userKubeconfig writes the kubeconfig of a new user that authenticates as a service account
+// (its groups as the API server gives them to tokens) and returns the file.
+func (c *Cluster) userKubeconfig(name, file string) (string, error) {
+	u, err := c.env.AddUser(envtest.User{Name: name, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}}, nil)
+	if err != nil {
+		return "", fmt.Errorf("adding user %s: %w", name, err)
+	}
+	kc, err := u.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(c.dir, file)
+	return path, os.WriteFile(path, kc, 0o600)
+}
+
+// installRBAC applies the service accounts and RBAC of the shipped manifests: the controller and
+// the webhook run with exactly what an install grants them.
+func (c *Cluster) installRBAC(ctx context.Context) error {
+	objs, err := manifests.Objects("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if err := c.Client.Patch(ctx, o, client.Apply, client.FieldOwner("vpcgw-lab"), client.ForceOwnership); err != nil {
+			return fmt.Errorf("applying %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) startWebhook(ctx context.Context) error {
+	kc, err := c.userKubeconfig(WebhookUser, "webhook.kubeconfig")
+	if err != nil {
+		return err
+	}
+	health, err := freePort()
+	if err != nil {
+		return err
+	}
+	wio := &c.env.WebhookInstallOptions
+	c.Webhook = &process{name: "vpcgw webhook", argv: []string{c.opts.Exe, "webhook",
+		"--kubeconfig", kc, "--cert-dir", wio.LocalServingCertDir,
+		"--host", wio.LocalServingHost, "--port", strconv.Itoa(wio.LocalServingPort),
+		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(health),
+		"--controller-user", ControllerUser, "--kube-ovn-user", KubeOVNUser,
+	}}
+	if err := c.Webhook.start(); err != nil {
+		return err
+	}
+	return waitHTTP(ctx, "vpcgw webhook", c.Webhook, "http://127.0.0.1:"+strconv.Itoa(health)+"/readyz", 60*time.Second)
+}
+
+// StartController starts the vpcgw controller process (again, after StopController), as the
+// controller's service account.
+func (c *Cluster) StartController(ctx context.Context) error {
+	kc, err := c.userKubeconfig(ControllerUser, "controller.kubeconfig")
+	if err != nil {
+		return err
+	}
+	health, err := freePort()
+	if err != nil {
+		return err
+	}
+	argv := append([]string{c.opts.Exe, "controller",
+		"--kubeconfig", kc, "--transport", "exec", "--agent-command", c.opts.Exe + " agent",
+		"--ovn-nb-addr", c.OVN.NBAddr(), "--kube-ovn-namespace", kubeovnrun.Namespace,
+		"--metrics-bind-address", "0", "--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(health),
+		"--verify-partial-plans",
+	}, c.controllerArgs...)
+	c.Controller = &process{name: "vpcgw controller", argv: argv}
+	if err := c.Controller.start(); err != nil {
+		return err
+	}
+	return waitHTTP(ctx, "vpcgw controller", c.Controller, "http://127.0.0.1:"+strconv.Itoa(health)+"/readyz", 60*time.Second)
+}
+
+// StopController ends the controller process (its agents' streams end with it).
+func (c *Cluster) StopController() {
+	if c.Controller != nil {
+		c.Controller.stop()
+	}
+}
+
+// waitGateway waits until kube-ovn's gateway Pod runs and kube-ovn has initialised it.
+func (c *Cluster) waitGateway(ctx context.Context, timeout time.Duration) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		var pod corev1.Pod
+		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: kubeovnrun.Namespace, Name: GatewayPod()}, &pod); err != nil {
+			last = err.Error()
+			return false, client.IgnoreNotFound(err)
+		}
+		last = fmt.Sprintf("phase %s, init %q", pod.Status.Phase, pod.Annotations["ovn.kubernetes.io/vpc_nat_gw_init"])
+		return pod.Status.Phase == corev1.PodRunning && pod.Annotations["ovn.kubernetes.io/vpc_nat_gw_init"] == "true", nil
+	})
+	if err != nil {
+		return fmt.Errorf("kube-ovn's gateway pod %s/%s (%s): %w", kubeovnrun.Namespace, GatewayPod(), last, err)
+	}
+	return nil
+}
+
+// GatewayPod is the name kube-ovn gives the lab gateway's Pod.
+func GatewayPod() string { return "vpc-nat-gw-" + GatewayName + "-0" }
+
+// GatewayNetns is the network namespace of the gateway's Pod.
+func (c *Cluster) GatewayNetns() (string, bool) { return c.Node.PodNetns(kubeovnrun.Namespace, GatewayPod()) }
+
+// ExternalClient and VPCClient are the clients' namespaces; RouterNetns the VPC router's.
+func (c *Cluster) ExternalClient() string { return c.network.ext }
+func (c *Cluster) VPCClient() string      { return c.network.vpcClient }
+func (c *Cluster) RouterNetns() string    { return c.network.router }
+
+// WaitIngress waits until the Service has an EXTERNAL-IP and returns it.
+func (c *Cluster) WaitIngress(ctx context.Context, ns, name string, timeout time.Duration) (string, error) {
+	var ip string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		var svc corev1.Service
+		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &svc); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		if ing := svc.Status.LoadBalancer.Ingress; len(ing) > 0 {
+			ip = ing[0].IP
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("Service %s/%s has no EXTERNAL-IP after %s: %w", ns, name, timeout, err)
+	}
+	return ip, nil
+}
+
+// EIPReady waits until kube-ovn made IptablesEIP name Ready.
+func (c *Cluster) EIPReady(ctx context.Context, name string, timeout time.Duration) error {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		var e kubeovnv1.IptablesEIP
+		if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, &e); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return e.Status.Ready && e.Status.IP != "", nil
+	})
+}
+
+// Probe sends n requests from namespace ns to addr ("ip:port") with proto and counts the answers.
+func (c *Cluster) Probe(ns, proto, addr string, n int) (netlab.ProbeResult, error) {
+	return c.net.Probe(ns, []string{c.opts.Exe, "probe"}, netlab.ProbeOptions{Proto: proto, Target: addr, Count: n})
+}
+
+// WaitReachable polls with single probes until target answers.
+func (c *Cluster) WaitReachable(ctx context.Context, ns, proto, target string, timeout time.Duration) error {
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		r, err := c.Probe(ns, proto, target, 1)
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		return r.Total() > 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s %s not reachable from %s: %v (%w)", proto, target, ns, last, err)
+	}
+	return nil
+}
+
+// Namespaces describes the lab's network namespaces: the fixed ones and every Pod's.
+func (c *Cluster) Namespaces(ctx context.Context) ([]Netns, error) {
+	out := append([]Netns(nil), c.network.fixed...)
+	var pods corev1.PodList
+	if err := c.Client.List(ctx, &pods); err != nil {
+		return nil, err
+	}
+	for _, p := range pods.Items {
+		ns, ok := c.Node.PodNetns(p.Namespace, p.Name)
+		if !ok {
+			continue
+		}
+		n := Netns{Name: ns, Role: RolePod, Pod: p.Namespace + "/" + p.Name, Addresses: map[string]string{}}
+		if p.Status.PodIP != "" {
+			n.Addresses["eth0"] = p.Status.PodIP
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// Errors are the failures of the lab's own loops so far.
+func (c *Cluster) Errors() []error {
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	return append([]error(nil), c.errs...)
+}
+
+// Logs is the output of vpcgw's processes and kube-ovn-controller.
+func (c *Cluster) Logs() string {
+	var out string
+	if c.Controller != nil {
+		out += "== vpcgw controller\n" + c.Controller.output()
+	}
+	if c.Webhook != nil {
+		out += "== vpcgw webhook\n" + c.Webhook.output()
+	}
+	if c.KubeOVN != nil {
+		out += "== kube-ovn-controller\n" + c.KubeOVN.Logs()
+	}
+	return out
+}
+
+func (c *Cluster) run(name string, f func() error) {
+	c.wg.Go(func() {
+		if err := f(); err != nil {
+			c.errMu.Lock()
+			c.errs = append(c.errs, fmt.Errorf("%s: %w", name, err))
+			c.errMu.Unlock()
+		}
+	})
+}
+
+// Stop ends every process and removes every namespace the lab made.
+func (c *Cluster) Stop() error {
+	var errs []error
+	if c.Controller != nil {
+		c.Controller.stop()
+	}
+	if c.Webhook != nil {
+		c.Webhook.stop()
+	}
+	if c.cancel != nil {
+		c.cancel()
+	}
+	c.wg.Wait()
+	if c.Node != nil {
+		if err := c.Node.Stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.KubeOVN != nil {
+		c.KubeOVN.Stop()
+	}
+	if c.kcm != nil {
+		c.kcm.Stop()
+	}
+	if c.OVN != nil {
+		c.OVN.Stop()
+	}
+	if c.net != nil {
+		if err := c.net.Cleanup(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.env != nil {
+		if err := c.env.Stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.dir != "" {
+		_ = os.RemoveAll(c.dir)
+	}
+	return errors.Join(errs...)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// tail is the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
