@@ -360,7 +360,9 @@ func (c *Cluster) waitGateway(ctx context.Context, timeout time.Duration) error 
 func GatewayPod() string { return "vpc-nat-gw-" + GatewayName + "-0" }
 
 // GatewayNetns is the network namespace of the gateway's Pod.
-func (c *Cluster) GatewayNetns() (string, bool) { return c.Node.PodNetns(kubeovnrun.Namespace, GatewayPod()) }
+func (c *Cluster) GatewayNetns() (string, bool) {
+	return c.Node.PodNetns(kubeovnrun.Namespace, GatewayPod())
+}
 
 // ExternalClient and VPCClient are the clients' namespaces; RouterNetns the VPC router's.
 func (c *Cluster) ExternalClient() string { return c.network.ext }
