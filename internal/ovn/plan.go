@@ -24,6 +24,19 @@ const (
 	vendorKubeOVN      = "kube-ovn"
 )
 
+// ExternalIDExempt is the fourth external_id of the writer's policies. kube-ovn-controller's VPC
+// reconcile deletes every policy of a custom VPC's router that is not in the Vpc's
+// spec.policyRoutes, except those with a non-empty vpc-egress-gateway, a non-empty subnet or
+// isU2ORoutePolicy=true (v1.16.2 pkg/controller/vpc.go:541-561,1038-1040). The value,
+// ExemptValue(gw), can never equal a VpcEgressGateway key (kube-ovn's are "<namespace>/<name>";
+// ':' is invalid in names, and it has no '/'), and kube-ovn selects that key's rows only by exact
+// value (vpc_egress_gateway.go:727,1272-1295). It does not identify the writer's rows: rows
+// without it (from older versions) are still the writer's and get it added in place.
+const ExternalIDExempt = "vpc-egress-gateway"
+
+// ExemptValue is the value of ExternalIDExempt on the policies of gateway gw.
+func ExemptValue(gw string) string { return "vpcgw:" + gw }
+
 // ErrRouterNotFound is wrapped by Sync when the router that should carry policies does not exist.
 var ErrRouterNotFound = errors.New("logical router not found")
 
@@ -44,6 +57,33 @@ type desired struct {
 	router, gateway string
 	nextHops        []string // sorted, unique
 	vips            []string // sorted, unique
+	// exempt says whether policies carry ExternalIDExempt (always, except in a test that shows
+	// what happens without it).
+	exempt bool
+}
+
+// wantAny says whether d asks for any policy at all.
+func (d desired) wantAny() bool { return len(d.vips) > 0 && len(d.nextHops) > 0 }
+
+// wants says whether d asks for a policy of vip.
+func (d desired) wants(vip string) bool {
+	return vip != "" && d.wantAny() && slices.Contains(d.vips, vip)
+}
+
+// externalIDs are the external_ids a policy of d should have, given those it has (nil for a new
+// one): the marks, plus any keys someone else added, which are kept.
+func (d desired) externalIDs(have map[string]string) map[string]string {
+	ext := maps.Clone(have)
+	if ext == nil {
+		ext = map[string]string{}
+	}
+	ext[ExternalIDVendor] = vendorKubeOVN
+	ext[ExternalIDGateway] = d.gateway
+	ext[ExternalIDVIPRoute] = "true"
+	if d.exempt {
+		ext[ExternalIDExempt] = ExemptValue(d.gateway)
+	}
+	return ext
 }
 
 // validate checks want and normalises it (sorted, de-duplicated addresses).
@@ -128,26 +168,34 @@ func isVIPPolicy(p *nbdb.LogicalRouterPolicy) bool {
 		p.ExternalIDs[ExternalIDVIPRoute] == "true"
 }
 
-// policyOK says whether p already is exactly the policy of vip with nextHops (sorted).
-func policyOK(p *nbdb.LogicalRouterPolicy, vip string, nextHops []string) bool {
+// policyOK says whether p already is exactly the policy of vip for d (next hops compared as
+// sets; with d.exempt it must carry the exemption).
+func policyOK(p *nbdb.LogicalRouterPolicy, vip string, d desired) bool {
 	have := slices.Clone(p.Nexthops)
 	slices.Sort(have)
-	want := slices.Clone(nextHops)
+	want := slices.Clone(d.nextHops)
 	slices.Sort(want)
 	return p.Priority == VIPPolicyPriority && p.Action == nbdb.LogicalRouterPolicyActionReroute &&
-		p.Match == vipMatch(vip) && p.Nexthop == nil && slices.Equal(have, want)
+		p.Match == vipMatch(vip) && p.Nexthop == nil && slices.Equal(have, want) &&
+		(!d.exempt || p.ExternalIDs[ExternalIDExempt] == ExemptValue(d.gateway))
 }
 
 // plan is what a Sync changes.
 type plan struct {
 	target  string              // UUID of the router that carries the policies ("" when absent)
 	creates []string            // VIPs to add
-	updates map[string]string   // policy UUID -> VIP, rewritten in place
+	updates map[string]update   // policy UUID -> its new content, rewritten in place
 	deletes map[string][]string // router UUID -> policy UUIDs to remove from it
 	// guard holds, for every router the plan touches, its policies column as read: the
 	// transaction only commits if the column is still the same (no concurrent writer, no stale
 	// cache), so a VIP is never written twice.
 	guard map[string][]string
+}
+
+// update is a policy rewritten in place (same row: no moment without a route).
+type update struct {
+	vip string
+	ext map[string]string // the full external_ids column
 }
 
 func (p *plan) empty() bool {
@@ -164,8 +212,8 @@ func (p *plan) String() string {
 
 // makePlan compares the desired policies of one gateway with the routers and policies as read.
 func makePlan(d desired, routers []nbdb.LogicalRouter, policies map[string]*nbdb.LogicalRouterPolicy) (*plan, error) {
-	p := &plan{updates: map[string]string{}, deletes: map[string][]string{}, guard: map[string][]string{}}
-	wantAny := len(d.vips) > 0 && len(d.nextHops) > 0
+	p := &plan{updates: map[string]update{}, deletes: map[string][]string{}, guard: map[string][]string{}}
+	wantAny := d.wantAny()
 
 	owner := map[string]string{} // policy UUID -> router UUID
 	var targets []string
@@ -228,11 +276,18 @@ func makePlan(d desired, routers []nbdb.LogicalRouter, policies map[string]*nbdb
 			touch(p.target)
 			continue
 		}
+		// Keep a right one, else one that only lacks the exemption (its route is right), else
+		// the first.
 		keep := have[0]
-		for _, pol := range have {
-			if policyOK(pol, vip, d.nextHops) {
-				keep = pol
-				break
+		loose := d
+		loose.exempt = false
+	choose:
+		for _, want := range []desired{d, loose} {
+			for _, pol := range have {
+				if policyOK(pol, vip, want) {
+					keep = pol
+					break choose
+				}
 			}
 		}
 		for _, pol := range have {
@@ -240,8 +295,8 @@ func makePlan(d desired, routers []nbdb.LogicalRouter, policies map[string]*nbdb
 				del(p.target, pol.UUID)
 			}
 		}
-		if !policyOK(keep, vip, d.nextHops) {
-			p.updates[keep.UUID] = vip
+		if !policyOK(keep, vip, d) {
+			p.updates[keep.UUID] = update{vip: vip, ext: d.externalIDs(keep.ExternalIDs)}
 			touch(p.target)
 		}
 	}

@@ -4,6 +4,7 @@ package ovn
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -96,7 +97,7 @@ func TestMakePlan(t *testing.T) {
 	if !slices.Equal(p.creates, []string{"10.96.0.7"}) {
 		t.Errorf("creates = %v", p.creates)
 	}
-	if len(p.updates) != 1 || p.updates["a2"] != "10.96.0.2" {
+	if len(p.updates) != 1 || p.updates["a2"].vip != "10.96.0.2" {
 		t.Errorf("updates = %v", p.updates)
 	}
 	if !slices.Equal(p.deletes["r1"], []string{"a3", "d1"}) || !slices.Equal(p.deletes["r2"], []string{"o1"}) || len(p.deletes) != 2 {
@@ -105,6 +106,29 @@ func TestMakePlan(t *testing.T) {
 	if len(p.guard) != 2 {
 		t.Errorf("guard = %v", p.guard)
 	}
+
+	// With the exemption, the rows without it (as older versions wrote them) are updated in
+	// place, keeping keys someone else added; nothing is deleted or created for them.
+	d.exempt = true
+	pols["a1"].ExternalIDs["owner-note"] = "x"
+	p, err = makePlan(d, routers, pols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantExt := map[string]string{"vendor": "kube-ovn", "vpc-nat-gateway": "gw1", "vipRoute": "true",
+		"vpc-egress-gateway": "vpcgw:gw1", "owner-note": "x"}
+	if u, ok := p.updates["a1"]; len(p.updates) != 3 || !ok || u.vip != "10.96.0.1" || !maps.Equal(u.ext, wantExt) {
+		t.Errorf("migration updates = %v", p.updates)
+	}
+	// Of the duplicates, the one whose route is right is kept (and migrated).
+	if _, ok := p.updates["d2"]; !ok || !slices.Equal(p.creates, []string{"10.96.0.7"}) || !slices.Equal(p.deletes["r1"], []string{"a3", "d1"}) {
+		t.Errorf("migration: updates %v creates %v deletes %v", p.updates, p.creates, p.deletes)
+	}
+	pols["a1"].ExternalIDs = wantExt // migrated: nothing more to do for it
+	if p, _ = makePlan(d, routers, pols); len(p.updates) != 2 {
+		t.Errorf("after migrating a1: updates = %v", p.updates)
+	}
+	d.exempt = false
 
 	// Nothing desired: all of gw1's VIP policies go, nothing else.
 	d.nextHops = nil

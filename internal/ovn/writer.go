@@ -3,6 +3,14 @@
 // "ip4.dst == <vip>", action reroute to the gateway's instances, marked with the external_ids
 // vendor=kube-ovn, vpc-nat-gateway=<gw>, vipRoute=true. Only policies with these external_ids
 // are ever changed.
+//
+// They survive kube-ovn-controller (SPEC K3): its VPC reconcile deletes the policies of a custom
+// VPC's router that the Vpc does not list, so every policy also carries
+// vpc-egress-gateway=vpcgw:<gw>, one of the keys that reconcile exempts (ExternalIDExempt). As a
+// second line, the writer watches its policies in the NB cache and, when someone else deletes or
+// changes one, re-applies the gateway's last routes within milliseconds (debounced, with
+// exponential backoff when it keeps happening; vpcgw_vip_route_repairs_total counts them).
+// Next-hop changes rewrite the row in place, so a route never goes missing in between.
 package ovn
 
 import (
@@ -36,15 +44,26 @@ const (
 	syncAttempts = 10
 )
 
+// writerOptions are knobs for tests only.
+type writerOptions struct {
+	// noExemption writes policies without ExternalIDExempt (as versions before it did), so that
+	// kube-ovn's reconcile deletes them and the repair path can be seen at work.
+	noExemption bool
+}
+
 // Writer converges the VIP policies of gateways. It is safe for concurrent use; Syncs are
 // serialised.
 type Writer struct {
-	c    client.Client
-	log  logr.Logger
-	mu   sync.Mutex
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
+	c      client.Client
+	log    logr.Logger
+	exempt bool
+	mu     sync.Mutex // serialises syncs (Sync and repairs)
+	stop   chan struct{}
+	life   context.Context // cancelled by Close: ends a repair in progress
+	end    context.CancelFunc
+	wg     sync.WaitGroup // the probe and repair goroutines
+	once   sync.Once
+	rep    repairer
 }
 
 // NewWriter connects to the NB database and monitors the Logical_Router (name, policies) and
@@ -52,6 +71,10 @@ type Writer struct {
 // reconnects by itself, for ever, with backoff; a Sync issued meanwhile waits for it (bounded by
 // its context).
 func NewWriter(ctx context.Context, cfg Config, log logr.Logger) (*Writer, error) {
+	return newWriter(ctx, cfg, log, writerOptions{})
+}
+
+func newWriter(ctx context.Context, cfg Config, log logr.Logger, wo writerOptions) (*Writer, error) {
 	eps, ssl, err := cfg.endpoints()
 	if err != nil {
 		return nil, err
@@ -95,18 +118,36 @@ func NewWriter(ctx context.Context, cfg Config, log logr.Logger) (*Writer, error
 		c.Close()
 		return nil, fmt.Errorf("ovn: connect to NB %s: %w", cfg.Address, err)
 	}
+	w := &Writer{c: c, log: log, exempt: !wo.noExemption, stop: make(chan struct{})}
+	w.life, w.end = context.WithCancel(context.Background())
+	w.rep.init()
+	// Registered before the monitor starts, so that no change to a policy is missed.
+	c.Cache().AddEventHandler(w.eventHandler())
 	lr := &nbdb.LogicalRouter{}
 	mon := c.NewMonitor(
 		client.WithTable(lr, &lr.Name, &lr.Policies),
 		client.WithTable(&nbdb.LogicalRouterPolicy{}),
 	)
 	if _, err := c.Monitor(ctx, mon); err != nil {
+		w.end()
 		c.Close()
 		return nil, fmt.Errorf("ovn: monitor NB %s: %w", cfg.Address, err)
 	}
+	var routers []nbdb.LogicalRouter
+	if err := c.List(ctx, &routers); err != nil {
+		w.end()
+		c.Close()
+		return nil, fmt.Errorf("ovn: list routers: %w", err)
+	}
+	uuids := make([]string, 0, len(routers))
+	for _, r := range routers {
+		uuids = append(uuids, r.UUID)
+	}
+	w.rep.loaded(uuids)
 	log.V(1).Info("connected to OVN NB", "endpoint", c.CurrentEndpoint())
-	w := &Writer{c: c, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	w.wg.Add(2)
 	go w.probe()
+	go w.repairLoop()
 	return w, nil
 }
 
@@ -114,7 +155,8 @@ func NewWriter(ctx context.Context, cfg Config, log logr.Logger) (*Writer, error
 func (w *Writer) Close() {
 	w.once.Do(func() {
 		close(w.stop)
-		<-w.done
+		w.end()
+		w.wg.Wait()
 		down := w.c.CurrentEndpoint() == ""
 		w.c.Close()
 		if down {
@@ -135,7 +177,7 @@ func (w *Writer) Close() {
 // probe sends an echo every probeInterval and drops a connection that does not answer, so that
 // the client reconnects (possibly to another endpoint) instead of waiting on a dead peer.
 func (w *Writer) probe() {
-	defer close(w.done)
+	defer w.wg.Done()
 	t := time.NewTicker(probeInterval)
 	defer t.Stop()
 	for {
@@ -163,53 +205,66 @@ func withDefaultTimeout(ctx context.Context) (context.Context, context.CancelFun
 
 // Sync converges the VIP policies of want.Gateway in one transaction: one policy per VIP on
 // router want.Router, missing ones added, stale ones (also any on another router, and duplicates
-// of one VIP) removed, wrong ones rewritten in place. No VIPs or no next hops removes all the
-// gateway's VIP policies. Policies of other gateways and without the VIP external_ids are never
-// touched. The router must exist when there is something to write (else the error wraps
-// ErrRouterNotFound).
+// of one VIP) removed, wrong ones rewritten in place (a next-hop change updates the row, it never
+// deletes and re-adds it). No VIPs or no next hops removes all the gateway's VIP policies.
+// Policies of other gateways and without the VIP external_ids are never touched. The router must
+// exist when there is something to write (else the error wraps ErrRouterNotFound). want is
+// remembered: when someone else later deletes or changes one of these policies, the writer
+// re-applies it by itself.
 func (w *Writer) Sync(ctx context.Context, want VIPRoutes) error {
 	d, err := validate(want)
 	if err != nil {
 		return err
 	}
+	d.exempt = w.exempt
+	// Before the transaction: the cache events of our own commit may arrive before it returns,
+	// and must be judged against this state, not the previous one.
+	w.rep.setLast(d)
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	_, err = w.converge(ctx, d)
+	return err
+}
 
+// converge commits d, re-reading and retrying while the router changes under it. It returns what
+// changed ("" for nothing). The caller holds w.mu.
+func (w *Writer) converge(ctx context.Context, d desired) (string, error) {
 	for attempt := 1; ; attempt++ {
-		done, err := w.syncOnce(ctx, d)
+		done, changes, err := w.syncOnce(ctx, d)
 		if done || err != nil {
-			return err
+			return changes, err
 		}
 		// The router changed between read and commit (another writer, or a cache not yet caught
 		// up after our own commit or a reconnect): read again.
 		if attempt == syncAttempts {
-			return fmt.Errorf("ovn: gateway %s: router %q kept changing during %d attempts", d.gateway, d.router, attempt)
+			return "", fmt.Errorf("ovn: gateway %s: router %q kept changing during %d attempts", d.gateway, d.router, attempt)
 		}
 		w.log.V(1).Info("NB changed during sync, retrying", "gateway", d.gateway, "attempt", attempt)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("ovn: gateway %s: %w", d.gateway, ctx.Err())
+			return "", fmt.Errorf("ovn: gateway %s: %w", d.gateway, ctx.Err())
 		case <-time.After(time.Duration(min(attempt, 5)) * 50 * time.Millisecond):
 		}
 	}
 }
 
-// syncOnce reads, plans and commits. done is false when the guard failed and Sync should retry.
-func (w *Writer) syncOnce(ctx context.Context, d desired) (done bool, err error) {
+// syncOnce reads, plans and commits. done is false when the guard failed and Sync should retry;
+// changes says what was committed ("" for nothing).
+func (w *Writer) syncOnce(ctx context.Context, d desired) (done bool, changes string, err error) {
 	if err := w.waitConnected(ctx); err != nil {
-		return false, err
+		return false, "", err
 	}
 	// Routers first, then policies: a policy a router references is then in the policy list
 	// unless it was removed meanwhile, which the guard detects.
 	var routers []nbdb.LogicalRouter
 	if err := w.c.List(ctx, &routers); err != nil {
-		return false, fmt.Errorf("ovn: list routers: %w", err)
+		return false, "", fmt.Errorf("ovn: list routers: %w", err)
 	}
 	var pols []nbdb.LogicalRouterPolicy
 	if err := w.c.List(ctx, &pols); err != nil {
-		return false, fmt.Errorf("ovn: list router policies: %w", err)
+		return false, "", fmt.Errorf("ovn: list router policies: %w", err)
 	}
 	byUUID := make(map[string]*nbdb.LogicalRouterPolicy, len(pols))
 	for i := range pols {
@@ -217,31 +272,31 @@ func (w *Writer) syncOnce(ctx context.Context, d desired) (done bool, err error)
 	}
 	p, err := makePlan(d, routers, byUUID)
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	if p.empty() {
-		return true, nil
+		return true, "", nil
 	}
 	ops, err := w.ops(d, p)
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	res, err := w.c.Transact(ctx, ops...)
 	if err != nil {
-		return false, fmt.Errorf("ovn: gateway %s: transact: %w", d.gateway, err)
+		return false, "", fmt.Errorf("ovn: gateway %s: transact: %w", d.gateway, err)
 	}
 	opErrs, err := ovsdb.CheckOperationResults(res, ops)
 	if err != nil {
 		for _, oe := range opErrs {
 			var to *ovsdb.TimedOut
 			if errors.As(oe, &to) {
-				return false, nil // a guard failed: retry
+				return false, "", nil // a guard failed: retry
 			}
 		}
-		return false, fmt.Errorf("ovn: gateway %s: transaction (%s): %w: %v", d.gateway, p, err, opErrs)
+		return false, "", fmt.Errorf("ovn: gateway %s: transaction (%s): %w: %v", d.gateway, p, err, opErrs)
 	}
 	w.log.Info("VIP routes converged", "router", d.router, "gateway", d.gateway, "changes", p.String())
-	return true, nil
+	return true, p.String(), nil
 }
 
 // waitConnected waits until the client has a connection (after a reconnect the monitors are
@@ -290,13 +345,14 @@ func (w *Writer) ops(d desired, p *plan) ([]ovsdb.Operation, error) {
 	}
 	for _, u := range slices.Sorted(maps.Keys(p.updates)) {
 		pol := &nbdb.LogicalRouterPolicy{
-			UUID:     u,
-			Priority: VIPPolicyPriority,
-			Action:   nbdb.LogicalRouterPolicyActionReroute,
-			Match:    vipMatch(p.updates[u]),
-			Nexthops: d.nextHops,
+			UUID:        u,
+			Priority:    VIPPolicyPriority,
+			Action:      nbdb.LogicalRouterPolicyActionReroute,
+			Match:       vipMatch(p.updates[u].vip),
+			Nexthops:    d.nextHops,
+			ExternalIDs: p.updates[u].ext,
 		}
-		o, err := w.c.Where(pol).Update(pol, &pol.Priority, &pol.Action, &pol.Match, &pol.Nexthops, &pol.Nexthop)
+		o, err := w.c.Where(pol).Update(pol, &pol.Priority, &pol.Action, &pol.Match, &pol.Nexthops, &pol.Nexthop, &pol.ExternalIDs)
 		if err != nil {
 			return nil, fmt.Errorf("ovn: update policy: %w", err)
 		}
@@ -306,16 +362,12 @@ func (w *Writer) ops(d desired, p *plan) ([]ovsdb.Operation, error) {
 		var named []string
 		for i, vip := range p.creates {
 			pol := &nbdb.LogicalRouterPolicy{
-				UUID:     fmt.Sprintf("new_vip_policy_%d", i),
-				Priority: VIPPolicyPriority,
-				Action:   nbdb.LogicalRouterPolicyActionReroute,
-				Match:    vipMatch(vip),
-				Nexthops: d.nextHops,
-				ExternalIDs: map[string]string{
-					ExternalIDVendor:   vendorKubeOVN,
-					ExternalIDGateway:  d.gateway,
-					ExternalIDVIPRoute: "true",
-				},
+				UUID:        fmt.Sprintf("new_vip_policy_%d", i),
+				Priority:    VIPPolicyPriority,
+				Action:      nbdb.LogicalRouterPolicyActionReroute,
+				Match:       vipMatch(vip),
+				Nexthops:    d.nextHops,
+				ExternalIDs: d.externalIDs(nil),
 			}
 			o, err := w.c.Create(pol)
 			if err != nil {

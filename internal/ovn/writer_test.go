@@ -1,4 +1,4 @@
-// covers: V1, V2
+// covers: V1, V2, K3
 
 package ovn
 
@@ -151,7 +151,8 @@ func TestSyncLifecycle(t *testing.T) {
 		own("vpc1", "gw1", "10.96.0.10", "10.0.1.5", "10.0.1.6"),
 		own("vpc1", "gw1", "172.18.0.100", "10.0.1.5", "10.0.1.6"))
 	for _, p := range got {
-		if p.ExternalIDs["vendor"] != "kube-ovn" || p.ExternalIDs["vpc-nat-gateway"] != "gw1" || p.ExternalIDs["vipRoute"] != "true" || len(p.ExternalIDs) != 3 {
+		if p.ExternalIDs["vendor"] != "kube-ovn" || p.ExternalIDs["vpc-nat-gateway"] != "gw1" || p.ExternalIDs["vipRoute"] != "true" ||
+			p.ExternalIDs["vpc-egress-gateway"] != "vpcgw:gw1" || len(p.ExternalIDs) != 4 {
 			t.Fatalf("external_ids = %v", p.ExternalIDs)
 		}
 	}
