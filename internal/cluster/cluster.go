@@ -162,7 +162,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if c.KubeOVN, err = kubeovnrun.Start(kubeovnrun.Options{
 		KubeOVNDir: opts.KubeOVNDir, Dir: filepath.Join(c.dir, "kube-ovn"), Kubeconfig: kubeOVNKC,
 		NBAddr: c.OVN.NBAddr(), SBAddr: c.OVN.SBAddr(), NodeName: NodeName, ServiceCIDR: ServiceCIDR,
-		ExtraArgs: append([]string{"--enable-lb=false"}, opts.KubeOVNArgs...), HelperExe: opts.Exe,
+		// -v=3: kube-ovn logs every command it executes in a gateway ("executing NAT gateway
+		// command"), which the lab's report and the K tests read.
+		ExtraArgs: append([]string{"--enable-lb=false", "--v=3"}, opts.KubeOVNArgs...), HelperExe: opts.Exe,
 	}); err != nil {
 		return nil, err
 	}
