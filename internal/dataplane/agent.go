@@ -47,6 +47,8 @@ type Agent struct {
 	applied map[idKey]gwstate.Identity
 	// present holds every identity of the committed state, with or without backends.
 	present map[idKey]gwstate.Identity
+	// vipRefs counts the applied identities per VIP: VIPSet holds the VIPs counted here.
+	vipRefs map[string]int
 	// last, with pending applied over it, is the last valid desired state, committed or not:
 	// what Retry and Verify converge to. Read it through desired(). A delta applied by the fast
 	// path (applyDelta) only records its identities in pending, lastGen and lastClusterIPs, so
@@ -93,7 +95,7 @@ func newAgent(be backend, log logr.Logger, iface string, vips vipHolder, ct flow
 		iface = DefaultVPCInterface
 	}
 	return &Agent{be: be, log: log, iface: iface, vips: vips, ct: ct, stageChunk: defaultStageChunk,
-		applied: map[idKey]gwstate.Identity{}, present: map[idKey]gwstate.Identity{}}
+		applied: map[idKey]gwstate.Identity{}, present: map[idKey]gwstate.Identity{}, vipRefs: map[string]int{}}
 }
 
 // Config says how an agent reaches the kernel of the network namespace it runs in.
@@ -204,10 +206,14 @@ func (a *Agent) Retry(ctx context.Context) (bool, error) {
 	return true, a.applyLocked(ctx, *a.desired())
 }
 
-// Verify looks for drift cheaply, without reading rules back: the table and both base chains
-// exist, each base chain has its one rule, the numbers of map elements, owned chains and owned
-// sets are what the agent committed, and lo holds exactly the desired VIPs. On drift it logs
-// what it found, reconciles fully and logs the repair. It returns the drift found ("" if none).
+// Verify looks for drift: the agent's objects in the table have the content it committed
+// (elements, ownership sets, base chains with their one rule, each chain of the agent's with
+// its number of rules, all carrying the agent's comment: see compareTable), and lo holds
+// exactly the desired VIPs. The netlink path first asks the kernel for the ruleset's
+// generation: when no one committed since the last check found the table whole (other than the
+// agent's own transactions), nothing is read. Objects that are not the agent's (kube-ovn's share
+// DNAT identities) are not drift. On drift it logs what it found, reconciles fully and logs the
+// repair. It returns the drift found ("" if none).
 func (a *Agent) Verify(ctx context.Context) (string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -244,15 +250,7 @@ func (a *Agent) Verify(ctx context.Context) (string, error) {
 }
 
 func (a *Agent) expectation() expectation {
-	e := expectation{elements: len(a.applied)}
-	for _, id := range a.applied {
-		e.chains++
-		if id.AffinityTimeoutSeconds > 0 {
-			e.chains += len(id.Backends)
-			e.sets += len(id.Backends)
-		}
-	}
-	return e
+	return expectation{ids: a.applied, vips: a.vipRefs}
 }
 
 func wantVIPs(ips []string) []netip.Addr {
@@ -292,10 +290,11 @@ func (a *Agent) applyLocked(ctx context.Context, st gwstate.State) error {
 	}
 
 	tx := a.be.begin()
+	var vipDelta map[string]int
 	if full {
 		a.fullSync(tx, inv, st.Identities, desired, ready)
 	} else {
-		a.incremental(tx, st.Identities, desired, ready)
+		vipDelta = a.incremental(tx, st.Identities, desired, ready)
 	}
 	ops := tx.size()
 	if ops > 0 {
@@ -312,6 +311,11 @@ func (a *Agent) applyLocked(ctx context.Context, st gwstate.State) error {
 	}
 	targets := a.cleanTargets(full, desired, present)
 	a.applied, a.present = desired, present
+	if full {
+		a.vipRefs = countVIPs(desired)
+	} else {
+		applyVIPDelta(a.vipRefs, vipDelta)
+	}
 	a.staged = nil // referenced now, or deleted by the full sync as stale
 	a.synced = true
 	a.log.V(1).Info("applied state", "generation", st.Generation, "identities", len(desired), "operations", ops+stagedOps,
@@ -476,8 +480,9 @@ func (a *Agent) stage(ctx context.Context, stage []gwstate.Identity, ready map[i
 			// final transaction adds their rules; on a table that exists these are no-ops.
 			tx.addTable()
 			tx.addServiceMap()
+			tx.addOwnershipSets()
 			tx.addBaseChain(BaseChain, "prerouting", BaseChainPriority)
-			tx.addBaseChain(PostroutingChain, "postrouting", PostroutingPriority)
+			tx.addBaseChain(HairpinChain, "postrouting", HairpinPriority)
 		}
 		for j := range chunk {
 			writeObjects(tx, nil, &chunk[j])
@@ -499,8 +504,9 @@ func (a *Agent) stage(ctx context.Context, stage []gwstate.Identity, ready map[i
 }
 
 // incremental writes only what differs between a.applied and desired, in the order of the
-// (normalized) states. Identities in ready only get their element.
-func (a *Agent) incremental(tx txn, ids []gwstate.Identity, desired map[idKey]gwstate.Identity, ready map[idKey]bool) {
+// (normalized) states. Identities in ready only get their element. It returns the change of
+// the identities per VIP (vipChanges).
+func (a *Agent) incremental(tx txn, ids []gwstate.Identity, desired map[idKey]gwstate.Identity, ready map[idKey]bool) map[string]int {
 	// Removals first, in the states' order: a removed identity's objects never share names
 	// with a desired one.
 	var gone []gwstate.Identity
@@ -513,11 +519,15 @@ func (a *Agent) incremental(tx txn, ids []gwstate.Identity, desired map[idKey]gw
 	for i := range gone {
 		writeIdentity(tx, &gone[i], nil)
 	}
+	var added []gwstate.Identity
 	for _, id := range ids {
 		if len(id.Backends) == 0 {
 			continue
 		}
 		old, ok := a.applied[keyOf(id)]
+		if !ok {
+			added = append(added, id)
+		}
 		switch {
 		case !ok && ready[keyOf(id)]:
 			tx.addElement(id)
@@ -527,25 +537,82 @@ func (a *Agent) incremental(tx txn, ids []gwstate.Identity, desired map[idKey]gw
 			writeIdentity(tx, &old, &id)
 		}
 	}
+	return vipChanges(tx, a.vipRefs, gone, added)
 }
 
-// fullSync writes a transaction that makes the listed table exactly desired, as far as owned
-// objects go. Desired identities are rewritten in place (add, flush and re-add in the same
-// transaction), so traffic sees no gap (SPEC L7); those in ready (written by stage) only get
-// their element.
+// fullSync writes a transaction that makes the listed table exactly desired, as far as the
+// agent's objects go. Desired identities are rewritten in place (add, flush and re-add in the
+// same transaction), so traffic sees no gap (SPEC L7); those in ready (written by stage) only
+// get their element. An identity is the agent's when its key is in OwnedSet (or staged, or
+// desired): other elements and their dnat-, ep- and aff- objects are kube-ovn's share DNAT
+// identities (or someone else's) and stay as they are (SPEC D8, K8). A table of an agent from
+// before OwnedSet (legacyHairpinChain present) is adopted by object names, as it did.
 func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired map[idKey]gwstate.Identity, ready map[idKey]bool) {
 	writeBase(tx, a.iface)
+	legacy := slices.Contains(inv.chains, legacyHairpinChain)
+	if legacy {
+		tx.flushChain(legacyHairpinChain)
+		tx.deleteChain(legacyHairpinChain)
+		a.log.Info("adopting a table of an older agent by object names", "chain", legacyHairpinChain)
+	}
 
-	// Elements that name no desired identity, or point elsewhere than they should, go first.
+	// The idhashes whose objects are the agent's.
+	mine := make(map[string]bool, len(inv.owned)+len(desired)+len(a.staged))
+	ownedKeys := make(map[string]bool, len(inv.owned))
+	for _, k := range inv.owned {
+		mine[keyHash(k)] = true
+		ownedKeys[strings.Join(k, " . ")] = true
+	}
+	for k := range a.staged {
+		mine[IdentityHash(k.vip, k.port, k.proto)] = true
+	}
+	for k := range desired {
+		mine[IdentityHash(k.vip, k.port, k.proto)] = true
+	}
+	isMine := func(name string) bool {
+		h, ok := objectHash(name)
+		return ok && (legacy || mine[h])
+	}
+
+	// Elements of the agent's that name no desired identity, or point elsewhere than they
+	// should, go first; so does an element of someone else's for a key the agent serves (one
+	// key, one verdict).
 	wantElem := make(map[string]string, len(desired))
 	for _, id := range desired {
 		wantElem[strings.Join(elementKey(id), " . ")] = strings.Join(elementValue(id), " ")
 	}
 	for _, e := range inv.elements {
-		if v, ok := wantElem[strings.Join(e.key, " . ")]; ok && v == e.value {
+		k := strings.Join(e.key, " . ")
+		v, want := wantElem[k]
+		switch {
+		case want && v == e.value:
 			continue
+		case want, legacy, ownedKeys[k], mine[keyHash(e.key)]:
+			tx.deleteElementKey(e.key)
 		}
-		tx.deleteElementKey(e.key)
+	}
+	for _, k := range inv.owned {
+		if _, ok := wantElem[strings.Join(k, " . ")]; !ok {
+			tx.deleteOwnedKey(k)
+		}
+	}
+	// VIPSet: exactly the desired identities' VIPs.
+	wantVIPs := make(map[string]bool, len(desired))
+	for k := range desired {
+		wantVIPs[k.vip] = true
+	}
+	for _, v := range inv.vips {
+		if !wantVIPs[v] {
+			tx.deleteVIP(v)
+		}
+	}
+	vips := make([]string, 0, len(wantVIPs))
+	for v := range wantVIPs {
+		vips = append(vips, v)
+	}
+	slices.SortFunc(vips, compareAddrs)
+	for _, v := range vips {
+		tx.addVIP(v) // a no-op for those present
 	}
 
 	keepChains := map[string]bool{}
@@ -591,12 +658,12 @@ func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired
 
 	var staleChains, staleSets []string
 	for _, c := range inv.chains {
-		if owned(c) && !keepChains[c] && !deleted[c] {
+		if isMine(c) && !keepChains[c] && !deleted[c] {
 			staleChains = append(staleChains, c)
 		}
 	}
 	for _, s := range inv.sets {
-		if owned(s) && !keepSets[s] && !deleted[s] {
+		if isMine(s) && !keepSets[s] && !deleted[s] {
 			staleSets = append(staleSets, s)
 		}
 	}

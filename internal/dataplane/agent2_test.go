@@ -1,4 +1,4 @@
-// covers: D4, D5, D6, D8, L6
+// covers: D4, D5, D6, D8, L6, K8
 package dataplane
 
 import (
@@ -108,7 +108,25 @@ func TestVerifyFindsAndRepairsDrift(t *testing.T) {
 	for name, breakIt := range map[string]func(tx *knftables.Transaction){
 		"table deleted":      func(tx *knftables.Transaction) { tx.Delete(&knftables.Table{}) },
 		"base chain flushed": func(tx *knftables.Transaction) { tx.Flush(&knftables.Chain{Name: BaseChain}) },
-		"hairpin flushed":    func(tx *knftables.Transaction) { tx.Flush(&knftables.Chain{Name: PostroutingChain}) },
+		"hairpin flushed":    func(tx *knftables.Transaction) { tx.Flush(&knftables.Chain{Name: HairpinChain}) },
+		// kube-ovn master's nft-dnat-map-add for a key the agent serves (C5): same names,
+		// same counts, other rules.
+		"identity chain rewritten by kube-ovn": func(tx *knftables.Transaction) {
+			c := IdentityChain("10.0.0.1", 80, gwstate.TCP)
+			tx.Flush(&knftables.Chain{Name: c})
+			tx.Add(&knftables.Rule{Chain: c, Rule: "meta l4proto tcp dnat ip addr . port to numgen random mod 1 map { 0 : 10.0.1.9 . 8080 }"})
+		},
+		"affinity identity rewritten by kube-ovn": func(tx *knftables.Transaction) {
+			c := IdentityChain(aff.VIP, aff.Port, aff.Protocol)
+			tx.Flush(&knftables.Chain{Name: c})
+			tx.Add(&knftables.Rule{Chain: c, Rule: "meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.0.1.1 . 443, 1 : 10.0.1.2 . 443 }"})
+		},
+		"ownership key deleted": func(tx *knftables.Transaction) {
+			tx.Delete(&knftables.Element{Set: OwnedSet, Key: []string{"10.0.0.1", "tcp", "80"}})
+		},
+		"hairpin VIP deleted": func(tx *knftables.Transaction) {
+			tx.Delete(&knftables.Element{Set: VIPSet, Key: []string{aff.VIP}})
+		},
 		"element deleted": func(tx *knftables.Transaction) {
 			tx.Delete(&knftables.Element{Map: ServiceMap, Key: []string{"10.0.0.1", "tcp", "80"}})
 		},
@@ -209,5 +227,39 @@ func TestAckCountsConntrackDeletions(t *testing.T) {
 	line, _ = json.Marshal(state(3, udp, tcp))
 	if ack := handleLine(context.Background(), a, line, logr.Discard()); ack.ConntrackDeleted != 0 {
 		t.Fatalf("ack of a TCP addition = %+v, want no deletion", ack)
+	}
+}
+
+// A table written by an agent from before the ownership set (hairpin chain "postrouting", no
+// vpcgw-identities) is adopted by object names, as that agent did: its stale identity goes, the
+// old unscoped hairpin chain goes, and the table ends as a fresh agent writes it.
+// covers: D4, D8, K8
+func TestAdoptsTableOfOlderAgent(t *testing.T) {
+	f := newFake()
+	keep := ident("10.0.0.1", 80, gwstate.TCP, be("10.0.1.1", 8080))
+	stale := ident("10.0.0.2", 80, gwstate.TCP, be("10.0.1.1", 8080))
+	tx := f.NewTransaction()
+	tx.Add(&knftables.Table{})
+	tx.Add(&knftables.Map{Name: ServiceMap, Type: ServiceMapType})
+	tx.Add(&knftables.Chain{Name: BaseChain, Type: knftables.PtrTo(knftables.NATType), Hook: knftables.PtrTo(knftables.PreroutingHook), Priority: knftables.PtrTo(knftables.BaseChainPriority("-150")), Policy: knftables.PtrTo(knftables.AcceptPolicy)})
+	tx.Add(&knftables.Rule{Chain: BaseChain, Rule: DispatchRule})
+	tx.Add(&knftables.Chain{Name: legacyHairpinChain, Type: knftables.PtrTo(knftables.NATType), Hook: knftables.PtrTo(knftables.PostroutingHook), Priority: knftables.PtrTo(knftables.BaseChainPriority("100")), Policy: knftables.PtrTo(knftables.AcceptPolicy)})
+	tx.Add(&knftables.Rule{Chain: legacyHairpinChain, Rule: `iifname "eth0" oifname "eth0" ct status dnat masquerade fully-random`})
+	for _, id := range []gwstate.Identity{keep, stale} {
+		c := IdentityChain(id.VIP, id.Port, id.Protocol)
+		tx.Add(&knftables.Chain{Name: c})
+		tx.Add(&knftables.Rule{Chain: c, Rule: dnatRule(id.Protocol, id.Backends).text()})
+		tx.Add(&knftables.Element{Map: ServiceMap, Key: elementKey(id), Value: elementValue(id)})
+	}
+	if err := f.Run(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	a := NewAgent(f, logr.Discard())
+	mustApply(t, a, state(1, keep))
+	if got, want := sortElements(f.Dump()), sortElements(freshDump(t, state(1, keep))); got != want {
+		t.Errorf("adopted table of an older agent:\n%s\nwant (fresh agent):\n%s", got, want)
+	}
+	if drift, err := a.Verify(context.Background()); drift != "" || err != nil {
+		t.Errorf("verify after adoption: drift %q, err %v", drift, err)
 	}
 }

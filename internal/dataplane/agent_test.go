@@ -20,11 +20,13 @@ import (
 )
 
 const baseDump = `add table ip kube-ovn
-add chain ip kube-ovn postrouting { type nat hook postrouting priority 100 ; policy accept ; }
 add chain ip kube-ovn prerouting { type nat hook prerouting priority -150 ; policy accept ; }
+add chain ip kube-ovn vpcgw-hairpin { type nat hook postrouting priority 99 ; policy accept ; }
+add set ip kube-ovn vpcgw-identities { type ipv4_addr . inet_proto . inet_service ; }
+add set ip kube-ovn vpcgw-vips { type ipv4_addr ; }
 add map ip kube-ovn service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }
-add rule ip kube-ovn postrouting iifname "eth0" oifname "eth0" ct status dnat masquerade fully-random
 add rule ip kube-ovn prerouting ip daddr . meta l4proto . th dport vmap @service-ips
+add rule ip kube-ovn vpcgw-hairpin iifname "eth0" oifname "eth0" ct status dnat ct original ip daddr @vpcgw-vips masquerade fully-random comment "vpcgw"
 `
 
 func newFake() *knftables.Fake { return knftables.NewFake(knftables.IPv4Family, TableName) }
@@ -96,12 +98,16 @@ func TestGoldenDumps(t *testing.T) {
 		st:   state(1, ident("10.0.0.1", 53, gwstate.UDP, be("10.0.1.2", 5353))),
 		want: `add table ip kube-ovn
 add chain ip kube-ovn dnat-e1f1e9fbffa9
-add chain ip kube-ovn postrouting { type nat hook postrouting priority 100 ; policy accept ; }
 add chain ip kube-ovn prerouting { type nat hook prerouting priority -150 ; policy accept ; }
+add chain ip kube-ovn vpcgw-hairpin { type nat hook postrouting priority 99 ; policy accept ; }
+add set ip kube-ovn vpcgw-identities { type ipv4_addr . inet_proto . inet_service ; }
+add set ip kube-ovn vpcgw-vips { type ipv4_addr ; }
 add map ip kube-ovn service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }
-add rule ip kube-ovn dnat-e1f1e9fbffa9 meta l4proto udp dnat ip to 10.0.1.2:5353
-add rule ip kube-ovn postrouting iifname "eth0" oifname "eth0" ct status dnat masquerade fully-random
+add rule ip kube-ovn dnat-e1f1e9fbffa9 meta l4proto udp dnat ip to 10.0.1.2:5353 comment "vpcgw"
 add rule ip kube-ovn prerouting ip daddr . meta l4proto . th dport vmap @service-ips
+add rule ip kube-ovn vpcgw-hairpin iifname "eth0" oifname "eth0" ct status dnat ct original ip daddr @vpcgw-vips masquerade fully-random comment "vpcgw"
+add element ip kube-ovn vpcgw-identities { 10.0.0.1 . udp . 53 }
+add element ip kube-ovn vpcgw-vips { 10.0.0.1 }
 add element ip kube-ovn service-ips { 10.0.0.1 . udp . 53 : goto dnat-e1f1e9fbffa9 }
 `,
 	}, {
@@ -109,12 +115,16 @@ add element ip kube-ovn service-ips { 10.0.0.1 . udp . 53 : goto dnat-e1f1e9fbff
 		st:   state(1, ident("10.0.0.1", 80, gwstate.TCP, be("10.0.1.2", 8080), be("10.0.1.1", 8080))),
 		want: `add table ip kube-ovn
 add chain ip kube-ovn dnat-f5227434ff40
-add chain ip kube-ovn postrouting { type nat hook postrouting priority 100 ; policy accept ; }
 add chain ip kube-ovn prerouting { type nat hook prerouting priority -150 ; policy accept ; }
+add chain ip kube-ovn vpcgw-hairpin { type nat hook postrouting priority 99 ; policy accept ; }
+add set ip kube-ovn vpcgw-identities { type ipv4_addr . inet_proto . inet_service ; }
+add set ip kube-ovn vpcgw-vips { type ipv4_addr ; }
 add map ip kube-ovn service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }
-add rule ip kube-ovn dnat-f5227434ff40 meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.0.1.1 . 8080, 1 : 10.0.1.2 . 8080 }
-add rule ip kube-ovn postrouting iifname "eth0" oifname "eth0" ct status dnat masquerade fully-random
+add rule ip kube-ovn dnat-f5227434ff40 meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.0.1.1 . 8080, 1 : 10.0.1.2 . 8080 } comment "vpcgw"
 add rule ip kube-ovn prerouting ip daddr . meta l4proto . th dport vmap @service-ips
+add rule ip kube-ovn vpcgw-hairpin iifname "eth0" oifname "eth0" ct status dnat ct original ip daddr @vpcgw-vips masquerade fully-random comment "vpcgw"
+add element ip kube-ovn vpcgw-identities { 10.0.0.1 . tcp . 80 }
+add element ip kube-ovn vpcgw-vips { 10.0.0.1 }
 add element ip kube-ovn service-ips { 10.0.0.1 . tcp . 80 : goto dnat-f5227434ff40 }
 `,
 	}, {
@@ -123,12 +133,16 @@ add element ip kube-ovn service-ips { 10.0.0.1 . tcp . 80 : goto dnat-f5227434ff
 			be("10.0.1.10", 8080), be("10.0.1.9", 8080), be("10.0.1.9", 8080), be("10.0.1.9", 80))),
 		want: `add table ip kube-ovn
 add chain ip kube-ovn dnat-f5227434ff40
-add chain ip kube-ovn postrouting { type nat hook postrouting priority 100 ; policy accept ; }
 add chain ip kube-ovn prerouting { type nat hook prerouting priority -150 ; policy accept ; }
+add chain ip kube-ovn vpcgw-hairpin { type nat hook postrouting priority 99 ; policy accept ; }
+add set ip kube-ovn vpcgw-identities { type ipv4_addr . inet_proto . inet_service ; }
+add set ip kube-ovn vpcgw-vips { type ipv4_addr ; }
 add map ip kube-ovn service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }
-add rule ip kube-ovn dnat-f5227434ff40 meta l4proto tcp dnat ip addr . port to numgen random mod 3 map { 0 : 10.0.1.9 . 80, 1 : 10.0.1.9 . 8080, 2 : 10.0.1.10 . 8080 }
-add rule ip kube-ovn postrouting iifname "eth0" oifname "eth0" ct status dnat masquerade fully-random
+add rule ip kube-ovn dnat-f5227434ff40 meta l4proto tcp dnat ip addr . port to numgen random mod 3 map { 0 : 10.0.1.9 . 80, 1 : 10.0.1.9 . 8080, 2 : 10.0.1.10 . 8080 } comment "vpcgw"
 add rule ip kube-ovn prerouting ip daddr . meta l4proto . th dport vmap @service-ips
+add rule ip kube-ovn vpcgw-hairpin iifname "eth0" oifname "eth0" ct status dnat ct original ip daddr @vpcgw-vips masquerade fully-random comment "vpcgw"
+add element ip kube-ovn vpcgw-identities { 10.0.0.1 . tcp . 80 }
+add element ip kube-ovn vpcgw-vips { 10.0.0.1 }
 add element ip kube-ovn service-ips { 10.0.0.1 . tcp . 80 : goto dnat-f5227434ff40 }
 `,
 	}, {
@@ -139,20 +153,24 @@ add element ip kube-ovn service-ips { 10.0.0.1 . tcp . 80 : goto dnat-f5227434ff
 add chain ip kube-ovn dnat-cfeb8225efaf
 add chain ip kube-ovn ep-cfeb8225efaf-12583fe9
 add chain ip kube-ovn ep-cfeb8225efaf-9ce4ed06
-add chain ip kube-ovn postrouting { type nat hook postrouting priority 100 ; policy accept ; }
 add chain ip kube-ovn prerouting { type nat hook prerouting priority -150 ; policy accept ; }
+add chain ip kube-ovn vpcgw-hairpin { type nat hook postrouting priority 99 ; policy accept ; }
 add set ip kube-ovn aff-cfeb8225efaf-12583fe9 { type ipv4_addr ; flags dynamic,timeout ; timeout 300s ; }
 add set ip kube-ovn aff-cfeb8225efaf-9ce4ed06 { type ipv4_addr ; flags dynamic,timeout ; timeout 300s ; }
+add set ip kube-ovn vpcgw-identities { type ipv4_addr . inet_proto . inet_service ; }
+add set ip kube-ovn vpcgw-vips { type ipv4_addr ; }
 add map ip kube-ovn service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }
-add rule ip kube-ovn dnat-cfeb8225efaf ip saddr @aff-cfeb8225efaf-9ce4ed06 goto ep-cfeb8225efaf-9ce4ed06
-add rule ip kube-ovn dnat-cfeb8225efaf ip saddr @aff-cfeb8225efaf-12583fe9 goto ep-cfeb8225efaf-12583fe9
-add rule ip kube-ovn dnat-cfeb8225efaf numgen random mod 2 vmap { 0 : goto ep-cfeb8225efaf-9ce4ed06 , 1 : goto ep-cfeb8225efaf-12583fe9 }
-add rule ip kube-ovn ep-cfeb8225efaf-12583fe9 update @aff-cfeb8225efaf-12583fe9 { ip saddr }
-add rule ip kube-ovn ep-cfeb8225efaf-12583fe9 meta l4proto tcp dnat ip to 10.0.1.2:8080
-add rule ip kube-ovn ep-cfeb8225efaf-9ce4ed06 update @aff-cfeb8225efaf-9ce4ed06 { ip saddr }
-add rule ip kube-ovn ep-cfeb8225efaf-9ce4ed06 meta l4proto tcp dnat ip to 10.0.1.1:8080
-add rule ip kube-ovn postrouting iifname "eth0" oifname "eth0" ct status dnat masquerade fully-random
+add rule ip kube-ovn dnat-cfeb8225efaf ip saddr @aff-cfeb8225efaf-9ce4ed06 goto ep-cfeb8225efaf-9ce4ed06 comment "vpcgw"
+add rule ip kube-ovn dnat-cfeb8225efaf ip saddr @aff-cfeb8225efaf-12583fe9 goto ep-cfeb8225efaf-12583fe9 comment "vpcgw"
+add rule ip kube-ovn dnat-cfeb8225efaf numgen random mod 2 vmap { 0 : goto ep-cfeb8225efaf-9ce4ed06 , 1 : goto ep-cfeb8225efaf-12583fe9 } comment "vpcgw"
+add rule ip kube-ovn ep-cfeb8225efaf-12583fe9 update @aff-cfeb8225efaf-12583fe9 { ip saddr } comment "vpcgw"
+add rule ip kube-ovn ep-cfeb8225efaf-12583fe9 meta l4proto tcp dnat ip to 10.0.1.2:8080 comment "vpcgw"
+add rule ip kube-ovn ep-cfeb8225efaf-9ce4ed06 update @aff-cfeb8225efaf-9ce4ed06 { ip saddr } comment "vpcgw"
+add rule ip kube-ovn ep-cfeb8225efaf-9ce4ed06 meta l4proto tcp dnat ip to 10.0.1.1:8080 comment "vpcgw"
 add rule ip kube-ovn prerouting ip daddr . meta l4proto . th dport vmap @service-ips
+add rule ip kube-ovn vpcgw-hairpin iifname "eth0" oifname "eth0" ct status dnat ct original ip daddr @vpcgw-vips masquerade fully-random comment "vpcgw"
+add element ip kube-ovn vpcgw-identities { 10.0.0.2 . tcp . 80 }
+add element ip kube-ovn vpcgw-vips { 10.0.0.2 }
 add element ip kube-ovn service-ips { 10.0.0.2 . tcp . 80 : goto dnat-cfeb8225efaf }
 `,
 	}} {
@@ -235,14 +253,31 @@ func TestRemovalDeletesElementAndChain(t *testing.T) {
 	mustApply(t, ag, state(1, a, b))
 	mustApply(t, ag, state(2, a))
 	tx := f.LastTransaction.String()
+	// The identity's key leaves the ownership set and its VIP, served by nothing else, the
+	// hairpin set (SPEC K8, D4).
 	want := "delete element ip kube-ovn service-ips { 10.0.0.2 . tcp . 80 }\n" +
 		"flush chain ip kube-ovn " + IdentityChain("10.0.0.2", 80, gwstate.TCP) + "\n" +
-		"delete chain ip kube-ovn " + IdentityChain("10.0.0.2", 80, gwstate.TCP) + "\n"
+		"delete chain ip kube-ovn " + IdentityChain("10.0.0.2", 80, gwstate.TCP) + "\n" +
+		"delete element ip kube-ovn vpcgw-identities { 10.0.0.2 . tcp . 80 }\n" +
+		"delete element ip kube-ovn vpcgw-vips { 10.0.0.2 }\n"
 	if tx != want {
 		t.Errorf("removal transaction:\n%s\nwant:\n%s", tx, want)
 	}
 	if strings.Contains(f.Dump(), "10.0.0.2") || strings.Contains(f.Dump(), IdentityChain("10.0.0.2", 80, gwstate.TCP)) {
 		t.Errorf("removed identity still in the table:\n%s", f.Dump())
+	}
+	// A VIP stays in the hairpin set while another identity serves it.
+	c := ident("10.0.0.1", 81, gwstate.TCP, be("10.0.1.1", 8080))
+	mustApply(t, ag, state(3, a, c))
+	if tx := f.LastTransaction.String(); strings.Contains(tx, VIPSet) {
+		t.Errorf("second identity of a VIP touched %s:\n%s", VIPSet, tx)
+	}
+	mustApply(t, ag, state(4, a))
+	if tx := f.LastTransaction.String(); strings.Contains(tx, VIPSet) || !strings.Contains(tx, "delete element ip kube-ovn vpcgw-identities { 10.0.0.1 . tcp . 81 }") {
+		t.Errorf("removing one of two identities of a VIP:\n%s", tx)
+	}
+	if !strings.Contains(f.Dump(), "add element ip kube-ovn vpcgw-vips { 10.0.0.1 }") {
+		t.Errorf("VIP of a served identity left the hairpin set:\n%s", f.Dump())
 	}
 }
 
@@ -312,18 +347,26 @@ func TestFailedApplyKeepsPreviousState(t *testing.T) {
 }
 
 func TestAdoptsPopulatedTable(t *testing.T) {
+	// covers: D8, K8
 	f := newFake()
 	keep := ident("10.0.0.1", 80, gwstate.TCP, be("10.0.1.1", 8080))
 	gone := ident("10.0.0.2", 80, gwstate.TCP, be("10.0.1.1", 8080))
-	// A previous agent left keep, gone and stale affinity objects; someone else added a foreign
-	// chain in our table and a table of their own.
+	// A previous agent left keep, gone and stale affinity objects of gone's (its key is in
+	// OwnedSet); kube-ovn added an identity of its own (element and chain, key not in
+	// OwnedSet); someone else added a foreign chain in our table and a table of their own.
 	mustApply(t, NewAgent(f, logr.Discard()), state(1, keep, gone))
+	goneHash := IdentityHash(gone.VIP, gone.Port, gone.Protocol)
+	staleSet, staleEP := "aff-"+goneHash+"-01234567", "ep-"+goneHash+"-01234567"
+	kubeOVN := IdentityChain("10.0.0.3", 80, gwstate.TCP)
 	tx := f.NewTransaction()
-	tx.Add(&knftables.Set{Name: "aff-0123456789ab-01234567", Type: "ipv4_addr"})
-	tx.Add(&knftables.Chain{Name: "ep-0123456789ab-01234567"})
-	tx.Add(&knftables.Rule{Chain: "ep-0123456789ab-01234567", Rule: "update @aff-0123456789ab-01234567 { ip saddr }"})
+	tx.Add(&knftables.Set{Name: staleSet, Type: "ipv4_addr"})
+	tx.Add(&knftables.Chain{Name: staleEP})
+	tx.Add(&knftables.Rule{Chain: staleEP, Rule: "update @" + staleSet + " { ip saddr }"})
 	tx.Add(&knftables.Chain{Name: "mychain"})
 	tx.Add(&knftables.Rule{Chain: "mychain", Rule: "counter"})
+	tx.Add(&knftables.Chain{Name: kubeOVN})
+	tx.Add(&knftables.Rule{Chain: kubeOVN, Rule: "meta l4proto tcp dnat ip to numgen random mod 1 map { 0 : 10.0.1.9 . 80 }"})
+	tx.Add(&knftables.Element{Map: ServiceMap, Key: []string{"10.0.0.3", "tcp", "80"}, Value: []string{"goto " + kubeOVN}})
 	if err := f.Run(context.Background(), tx); err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +384,7 @@ func TestAdoptsPopulatedTable(t *testing.T) {
 	ag := NewAgent(f, logr.Discard())
 	mustApply(t, ag, state(2, keep))
 	dump := f.Dump()
-	for _, s := range []string{"10.0.0.2", IdentityChain("10.0.0.2", 80, gwstate.TCP), "aff-0123456789ab-01234567", "ep-0123456789ab-01234567"} {
+	for _, s := range []string{"10.0.0.2", IdentityChain("10.0.0.2", 80, gwstate.TCP), staleSet, staleEP} {
 		if strings.Contains(dump, "kube-ovn "+s) || strings.Contains(dump, "{ "+s) {
 			t.Errorf("stale %s not removed:\n%s", s, dump)
 		}
@@ -350,16 +393,21 @@ func TestAdoptsPopulatedTable(t *testing.T) {
 		t.Errorf("foreign table ip other or its chain was removed")
 	}
 	for _, s := range []string{"add chain ip kube-ovn mychain", "add rule ip kube-ovn mychain counter",
-		"10.0.0.1 . tcp . 80 : goto " + IdentityChain("10.0.0.1", 80, gwstate.TCP)} {
+		"10.0.0.1 . tcp . 80 : goto " + IdentityChain("10.0.0.1", 80, gwstate.TCP),
+		"10.0.0.3 . tcp . 80 : goto " + kubeOVN, "add rule ip kube-ovn " + kubeOVN + " meta l4proto tcp dnat"} {
 		if !strings.Contains(dump, s) {
 			t.Errorf("missing %q after adoption:\n%s", s, dump)
 		}
 	}
-	// After adoption the agent is incremental: an unchanged state runs nothing.
+	// After adoption the agent is incremental: an unchanged state runs nothing, and the
+	// drift check does not count kube-ovn's identity as drift.
 	last := f.LastTransaction
 	mustApply(t, ag, state(3, keep))
 	if f.LastTransaction != last {
 		t.Errorf("unchanged state after adoption ran:\n%s", f.LastTransaction)
+	}
+	if drift, err := ag.Verify(context.Background()); drift != "" || err != nil {
+		t.Errorf("verify with kube-ovn's identity in the table: drift %q, err %v", drift, err)
 	}
 }
 

@@ -115,6 +115,7 @@ func (a *Agent) applyDelta(ctx context.Context, msg gwstate.State) (done bool, e
 	var changed []gwstate.Identity // upserts that differ from the committed identities
 	var gone []gwstate.Identity    // committed identities with backends that lose their objects
 	var removed []gwstate.Identity // committed identities that leave the state
+	var added []gwstate.Identity   // upserts with backends that were not applied
 	newChains := 0
 	for _, id := range msg.Identities {
 		k := keyOf(id)
@@ -128,6 +129,7 @@ func (a *Agent) applyDelta(ctx context.Context, msg gwstate.State) (done bool, e
 			gone = append(gone, old)
 		case len(id.Backends) > 0 && !had:
 			newChains++
+			added = append(added, id)
 		}
 	}
 	for _, rk := range msg.Removed {
@@ -153,6 +155,7 @@ func (a *Agent) applyDelta(ctx context.Context, msg gwstate.State) (done bool, e
 	for i := range gone {
 		writeIdentity(tx, &gone[i], nil)
 	}
+	vipDelta := vipChanges(tx, a.vipRefs, gone, added)
 	for i := range changed {
 		id := &changed[i]
 		if len(id.Backends) == 0 {
@@ -177,6 +180,7 @@ func (a *Agent) applyDelta(ctx context.Context, msg gwstate.State) (done bool, e
 	}
 
 	targets := a.deltaCleanTargets(changed, removed)
+	applyVIPDelta(a.vipRefs, vipDelta)
 	for _, old := range removed {
 		k := keyOf(old)
 		delete(a.present, k)

@@ -29,8 +29,11 @@ type backend interface {
 // inventory is what a full sync needs to know about the table.
 type inventory struct {
 	chains   []string
-	sets     []string
+	sets     []string // named sets other than OwnedSet and VIPSet
 	elements []element
+	// owned are the keys in OwnedSet (vip, proto, port); vips the elements of VIPSet.
+	owned [][]string
+	vips  []string
 }
 
 type element struct {
@@ -38,15 +41,21 @@ type element struct {
 	value string   // "goto <chain>"
 }
 
-// expectation is what a cheap verification compares with the kernel.
+// expectation is what the agent committed, for the drift check.
 type expectation struct {
-	elements int // elements of service-ips
-	chains   int // owned identity and endpoint chains
-	sets     int // owned affinity sets
+	ids  map[idKey]gwstate.Identity // applied: identities with backends
+	vips map[string]int             // identities per VIP
 }
 
-func (e expectation) String() string {
-	return fmt.Sprintf("%d elements, %d chains, %d sets", e.elements, e.chains, e.sets)
+// ruleMarks counts a chain's rules and those carrying RuleComment.
+type ruleMarks struct{ rules, marked int }
+
+// tableState is what a drift check reads: the inventory, the rules of every chain, and whether
+// the base chain's single rule is the dispatch rule.
+type tableState struct {
+	inv      *inventory
+	rules    map[string]ruleMarks
+	dispatch bool
 }
 
 // knftBackend runs transactions through knftables (the nft binary, or its Fake).
@@ -57,11 +66,23 @@ type knftBackend struct {
 
 type knftTxn struct{ tx *knftables.Transaction }
 
-func (b *knftBackend) name() string  { return "nft" }
-func (b *knftBackend) begin() txn    { return &knftTxn{tx: b.nft.NewTransaction()} }
-func (t *knftTxn) size() int         { return t.tx.NumOperations() }
-func (t *knftTxn) addTable()         { t.tx.Add(&knftables.Table{}) }
-func (t *knftTxn) addServiceMap()    { t.tx.Add(&knftables.Map{Name: ServiceMap, Type: ServiceMapType}) }
+func (b *knftBackend) name() string { return "nft" }
+func (b *knftBackend) begin() txn   { return &knftTxn{tx: b.nft.NewTransaction()} }
+func (t *knftTxn) size() int        { return t.tx.NumOperations() }
+func (t *knftTxn) addTable()        { t.tx.Add(&knftables.Table{}) }
+func (t *knftTxn) addServiceMap()   { t.tx.Add(&knftables.Map{Name: ServiceMap, Type: ServiceMapType}) }
+func (t *knftTxn) addOwnershipSets() {
+	t.tx.Add(&knftables.Set{Name: OwnedSet, Type: OwnedSetType})
+	t.tx.Add(&knftables.Set{Name: VIPSet, Type: "ipv4_addr"})
+}
+func (t *knftTxn) addOwnedKey(key []string) { t.tx.Add(&knftables.Element{Set: OwnedSet, Key: key}) }
+func (t *knftTxn) deleteOwnedKey(key []string) {
+	t.tx.Delete(&knftables.Element{Set: OwnedSet, Key: key})
+}
+func (t *knftTxn) addVIP(vip string) { t.tx.Add(&knftables.Element{Set: VIPSet, Key: []string{vip}}) }
+func (t *knftTxn) deleteVIP(vip string) {
+	t.tx.Delete(&knftables.Element{Set: VIPSet, Key: []string{vip}})
+}
 func (t *knftTxn) addChain(n string) { t.tx.Add(&knftables.Chain{Name: n}) }
 func (t *knftTxn) flushChain(n string) {
 	t.tx.Flush(&knftables.Chain{Name: n})
@@ -86,7 +107,11 @@ func (t *knftTxn) addAffinitySet(name string, timeout time.Duration) {
 	})
 }
 func (t *knftTxn) addRule(chain string, r rule) {
-	t.tx.Add(&knftables.Rule{Chain: chain, Rule: r.text()})
+	kr := &knftables.Rule{Chain: chain, Rule: r.text()}
+	if r.marked() {
+		kr.Comment = knftables.PtrTo(RuleComment)
+	}
+	t.tx.Add(kr)
 }
 func (t *knftTxn) addElement(id gwstate.Identity) {
 	t.tx.Add(&knftables.Element{Map: ServiceMap, Key: elementKey(id), Value: elementValue(id)})
@@ -104,27 +129,55 @@ func (b *knftBackend) commit(ctx context.Context, tx txn) error {
 
 func (b *knftBackend) inventory(ctx context.Context) (*inventory, error) {
 	inv := &inventory{}
-	var err error
-	if inv.chains, err = b.list(ctx, "chain"); err != nil {
+	chains, err := b.list(ctx, "chain")
+	if err != nil {
 		return nil, err
 	}
-	if inv.sets, err = b.list(ctx, "set"); err != nil {
+	inv.chains = chains
+	sets, err := b.list(ctx, "set")
+	if err != nil {
 		return nil, err
+	}
+	for _, s := range sets {
+		switch s {
+		case OwnedSet, VIPSet:
+			elems, err := b.elements(ctx, "set", s)
+			if err != nil {
+				return nil, err
+			}
+			for _, e := range elems {
+				if s == OwnedSet {
+					inv.owned = append(inv.owned, e.Key)
+				} else if len(e.Key) == 1 {
+					inv.vips = append(inv.vips, e.Key[0])
+				}
+			}
+		default:
+			inv.sets = append(inv.sets, s)
+		}
 	}
 	maps, err := b.list(ctx, "map")
 	if err != nil {
 		return nil, err
 	}
 	if slices.Contains(maps, ServiceMap) {
-		elems, err := b.nft.ListElements(ctx, "map", ServiceMap)
-		if err != nil && !knftables.IsNotFound(err) {
-			return nil, fmt.Errorf("listing map %s: %w", ServiceMap, err)
+		elems, err := b.elements(ctx, "map", ServiceMap)
+		if err != nil {
+			return nil, err
 		}
 		for _, e := range elems {
 			inv.elements = append(inv.elements, element{key: e.Key, value: strings.Join(e.Value, " ")})
 		}
 	}
 	return inv, nil
+}
+
+func (b *knftBackend) elements(ctx context.Context, objectType, name string) ([]*knftables.Element, error) {
+	elems, err := b.nft.ListElements(ctx, objectType, name)
+	if err != nil && !knftables.IsNotFound(err) {
+		return nil, fmt.Errorf("listing %s %s: %w", objectType, name, err)
+	}
+	return elems, nil
 }
 
 // list returns the names of objects of one type in the table; a missing table is empty.
@@ -139,6 +192,7 @@ func (b *knftBackend) list(ctx context.Context, objectType string) ([]string, er
 	return names, nil
 }
 
+// check reads the whole table (the text path has no cheap way to see that nothing changed).
 func (b *knftBackend) check(ctx context.Context, want expectation) (string, error) {
 	chains, err := b.nft.List(ctx, "chain")
 	if knftables.IsNotFound(err) {
@@ -147,40 +201,27 @@ func (b *knftBackend) check(ctx context.Context, want expectation) (string, erro
 	if err != nil {
 		return "", err
 	}
-	for _, base := range []string{BaseChain, PostroutingChain} {
-		if !slices.Contains(chains, base) {
-			return "chain " + base + " is missing", nil
+	rules, err := b.nft.ListRules(ctx, "")
+	if err != nil {
+		return "", fmt.Errorf("listing rules of table ip %s: %w", TableName, err)
+	}
+	ts := tableState{rules: make(map[string]ruleMarks, len(chains))}
+	for _, r := range rules {
+		m := ts.rules[r.Chain]
+		m.rules++
+		if r.Comment != nil && *r.Comment == RuleComment {
+			m.marked++
 		}
-		rules, err := b.nft.ListRules(ctx, base)
-		if err != nil {
-			return "", err
-		}
-		if len(rules) != 1 {
-			return fmt.Sprintf("chain %s has %d rules, want 1", base, len(rules)), nil
+		ts.rules[r.Chain] = m
+		// The real nft lists no rule text here (--terse JSON); a base chain of one rule
+		// without the agent's comment is the dispatch rule, written by the agent or by
+		// kube-ovn (the same rule). The Fake has the text.
+		if r.Chain == BaseChain {
+			ts.dispatch = r.Comment == nil && (r.Rule == "" || r.Rule == DispatchRule)
 		}
 	}
-	inv, err := b.inventory(ctx)
-	if err != nil {
+	if ts.inv, err = b.inventory(ctx); err != nil {
 		return "", err
 	}
-	return compareCounts(inv, want), nil
-}
-
-// compareCounts compares an inventory with the expected numbers of owned objects.
-func compareCounts(inv *inventory, want expectation) string {
-	got := expectation{elements: len(inv.elements)}
-	for _, c := range inv.chains {
-		if owned(c) {
-			got.chains++
-		}
-	}
-	for _, s := range inv.sets {
-		if owned(s) {
-			got.sets++
-		}
-	}
-	if got != want {
-		return fmt.Sprintf("table has %s, want %s", got, want)
-	}
-	return ""
+	return compareTable(ts, want), nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
@@ -39,6 +40,12 @@ type nlBackend struct {
 	// anon numbers the next anonymous map (see anonName). inventory raises it above the number
 	// of every set already in the table that has a name of that form.
 	anon uint64
+	// gen is the ruleset generation after the agent's last commit; trusted says that the table
+	// was whole at gen (a drift check found nothing at gen, and every commit since was the
+	// agent's own, each moving the generation by exactly one). check reads nothing else while
+	// the generation is still gen.
+	gen     uint32
+	trusted bool
 }
 
 // socketBuffer is the send and receive buffer forced on the netlink sockets: a cold sync of
@@ -130,7 +137,21 @@ func (b *nlBackend) commit(_ context.Context, tx txn) error {
 	if err := errors.Join(t.err, serr); err != nil {
 		return err // nothing of what was queued reaches the kernel
 	}
-	return b.sendBatch(msgs)
+	if len(msgs) == 0 {
+		return nil
+	}
+	if err := b.sendBatch(msgs); err != nil {
+		b.trusted = false
+		return err
+	}
+	if b.trusted {
+		// Only the agent committed since the table was found whole if this commit moved the
+		// generation by one; otherwise the next check reads the table.
+		g, err := b.genID()
+		b.trusted = err == nil && g == b.gen+1
+		b.gen = g
+	}
+	return nil
 }
 
 // sendBatch sends msgs to the kernel as one nfnetlink batch (one atomic transaction) and
@@ -320,6 +341,87 @@ func (t *nlTxn) addServiceMap() {
 	t.fail(t.b.conn.AddSet(t.serviceMap(), nil))
 }
 
+func (t *nlTxn) ownedSet() *nftables.Set {
+	return &nftables.Set{Table: t.b.table, Name: OwnedSet, KeyType: serviceKeyType}
+}
+
+func (t *nlTxn) vipSet() *nftables.Set {
+	return &nftables.Set{Table: t.b.table, Name: VIPSet, KeyType: nftables.TypeIPAddr}
+}
+
+func (t *nlTxn) addOwnershipSets() {
+	t.n += 2
+	t.fail(t.b.conn.AddSet(t.ownedSet(), nil))
+	t.fail(t.b.conn.AddSet(t.vipSet(), nil))
+}
+
+func (t *nlTxn) addOwnedKey(key []string) {
+	t.n++
+	if k, ok := t.parseKey(key); ok {
+		t.fail(t.b.conn.SetAddElements(t.ownedSet(), []nftables.SetElement{{Key: k}}))
+	}
+}
+
+func (t *nlTxn) deleteOwnedKey(key []string) {
+	t.n++
+	if k, ok := t.parseKey(key); ok {
+		t.fail(t.b.conn.SetDeleteElements(t.ownedSet(), []nftables.SetElement{{Key: k}}))
+	}
+}
+
+func (t *nlTxn) vipKey(vip string) ([]byte, bool) {
+	a, err := netip.ParseAddr(vip)
+	if err != nil || !a.Is4() {
+		t.fail(fmt.Errorf("bad VIP %q", vip))
+		return nil, false
+	}
+	b := a.As4()
+	return b[:], true
+}
+
+func (t *nlTxn) addVIP(vip string) {
+	t.n++
+	if k, ok := t.vipKey(vip); ok {
+		t.fail(t.b.conn.SetAddElements(t.vipSet(), []nftables.SetElement{{Key: k}}))
+	}
+}
+
+func (t *nlTxn) deleteVIP(vip string) {
+	t.n++
+	if k, ok := t.vipKey(vip); ok {
+		t.fail(t.b.conn.SetDeleteElements(t.vipSet(), []nftables.SetElement{{Key: k}}))
+	}
+}
+
+// parseKey is serviceKey for a key (vip, proto, port) as listed.
+func (t *nlTxn) parseKey(key []string) ([]byte, bool) {
+	if len(key) != 3 {
+		t.fail(fmt.Errorf("bad element key %q", key))
+		return nil, false
+	}
+	port, err := strconv.ParseUint(key[2], 10, 16)
+	a, aerr := netip.ParseAddr(key[0])
+	proto, perr := uint64(0), error(nil)
+	switch key[1] {
+	case "tcp":
+		proto = unix.IPPROTO_TCP
+	case "udp":
+		proto = unix.IPPROTO_UDP
+	default: // listed by number (protoName): someone else's element
+		proto, perr = strconv.ParseUint(key[1], 10, 8)
+	}
+	if err != nil || aerr != nil || perr != nil || !a.Is4() {
+		t.fail(fmt.Errorf("bad element key %q", key))
+		return nil, false
+	}
+	k := make([]byte, 12)
+	a4 := a.As4()
+	copy(k, a4[:])
+	k[4] = byte(proto)
+	binary.BigEndian.PutUint16(k[8:], uint16(port))
+	return k, true
+}
+
 func (t *nlTxn) addAffinitySet(name string, timeout time.Duration) {
 	t.n++
 	t.fail(t.b.conn.AddSet(&nftables.Set{
@@ -348,12 +450,10 @@ func (t *nlTxn) deleteElement(id gwstate.Identity) {
 }
 
 func (t *nlTxn) deleteElementKey(key []string) {
-	port, err := strconv.Atoi(key[2])
-	if err != nil || len(key) != 3 {
-		t.fail(fmt.Errorf("bad element key %q", key))
-		return
+	t.n++
+	if k, ok := t.parseKey(key); ok {
+		t.fail(t.b.conn.SetDeleteElements(t.serviceMap(), []nftables.SetElement{{Key: k}}))
 	}
-	t.deleteElement(gwstate.Identity{VIP: key[0], Protocol: gwstate.Protocol(key[1]), Port: int32(port)})
 }
 
 // serviceKey is the concatenation ipv4_addr . inet_proto . inet_service, each part padded to
@@ -420,6 +520,10 @@ func (t *nlTxn) addRule(chain string, r rule) {
 			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
 				Mask: binaryutil.NativeEndian.PutUint32(0x20), Xor: make([]byte, 4)}, // IPS_DST_NAT
 			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: make([]byte, 4)},
+			// ct original ip daddr (NFT_CT_DST_IP): google/nftables sends the direction only
+			// for NFT_CT_DST, so the key is patched below.
+			&expr.Ct{Key: expr.CtKeyDST, Direction: 0, Register: reg1},
+			&expr.Lookup{SourceRegister: reg1, SetName: VIPSet},
 			&expr.Masq{FullyRandom: true},
 		}
 	case ruleDNAT:
@@ -487,7 +591,37 @@ func (t *nlTxn) addRule(chain string, r rule) {
 		t.fail(fmt.Errorf("unknown rule kind %d", r.kind))
 		return
 	}
-	t.b.conn.AddRule(&nftables.Rule{Table: t.b.table, Chain: t.chain(chain), Exprs: exprs})
+	nr := &nftables.Rule{Table: t.b.table, Chain: t.chain(chain), Exprs: exprs}
+	if r.marked() {
+		nr.UserData = ruleCommentData
+	}
+	t.b.conn.AddRule(nr)
+	if r.kind == ruleHairpin {
+		t.fail(patchCtDstIP(t.b.conn))
+	}
+}
+
+// ruleCommentData is RuleComment as nft stores a rule's comment (NFTNL_UDATA_RULE_COMMENT, a
+// NUL-terminated string).
+var ruleCommentData = userdata.AppendString(nil, userdata.TypeComment, RuleComment)
+
+// patchCtDstIP turns the "ct load dst => reg 1, dir original" of the last queued rule into
+// "ct load dst_ip", which nft lists as "ct original ip daddr" (nft cannot list the former: its
+// length depends on the family).
+func patchCtDstIP(c *nftables.Conn) error {
+	msgs := *queuedMessages(c)
+	if len(msgs) == 0 {
+		return errors.New("hairpin rule: no queued message")
+	}
+	d := msgs[len(msgs)-1].Data
+	// NFTA_CT_KEY = NFT_CT_DST, NFTA_CT_DREG = 1, NFTA_CT_DIRECTION = 0, big endian.
+	pattern := []byte{8, 0, unix.NFTA_CT_KEY, 0, 0, 0, 0, unix.NFT_CT_DST, 8, 0, unix.NFTA_CT_DREG, 0, 0, 0, 0, reg1, 8, 0, unix.NFTA_CT_DIRECTION, 0, 0, 0, 0, 0}
+	i := bytes.Index(d, pattern)
+	if i < 0 || bytes.Index(d[i+1:], pattern) >= 0 {
+		return errors.New("hairpin rule: ct expression not found once in the NEWRULE message")
+	}
+	d[i+7] = unix.NFT_CT_DST_IP
+	return nil
 }
 
 // addAnonymousMap adds an anonymous map keyed by numgen's host-endian integer. The kernel only
@@ -645,41 +779,158 @@ func (b *nlBackend) inventory(context.Context) (*inventory, error) {
 		if s.Anonymous {
 			continue
 		}
-		if s.Name == ServiceMap && s.IsMap {
+		switch {
+		case s.Name == ServiceMap && s.IsMap:
 			svc = s
-			continue
+		case s.Name == OwnedSet || s.Name == VIPSet:
+			elems, err := b.setElements(s.Name)
+			if err != nil {
+				return nil, err
+			}
+			for _, e := range elems {
+				if s.Name == VIPSet && len(e.Key) == 4 {
+					inv.vips = append(inv.vips, netip.AddrFrom4([4]byte(e.Key)).String())
+				} else if k, ok := listedKey(e.Key); ok && s.Name == OwnedSet {
+					inv.owned = append(inv.owned, k)
+				}
+			}
+		default:
+			inv.sets = append(inv.sets, s.Name)
 		}
-		inv.sets = append(inv.sets, s.Name)
 	}
 	if svc == nil {
 		return inv, nil
 	}
-	elems, err := b.conn.GetSetElements(svc)
+	elems, err := b.setElements(svc.Name)
 	if err != nil {
-		return nil, fmt.Errorf("listing map %s: %w", ServiceMap, err)
+		return nil, err
 	}
 	for _, e := range elems {
-		if len(e.Key) < 10 {
-			continue
+		if key, ok := listedKey(e.Key); ok {
+			inv.elements = append(inv.elements, element{key: key, value: e.value})
 		}
-		key := []string{netip.AddrFrom4([4]byte(e.Key[:4])).String(), protoName(e.Key[4]), strconv.Itoa(int(binary.BigEndian.Uint16(e.Key[8:10])))}
-		value := ""
-		if e.VerdictData != nil {
-			switch e.VerdictData.Kind {
-			case expr.VerdictGoto:
-				value = "goto " + e.VerdictData.Chain
-			case expr.VerdictJump:
-				value = "jump " + e.VerdictData.Chain
-			default:
-				value = fmt.Sprintf("verdict %d", e.VerdictData.Kind)
-			}
-		}
-		inv.elements = append(inv.elements, element{key: key, value: value})
 	}
 	return inv, nil
 }
 
+// listedElement is a set or map element as setElements decodes it.
+type listedElement struct {
+	Key   []byte
+	value string // a verdict map's "goto <chain>" (or "jump <chain>", "verdict <n>")
+}
+
+// setElements lists the elements of a named set or map of the table in one dump on the batch
+// socket. (google/nftables' GetSetElements on the lasting connection was seen to return
+// another dump's elements when several sets are listed in a row.)
+func (b *nlBackend) setElements(name string) ([]listedElement, error) {
+	attrs, err := netlink.MarshalAttributes([]netlink.Attribute{
+		{Type: unix.NFTA_SET_ELEM_LIST_TABLE, Data: []byte(TableName + "\x00")},
+		{Type: unix.NFTA_SET_ELEM_LIST_SET, Data: []byte(name + "\x00")},
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []listedElement
+	err = b.request(unix.NFT_MSG_GETSETELEM, netlink.Dump, attrs, func(typ uint16, body []byte) error {
+		if typ&0xff != unix.NFT_MSG_NEWSETELEM {
+			return nil
+		}
+		ad, err := netlink.NewAttributeDecoder(body)
+		if err != nil {
+			return err
+		}
+		for ad.Next() {
+			if ad.Type() != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
+				continue
+			}
+			ad.Nested(func(list *netlink.AttributeDecoder) error {
+				for list.Next() {
+					var e listedElement
+					list.Nested(func(el *netlink.AttributeDecoder) error {
+						for el.Next() {
+							switch el.Type() {
+							case unix.NFTA_SET_ELEM_KEY:
+								el.Nested(func(d *netlink.AttributeDecoder) error {
+									for d.Next() {
+										if d.Type() == unix.NFTA_DATA_VALUE {
+											e.Key = d.Bytes()
+										}
+									}
+									return nil
+								})
+							case unix.NFTA_SET_ELEM_DATA:
+								el.Nested(func(d *netlink.AttributeDecoder) error {
+									for d.Next() {
+										if d.Type() == unix.NFTA_DATA_VERDICT {
+											e.value = decodeVerdict(d.Bytes())
+										}
+									}
+									return nil
+								})
+							}
+						}
+						return nil
+					})
+					out = append(out, e)
+				}
+				return nil
+			})
+		}
+		return ad.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing set %s: %w", name, err)
+	}
+	return out, nil
+}
+
+// decodeVerdict renders NFTA_DATA_VERDICT's attributes as the inventory names verdicts.
+func decodeVerdict(b []byte) string {
+	ad, err := netlink.NewAttributeDecoder(b)
+	if err != nil {
+		return ""
+	}
+	ad.ByteOrder = binary.BigEndian
+	var code int32
+	var chain string
+	for ad.Next() {
+		switch ad.Type() {
+		case unix.NFTA_VERDICT_CODE:
+			code = int32(ad.Uint32())
+		case unix.NFTA_VERDICT_CHAIN:
+			chain = ad.String()
+		}
+	}
+	switch code {
+	case unix.NFT_GOTO:
+		return "goto " + chain
+	case unix.NFT_JUMP:
+		return "jump " + chain
+	}
+	return fmt.Sprintf("verdict %d", code)
+}
+
+// listedKey is the key (vip, proto, port) of a service-ips or OwnedSet element.
+func listedKey(k []byte) ([]string, bool) {
+	if len(k) < 10 {
+		return nil, false
+	}
+	return []string{netip.AddrFrom4([4]byte(k[:4])).String(), protoName(k[4]), strconv.Itoa(int(binary.BigEndian.Uint16(k[8:10])))}, true
+}
+
+// check compares the table with want (compareTable). It first asks for the ruleset's
+// generation: if it is still the one at which the table was last found whole (see
+// nlBackend.trusted), nothing is read. Otherwise it reads every rule of the table once (a
+// dump, O(table)) and lists the table.
 func (b *nlBackend) check(ctx context.Context, want expectation) (string, error) {
+	gen, err := b.genID()
+	if err != nil {
+		return "", err
+	}
+	if b.trusted && gen == b.gen {
+		return "", nil
+	}
+	b.trusted = false
 	ok, err := b.tableExists()
 	if err != nil {
 		return "", err
@@ -687,21 +938,181 @@ func (b *nlBackend) check(ctx context.Context, want expectation) (string, error)
 	if !ok {
 		return "table ip " + TableName + " is missing", nil
 	}
-	for _, base := range []string{BaseChain, PostroutingChain} {
-		rules, err := b.conn.GetRules(b.table, &nftables.Chain{Name: base, Table: b.table})
-		if isNotFound(err) {
-			return "chain " + base + " is missing", nil
-		}
-		if err != nil {
-			return "", fmt.Errorf("listing rules of %s: %w", base, err)
-		}
-		if len(rules) != 1 {
-			return fmt.Sprintf("chain %s has %d rules, want 1", base, len(rules)), nil
-		}
-	}
-	inv, err := b.inventory(ctx)
-	if err != nil {
+	ts := tableState{}
+	if ts.rules, err = b.ruleMarks(); err != nil {
 		return "", err
 	}
-	return compareCounts(inv, want), nil
+	base, err := b.conn.GetRules(b.table, &nftables.Chain{Name: BaseChain, Table: b.table})
+	if err != nil && !isNotFound(err) {
+		return "", fmt.Errorf("listing rules of %s: %w", BaseChain, err)
+	}
+	ts.dispatch = len(base) == 1 && isDispatch(base[0])
+	if ts.inv, err = b.inventory(ctx); err != nil {
+		return "", err
+	}
+	drift := compareTable(ts, want)
+	if drift == "" {
+		// Whole at gen (read before the listing: a commit during it moves the generation).
+		b.gen, b.trusted = gen, true
+	}
+	return drift, nil
+}
+
+// isDispatch reports whether a rule is the dispatch rule (the agent's or kube-ovn's: the same
+// expressions).
+func isDispatch(r *nftables.Rule) bool {
+	if len(r.Exprs) != 4 {
+		return false
+	}
+	p1, ok1 := r.Exprs[0].(*expr.Payload)
+	m, ok2 := r.Exprs[1].(*expr.Meta)
+	p2, ok3 := r.Exprs[2].(*expr.Payload)
+	l, ok4 := r.Exprs[3].(*expr.Lookup)
+	return ok1 && ok2 && ok3 && ok4 &&
+		p1.Base == expr.PayloadBaseNetworkHeader && p1.Offset == 16 && p1.Len == 4 &&
+		m.Key == expr.MetaKeyL4PROTO &&
+		p2.Base == expr.PayloadBaseTransportHeader && p2.Offset == 2 && p2.Len == 2 &&
+		l.SetName == ServiceMap && l.IsDestRegSet && l.DestRegister == regVerdict
+}
+
+// genID asks the kernel for the ruleset's generation (NFT_MSG_GETGEN), which every committed
+// transaction in the namespace moves by one.
+func (b *nlBackend) genID() (uint32, error) {
+	var id uint32
+	found := false
+	err := b.request(unix.NFT_MSG_GETGEN, 0, nil, func(typ uint16, attrs []byte) error {
+		if typ&0xff != unix.NFT_MSG_NEWGEN {
+			return nil
+		}
+		ad, err := netlink.NewAttributeDecoder(attrs)
+		if err != nil {
+			return err
+		}
+		ad.ByteOrder = binary.BigEndian
+		for ad.Next() {
+			if ad.Type() == unix.NFTA_GEN_ID {
+				id, found = ad.Uint32(), true
+			}
+		}
+		return ad.Err()
+	})
+	if err != nil {
+		return 0, fmt.Errorf("getting the ruleset generation: %w", err)
+	}
+	if !found {
+		return 0, errors.New("getting the ruleset generation: no NFTA_GEN_ID in the answer")
+	}
+	return id, nil
+}
+
+// ruleMarks reads every rule of the table in one dump and counts, per chain, the rules and
+// those carrying RuleComment. Only the chain name and the user data of each rule are decoded.
+func (b *nlBackend) ruleMarks() (map[string]ruleMarks, error) {
+	attrs, err := netlink.MarshalAttributes([]netlink.Attribute{{Type: unix.NFTA_RULE_TABLE, Data: []byte(TableName + "\x00")}})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]ruleMarks{}
+	err = b.request(unix.NFT_MSG_GETRULE, netlink.Dump, attrs, func(typ uint16, body []byte) error {
+		if typ&0xff != unix.NFT_MSG_NEWRULE {
+			return nil
+		}
+		ad, err := netlink.NewAttributeDecoder(body)
+		if err != nil {
+			return err
+		}
+		var chain string
+		var marked bool
+		for ad.Next() {
+			switch ad.Type() {
+			case unix.NFTA_RULE_CHAIN:
+				chain = ad.String()
+			case unix.NFTA_RULE_USERDATA:
+				c, ok := userdata.GetString(ad.Bytes(), userdata.TypeComment)
+				marked = ok && c == RuleComment
+			}
+		}
+		if err := ad.Err(); err != nil {
+			return err
+		}
+		m := out[chain]
+		m.rules++
+		if marked {
+			m.marked++
+		}
+		out[chain] = m
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing the rules of table ip %s: %w", TableName, err)
+	}
+	return out, nil
+}
+
+// request sends one nftables request for family ip on the batch socket and hands each answer's
+// type and attributes (after nfgenmsg) to fn, until the kernel's NLMSG_DONE (a dump) or the
+// answer (otherwise). Apply and Verify are serialised, so no batch is in flight.
+func (b *nlBackend) request(msgType uint16, flags netlink.HeaderFlags, attrs []byte, fn func(typ uint16, attrs []byte) error) error {
+	b.seq++
+	seq := b.seq
+	data := append([]byte{unix.AF_INET, unix.NFNETLINK_V0, 0, 0}, attrs...)
+	buf := make([]byte, unix.NLMSG_HDRLEN, unix.NLMSG_HDRLEN+len(data))
+	binary.NativeEndian.PutUint32(buf[0:], uint32(unix.NLMSG_HDRLEN+len(data)))
+	binary.NativeEndian.PutUint16(buf[4:], unix.NFNL_SUBSYS_NFTABLES<<8|msgType)
+	binary.NativeEndian.PutUint16(buf[6:], uint16(netlink.Request|flags))
+	binary.NativeEndian.PutUint32(buf[8:], seq)
+	buf = append(buf, data...)
+	if err := unix.Sendto(b.fd, buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return fmt.Errorf("sending: %w", err)
+	}
+	dump := flags&netlink.Dump != 0
+	rbuf := make([]byte, 1<<16)
+	for {
+		fds := []unix.PollFd{{Fd: int32(b.fd), Events: unix.POLLIN}}
+		if k, err := unix.Poll(fds, 10_000); err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("waiting for the kernel's answer: %w", err)
+		} else if k == 0 {
+			return errors.New("no answer from the kernel within 10s")
+		}
+		n, _, err := unix.Recvfrom(b.fd, rbuf, unix.MSG_DONTWAIT)
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("reading the kernel's answer: %w", err)
+		}
+		for d := rbuf[:n]; len(d) >= unix.NLMSG_HDRLEN; {
+			l := int(binary.NativeEndian.Uint32(d[0:]))
+			if l < unix.NLMSG_HDRLEN || l > len(d) {
+				return fmt.Errorf("malformed netlink answer (length %d of %d)", l, len(d))
+			}
+			typ := binary.NativeEndian.Uint16(d[4:])
+			mseq := binary.NativeEndian.Uint32(d[8:])
+			body := d[unix.NLMSG_HDRLEN:l]
+			d = d[min((l+3)&^3, len(d)):]
+			if mseq != seq {
+				continue // an answer to an earlier batch
+			}
+			switch typ {
+			case unix.NLMSG_DONE:
+				return nil
+			case unix.NLMSG_ERROR:
+				if len(body) >= 4 {
+					if code := int32(binary.NativeEndian.Uint32(body)); code != 0 {
+						return syscall.Errno(-code)
+					}
+				}
+				return nil
+			}
+			if len(body) < 4 {
+				continue
+			}
+			if err := fn(typ, body[4:]); err != nil {
+				return err
+			}
+			if !dump {
+				return nil
+			}
+		}
+	}
 }

@@ -98,8 +98,8 @@ func TestRealApplyAdoptAndForeignObjects(t *testing.T) {
 		"10.96.0.10 . tcp . 80 : goto "+webChain,
 		"10.96.0.10 . udp . 53 : goto "+dnsChain,
 		"10.96.0.11 . tcp . 443 : goto "+affChain,
-		"chain "+webChain+" {\n\t\tmeta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.0.1.11 . 8080, 1 : 10.0.1.12 . 8080 }\n\t}",
-		"chain "+dnsChain+" {\n\t\tmeta l4proto udp dnat to 10.0.1.11:53\n\t}",
+		"chain "+webChain+" {\n\t\tmeta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.0.1.11 . 8080, 1 : 10.0.1.12 . 8080 } comment \"vpcgw\"\n\t}",
+		"chain "+dnsChain+" {\n\t\tmeta l4proto udp dnat to 10.0.1.11:53 comment \"vpcgw\"\n\t}",
 		"set "+AffinitySet(aff, be("10.0.1.11", 443))+" {",
 		"timeout 10m",
 		"ip saddr @"+AffinitySet(aff, be("10.0.1.12", 443))+" goto "+EndpointChain(aff, be("10.0.1.12", 443)),
@@ -114,29 +114,34 @@ func TestRealApplyAdoptAndForeignObjects(t *testing.T) {
 		t.Fatalf("agent at EOF: %v", err)
 	}
 
-	// Someone else's objects, and stale objects of ours (a chain, an endpoint chain and set,
-	// an element pointing to the stale chain).
+	// Someone else's objects, stale objects of ours (dns's key is in OwnedSet: an endpoint
+	// chain and set of its), and an identity kube-ovn's share DNAT wrote (key not in OwnedSet).
+	dnsHash := IdentityHash(dns.VIP, dns.Port, dns.Protocol)
+	staleEP, staleSet := "ep-"+dnsHash+"-01234567", "aff-"+dnsHash+"-01234567"
+	kubeOVN := IdentityChain("10.96.0.99", 80, gwstate.TCP)
 	nftApply(t, l, gw, `
 add table ip foreign
 add chain ip foreign dnat-0123456789ab
 add rule ip foreign dnat-0123456789ab counter
 add chain ip kube-ovn mychain
 add rule ip kube-ovn mychain counter
-add chain ip kube-ovn dnat-0123456789ab
-add set ip kube-ovn aff-0123456789ab-01234567 { type ipv4_addr ; flags dynamic,timeout ; timeout 60s ; }
-add chain ip kube-ovn ep-0123456789ab-01234567
-add rule ip kube-ovn ep-0123456789ab-01234567 update @aff-0123456789ab-01234567 { ip saddr }
-add rule ip kube-ovn dnat-0123456789ab goto ep-0123456789ab-01234567
-add element ip kube-ovn service-ips { 10.96.0.99 . tcp . 80 : goto dnat-0123456789ab }`)
+add set ip kube-ovn `+staleSet+` { type ipv4_addr ; flags dynamic,timeout ; timeout 60s ; }
+add chain ip kube-ovn `+staleEP+`
+add rule ip kube-ovn `+staleEP+` update @`+staleSet+` { ip saddr }
+add chain ip kube-ovn `+kubeOVN+`
+add rule ip kube-ovn `+kubeOVN+` meta l4proto tcp dnat ip addr . port to numgen random mod 1 map { 0 : 10.0.1.9 . 80 }
+add element ip kube-ovn service-ips { 10.96.0.99 . tcp . 80 : goto `+kubeOVN+` }`)
 
-	// A restarted agent adopts the table: dns goes, web stays, stale objects go, foreign stay.
+	// A restarted agent adopts the table: dns goes, web stays, stale objects go, foreign and
+	// kube-ovn's stay (SPEC D8, K8).
 	a2 := startAgent(t, l, gw)
 	mustSend(t, a2, state(1, web, aff))
 	table = nftList(t, l, gw, "list", "table", "ip", "kube-ovn")
 	wantContains(t, "adopted table", table,
 		"10.96.0.10 . tcp . 80 : goto "+webChain, "chain "+webChain, "chain mychain {\n\t\tcounter",
-		"chain "+EndpointChain(aff, be("10.0.1.11", 443)))
-	wantLacks(t, "adopted table", table, "10.96.0.10 . udp . 53", dnsChain, "dnat-0123456789ab", "ep-0123456789ab", "aff-0123456789ab", "10.96.0.99")
+		"chain "+EndpointChain(aff, be("10.0.1.11", 443)),
+		"10.96.0.99 . tcp . 80 : goto "+kubeOVN, "chain "+kubeOVN+" {\n\t\tmeta l4proto tcp dnat ip to numgen random mod 1 map { 0 : 10.0.1.9 . 80 }")
+	wantLacks(t, "adopted table", table, "10.96.0.10 . udp . 53", dnsChain, staleEP, staleSet)
 	wantContains(t, "foreign table", nftList(t, l, gw, "list", "table", "ip", "foreign"), "chain dnat-0123456789ab {\n\t\tcounter")
 	if n := strings.Count(table, "vmap @service-ips"); n != 1 {
 		t.Errorf("prerouting has %d dispatch rules, want 1:\n%s", n, table)

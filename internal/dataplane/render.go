@@ -1,5 +1,5 @@
 // Package dataplane is the gateway agent: it converges the nftables table "ip kube-ovn" of one
-// gateway instance to a desired gwstate.State (SPEC D1, D2, D3, D8).
+// gateway instance to a desired gwstate.State (SPEC D1, D2, D3, D4, D8, K8).
 //
 // Object names are part of the API (SPEC D1-D3):
 //
@@ -12,12 +12,22 @@
 //	  set   aff-<idhash>-<bkhash>    (ClientIP affinity) bkhash = md5("<ip>:<port>")[:8 hex]
 //	  chain ep-<idhash>-<bkhash>     (ClientIP affinity)
 //
-//	chain postrouting  type nat hook postrouting priority 100; one rule (hairpin, SPEC D4):
-//	                   iifname "<vpc if>" oifname "<vpc if>" ct status dnat masquerade fully-random
+//	set   vpcgw-identities  ipv4_addr . inet_proto . inet_service: the keys of the identities
+//	                        whose objects the agent wrote (ownership, SPEC D8, K8)
+//	set   vpcgw-vips        ipv4_addr: the VIPs the agent serves (hairpin scope, SPEC D4, K8)
+//	chain vpcgw-hairpin     type nat hook postrouting priority srcnat - 1; one rule (SPEC D4):
+//	                        iifname "<vpc if>" oifname "<vpc if>" ct status dnat
+//	                        ct original ip daddr @vpcgw-vips masquerade fully-random
 //
-// The agent owns the base chains "prerouting" and "postrouting", the map "service-ips" and every chain or set whose
-// name starts with "dnat-", "ep-" or "aff-" followed by the hash format above. It never touches
-// anything else, in this table or in any other.
+// kube-ovn master writes into the same table with the same names (its share DNAT, #6858): the
+// base chain, the map and dnat-<idhash> chains of its own identities. So the agent owns an
+// identity's objects (element, dnat-, ep- and aff- objects with that idhash) only when its key
+// is in vpcgw-identities, which every transaction updates together with the objects: after a
+// restart the kernel still says which identities are the agent's, and kube-ovn's are left
+// alone. The agent also owns the base chain's rule (kube-ovn writes the same one), the map, its
+// two sets and vpcgw-hairpin. Every rule the agent writes except the dispatch rule carries the
+// comment "vpcgw", so that the drift check sees when someone else rewrote one of its chains.
+// It never touches anything else, in this table or in any other.
 package dataplane
 
 import (
@@ -46,10 +56,25 @@ const (
 	// ServiceMapType is the type of the verdict map.
 	ServiceMapType = "ipv4_addr . inet_proto . inet_service : verdict"
 
-	// PostroutingChain is the nat postrouting base chain holding the hairpin rule (SPEC D4).
-	PostroutingChain = "postrouting"
-	// PostroutingPriority is srcnat.
-	PostroutingPriority = "100"
+	// OwnedSet holds the key of every identity whose objects the agent wrote (SPEC D8, K8).
+	OwnedSet = "vpcgw-identities"
+	// OwnedSetType is the type of OwnedSet: the key type of service-ips.
+	OwnedSetType = "ipv4_addr . inet_proto . inet_service"
+	// VIPSet holds the VIPs of the identities the agent serves: the hairpin rule's scope.
+	VIPSet = "vpcgw-vips"
+	// HairpinChain is the nat postrouting base chain holding the hairpin rule (SPEC D4).
+	HairpinChain = "vpcgw-hairpin"
+	// HairpinPriority is srcnat - 1: before iptables' nat POSTROUTING (100, where kube-ovn's
+	// HAIRPIN_SNAT runs), so that the agent's identities always get the agent's SNAT, whichever
+	// hook registered first (K8).
+	HairpinPriority = "99"
+	// RuleComment marks every rule the agent writes except the dispatch rule.
+	RuleComment = "vpcgw"
+	// legacyHairpinChain is where agents before the ownership set kept the hairpin rule
+	// (priority 100, unscoped). kube-ovn never writes a chain of that name into this table
+	// (its share DNAT writes only prerouting), so its presence means an older agent's table:
+	// it is adopted by object names, as those agents did, and the chain is deleted.
+	legacyHairpinChain = "postrouting"
 	// DefaultVPCInterface is the gateway's interface into the VPC.
 	DefaultVPCInterface = "eth0"
 
@@ -87,8 +112,8 @@ func AffinitySet(id gwstate.Identity, b gwstate.Backend) string {
 	return affinityPrefix + IdentityHash(id.VIP, id.Port, id.Protocol) + "-" + BackendHash(b.IP, b.Port)
 }
 
-// owned reports whether a chain or set name is one the agent manages dynamically (identity,
-// endpoint and affinity objects). The base chain and the map are owned too but never stale.
+// owned reports whether a chain or set name has the form of an identity, endpoint or affinity
+// object. Whether the object is the agent's depends on its idhash (objectHash, OwnedSet).
 func owned(name string) bool {
 	isHex := func(s string) bool {
 		for _, c := range s {
@@ -109,6 +134,27 @@ func owned(name string) bool {
 	return false
 }
 
+// objectHash is the idhash in the name of an identity, endpoint or affinity object.
+func objectHash(name string) (string, bool) {
+	if !owned(name) {
+		return "", false
+	}
+	rest := name[strings.IndexByte(name, '-')+1:]
+	return rest[:12], true
+}
+
+// keyHash is the idhash of an element key (vip, proto, port) as the kernel lists it.
+func keyHash(key []string) string {
+	if len(key) != 3 {
+		return ""
+	}
+	port, err := strconv.Atoi(key[2])
+	if err != nil {
+		return ""
+	}
+	return IdentityHash(key[0], int32(port), gwstate.Protocol(key[1]))
+}
+
 func elementKey(id gwstate.Identity) []string {
 	return []string{id.VIP, string(id.Protocol), strconv.Itoa(int(id.Port))}
 }
@@ -117,13 +163,16 @@ func elementValue(id gwstate.Identity) []string {
 	return []string{"goto " + IdentityChain(id.VIP, id.Port, id.Protocol)}
 }
 
-// HairpinRule is the only rule of the postrouting chain (SPEC D4): a connection that came in
-// from the VPC, was DNATed and goes back out into the VPC is masqueraded to the gateway's
-// address on that interface, so that the backend's reply returns through the gateway. Clients
-// that enter on another interface (net1: external clients) keep their source address. Like
-// kube-ovn's own hairpin rule it does not depend on any address, so it never changes.
+// HairpinRule is the only rule of the hairpin chain (SPEC D4): a connection that came in from
+// the VPC to a VIP the agent serves, was DNATed and goes back out into the VPC is masqueraded to
+// the gateway's address on that interface, so that the backend's reply returns through the
+// gateway. Clients that enter on another interface (net1: external clients) keep their source
+// address. Connections to other addresses (kube-ovn's own iptables DNATs) are left to
+// kube-ovn's HAIRPIN_SNAT (K8). The scope is the VIP, not (vip, proto, port): nft 1.0.6 cannot
+// concatenate "ct original proto-dst", so a kube-ovn DNAT on another port of a VIP the agent
+// serves is masqueraded by the agent too.
 func HairpinRule(vpcInterface string) string {
-	return fmt.Sprintf("iifname %q oifname %q ct status dnat masquerade fully-random", vpcInterface, vpcInterface)
+	return fmt.Sprintf("iifname %q oifname %q ct status dnat ct original ip daddr @%s masquerade fully-random", vpcInterface, vpcInterface, VIPSet)
 }
 
 // ruleKind is the shape of one rule the agent writes.
@@ -146,6 +195,18 @@ type rule struct {
 	backends []gwstate.Backend
 	set      string   // ruleAffinityCheck, ruleAffinityUpdate
 	chains   []string // ruleAffinityCheck (one), ruleAffinityPick
+}
+
+// marked reports whether the rule carries RuleComment: all but the dispatch rule, which
+// kube-ovn's share DNAT rewrites identically whenever it adds an identity.
+func (r rule) marked() bool { return r.kind != ruleDispatch }
+
+// ruleCount is the number of rules in an installed identity's chain.
+func ruleCount(id gwstate.Identity) int {
+	if id.AffinityTimeoutSeconds > 0 {
+		return len(id.Backends) + 1
+	}
+	return 1
 }
 
 // text is the rule in nft syntax, as knftables sends it and as the golden tests show it.
@@ -213,30 +274,41 @@ type txn interface {
 	// addBaseChain adds a nat base chain (hook "prerouting" or "postrouting") with policy accept.
 	addBaseChain(name, hook, priority string)
 	addServiceMap()
+	// addOwnershipSets adds OwnedSet and VIPSet.
+	addOwnershipSets()
 	addChain(name string)
 	flushChain(name string)
 	deleteChain(name string)
 	addAffinitySet(name string, timeout time.Duration)
 	deleteSet(name string)
 	addRule(chain string, r rule)
+	// addElement and deleteElement add and delete the identity's service-ips element.
 	addElement(id gwstate.Identity)
 	deleteElement(id gwstate.Identity)
-	// deleteElementKey deletes an element found in the kernel by its key.
+	// deleteElementKey deletes a service-ips element found in the kernel by its key.
 	deleteElementKey(key []string)
+	// addOwnedKey and deleteOwnedKey add and delete a key (vip, proto, port) of OwnedSet.
+	addOwnedKey(key []string)
+	deleteOwnedKey(key []string)
+	// addVIP and deleteVIP add and delete an element of VIPSet.
+	addVIP(vip string)
+	deleteVIP(vip string)
 	// size is the number of operations so far.
 	size() int
 }
 
-// writeBase adds the table, the map, and the base chains with their single rules.
+// writeBase adds the table, the map, the ownership sets, and the base chains with their single
+// rules.
 func writeBase(tx txn, vpcInterface string) {
 	tx.addTable()
 	tx.addServiceMap()
+	tx.addOwnershipSets()
 	tx.addBaseChain(BaseChain, "prerouting", BaseChainPriority)
 	tx.flushChain(BaseChain)
 	tx.addRule(BaseChain, rule{kind: ruleDispatch})
-	tx.addBaseChain(PostroutingChain, "postrouting", PostroutingPriority)
-	tx.flushChain(PostroutingChain)
-	tx.addRule(PostroutingChain, rule{kind: ruleHairpin, iface: vpcInterface})
+	tx.addBaseChain(HairpinChain, "postrouting", HairpinPriority)
+	tx.flushChain(HairpinChain)
+	tx.addRule(HairpinChain, rule{kind: ruleHairpin, iface: vpcInterface})
 }
 
 // writeIdentity adds the operations that take the kernel from old to new for one identity. old
@@ -250,6 +322,7 @@ func writeIdentity(tx txn, old, new *gwstate.Identity) {
 		tx.flushChain(idc)
 		tx.deleteChain(idc)
 		removeEndpoints(tx, *old, nil)
+		tx.deleteOwnedKey(elementKey(*old))
 		return
 	}
 	writeObjects(tx, old, new)
@@ -258,9 +331,14 @@ func writeIdentity(tx txn, old, new *gwstate.Identity) {
 
 // writeObjects is writeIdentity(old, new) without the service-ips element: the identity chain
 // and, with affinity, the endpoint chains and sets. A staged cold sync writes these ahead, while
-// no element points at the identity chain yet, so they carry no traffic.
+// no element points at the identity chain yet, so they carry no traffic. The key of an
+// identity not known to be installed (old nil) goes into OwnedSet first, so that objects staged
+// by an agent that died are still known as its own; an installed one's is there already.
 func writeObjects(tx txn, old, new *gwstate.Identity) {
 	idc := IdentityChain(new.VIP, new.Port, new.Protocol)
+	if old == nil {
+		tx.addOwnedKey(elementKey(*new))
+	}
 	tx.addChain(idc)
 	tx.flushChain(idc)
 

@@ -3,6 +3,7 @@ package dataplane
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"slices"
 	"strings"
@@ -89,7 +90,7 @@ func setCounts(t *testing.T, ns string) (named, anonymous int) {
 
 // wantSetCounts is how many named (affinity + service-ips) and anonymous sets st needs.
 func wantSetCounts(st gwstate.State) (named, anonymous int) {
-	named = 1
+	named = 3 // service-ips, and the ownership sets vpcgw-identities and vpcgw-vips
 	for _, id := range st.Identities {
 		switch {
 		case id.AffinityTimeoutSeconds > 0:
@@ -204,6 +205,17 @@ func TestRealStagedFinalFailureKeepsPreviousAndConverges(t *testing.T) {
 	}
 	after := nftList(t, l, gw, "list", "table", "ip", TableName)
 	was, is := listingBlocks(before), listingBlocks(after)
+	// The staging transactions record the staged keys in OwnedSet (so that a restarted
+	// agent knows the unreferenced objects as its own); traffic sees nothing of it.
+	ownedHead := "set " + OwnedSet + " {"
+	for _, id := range ids[5:] {
+		if !strings.Contains(is[ownedHead], fmt.Sprintf("%s . %s . %d", id.VIP, id.Protocol, id.Port)) {
+			t.Errorf("staged identity %s is not in %s after the failed apply", id.Key(), OwnedSet)
+			break
+		}
+	}
+	delete(was, ownedHead)
+	delete(is, ownedHead)
 	for head, block := range was {
 		if is[head] != block {
 			t.Errorf("%s changed by the failed apply:\n%s\nwas:\n%s", head, is[head], block)

@@ -351,11 +351,11 @@ func TestRealDriftIsRepaired(t *testing.T) {
 		{"nft", "delete", "table", "ip", "kube-ovn"},
 		{"nft", "flush", "ruleset"},
 		{"nft", "delete", "element", "ip", "kube-ovn", "service-ips", "{", eip, ".", "tcp", ".", "80", "}"},
-		{"nft", "delete", "rule", "ip", "kube-ovn", "postrouting", "handle", "HANDLE"},
+		{"nft", "delete", "rule", "ip", "kube-ovn", HairpinChain, "handle", "HANDLE"},
 		{"ip", "addr", "del", clusterIP + "/32", "dev", "lo"},
 	} {
 		if drift[len(drift)-1] == "HANDLE" {
-			out := nftList(t, g.l, g.gw, "-a", "list", "chain", "ip", "kube-ovn", "postrouting")
+			out := nftList(t, g.l, g.gw, "-a", "list", "chain", "ip", "kube-ovn", HairpinChain)
 			i := strings.LastIndex(out, "# handle ")
 			drift[len(drift)-1] = strings.Fields(out[i+len("# handle "):])[0]
 		}
@@ -458,7 +458,7 @@ func TestRealNetlinkMatchesText(t *testing.T) {
 			t.Errorf("generation %d: netlink table:\n%s\ntext table:\n%s", st.Generation, gotNL, gotText)
 		}
 	}
-	wantContains(t, "netlink table", nftList(t, l, nsNL, "list", "table", "ip", "kube-ovn"), `iifname "vpc0" oifname "vpc0" ct status dnat masquerade fully-random`)
+	wantContains(t, "netlink table", nftList(t, l, nsNL, "list", "table", "ip", "kube-ovn"), `iifname "vpc0" oifname "vpc0" ct status dnat ct original ip daddr @vpcgw-vips masquerade fully-random comment "vpcgw"`)
 	for _, a := range []*netlab.AgentProc{nl, text} {
 		if err := a.Close(); err != nil {
 			t.Fatalf("agent at EOF: %v", err)

@@ -1,0 +1,160 @@
+package dataplane
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/vpcgw/vpcgw/internal/gwstate"
+)
+
+// compareTable describes the first difference between the table ts read and what the agent
+// committed (want), or returns "" (SPEC L6, K8). It compares contents, not only numbers of
+// objects: kube-ovn's share DNAT rewrites an identity chain of the same name without the
+// agent's rules (no affinity, its own backend order), which leaves every count as it was, but
+// not the rules' marks (RuleComment). Objects that are not the agent's (kube-ovn's identities,
+// anything else in the table) are not drift. O(table).
+func compareTable(ts tableState, want expectation) string {
+	inv := ts.inv
+	chains, sets := nameSet(inv.chains), nameSet(inv.sets)
+	if !chains[BaseChain] {
+		return "chain " + BaseChain + " is missing"
+	}
+	if m := ts.rules[BaseChain]; m.rules != 1 || !ts.dispatch {
+		return fmt.Sprintf("chain %s has %d rules, want the dispatch rule only", BaseChain, m.rules)
+	}
+	if !chains[HairpinChain] {
+		return "chain " + HairpinChain + " is missing"
+	}
+	if m := ts.rules[HairpinChain]; m.rules != 1 || m.marked != 1 {
+		return fmt.Sprintf("chain %s has %d rules (%d of the agent's), want the hairpin rule only", HairpinChain, m.rules, m.marked)
+	}
+	if chains[legacyHairpinChain] {
+		return "legacy chain " + legacyHairpinChain + " is present"
+	}
+
+	// OwnedSet holds exactly the committed keys, VIPSet exactly their VIPs.
+	if len(inv.owned) != len(want.ids) {
+		return fmt.Sprintf("set %s has %d keys, want %d", OwnedSet, len(inv.owned), len(want.ids))
+	}
+	ownedHashes := make(map[string]bool, len(inv.owned))
+	for _, k := range inv.owned {
+		ownedHashes[keyHash(k)] = true
+	}
+	if len(inv.vips) != len(want.vips) {
+		return fmt.Sprintf("set %s has %d addresses, want %d", VIPSet, len(inv.vips), len(want.vips))
+	}
+	for _, v := range inv.vips {
+		if want.vips[v] == 0 {
+			return fmt.Sprintf("set %s holds %s, which the agent does not serve", VIPSet, v)
+		}
+	}
+
+	elems := make(map[string]string, len(inv.elements))
+	for _, e := range inv.elements {
+		elems[strings.Join(e.key, " . ")] = e.value
+	}
+	wantChains := make(map[string]bool, len(want.ids))
+	wantSets := map[string]bool{}
+	for _, id := range want.ids {
+		idc := IdentityChain(id.VIP, id.Port, id.Protocol)
+		if !ownedHashes[IdentityHash(id.VIP, id.Port, id.Protocol)] {
+			return fmt.Sprintf("identity %s is missing from set %s", id.Key(), OwnedSet)
+		}
+		key := strings.Join(elementKey(id), " . ")
+		if v, ok := elems[key]; !ok || v != strings.Join(elementValue(id), " ") {
+			return fmt.Sprintf("element %s of %s is %q, want %q", key, ServiceMap, v, strings.Join(elementValue(id), " "))
+		}
+		if d := chainDrift(ts, chains, idc, ruleCount(id)); d != "" {
+			return d
+		}
+		wantChains[idc] = true
+		if id.AffinityTimeoutSeconds > 0 {
+			for _, b := range id.Backends {
+				ep, set := EndpointChain(id, b), AffinitySet(id, b)
+				if d := chainDrift(ts, chains, ep, 2); d != "" {
+					return d
+				}
+				if !sets[set] {
+					return "set " + set + " is missing"
+				}
+				wantChains[ep] = true
+				wantSets[set] = true
+			}
+		}
+	}
+	// Leftovers of the agent's own identities (an endpoint of a removed backend, say).
+	for _, c := range inv.chains {
+		if h, ok := objectHash(c); ok && ownedHashes[h] && !wantChains[c] {
+			return "stale chain " + c
+		}
+	}
+	for _, s := range inv.sets {
+		if h, ok := objectHash(s); ok && ownedHashes[h] && !wantSets[s] {
+			return "stale set " + s
+		}
+	}
+	return ""
+}
+
+// chainDrift checks that one of the agent's chains exists and holds n rules, all the agent's.
+func chainDrift(ts tableState, chains map[string]bool, name string, n int) string {
+	if !chains[name] {
+		return "chain " + name + " is missing"
+	}
+	if m := ts.rules[name]; m.rules != n || m.marked != n {
+		return fmt.Sprintf("chain %s has %d rules (%d of the agent's), want %d of the agent's", name, m.rules, m.marked, n)
+	}
+	return ""
+}
+
+// countVIPs counts the identities per VIP.
+func countVIPs(ids map[idKey]gwstate.Identity) map[string]int {
+	out := make(map[string]int, len(ids))
+	for k := range ids {
+		out[k.vip]++
+	}
+	return out
+}
+
+// vipChanges writes the VIPSet changes that take refs (identities per VIP) to refs + delta,
+// in address order, and returns the delta to apply to refs once the transaction committed.
+func vipChanges(tx txn, refs map[string]int, gone, added []gwstate.Identity) map[string]int {
+	if len(gone)+len(added) == 0 {
+		return nil
+	}
+	delta := map[string]int{}
+	for _, id := range gone {
+		delta[id.VIP]--
+	}
+	for _, id := range added {
+		delta[id.VIP]++
+	}
+	vips := make([]string, 0, len(delta))
+	for v := range delta {
+		vips = append(vips, v)
+	}
+	slices.SortFunc(vips, compareAddrs)
+	for _, v := range vips {
+		before := refs[v]
+		after := before + delta[v]
+		switch {
+		case before == 0 && after > 0:
+			tx.addVIP(v)
+		case before > 0 && after <= 0:
+			tx.deleteVIP(v)
+		}
+	}
+	return delta
+}
+
+// applyVIPDelta adds delta to refs.
+func applyVIPDelta(refs, delta map[string]int) {
+	for v, d := range delta {
+		if n := refs[v] + d; n > 0 {
+			refs[v] = n
+		} else {
+			delete(refs, v)
+		}
+	}
+}
