@@ -1,0 +1,77 @@
+package kubeovn
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/vpcgw/vpcgw/internal/cluster"
+	"github.com/vpcgw/vpcgw/internal/testutil"
+)
+
+// With kube-ovn's --enable-lb=true (its default) kube-ovn-controller annotates every LoadBalancer
+// Service whose ingress lies in one of its Subnets with
+// ovn.kubernetes.io/service_external_ip_from_subnet, by a full Update: vpcgw's EIP ingress gets it.
+// The update is admitted, changes nothing that is served (no withdrawal, no flap), and kube-ovn's
+// Service worker logs no error. vpcgw runs the EIP gate only here (SPEC F2 with --enable-lb).
+// covers: K4, K7, S6 (clash C7)
+func TestKubeOVNServiceAnnotationsChangeNothing(t *testing.T) {
+	opts, skip := requirements()
+	if skip != "" {
+		testutil.Skip(t, skip)
+	}
+	opts.KubeOVNArgs = []string{"--enable-lb=true"}
+	opts.ControllerArgs = []string{"--enable-gw-nftable-lb-svc", "--enable-lb=true"}
+	c, err := startCluster(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(tail(c.Logs(), 150))
+		}
+		if err := c.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	ctx := context.Background()
+	eventually(t, 60*time.Second, "kube-ovn annotates the served Service", func(context.Context) (bool, error) {
+		svc := service(t, c, cluster.DemoNamespace, cluster.DemoService)
+		return svc.Annotations["ovn.kubernetes.io/service_external_ip_from_subnet"] == cluster.ExternalSubnetName, nil
+	})
+	stop := make(chan struct{})
+	seen := withdrawals(t, c, stop)
+	// Every later update of the Service makes kube-ovn write the annotation again (v1.16.2 does a
+	// full Update each time): update it a few times and serve through all of it.
+	for i := range 3 {
+		svc := service(t, c, cluster.DemoNamespace, cluster.DemoService)
+		if svc.Labels == nil {
+			svc.Labels = map[string]string{}
+		}
+		svc.Labels["touch"] = string(rune('a' + i))
+		if err := c.Client.Update(ctx, svc); err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.Probe(c.ExternalClient(), "tcp", cluster.EIPAddress+":80", 10)
+		if err != nil || r.Total() != 10 {
+			t.Fatalf("traffic after kube-ovn's update %d: %+v %v", i, r, err)
+		}
+	}
+	svc := service(t, c, cluster.DemoNamespace, cluster.DemoService)
+	if got := svc.Status.LoadBalancer.Ingress; len(got) != 1 || got[0].IP != cluster.EIPAddress {
+		t.Fatalf("ingress %v", got)
+	}
+	close(stop)
+	if w := <-seen; len(w) > 0 {
+		t.Fatalf("withdrawn after kube-ovn's annotation: %v", w)
+	}
+	for _, bad := range []string{"failed to update service", "denied the request", "admission webhook"} {
+		if ls := c.KubeOVN.LogLines(bad); len(ls) > 0 {
+			t.Fatalf("kube-ovn-controller logged %q: %v", bad, ls[:min(3, len(ls))])
+		}
+	}
+	if !slices.Contains(svc.Finalizers, "kubeovn.io/kube-ovn-controller") {
+		t.Fatal("finalizer gone")
+	}
+}
