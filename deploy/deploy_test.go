@@ -618,7 +618,7 @@ func checkWebhook(t *testing.T, m manifest, mode string) {
 	m.must(t, "Service", "kube-system", "vpcgw-webhook")
 	wantRules(t, m.must(t, "ClusterRole", "", "vpcgw-webhook"), map[string][]string{
 		"/services": {"list", "watch"}, "kubeovn.io/iptables-eips": {"list", "watch"}, "kubeovn.io/iptables-dnat-rules": {"list", "watch"},
-		"vpcgw.io/servicerecords": {"list", "watch"},
+		"vpcgw.io/servicerecords": {"list", "watch"}, "kubeovn.io/subnets": {"list", "watch"},
 	})
 	vwc := m.must(t, "ValidatingWebhookConfiguration", "", "vpcgw")
 	hooks, _, _ := unstructured.NestedSlice(vwc.Object, "webhooks")
