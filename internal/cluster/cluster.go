@@ -38,6 +38,7 @@ import (
 	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
 	"github.com/vpcgw/vpcgw/internal/lab"
 	"github.com/vpcgw/vpcgw/internal/labnode"
+	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/netlab"
 	"github.com/vpcgw/vpcgw/internal/ovn"
 	"github.com/vpcgw/vpcgw/internal/webhook"
@@ -68,6 +69,9 @@ type Options struct {
 	ControllerArgs []string
 	// NoDemo leaves the demo objects (EIP, Deployment, Service) out.
 	NoDemo bool
+	// GatewayNamePrefix, when set, is kube-ovn's natGwNamePrefix (ConfigMap ovn-vpc-nat-config),
+	// set as an operator would before creating gateways (SPEC K5).
+	GatewayNamePrefix string
 }
 
 // Cluster is a running lab cluster.
@@ -122,6 +126,16 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	if err := kubeovnrun.InstallCluster(ctx, c.Client, opts.KubeOVNDir); err != nil {
 		return nil, err
+	}
+	if opts.GatewayNamePrefix != "" {
+		var cm corev1.ConfigMap
+		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: kubeovnrun.Namespace, Name: kubeovnrun.NatConfigMap}, &cm); err != nil {
+			return nil, err
+		}
+		cm.Data[model.GatewayConfigNamePrefix] = opts.GatewayNamePrefix
+		if err := c.Client.Update(ctx, &cm); err != nil {
+			return nil, fmt.Errorf("setting kube-ovn's natGwNamePrefix: %w", err)
+		}
 	}
 	if c.OVN, err = kubeovnrun.StartOVN(c.dir, opts.KubeOVNDir); err != nil {
 		return nil, err
@@ -345,7 +359,7 @@ func (c *Cluster) waitGateway(ctx context.Context, timeout time.Duration) error 
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		var pod corev1.Pod
-		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: kubeovnrun.Namespace, Name: GatewayPod()}, &pod); err != nil {
+		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: kubeovnrun.Namespace, Name: c.GatewayPodName()}, &pod); err != nil {
 			last = err.Error()
 			return false, client.IgnoreNotFound(err)
 		}
@@ -353,17 +367,23 @@ func (c *Cluster) waitGateway(ctx context.Context, timeout time.Duration) error 
 		return pod.Status.Phase == corev1.PodRunning && pod.Annotations["ovn.kubernetes.io/vpc_nat_gw_init"] == "true", nil
 	})
 	if err != nil {
-		return fmt.Errorf("kube-ovn's gateway pod %s/%s (%s): %w", kubeovnrun.Namespace, GatewayPod(), last, err)
+		return fmt.Errorf("kube-ovn's gateway pod %s/%s (%s): %w", kubeovnrun.Namespace, c.GatewayPodName(), last, err)
 	}
 	return nil
 }
 
-// GatewayPod is the name kube-ovn gives the lab gateway's Pod.
+// GatewayPod is the name kube-ovn gives the lab gateway's Pod with its default natGwNamePrefix.
 func GatewayPod() string { return "vpc-nat-gw-" + GatewayName + "-0" }
+
+// GatewayPodName is the name kube-ovn gives the lab gateway's Pod in this cluster:
+// "<natGwNamePrefix>-<gateway>-0".
+func (c *Cluster) GatewayPodName() string {
+	return model.GatewayPlacement{NamePrefix: c.opts.GatewayNamePrefix}.AppLabel(GatewayName) + "-0"
+}
 
 // GatewayNetns is the network namespace of the gateway's Pod.
 func (c *Cluster) GatewayNetns() (string, bool) {
-	return c.Node.PodNetns(kubeovnrun.Namespace, GatewayPod())
+	return c.Node.PodNetns(kubeovnrun.Namespace, c.GatewayPodName())
 }
 
 // ExternalClient and VPCClient are the clients' namespaces; RouterNetns the VPC router's.

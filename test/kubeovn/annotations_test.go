@@ -15,7 +15,8 @@ import (
 // ovn.kubernetes.io/service_external_ip_from_subnet, by a full Update: vpcgw's EIP ingress gets it.
 // The update is admitted, changes nothing that is served (no withdrawal, no flap), and kube-ovn's
 // Service worker logs no error. vpcgw runs the EIP gate only here (SPEC F2 with --enable-lb).
-// covers: K4, K7, S6 (clash C7)
+// kube-ovn runs with a natGwNamePrefix of its own here, and vpcgw finds the gateway Pod by it.
+// covers: K4, K7, S6, K5 (clashes C7, C11)
 func TestKubeOVNServiceAnnotationsChangeNothing(t *testing.T) {
 	opts, skip := requirements()
 	if skip != "" {
@@ -23,7 +24,8 @@ func TestKubeOVNServiceAnnotationsChangeNothing(t *testing.T) {
 	}
 	opts.KubeOVNArgs = []string{"--enable-lb=true"}
 	opts.ControllerArgs = []string{"--enable-gw-nftable-lb-svc", "--enable-lb=true"}
-	c, err := startCluster(opts)
+	opts.GatewayNamePrefix = "kgw"
+	c, err := startCluster(opts) // waits until the demo is served: vpcgw found the Pod
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,6 +38,9 @@ func TestKubeOVNServiceAnnotationsChangeNothing(t *testing.T) {
 		}
 	})
 	ctx := context.Background()
+	if name, ok := c.GatewayNetns(); !ok || c.GatewayPodName() != "kgw-"+cluster.GatewayName+"-0" {
+		t.Fatalf("gateway Pod %s (netns %q)", c.GatewayPodName(), name)
+	}
 	eventually(t, 60*time.Second, "kube-ovn annotates the served Service", func(context.Context) (bool, error) {
 		svc := service(t, c, cluster.DemoNamespace, cluster.DemoService)
 		return svc.Annotations["ovn.kubernetes.io/service_external_ip_from_subnet"] == cluster.ExternalSubnetName, nil

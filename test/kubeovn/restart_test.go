@@ -86,7 +86,7 @@ func TestGatewayPodReplaced(t *testing.T) {
 	c := lab(t)
 	ctx := context.Background()
 	var old corev1.Pod
-	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: kubeovnrun.Namespace, Name: cluster.GatewayPod()}, &old); err != nil {
+	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: kubeovnrun.Namespace, Name: c.GatewayPodName()}, &old); err != nil {
 		t.Fatal(err)
 	}
 	stop := make(chan struct{})
@@ -97,7 +97,7 @@ func TestGatewayPodReplaced(t *testing.T) {
 	}
 	eventually(t, 90*time.Second, "kube-ovn's new gateway Pod initialised", func(ctx context.Context) (bool, error) {
 		var p corev1.Pod
-		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: kubeovnrun.Namespace, Name: cluster.GatewayPod()}, &p); err != nil {
+		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: kubeovnrun.Namespace, Name: c.GatewayPodName()}, &p); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
 		return p.UID != old.UID && p.Status.Phase == corev1.PodRunning && p.Annotations["ovn.kubernetes.io/vpc_nat_gw_init"] == "true", nil
