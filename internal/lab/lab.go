@@ -42,7 +42,7 @@ type Options struct {
 	// KubeOVNDir holds kube-ovn's CRDs (VPCGW_KUBEOVN, filled by hack/tools/kubeovn/build.sh): the
 	// lab installs kube-ovn's own, as a cluster has them (SPEC K1).
 	KubeOVNDir string
-	Log       logr.Logger
+	Log        logr.Logger
 	// ServiceCIDR is the API server's --service-cluster-ip-range (default ServiceCIDR, a /24:
 	// benchmarks with thousands of Services need a wider one).
 	ServiceCIDR string
