@@ -47,6 +47,17 @@ type Identity struct {
 	Backends []Backend `json:"backends"`
 	// AffinityTimeoutSeconds > 0 asks for ClientIP affinity with that timeout (SPEC S7, D3).
 	AffinityTimeoutSeconds int32 `json:"affinityTimeoutSeconds,omitempty"`
+	// SourceRanges, when not empty, are the only client prefixes (canonical IPv4 CIDRs, sorted as
+	// strings, unique)
+	// that may reach the identity; others are dropped (a Service's loadBalancerSourceRanges on its
+	// EIP identities, SPEC N7).
+	SourceRanges []string `json:"sourceRanges,omitempty"`
+}
+
+// Equal reports whether two identities program the same thing.
+func (id Identity) Equal(o Identity) bool {
+	return id.ID() == o.ID() && id.AffinityTimeoutSeconds == o.AffinityTimeoutSeconds &&
+		slices.Equal(id.Backends, o.Backends) && slices.Equal(id.SourceRanges, o.SourceRanges)
 }
 
 // Backend is one DNAT target.
@@ -160,11 +171,20 @@ func (s State) Validate() error {
 		}
 		seen[id.Key()] = true
 		for _, b := range id.Backends {
-			if err := validIPv4(b.IP); err != nil {
+			if err := ValidBackendAddr(b.IP); err != nil {
 				return fmt.Errorf("identity %s: backend %s: %w", id.Key(), b, err)
 			}
 			if err := validPort(b.Port); err != nil {
 				return fmt.Errorf("identity %s: backend %s: %w", id.Key(), b, err)
+			}
+		}
+		for i, r := range id.SourceRanges {
+			p, err := netip.ParsePrefix(r)
+			if err != nil || !p.Addr().Is4() || p.Masked() != p {
+				return fmt.Errorf("identity %s: source range %q is not a canonical IPv4 CIDR", id.Key(), r)
+			}
+			if i > 0 && id.SourceRanges[i-1] >= r {
+				return fmt.Errorf("identity %s: source ranges are not sorted (as strings) and unique", id.Key())
 			}
 		}
 	}
@@ -193,6 +213,28 @@ func (s State) Validate() error {
 		if seen[id.Key()] {
 			return fmt.Errorf("identity %s is both set and removed", id.Key())
 		}
+	}
+	return nil
+}
+
+// ValidBackendAddr refuses what must never be a DNAT target (SPEC N2): anything but a unicast
+// IPv4 address, and loopback, link-local (the metadata address among them), multicast, broadcast
+// and unspecified addresses.
+func ValidBackendAddr(s string) error {
+	a, err := netip.ParseAddr(s)
+	switch {
+	case err != nil || !a.Is4():
+		return fmt.Errorf("%q is not an IPv4 address", s)
+	case a.IsLoopback():
+		return fmt.Errorf("%s is a loopback address", s)
+	case a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast():
+		return fmt.Errorf("%s is a link-local address", s)
+	case a.IsMulticast():
+		return fmt.Errorf("%s is a multicast address", s)
+	case a.IsUnspecified():
+		return fmt.Errorf("%s is the unspecified address", s)
+	case a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return fmt.Errorf("%s is the broadcast address", s)
 	}
 	return nil
 }
@@ -277,7 +319,7 @@ func Delta(old, new State) State {
 			j++
 		default:
 			p, id := &old.Identities[i], &new.Identities[j]
-			if p.AffinityTimeoutSeconds != id.AffinityTimeoutSeconds || !slices.Equal(p.Backends, id.Backends) {
+			if !p.Equal(*id) {
 				d.Identities = append(d.Identities, *id)
 			}
 			i++

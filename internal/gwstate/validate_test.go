@@ -1,0 +1,56 @@
+package gwstate
+
+import (
+	"strings"
+	"testing"
+)
+
+// covers: N2, N7
+// The agent refuses what the model must never send: backends that are not unicast addresses of a
+// network (the metadata address, loopback, multicast ...) and malformed source ranges.
+func TestValidateRefusesUnsafeBackendsAndRanges(t *testing.T) {
+	base := func(mut func(*Identity)) State {
+		id := Identity{VIP: "172.18.0.10", Port: 80, Protocol: TCP, Backends: []Backend{{IP: "10.0.1.11", Port: 8080}}}
+		mut(&id)
+		return State{Identities: []Identity{id}}
+	}
+	if err := base(func(*Identity) {}).Validate(); err != nil {
+		t.Fatalf("a good state: %v", err)
+	}
+	if err := base(func(id *Identity) { id.SourceRanges = []string{"10.1.0.0/16", "192.168.0.0/24"} }).Validate(); err != nil {
+		t.Fatalf("good source ranges: %v", err)
+	}
+	for name, c := range map[string]struct {
+		mut  func(*Identity)
+		want string
+	}{
+		"metadata address":    {func(id *Identity) { id.Backends[0].IP = "169.254.169.254" }, "link-local"},
+		"loopback":            {func(id *Identity) { id.Backends[0].IP = "127.0.0.1" }, "loopback"},
+		"multicast":           {func(id *Identity) { id.Backends[0].IP = "239.1.1.1" }, "multicast"},
+		"broadcast":           {func(id *Identity) { id.Backends[0].IP = "255.255.255.255" }, "broadcast"},
+		"unspecified":         {func(id *Identity) { id.Backends[0].IP = "0.0.0.0" }, "unspecified"},
+		"IPv6":                {func(id *Identity) { id.Backends[0].IP = "fd00::1" }, "not an IPv4"},
+		"range not masked":    {func(id *Identity) { id.SourceRanges = []string{"10.1.2.3/16"} }, "canonical"},
+		"range IPv6":          {func(id *Identity) { id.SourceRanges = []string{"fd00::/8"} }, "canonical"},
+		"range garbage":       {func(id *Identity) { id.SourceRanges = []string{"any"} }, "canonical"},
+		"ranges duplicated":   {func(id *Identity) { id.SourceRanges = []string{"10.0.0.0/8", "10.0.0.0/8"} }, "sorted"},
+		"ranges out of order": {func(id *Identity) { id.SourceRanges = []string{"192.168.0.0/24", "10.0.0.0/8"} }, "sorted"},
+	} {
+		err := base(c.mut).Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error with %q", name, err, c.want)
+		}
+	}
+}
+
+// covers: N7, D2
+// An identity whose source ranges change is in the delta, like one whose backends change.
+func TestDeltaSeesSourceRanges(t *testing.T) {
+	id := Identity{VIP: "172.18.0.10", Port: 80, Protocol: TCP, Backends: []Backend{{IP: "10.0.1.11", Port: 8080}}}
+	old := State{Identities: []Identity{id}}
+	id.SourceRanges = []string{"10.0.0.0/8"}
+	d := Delta(old, State{Identities: []Identity{id}})
+	if len(d.Identities) != 1 || len(d.Identities[0].SourceRanges) != 1 {
+		t.Fatalf("delta %+v", d)
+	}
+}
