@@ -312,8 +312,14 @@ func (ix *Index) holdsAll(svc *corev1.Service, sp *ServicePlan, vip, what string
 			continue
 		}
 		if holder := ix.holder(vip, p, sp.Key); holder != sp.Key {
-			ev := warning(ReasonConflict, "%s port %d/%s is held by Service %s, created earlier: this Service does not serve it and takes over when %s releases it",
-				what, p.Port, p.Protocol, holder, holder)
+			// Another namespace's Service is not named: its owner's objects are not this user's to
+			// read (SPEC N8).
+			who := "a Service of another namespace"
+			if holder.Namespace == svc.Namespace {
+				who = "Service " + holder.String()
+			}
+			ev := warning(ReasonConflict, "%s port %d/%s is held by %s: this Service does not serve it and takes over when that Service releases it",
+				what, p.Port, claimProtocol(p.Protocol), who)
 			*reason = ev.Message
 			sp.Events = append(sp.Events, *ev)
 			return false

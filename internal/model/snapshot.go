@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -94,8 +95,11 @@ type claimKey struct {
 }
 
 type claimant struct {
-	key     types.NamespacedName
-	created int64 // unix nanoseconds of the creation timestamp
+	key types.NamespacedName
+	// programmed: the Service's records say the gateway serves this identity for it. A programmed
+	// identity stays with its holder whatever another Service's age (SPEC N3).
+	programmed bool
+	created    int64 // unix nanoseconds of the creation timestamp
 }
 
 // NewIndex prepares a snapshot for planning with the given gates.
@@ -164,13 +168,63 @@ func NewIndex(s Snapshot, gates Gates) *Index {
 }
 
 func compareClaimants(a, b claimant) int {
-	return cmp.Or(cmp.Compare(a.created, b.created), cmp.Compare(a.key.Namespace, b.key.Namespace), cmp.Compare(a.key.Name, b.key.Name))
+	programmedFirst := 0
+	switch {
+	case a.programmed && !b.programmed:
+		programmedFirst = -1
+	case b.programmed && !a.programmed:
+		programmedFirst = 1
+	}
+	return cmp.Or(programmedFirst, cmp.Compare(a.created, b.created), cmp.Compare(a.key.Namespace, b.key.Namespace), cmp.Compare(a.key.Name, b.key.Name))
+}
+
+// recordedIdentities are the identities the existing records of a Service say are programmed for
+// it, in either ledger form.
+func (ix *Index) recordedIdentities(uid types.UID) map[claimKey]bool {
+	out := map[claimKey]bool{}
+	for _, r := range ix.svcRecords[uid] {
+		for _, vip := range []string{r.Spec.EIPAddress, r.Spec.ClusterIP} {
+			if vip == "" {
+				continue
+			}
+			for _, p := range r.Spec.Ports {
+				if proto, ok := protocolOfRecord(p.Protocol); ok {
+					out[claimKey{vip: vip, port: p.Port, protocol: proto}] = true
+				}
+			}
+		}
+	}
+	for _, r := range ix.records[uid] {
+		port, err := strconv.Atoi(r.Spec.ExternalPort)
+		proto, ok := protocolOfRecord(r.Spec.Protocol)
+		if err != nil || !ok || !r.Status.Ready {
+			continue
+		}
+		for _, vip := range []string{r.Labels[LabelEIPAddress], r.Spec.ClusterIP} {
+			if vip != "" {
+				out[claimKey{vip: vip, port: int32(port), protocol: proto}] = true
+			}
+		}
+	}
+	return out
+}
+
+// protocolOfRecord maps a record's lowercase protocol to a Service's.
+func protocolOfRecord(p string) (corev1.Protocol, bool) {
+	switch p {
+	case "tcp":
+		return corev1.ProtocolTCP, true
+	case "udp":
+		return corev1.ProtocolUDP, true
+	}
+	return "", false
 }
 
 // addClaims registers the identities svc would serve if nobody else held them.
 func (ix *Index) addClaims(svc *corev1.Service) {
 	b := ix.bind(svc)
 	c := claimant{key: types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}, created: svc.CreationTimestamp.UnixNano()}
+	recorded := ix.recordedIdentities(svc.UID)
 	seen := map[claimKey]bool{}
 	for _, vip := range []string{b.eipAddr, b.clusterIP} {
 		if vip == "" {
@@ -180,18 +234,29 @@ func (ix *Index) addClaims(svc *corev1.Service) {
 			if _, ok := ServedProtocol(p.Protocol); !ok {
 				continue
 			}
-			k := claimKey{vip: vip, port: p.Port, protocol: p.Protocol}
+			k := claimKey{vip: vip, port: p.Port, protocol: claimProtocol(p.Protocol)}
 			if !seen[k] {
 				seen[k] = true
-				ix.claims[k] = append(ix.claims[k], c)
+				ck := c
+				ck.programmed = recorded[k]
+				ix.claims[k] = append(ix.claims[k], ck)
 			}
 		}
 	}
 }
 
-// holder is the Service that holds an identity (SPEC I2): the first created, then by name.
+// claimProtocol spells a Service port's protocol as claims compare it ("" is TCP).
+func claimProtocol(p corev1.Protocol) corev1.Protocol {
+	if p == "" {
+		return corev1.ProtocolTCP
+	}
+	return p
+}
+
+// holder is the Service that holds an identity (SPEC I2, N3): the one whose records say it is
+// programmed for it, else the first created, then by name.
 func (ix *Index) holder(vip string, p corev1.ServicePort, self types.NamespacedName) types.NamespacedName {
-	if cs := ix.claims[claimKey{vip: vip, port: p.Port, protocol: p.Protocol}]; len(cs) > 0 {
+	if cs := ix.claims[claimKey{vip: vip, port: p.Port, protocol: claimProtocol(p.Protocol)}]; len(cs) > 0 {
 		return cs[0].key
 	}
 	return self // a Service planned outside its snapshot claims for itself

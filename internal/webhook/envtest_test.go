@@ -562,7 +562,11 @@ func expectOneHolder(t *testing.T, e *env, gw string, eip *kubeovnv1.IptablesEIP
 		if p.EIPServed != wantServed {
 			t.Errorf("%s: EIPServed=%v (%s), want %v: I2 serves the oldest claimant only", stored[i].Name, p.EIPServed, p.EIPReason, wantServed)
 		}
-		if !wantServed && !strings.Contains(p.EIPReason, "is held by Service "+winner.Namespace+"/"+winner.Name) {
+		holder := "a Service of another namespace" // SPEC N8
+		if winner.Namespace == stored[i].Namespace {
+			holder = "Service " + winner.Namespace + "/" + winner.Name
+		}
+		if !wantServed && !strings.Contains(p.EIPReason, "is held by "+holder) {
 			t.Errorf("%s: reason %q does not name the holder %s", stored[i].Name, p.EIPReason, winner.Name)
 		}
 	}

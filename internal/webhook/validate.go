@@ -146,14 +146,36 @@ func nameProblems(annotation, kind, value string) []string {
 }
 
 // NeedsClaimCheck reports whether SPEC W3 applies to a create (old == nil) or update, and which
-// gateway and EIP the cluster must be read for: the Service names both, and the pair is new
-// (an update that keeps its binding is not re-checked, see ValidateService).
+// gateway and EIP the cluster must be read for: the Service names both, and the pair is new, or
+// the Service's claims change (a port added or changed, or the type turned into LoadBalancer):
+// adding a port must not take over an identity another Service serves (SPEC N3). An update that
+// changes neither is not re-checked (see ValidateService).
 func NeedsClaimCheck(old, svc *corev1.Service) (gateway, eip string, ok bool) {
 	o, n := bindingOf(old), bindingOf(svc)
-	if n.gateway == "" || n.eip == "" || (old != nil && o.gateway == n.gateway && o.eip == n.eip) {
+	if n.gateway == "" || n.eip == "" {
+		return "", "", false
+	}
+	if old != nil && o.gateway == n.gateway && o.eip == n.eip && !claimsGrow(old, svc) {
 		return "", "", false
 	}
 	return n.gateway, n.eip, true
+}
+
+// claimsGrow reports whether svc claims an EIP identity that old did not.
+func claimsGrow(old, svc *corev1.Service) bool {
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		return false
+	}
+	if old.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		return true
+	}
+	for _, p := range svc.Spec.Ports {
+		proto, ok := protocolOf(p.Protocol)
+		if ok && !holdsPort(old, p.Port, proto) {
+			return true
+		}
+	}
+	return false
 }
 
 // ValidateServiceClaims applies SPEC W3 to a Service that names a gateway and an EIP.
@@ -201,9 +223,14 @@ func ValidateServiceClaims(svc *corev1.Service, eip *kubeovnv1.IptablesEIP, othe
 		}
 		for _, h := range holders {
 			if holdsPort(h, p.Port, proto) {
-				problems = append(problems, fmt.Sprintf("IptablesEIP %s port %d/%s is already held by Service %s/%s: "+
+				// Another namespace's Service is not named (SPEC N8).
+				who := "a Service of another namespace"
+				if h.Namespace == svc.Namespace {
+					who = "Service " + h.Namespace + "/" + h.Name
+				}
+				problems = append(problems, fmt.Sprintf("IptablesEIP %s port %d/%s is already held by %s: "+
 					"one (EIP, port, protocol) is served by one Service only; use another port or another EIP",
-					b.eip, p.Port, proto, h.Namespace, h.Name))
+					b.eip, p.Port, proto, who))
 				break
 			}
 		}

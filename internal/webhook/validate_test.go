@@ -157,6 +157,7 @@ func TestValidateServiceUpdate(t *testing.T) {
 	}
 }
 
+// covers: W3, N3
 func TestNeedsClaimCheck(t *testing.T) {
 	lb := corev1.ServiceTypeLoadBalancer
 	bound := svc("a", lb, a(gwAnn, "gw1", eipAnn, "eip1"))
@@ -171,6 +172,17 @@ func TestNeedsClaimCheck(t *testing.T) {
 		{"update adds the EIP", svc("a", lb, a(gwAnn, "gw1")), bound, true},
 		{"update enters the mode", svc("a", lb, nil), bound, true},
 		{"update clears", bound, svc("a", lb, nil), false},
+		// SPEC N3: a new port, a changed port or a type turned into LoadBalancer claims anew.
+		{"update adds a port", bound, with(bound, func(s *corev1.Service) {
+			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Port: 8443, Protocol: corev1.ProtocolTCP})
+		}), true},
+		{"update changes a port's protocol", bound, with(bound, func(s *corev1.Service) {
+			for i := range s.Spec.Ports {
+				s.Spec.Ports[i].Protocol = corev1.ProtocolUDP
+			}
+		}), true},
+		{"update turns a ClusterIP Service into a LoadBalancer", with(bound, func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeClusterIP }), bound, true},
+		{"update keeps ports and type", bound, with(bound, func(s *corev1.Service) { s.Labels = map[string]string{"x": "y"} }), false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -438,4 +450,21 @@ func FuzzServiceAnnotations(f *testing.F) {
 			_ = ValidateServiceClaims(s, eipObj(e, g), []corev1.Service{*svc("other", typ, ann)})
 		}
 	})
+}
+
+// covers: W3, N8
+// A rejection names the holder only when it is in the claimant's own namespace.
+func TestClaimRejectionDoesNotRevealOtherNamespaces(t *testing.T) {
+	lb := corev1.ServiceTypeLoadBalancer
+	bound := a(gwAnn, "gw1", eipAnn, "eip1")
+	holder := svc("web", lb, bound, created(1), func(s *corev1.Service) { s.Namespace = "tenant-a" })
+	got := ValidateServiceClaims(svc("shop", lb, bound, created(2)), eipObj("eip1", "gw1"), []corev1.Service{*holder})
+	if len(got) != 1 || strings.Contains(got[0], "tenant-a") || strings.Contains(got[0], "web") || !strings.Contains(got[0], "held by a Service of another namespace") {
+		t.Fatalf("rejection %q", got)
+	}
+	holder.Namespace = "ns"
+	got = ValidateServiceClaims(svc("shop", lb, bound, created(2)), eipObj("eip1", "gw1"), []corev1.Service{*holder})
+	if len(got) != 1 || !strings.Contains(got[0], "held by Service ns/web") {
+		t.Fatalf("rejection in the same namespace %q", got)
+	}
 }

@@ -1,0 +1,59 @@
+// covers: N3, N8, I2
+package model
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// A programmed identity is never taken over: an older Service that adds the port (or turns into a
+// LoadBalancer) later does not get the EIP part of the Service that is serving it; it takes over
+// only when the holder lets go.
+func TestProgrammedIdentityNotTakenOver(t *testing.T) {
+	// "young" is created after "old" but serves 80/TCP on the EIP first.
+	young := service("young", t0.Add(10))
+	old := service("old", t0, func(s *corev1.Service) { s.Spec.Ports[0].Port = 81 })
+	snap := converge(t, baseSnapshot(young, old), srGates)
+	if sp := servicePlan(Compute(snap, srGates), "young"); !sp.EIPServed {
+		t.Fatalf("young does not serve its port before the change: %s", sp.EIPReason)
+	}
+	// old now adds 80/TCP: it is older, but young holds the programmed identity.
+	for _, s := range snap.Services {
+		if s.Name == "young" {
+			young = s // as the cluster has it now: finalizer, ingress
+		}
+	}
+	snap.Services = []corev1.Service{young, service("old", t0, func(s *corev1.Service) {
+		s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "web", Port: 80, Protocol: corev1.ProtocolTCP})
+	})}
+	p := Compute(snap, srGates)
+	if y := servicePlan(p, "young"); !y.EIPServed || y.IngressWrite || y.WriteRecord {
+		t.Fatalf("young lost or rewrote its EIP part: served %v ingress write %v record write %v (%s)", y.EIPServed, y.IngressWrite, y.WriteRecord, y.EIPReason)
+	}
+	o := servicePlan(p, "old")
+	if o.EIPServed || !strings.Contains(o.EIPReason, "is held by Service ns/young") {
+		t.Fatalf("old took over a programmed identity: served %v (%s)", o.EIPServed, o.EIPReason)
+	}
+	// young lets go: old takes over.
+	snap.Services = snap.Services[1:]
+	if o := servicePlan(Compute(snap, srGates), "old"); !o.EIPServed {
+		t.Fatalf("old does not take over after young left: %s", o.EIPReason)
+	}
+}
+
+// Between claimants of a free identity the older wins (I2), and a conflict event in another
+// namespace does not name the holder (N8).
+func TestConflictEventDoesNotRevealOtherNamespaces(t *testing.T) {
+	holder := service("web", t0)
+	other := service("shop", t0.Add(1), func(s *corev1.Service) { s.Namespace = "tenant-b" })
+	p := Compute(baseSnapshot(holder, other), srGates)
+	sp := servicePlan(p, "shop")
+	if sp.EIPServed || len(sp.Events) != 1 {
+		t.Fatalf("the younger claimant: served %v events %v", sp.EIPServed, sp.Events)
+	}
+	if msg := sp.Events[0].Message; strings.Contains(msg, "ns/web") || strings.Contains(msg, "web") || !strings.Contains(msg, "a Service of another namespace") {
+		t.Fatalf("the event names another namespace's Service: %q", msg)
+	}
+}
