@@ -411,6 +411,7 @@ func TestServiceUpdate(t *testing.T) {
 	admitted(t, e.alice.Patch(ctx, legacy, patch), "finalizer patch")
 }
 
+// covers: W3, N3, N8
 func TestServiceIdentityHeld(t *testing.T) {
 	e := cluster(t)
 	ctx := context.Background()
@@ -424,9 +425,10 @@ func TestServiceIdentityHeld(t *testing.T) {
 	admitted(t, e.alice.Create(ctx, holder), "first claimant")
 	e.seen(t, holder, false)
 
+	// The claimants are in another namespace than the holder: the holder is not named (SPEC N8).
 	msg := func(port int32) string {
-		return fmt.Sprintf("IptablesEIP %s port %d/TCP is already held by Service %s/holder: one (EIP, port, protocol) is served by one Service only; use another port or another EIP",
-			eip.Name, port, ns)
+		return fmt.Sprintf("IptablesEIP %s port %d/TCP is already held by a Service of another namespace: one (EIP, port, protocol) is served by one Service only; use another port or another EIP",
+			eip.Name, port)
 	}
 	denied(t, e.alice.Create(ctx, service(ns2, "second", lb, bound(gw, eip.Name), 8080, 443)), hookService, msg(443))
 	// Entering the mode by an update is checked like a create.
@@ -435,7 +437,16 @@ func TestServiceIdentityHeld(t *testing.T) {
 	plain.Annotations = bound(gw, eip.Name)
 	denied(t, e.alice.Update(ctx, plain), hookService, msg(80))
 	// Other ports of the same EIP are free.
-	admitted(t, e.alice.Create(ctx, service(ns2, "other-port", lb, bound(gw, eip.Name), 8080)), "another port of the EIP")
+	other := service(ns2, "other-port", lb, bound(gw, eip.Name), 8080)
+	admitted(t, e.alice.Create(ctx, other), "another port of the EIP")
+	e.seen(t, other, false)
+	// A bound Service that adds a held port is checked too (SPEC N3), and in the holder's own
+	// namespace the holder is named.
+	other.Spec.Ports = append(other.Spec.Ports, corev1.ServicePort{Name: "p443", Port: 443, Protocol: corev1.ProtocolTCP})
+	denied(t, e.alice.Update(ctx, other), hookService, msg(443))
+	same := service(ns, "same-ns", lb, bound(gw, eip.Name), 443)
+	denied(t, e.alice.Create(ctx, same), hookService, fmt.Sprintf("IptablesEIP %s port 443/TCP is already held by Service %s/holder: "+
+		"one (EIP, port, protocol) is served by one Service only; use another port or another EIP", eip.Name, ns))
 
 	// Once the holder is deleted, the identity is free.
 	if err := e.admin.Delete(ctx, holder); err != nil {
