@@ -3,8 +3,9 @@
 set -euo pipefail
 
 # iptables and iputils-arping (the arping of kube-ovn's alpine image; Debian's "arping" exits 1 on -U):
-# kube-ovn's gateway script (nat-gateway.sh) runs in the lab's gateway namespace.
-packages=(nftables iproute2 conntrack ovn-central iptables iputils-arping)
+# kmod (lsmod, modprobe): kube-ovn's gateway script (nat-gateway.sh) runs in the lab's gateway
+# namespace and calls them.
+packages=(nftables iproute2 conntrack ovn-central iptables iputils-arping kmod)
 missing=()
 for p in "${packages[@]}"; do
 	[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || missing+=("$p")

@@ -13,9 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/vpcgw/vpcgw/internal/cluster"
 	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/dataplane"
-	"github.com/vpcgw/vpcgw/internal/lab"
 	"github.com/vpcgw/vpcgw/internal/netlab"
 	"github.com/vpcgw/vpcgw/internal/ovn"
 	"github.com/vpcgw/vpcgw/internal/transport"
@@ -38,7 +38,11 @@ func runController(ctx context.Context, args []string) error {
 	transportName := fs.String("transport", "local", "how to reach gateway agents: exec (Kubernetes exec API into the gateway pods) or local (ip netns exec, for the lab)")
 	agentContainer := fs.String("agent-container", transport.DefaultExecContainer, "container of the gateway pods that runs the agent (exec transport)")
 	agentCommand := fs.String("agent-command", strings.Join(transport.DefaultExecCommand, " "), "the agent's command in that container, words separated by spaces (exec transport; no shell)")
-	fs.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", `metrics listen address ("0" turns it off)`)
+	fs.StringVar(&opts.MetricsAddr, "metrics-bind-address", controller.DefaultMetricsAddr,
+		`metrics listen address ("0" turns it off); without --metrics-secure a loopback address only`)
+	fs.BoolVar(&opts.MetricsSecure, "metrics-secure", false,
+		"serve metrics over HTTPS, each request authenticated and authorized by the API server (get on /metrics); required on a non-loopback address")
+	fs.StringVar(&opts.MetricsCertDir, "metrics-cert-dir", "", "directory with tls.crt and tls.key for --metrics-secure (reloaded when they change; empty: a self-signed certificate)")
 	fs.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", `health probe listen address ("0" turns it off)`)
 	fs.StringVar(&opts.PprofAddr, "pprof-bind-address", "", `net/http/pprof listen address (empty: off)`)
 	fs.BoolVar(&opts.LeaderElection, "leader-elect", false, "elect a leader among controller replicas")
@@ -102,6 +106,7 @@ func runAgent(ctx context.Context, args []string) error {
 func runEcho(_ context.Context, args []string) error  { return netlab.EchoMain(args) }
 func runProbe(_ context.Context, args []string) error { return netlab.ProbeMain(args) }
 
+// runLab is `vpcgw lab`: the lab cluster beside the real kube-ovn-controller (SPEC O1).
 func runLab(ctx context.Context, args []string) error {
-	return lab.Main(ctx, args)
+	return cluster.Main(ctx, args)
 }

@@ -24,7 +24,7 @@ import (
 )
 
 const (
-	benchNamespace = "bench"
+	benchNamespace = lab.BenchNamespace
 	// benchServiceCIDR replaces envtest's /24 so that 10,000 Services get ClusterIPs.
 	benchServiceCIDR  = "10.96.0.0/16"
 	triggerAnnotation = "endpoints.kubernetes.io/last-change-trigger-time"

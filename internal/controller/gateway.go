@@ -252,6 +252,8 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfPod)).
 		Watches(&kubeovnv1.IptablesDnatRule{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfRecord), builder.WithPredicates(r.recordChangedByOthers())).
 		Watches(&vpcgwv1alpha1.ServiceRecord{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfRecord), builder.WithPredicates(r.recordChangedByOthers())).
+		// A Vpc's namespaces admit Services to its gateways (SPEC N1).
+		Watches(&kubeovnv1.Vpc{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfVpc), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// A new natGwNamePrefix moves every gateway's pods: replan them all.
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.allGateways)).
 		WatchesRawSource(source.Channel(ended, &handler.EnqueueRequestForObject{})).
@@ -366,6 +368,22 @@ func (r *GatewayReconciler) gatewaysOfPod(ctx context.Context, o client.Object) 
 	if err := r.Client.List(ctx, &es, client.MatchingFields{indexSlicePod: o.GetNamespace() + "/" + o.GetName()}); err == nil {
 		for i := range es.Items {
 			keys = append(keys, reqNames(r.gatewayOfSlice(ctx, &es.Items[i]))...)
+		}
+	}
+	return requests(keys)
+}
+
+// gatewaysOfVpc wakes the gateways of a Vpc.
+func (r *GatewayReconciler) gatewaysOfVpc(ctx context.Context, o client.Object) []reconcile.Request {
+	var gws kubeovnv1.VpcNatGatewayList
+	if err := r.Client.List(ctx, &gws); err != nil {
+		r.Log.Error(err, "listing gateways")
+		return nil
+	}
+	var keys []string
+	for i := range gws.Items {
+		if gws.Items[i].Spec.Vpc == o.GetName() {
+			keys = append(keys, gws.Items[i].Name)
 		}
 	}
 	return requests(keys)

@@ -191,6 +191,13 @@ func gatewayFingerprint(s *model.Snapshot, gw string) string {
 	for i := range s.Gateways {
 		if g := &s.Gateways[i]; g.Name == gw {
 			parts = append(parts, "g/"+g.ResourceVersion+deleting(g.DeletionTimestamp))
+			// The Vpc's namespaces admit the gateway's Services (SPEC N1): by generation, as
+			// kube-ovn writes its status often.
+			for j := range s.Vpcs {
+				if v := &s.Vpcs[j]; v.Name == g.Spec.Vpc {
+					parts = append(parts, "v/"+v.Name+"@"+strconv.FormatInt(v.Generation, 10)+deleting(v.DeletionTimestamp))
+				}
+			}
 		}
 	}
 	for i := range s.EIPs {

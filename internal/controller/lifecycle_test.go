@@ -267,6 +267,8 @@ func newFixtureIn(t *testing.T, mode agentMode, gw string, instances int) *fixtu
 	f.ns, f.gw = "ns-"+gw, gw
 	ctx := context.Background()
 	must(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}}))
+	// The test's namespace is bound to the gateway's Vpc, as kube-ovn users bind tenants (SPEC N1).
+	must(t, k8s.Create(ctx, &kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: gw + "-vpc"}, Spec: kubeovnv1.VpcSpec{Namespaces: []string{f.ns}}}))
 	must(t, k8s.Create(ctx, &kubeovnv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: gw + "-subnet"},
 		Spec: kubeovnv1.SubnetSpec{Vpc: gw + "-vpc", CIDRBlock: "10.0.1.0/24", Provider: "ovn"}}))
 	must(t, k8s.Create(ctx, &kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: gw},

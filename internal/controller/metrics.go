@@ -1,6 +1,9 @@
 package controller
 
 import (
+	"crypto/tls"
+	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -8,7 +11,59 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
+
+// DefaultMetricsAddr is --metrics-bind-address's default: plain HTTP on the pod's loopback only,
+// which nothing outside the controller's own pod can reach (SPEC N6). The chart serves metrics
+// on the pod network instead, with --metrics-secure.
+const DefaultMetricsAddr = "127.0.0.1:8080"
+
+// MetricsServerOptions is how /metrics is served at addr ("" or "0": off). secure serves HTTPS
+// (a self-signed certificate unless certDir holds tls.crt and tls.key, reloaded when they
+// change), TLS 1.2 or later, HTTP/1.1 only, and every request is authenticated (TokenReview) and
+// authorized (SubjectAccessReview of get on the non-resource URL /metrics) by the API server,
+// as kubebuilder scaffolds it. Without secure, only a loopback address is accepted: plain,
+// unauthenticated metrics on the pod network would be readable by any workload (SPEC N6).
+func MetricsServerOptions(addr string, secure bool, certDir string) (metricsserver.Options, error) {
+	if addr == "" || addr == "0" {
+		return metricsserver.Options{BindAddress: "0"}, nil
+	}
+	if !secure {
+		if err := checkLoopback(addr); err != nil {
+			return metricsserver.Options{}, fmt.Errorf("--metrics-bind-address %q without --metrics-secure: %w", addr, err)
+		}
+		return metricsserver.Options{BindAddress: addr}, nil
+	}
+	return metricsserver.Options{
+		BindAddress:    addr,
+		SecureServing:  true,
+		FilterProvider: filters.WithAuthenticationAndAuthorization,
+		CertDir:        certDir,
+		TLSOpts: []func(*tls.Config){func(c *tls.Config) {
+			c.MinVersion = tls.VersionTLS12
+			// HTTP/2 off, as kubebuilder does: its stream handling was the way in for
+			// CVE-2023-44487 and CVE-2023-39325; a scrape needs nothing of it.
+			c.NextProtos = []string{"http/1.1"}
+		}},
+	}, nil
+}
+
+// checkLoopback accepts only host:port with a loopback host (127.0.0.0/8, ::1 or localhost).
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("not a host:port: %w", err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("plain HTTP metrics are served on a loopback address only (like %s); serve them on %q with --metrics-secure", DefaultMetricsAddr, addr)
+}
 
 // Metrics of SPEC O3, on the controller's /metrics (controller-runtime's registry).
 var (

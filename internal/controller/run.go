@@ -13,7 +13,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
@@ -33,7 +32,10 @@ const DefaultMinSyncInterval = 20 * time.Millisecond
 type Options struct {
 	Flags  Flags
 	Dialer transport.Dialer
-	// MetricsAddr and HealthAddr are listen addresses; "0" turns the server off.
+	// MetricsAddr and HealthAddr are listen addresses; "" or "0" turns the server off.
+	// MetricsSecure serves metrics over HTTPS with authentication and authorization, and is
+	// required for a non-loopback MetricsAddr (see MetricsServerOptions); MetricsCertDir holds
+	// its certificate (empty or without tls.crt/tls.key: self-signed).
 	// MinSyncInterval is the least time between two syncs of one gateway (0: no limit).
 	MinSyncInterval time.Duration
 	// OnProgrammed: see GatewayReconciler.OnProgrammed.
@@ -42,9 +44,11 @@ type Options struct {
 	// costs a full plan per sync). A difference is logged, counted and the full plan is used.
 	VerifyPartialPlans bool
 	// NB configures the VIP route writer; an empty address turns route writing off (SPEC V1).
-	NB          ovn.Config
-	MetricsAddr string
-	HealthAddr  string
+	NB             ovn.Config
+	MetricsAddr    string
+	MetricsSecure  bool
+	MetricsCertDir string
+	HealthAddr     string
 	// PprofAddr serves net/http/pprof ("" or "0": off).
 	PprofAddr               string
 	LeaderElection          bool
@@ -70,6 +74,10 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 	if err := CheckLedgerForm(ctx, cfg, opts.Flags.Gates().Ledger); err != nil {
 		return err
 	}
+	metrics, err := MetricsServerOptions(opts.MetricsAddr, opts.MetricsSecure, opts.MetricsCertDir)
+	if err != nil {
+		return err
+	}
 	scheme, err := Scheme()
 	if err != nil {
 		return fmt.Errorf("building scheme: %w", err)
@@ -78,7 +86,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 		Scheme:                  scheme,
 		Logger:                  log,
 		Cache:                   CacheOptions(opts.Flags.KubeOVNNamespace),
-		Metrics:                 metricsserver.Options{BindAddress: defaultAddr(opts.MetricsAddr)},
+		Metrics:                 metrics,
 		HealthProbeBindAddress:  defaultAddr(opts.HealthAddr),
 		PprofBindAddress:        pprofAddr(opts.PprofAddr),
 		LeaderElection:          opts.LeaderElection,

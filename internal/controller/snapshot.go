@@ -26,12 +26,13 @@ func (r *GatewayReconciler) gatewayObjects(ctx context.Context, key string) (mod
 	var gws kubeovnv1.VpcNatGatewayList
 	var eips kubeovnv1.IptablesEIPList
 	var subnets kubeovnv1.SubnetList
-	for _, l := range []client.ObjectList{&gws, &eips, &subnets} {
+	var vpcs kubeovnv1.VpcList
+	for _, l := range []client.ObjectList{&gws, &eips, &subnets, &vpcs} {
 		if err := r.Client.List(ctx, l, client.UnsafeDisableDeepCopy); err != nil {
 			return s, fmt.Errorf("listing %T: %w", l, err)
 		}
 	}
-	s.Gateways, s.EIPs, s.Subnets = gws.Items, eips.Items, subnets.Items
+	s.Gateways, s.EIPs, s.Subnets, s.Vpcs = gws.Items, eips.Items, subnets.Items, vpcs.Items
 	placement, err := r.placement(ctx)
 	if err != nil {
 		return s, err

@@ -24,8 +24,10 @@ const (
 	EIPName            = "lab-eip"
 	DemoNamespace      = "demo"
 	DemoService        = "web"
-	GatewayNamespace   = model.DefaultGatewayNamespace
-	labNode            = "lab-node"
+	// BenchNamespace is where vpcgw bench creates its Services.
+	BenchNamespace   = "bench"
+	GatewayNamespace = model.DefaultGatewayNamespace
+	labNode          = "lab-node"
 )
 
 // createKubeOVNObjects creates the Vpc, its Subnet, the external Subnet and the gateway, and the
@@ -36,7 +38,8 @@ func createKubeOVNObjects(ctx context.Context, c client.Client, gwNetns string) 
 		return err
 	}
 	objs := []client.Object{
-		&kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: VpcName}},
+		// The demo's namespace and the benchmark's are bound to the VPC (SPEC N1).
+		&kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: VpcName}, Spec: kubeovnv1.VpcSpec{Namespaces: []string{DemoNamespace, BenchNamespace}}},
 		&kubeovnv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: VpcSubnetName}, Spec: kubeovnv1.SubnetSpec{
 			Vpc: VpcName, CIDRBlock: VPCCIDR, Gateway: VPCGatewayIP, Protocol: "IPv4", Provider: "ovn"}},
 		&kubeovnv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: ExternalSubnetName}, Spec: kubeovnv1.SubnetSpec{

@@ -22,6 +22,7 @@ func largeSnapshot(n, m int) Snapshot {
 		Gateways:    []kubeovnv1.VpcNatGateway{gateway("gw1", "vpc1")},
 		GatewayPods: []corev1.Pod{gatewayPod("gw1", "vpc-nat-gw-gw1-0", "10.0.1.254", true, true)},
 		Subnets:     []kubeovnv1.Subnet{subnet("vpc1-subnet", "vpc1")},
+		Vpcs:        []kubeovnv1.Vpc{vpc("vpc1", "ns")},
 	}
 	for e := 0; e < 40; e++ {
 		s.EIPs = append(s.EIPs, eip(fmt.Sprintf("eip%d", e), "gw1", fmt.Sprintf("172.18.0.%d", 10+e), true))

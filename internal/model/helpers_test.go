@@ -30,6 +30,11 @@ func gateway(name, vpc string) kubeovnv1.VpcNatGateway {
 		Spec: kubeovnv1.VpcNatGatewaySpec{Vpc: vpc, Subnet: vpc + "-subnet", LanIP: "10.0.1.254"}}
 }
 
+// vpc is a Vpc with namespaces bound to it (SPEC N1).
+func vpc(name string, namespaces ...string) kubeovnv1.Vpc {
+	return kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kubeovnv1.VpcSpec{Namespaces: namespaces}}
+}
+
 func subnet(name, vpc string) kubeovnv1.Subnet {
 	return kubeovnv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kubeovnv1.SubnetSpec{Vpc: vpc, Provider: "ovn"}}
 }
@@ -123,6 +128,7 @@ func backendPod(name string, nics map[string][2]string) corev1.Pod {
 func baseSnapshot(svcs ...corev1.Service) Snapshot {
 	return Snapshot{
 		Gateways:    []kubeovnv1.VpcNatGateway{gateway("gw1", "vpc1")},
+		Vpcs:        []kubeovnv1.Vpc{vpc("vpc1", "ns", "tenant-b"), vpc("vpc2", "ns")},
 		GatewayPods: []corev1.Pod{gatewayPod("gw1", "vpc-nat-gw-gw1-0", "10.0.1.254", true, true)},
 		Subnets:     []kubeovnv1.Subnet{subnet("vpc1-subnet", "vpc1"), subnet("other-subnet", "vpc2"), subnet("ovn-default", "")},
 		EIPs:        []kubeovnv1.IptablesEIP{eip("eip1", "gw1", "172.18.0.10", true)},

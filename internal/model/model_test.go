@@ -526,7 +526,7 @@ func TestComputeIgnoresInputOrder(t *testing.T) {
 		c := Snapshot{
 			Gateways: shuffled(rng, s.Gateways), EIPs: shuffled(rng, s.EIPs), Services: shuffled(rng, s.Services),
 			EndpointSlices: shuffled(rng, s.EndpointSlices), Pods: shuffled(rng, s.Pods), Subnets: shuffled(rng, s.Subnets),
-			GatewayPods: shuffled(rng, s.GatewayPods), Records: shuffled(rng, s.Records),
+			GatewayPods: shuffled(rng, s.GatewayPods), Records: shuffled(rng, s.Records), Vpcs: shuffled(rng, s.Vpcs),
 		}
 		for j := range c.EndpointSlices {
 			c.EndpointSlices[j].Endpoints = shuffled(rng, c.EndpointSlices[j].Endpoints)

@@ -14,6 +14,12 @@ const (
 	AnnotationExternalIPFromSubnet = "ovn.kubernetes.io/service_external_ip_from_subnet"
 )
 
+// AnnotationAllowedNamespaces, on a VpcNatGateway or an IptablesEIP (cluster-scoped objects
+// only cluster administrators write), lists the namespaces whose Services may use it, comma
+// separated, "*" for all (SPEC N1). On a gateway it admits namespaces beside the Vpc's
+// spec.namespaces; on an EIP it further restricts who may use that EIP.
+const AnnotationAllowedNamespaces = "vpcgw.io/allowed-namespaces"
+
 // LoadBalancerClass is the spec.loadBalancerClass vpcgw answers to besides none (SPEC K9): a
 // LoadBalancer Service of any other class belongs to another implementation.
 const LoadBalancerClass = "kubeovn.io/vpc-nat-gw"
@@ -99,4 +105,5 @@ const (
 	ReasonInvalidAnnotation = "NftableLbSvcInvalidAnnotation"
 	ReasonUnsupported       = "NftableLbSvcUnsupported"
 	ReasonProgrammingFailed = "NftableLbSvcProgrammingFailed"
+	ReasonNotAdmitted       = "NftableLbSvcNotAdmitted"
 )

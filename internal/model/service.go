@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -149,6 +150,13 @@ func (ix *Index) bind(svc *corev1.Service) (b binding) {
 		b.gw = nil
 		return b
 	}
+	if !ix.admitted(svc.Namespace, b.gw) {
+		b.blocked = warning(ReasonNotAdmitted, "namespace %s is not admitted to gateway %s: its Vpc does not list the namespace in spec.namespaces "+
+			"and the gateway's %s annotation does not name it; nothing is served (a cluster administrator admits the namespace)",
+			svc.Namespace, b.gateway, AnnotationAllowedNamespaces)
+		b.gw = nil
+		return b
+	}
 
 	if ix.gates.ClusterIP {
 		b.clusterIP = clusterIP
@@ -177,6 +185,9 @@ func (ix *Index) bind(svc *corev1.Service) (b binding) {
 			b.eipWhy = warning(ReasonEIPMissing, "IptablesEIP %s does not exist: the EIP part is served as soon as it exists and is Ready", b.eipName)
 		case b.eip.Spec.NatGwDp != b.gateway:
 			b.eipWhy = warning(ReasonEIPWrongGateway, "IptablesEIP %s belongs to gateway %q, not %s: use an EIP of gateway %s", b.eipName, b.eip.Spec.NatGwDp, b.gateway, b.gateway)
+		case !listAdmits(b.eip.Annotations, svc.Namespace, true):
+			b.eipWhy = warning(ReasonNotAdmitted, "namespace %s may not use IptablesEIP %s (its %s annotation does not name it): the EIP part is not served",
+				svc.Namespace, b.eipName, AnnotationAllowedNamespaces)
 		default:
 			if addr, ok := readyEIPAddress(b.eip); ok {
 				b.eipAddr = addr
@@ -186,6 +197,44 @@ func (ix *Index) bind(svc *corev1.Service) (b binding) {
 		}
 	}
 	return b
+}
+
+// admitted applies SPEC N1: a Service may use gateway gw when its namespace is listed in the
+// gateway's Vpc spec.namespaces (kube-ovn's own binding of namespaces to a VPC), or in the
+// gateway's allow-list annotation. Nothing else admits it: a Vpc that is missing or lists no
+// namespace admits nobody.
+func (ix *Index) admitted(namespace string, gw *kubeovnv1.VpcNatGateway) bool {
+	return Admitted(namespace, gw, ix.vpcs[gw.Spec.Vpc])
+}
+
+// Admitted is SPEC N1's rule for one namespace, gateway and the gateway's Vpc (nil when missing),
+// shared with the webhook.
+func Admitted(namespace string, gw *kubeovnv1.VpcNatGateway, vpc *kubeovnv1.Vpc) bool {
+	if vpc != nil && vpc.DeletionTimestamp == nil && slices.Contains(vpc.Spec.Namespaces, namespace) {
+		return true
+	}
+	return listAdmits(gw.Annotations, namespace, false)
+}
+
+// EIPAdmits is the EIP's allow-list rule of SPEC N1: without the annotation every admitted
+// namespace may use the EIP.
+func EIPAdmits(eip *kubeovnv1.IptablesEIP, namespace string) bool {
+	return listAdmits(eip.Annotations, namespace, true)
+}
+
+// listAdmits reads the allow-list annotation of an object: whether it names namespace (or "*").
+// Without the annotation the answer is absent.
+func listAdmits(annotations map[string]string, namespace string, absent bool) bool {
+	v, ok := annotations[AnnotationAllowedNamespaces]
+	if !ok {
+		return absent
+	}
+	for _, n := range strings.Split(v, ",") {
+		if n = strings.TrimSpace(n); n == "*" || n == namespace {
+			return true
+		}
+	}
+	return false
 }
 
 // checkFromSubnet applies SPEC S6 with K4: ovn.kubernetes.io/service_external_ip_from_subnet

@@ -75,6 +75,7 @@ type Snapshot struct {
 type Index struct {
 	gates       Gates
 	placement   GatewayPlacement
+	vpcs        map[string]*kubeovnv1.Vpc
 	gateways    map[string]*kubeovnv1.VpcNatGateway
 	eips        map[string]*kubeovnv1.IptablesEIP
 	subnets     map[string]*kubeovnv1.Subnet
@@ -107,6 +108,7 @@ func NewIndex(s Snapshot, gates Gates) *Index {
 	ix := &Index{
 		gates:       gates,
 		placement:   s.Placement,
+		vpcs:        make(map[string]*kubeovnv1.Vpc, len(s.Vpcs)),
 		gateways:    make(map[string]*kubeovnv1.VpcNatGateway, len(s.Gateways)),
 		eips:        make(map[string]*kubeovnv1.IptablesEIP, len(s.EIPs)),
 		subnets:     make(map[string]*kubeovnv1.Subnet, len(s.Subnets)),
@@ -119,6 +121,9 @@ func NewIndex(s Snapshot, gates Gates) *Index {
 	}
 	for i := range s.Gateways {
 		ix.gateways[s.Gateways[i].Name] = &s.Gateways[i]
+	}
+	for i := range s.Vpcs {
+		ix.vpcs[s.Vpcs[i].Name] = &s.Vpcs[i]
 	}
 	for i := range s.EIPs {
 		ix.eips[s.EIPs[i].Name] = &s.EIPs[i]

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 )
 
 // A programmed identity is never taken over: an older Service that adds the port (or turns into a
@@ -55,5 +57,61 @@ func TestConflictEventDoesNotRevealOtherNamespaces(t *testing.T) {
 	}
 	if msg := sp.Events[0].Message; strings.Contains(msg, "ns/web") || strings.Contains(msg, "web") || !strings.Contains(msg, "a Service of another namespace") {
 		t.Fatalf("the event names another namespace's Service: %q", msg)
+	}
+}
+
+// covers: N1, W6
+// A Service may use a gateway only if its namespace is bound to the gateway's Vpc (spec.namespaces)
+// or named by the gateway's allow-list annotation; an EIP's allow-list further restricts its use.
+// A Service that is not admitted gets nothing: no identity, no ClusterIP held, no route, no record,
+// no finalizer (and so cannot block the gateway's deletion).
+func TestTenancyBoundary(t *testing.T) {
+	cases := map[string]struct {
+		namespaces []string        // of vpc1
+		gwAllow    string          // the gateway's annotation ("" = none)
+		eipAllow   string          // the EIP's annotation ("" = none)
+		wantEIP    bool            // EIP part served
+		wantAny    bool            // anything served
+		mut        func(*Snapshot) // further changes
+	}{
+		"namespace bound to the Vpc":          {namespaces: []string{"tenant-a"}, wantEIP: true, wantAny: true},
+		"another tenant's Vpc":                {namespaces: []string{"tenant-b"}},
+		"Vpc lists no namespace":              {},
+		"Vpc missing":                         {namespaces: []string{"tenant-a"}, mut: func(s *Snapshot) { s.Vpcs = nil }},
+		"gateway admits the namespace":        {gwAllow: "tenant-c, tenant-a", wantEIP: true, wantAny: true},
+		"gateway admits every namespace":      {gwAllow: "*", wantEIP: true, wantAny: true},
+		"gateway admits others":               {gwAllow: "tenant-b"},
+		"EIP restricted to another namespace": {namespaces: []string{"tenant-a"}, eipAllow: "tenant-b", wantAny: true},
+		"EIP admits the namespace":            {namespaces: []string{"tenant-a"}, eipAllow: "tenant-a", wantEIP: true, wantAny: true},
+	}
+	for name, c := range cases {
+		svc := service("web", t0, func(s *corev1.Service) { s.Namespace = "tenant-a" })
+		snap := baseSnapshot(svc)
+		snap.Vpcs = []kubeovnv1.Vpc{vpc("vpc1", c.namespaces...)}
+		snap.EndpointSlices = nil
+		if c.gwAllow != "" {
+			snap.Gateways[0].Annotations = map[string]string{AnnotationAllowedNamespaces: c.gwAllow}
+		}
+		if c.eipAllow != "" {
+			snap.EIPs[0].Annotations = map[string]string{AnnotationAllowedNamespaces: c.eipAllow}
+		}
+		if c.mut != nil {
+			c.mut(&snap)
+		}
+		p := Compute(snap, srGates)
+		sp := servicePlan(p, "web")
+		gp := p.Gateway("gw1")
+		if sp.EIPServed != c.wantEIP || sp.Served() != c.wantAny {
+			t.Errorf("%s: EIP served %v, served %v; want %v, %v (%s / %s)", name, sp.EIPServed, sp.Served(), c.wantEIP, c.wantAny, sp.EIPReason, sp.ClusterIPReason)
+			continue
+		}
+		if !c.wantAny {
+			if len(gp.State.Identities) != 0 || len(gp.State.ClusterIPs) != 0 || len(gp.Routes.VIPs) != 0 || sp.Record != nil || sp.AddFinalizer || len(gp.Services) != 0 {
+				t.Errorf("%s: something is published for a Service that is not admitted: %+v", name, gp)
+			}
+			if len(sp.Events) != 1 || sp.Events[0].Reason != ReasonNotAdmitted || !strings.Contains(sp.Events[0].Message, "namespace tenant-a is not admitted") {
+				t.Errorf("%s: events %v", name, sp.Events)
+			}
+		}
 	}
 }

@@ -237,13 +237,52 @@ func bound(gw, eip string) map[string]string {
 	return map[string]string{model.AnnotationGateway: gw, model.AnnotationEIP: eip}
 }
 
+// gateway creates a VpcNatGateway that admits every namespace (its allow-list, SPEC N1), and
+// waits until the webhook sees it.
 func (e *env) gateway(t *testing.T) string {
 	t.Helper()
-	gw := &kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: unique("gw")}, Spec: kubeovnv1.VpcNatGatewaySpec{Vpc: "vpc1", Subnet: "subnet1"}}
+	gw := &kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: unique("gw"), Annotations: map[string]string{model.AnnotationAllowedNamespaces: "*"}},
+		Spec: kubeovnv1.VpcNatGatewaySpec{Vpc: "vpc1", Subnet: "subnet1"}}
 	if err := e.admin.Create(context.Background(), gw); err != nil {
 		t.Fatal(err)
 	}
+	e.seen(t, gw, false)
 	return gw.Name
+}
+
+// covers: N1, W6
+// On the real API server: a namespace not bound to a gateway's Vpc cannot bind a Service to it,
+// one bound to it can, and a Service of a namespace that is not admitted does not block the
+// gateway's deletion.
+func TestTenancyAdmission(t *testing.T) {
+	e := cluster(t)
+	ctx := context.Background()
+	tenantA, tenantB := e.namespace(t), e.namespace(t)
+	vpc := &kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: unique("vpc")}, Spec: kubeovnv1.VpcSpec{Namespaces: []string{tenantA}}}
+	admitted(t, e.admin.Create(ctx, vpc), "Vpc")
+	e.seen(t, vpc, false)
+	gw := &kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: unique("gw")}, Spec: kubeovnv1.VpcNatGatewaySpec{Vpc: vpc.Name, Subnet: "subnet1"}}
+	admitted(t, e.admin.Create(ctx, gw), "gateway")
+	e.seen(t, gw, false)
+	ann := map[string]string{model.AnnotationGateway: gw.Name}
+	denied(t, e.alice.Create(ctx, service(tenantB, "web", corev1.ServiceTypeClusterIP, ann)), hookService,
+		fmt.Sprintf("namespace %s is not admitted to VpcNatGateway %s: the gateway's Vpc does not list it in spec.namespaces and the gateway's %s annotation does not name it; "+
+			"a cluster administrator admits namespaces to a VPC", tenantB, gw.Name, model.AnnotationAllowedNamespaces))
+	admitted(t, e.alice.Create(ctx, service(tenantA, "web", corev1.ServiceTypeClusterIP, ann)), "a Service of the Vpc's namespace")
+	// A Service that got the annotation while the webhook was bypassed does not bind the gateway.
+	squat := service(tenantB, "squat", corev1.ServiceTypeClusterIP, ann)
+	admitted(t, e.ctrl.Create(ctx, squat), "bypassing the webhook")
+	e.seen(t, squat, false)
+	tenantAWeb := &corev1.Service{}
+	if err := e.admin.Get(ctx, client.ObjectKey{Namespace: tenantA, Name: "web"}, tenantAWeb); err != nil {
+		t.Fatal(err)
+	}
+	e.seen(t, tenantAWeb, false)
+	denied(t, e.admin.Delete(ctx, gw), hookGateway, fmt.Sprintf("VpcNatGateway %s still serves Service %s/web: delete those Services or remove their "+
+		"ovn.kubernetes.io/vpc_nat_gw and ovn.kubernetes.io/eip annotations first", gw.Name, tenantA))
+	admitted(t, e.admin.Delete(ctx, tenantAWeb), "the admitted Service")
+	e.seen(t, tenantAWeb, true)
+	admitted(t, e.admin.Delete(ctx, gw), "a gateway only a Service that is not admitted names")
 }
 
 // eip creates an IptablesEIP of gw, Ready with ip when ip is not empty.
@@ -565,7 +604,12 @@ func expectOneHolder(t *testing.T, e *env, gw string, eip *kubeovnv1.IptablesEIP
 			winner = s
 		}
 	}
-	ix := model.NewIndex(model.Snapshot{Services: stored, Gateways: []kubeovnv1.VpcNatGateway{gwObj}, EIPs: []kubeovnv1.IptablesEIP{cur}},
+	var nss []string
+	for _, s := range stored {
+		nss = append(nss, s.Namespace)
+	}
+	vpc := kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: gwObj.Spec.Vpc}, Spec: kubeovnv1.VpcSpec{Namespaces: nss}} // SPEC N1
+	ix := model.NewIndex(model.Snapshot{Services: stored, Gateways: []kubeovnv1.VpcNatGateway{gwObj}, EIPs: []kubeovnv1.IptablesEIP{cur}, Vpcs: []kubeovnv1.Vpc{vpc}},
 		model.Gates{LoadBalancer: true})
 	for i := range stored {
 		p := ix.PlanService(&stored[i])

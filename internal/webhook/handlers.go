@@ -156,6 +156,23 @@ func (h *Handlers) Service(ctx context.Context, req admission.Request) admission
 	if problems := ValidateService(old, &svc, subnets...); len(problems) > 0 {
 		return verdict(problems)
 	}
+	if gwName := svc.Annotations[model.AnnotationGateway]; gwName != "" && (old == nil || old.Annotations[model.AnnotationGateway] != gwName) {
+		var gw kubeovnv1.VpcNatGateway
+		switch err := h.Reader.Get(ctx, client.ObjectKey{Name: gwName}, &gw); {
+		case apierrors.IsNotFound(err):
+			// A gateway that does not exist yet is the controller's to report (an event).
+		case err != nil:
+			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading VpcNatGateway %s: %w", gwName, err))
+		default:
+			vpc, err := h.vpc(ctx, gw.Spec.Vpc)
+			if err != nil {
+				return admission.Errored(http.StatusInternalServerError, err)
+			}
+			if problems := ValidateServiceAdmitted(&svc, &gw, vpc); len(problems) > 0 {
+				return verdict(problems)
+			}
+		}
+	}
 	gateway, eipName, ok := NeedsClaimCheck(old, &svc)
 	if !ok {
 		return admission.Allowed("")
@@ -195,6 +212,18 @@ func (h *Handlers) Record(_ context.Context, req admission.Request) admission.Re
 		n = &obj
 	}
 	return verdict(ValidateRecordWrite(req.Operation, req.UserInfo.Username, h.ControllerUser, o, n))
+}
+
+// vpc reads a Vpc from the cache (nil when it does not exist).
+func (h *Handlers) vpc(ctx context.Context, name string) (*kubeovnv1.Vpc, error) {
+	var vpc kubeovnv1.Vpc
+	switch err := h.Reader.Get(ctx, client.ObjectKey{Name: name}, &vpc); {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading Vpc %s: %w", name, err)
+	}
+	return &vpc, nil
 }
 
 // ServiceRecord admits writes of vpcgw.io ServiceRecords (SPEC W4): only the controller's.
@@ -243,6 +272,18 @@ func (h *Handlers) Gateway(ctx context.Context, req admission.Request) admission
 	var services corev1.ServiceList
 	if err := h.Reader.List(ctx, &services, client.MatchingFields{IndexServiceGateway: name}); err != nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("listing Services of VpcNatGateway %s: %w", name, err))
+	}
+	// Only admitted bindings count (SPEC N1): annotating a Service does not let a namespace block
+	// the deletion of a gateway it may not use.
+	var gw kubeovnv1.VpcNatGateway
+	if ok, err := h.decodeOld(req, &gw); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the VpcNatGateway: %w", err))
+	} else if ok {
+		vpc, err := h.vpc(ctx, gw.Spec.Vpc)
+		if err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
+		}
+		services.Items = AdmittedServices(&gw, vpc, services.Items)
 	}
 	var records kubeovnv1.IptablesDnatRuleList
 	if err := h.Reader.List(ctx, &records, client.MatchingLabels{model.LabelGateway: name}); err != nil {

@@ -124,15 +124,20 @@ func TestRecordHandler(t *testing.T) {
 	}
 }
 
+// covers: W5, W6, N1
 func TestDeleteHandlers(t *testing.T) {
 	eip := eipObj("eip1", "gw1")
 	r := record("r1", "ns", "web", "gw1", string(eip.UID))
-	h := newTestHandlers(t, &r, svc("db", corev1.ServiceTypeClusterIP, a(gwAnn, "gw1")))
+	vpc := &kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: "vpc1"}, Spec: kubeovnv1.VpcSpec{Namespaces: []string{"ns"}}}
+	// A Service of a namespace the Vpc does not admit does not bind the gateway (SPEC N1).
+	intruder := svc("squat", corev1.ServiceTypeClusterIP, a(gwAnn, "gw2"))
+	intruder.Namespace = "tenant-b"
+	h := newTestHandlers(t, &r, svc("db", corev1.ServiceTypeClusterIP, a(gwAnn, "gw1")), vpc, intruder)
 	ctx := context.Background()
 	expect(t, h.EIP(ctx, request(t, admissionv1.Delete, "alice", "eip1", eip, nil)), false, "IptablesEIP eip1 is in use by Service ns/web")
 	expect(t, h.EIP(ctx, request(t, admissionv1.Delete, "alice", "eip2", eipObj("eip2", "gw1"), nil)), true, "")
 	gw := &kubeovnv1.VpcNatGateway{}
-	gw.Name = "gw1"
+	gw.Name, gw.Spec.Vpc = "gw1", "vpc1"
 	expect(t, h.Gateway(ctx, request(t, admissionv1.Delete, "alice", "gw1", gw, nil)), false, "VpcNatGateway gw1 still serves Service ns/db, ns/web")
 	gw2 := gw.DeepCopy()
 	gw2.Name = "gw2"
@@ -213,4 +218,30 @@ func TestServiceRecordHandlers(t *testing.T) {
 	}
 	expect(t, h.EIP(ctx, request(t, admissionv1.Delete, "alice", "eip1", e, nil)), false, "in use by Service ns/web")
 	expect(t, h.Gateway(ctx, request(t, admissionv1.Delete, "alice", "gw1", nil, nil)), false, "still serves Service ns/web")
+}
+
+// covers: N1, N8
+// A Service that newly names a gateway is admitted only from a namespace bound to the gateway's
+// Vpc or named by the gateway's allow-list; the rejection names only its own namespace.
+func TestServiceAdmission(t *testing.T) {
+	vpc := &kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: "vpc1"}, Spec: kubeovnv1.VpcSpec{Namespaces: []string{"ns"}}}
+	gw := &kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: "gw1"}, Spec: kubeovnv1.VpcNatGatewaySpec{Vpc: "vpc1"}}
+	open := &kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: "gw-open", Annotations: map[string]string{model.AnnotationAllowedNamespaces: "tenant-b"}},
+		Spec: kubeovnv1.VpcNatGatewaySpec{Vpc: "vpc1"}}
+	h := newTestHandlers(t, vpc, gw, open)
+	ctx := context.Background()
+	own := svc("web", corev1.ServiceTypeClusterIP, a(gwAnn, "gw1"))
+	expect(t, h.Service(ctx, request(t, admissionv1.Create, "alice", "web", nil, own)), true, "")
+	other := svc("web", corev1.ServiceTypeClusterIP, a(gwAnn, "gw1"))
+	other.Namespace = "tenant-b"
+	resp := h.Service(ctx, request(t, admissionv1.Create, "bob", "web", nil, other))
+	expect(t, resp, false, "namespace tenant-b is not admitted to VpcNatGateway gw1")
+	if strings.Contains(resp.Result.Message, "vpc1") || strings.Contains(resp.Result.Message, " ns") {
+		t.Errorf("the rejection reveals more than the user named: %q", resp.Result.Message)
+	}
+	other.Annotations[gwAnn] = "gw-open"
+	expect(t, h.Service(ctx, request(t, admissionv1.Create, "bob", "web", nil, other)), true, "")
+	// A gateway that does not exist yet is left to the controller (an event), as before.
+	other.Annotations[gwAnn] = "gw-later"
+	expect(t, h.Service(ctx, request(t, admissionv1.Create, "bob", "web", nil, other)), true, "")
 }

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -75,7 +76,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, opts Options, log logr.Lo
 	if err != nil {
 		return nil, fmt.Errorf("building scheme: %w", err)
 	}
-	srv := webhook.NewServer(webhook.Options{Host: opts.Host, Port: opts.Port, CertDir: opts.CertDir})
+	srv := webhook.NewServer(ServerOptions(opts))
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Logger:                 log,
@@ -102,13 +103,31 @@ func NewManager(ctx context.Context, cfg *rest.Config, opts Options, log logr.Lo
 	return mgr, nil
 }
 
+// ServerOptions is the HTTPS server of opts (SPEC N6, W7): the certificate is read from CertDir
+// and reloaded when it changes (controller-runtime's certwatcher, since GetCertificate is left
+// unset), TLS 1.2 is the least version, and HTTP/2 is off, as kubebuilder scaffolds it (the API
+// server speaks HTTP/1.1 to webhooks just as well; HTTP/2's stream handling was the way in for
+// CVE-2023-44487 and CVE-2023-39325).
+func ServerOptions(opts Options) webhook.Options {
+	return webhook.Options{
+		Host:    opts.Host,
+		Port:    opts.Port,
+		CertDir: opts.CertDir,
+		TLSOpts: []func(*tls.Config){func(c *tls.Config) {
+			c.MinVersion = tls.VersionTLS12
+			c.NextProtos = []string{"http/1.1"}
+		}},
+	}
+}
+
 // Setup registers the indexes, starts the informers the handlers read (so that the first
 // request does not wait for a list) and registers the handlers on the manager's webhook server.
 func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	if err := IndexFields(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	for _, obj := range []client.Object{&corev1.Service{}, &kubeovnv1.IptablesEIP{}, &kubeovnv1.IptablesDnatRule{}, &vpcgwv1alpha1.ServiceRecord{}, &kubeovnv1.Subnet{}} {
+	for _, obj := range []client.Object{&corev1.Service{}, &kubeovnv1.IptablesEIP{}, &kubeovnv1.IptablesDnatRule{}, &vpcgwv1alpha1.ServiceRecord{}, &kubeovnv1.Subnet{},
+		&kubeovnv1.VpcNatGateway{}, &kubeovnv1.Vpc{}} {
 		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
 			return fmt.Errorf("informer for %T: %w", obj, err)
 		}

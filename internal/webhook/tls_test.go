@@ -1,4 +1,4 @@
-// covers: W7
+// covers: W7, N6
 //
 // The server serves TLS from the certificate directory and picks up a rotated certificate
 // without a restart (a Secret update rewrites the mounted files).
@@ -73,7 +73,7 @@ func TestServingCertificateReload(t *testing.T) {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 
-	srv := webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: dir})
+	srv := webhook.NewServer(ServerOptions(Options{Host: "127.0.0.1", Port: port, CertDir: dir}))
 	scheme, err := controller.Scheme()
 	if err != nil {
 		t.Fatal(err)

@@ -373,6 +373,30 @@ func ValidateEIPDelete(eip *kubeovnv1.IptablesEIP, records []kubeovnv1.IptablesD
 		eip.Name, nameList(users), model.AnnotationEIP, model.LabelEIPUID, eip.UID)}
 }
 
+// ValidateServiceAdmitted applies SPEC N1 to a Service that newly names gateway gw (vpc is the
+// gateway's Vpc, nil when missing): its namespace must be bound to the Vpc or admitted by the
+// gateway's allow-list. The message names only the Service's own namespace and the gateway the
+// user named (SPEC N8).
+func ValidateServiceAdmitted(svc *corev1.Service, gw *kubeovnv1.VpcNatGateway, vpc *kubeovnv1.Vpc) []string {
+	if model.Admitted(svc.Namespace, gw, vpc) {
+		return nil
+	}
+	return []string{fmt.Sprintf("namespace %s is not admitted to VpcNatGateway %s: the gateway's Vpc does not list it in spec.namespaces and "+
+		"the gateway's %s annotation does not name it; a cluster administrator admits namespaces to a VPC",
+		svc.Namespace, gw.Name, model.AnnotationAllowedNamespaces)}
+}
+
+// AdmittedServices keeps the Services whose namespace may use gateway gw (SPEC N1).
+func AdmittedServices(gw *kubeovnv1.VpcNatGateway, vpc *kubeovnv1.Vpc, services []corev1.Service) []corev1.Service {
+	var out []corev1.Service
+	for i := range services {
+		if model.Admitted(services[i].Namespace, gw, vpc) {
+			out = append(out, services[i])
+		}
+	}
+	return out
+}
+
 // ValidateGatewayDelete applies SPEC W6: a VpcNatGateway cannot be deleted while Services are
 // bound to it through an EIP or a ClusterIP: Services annotated with the gateway that are not
 // being deleted, and the owners of records (either form) labelled

@@ -129,7 +129,7 @@ func TestKubeOVNGarbageCollectionNotBlocked(t *testing.T) {
 	c := lab(t)
 	ctx := context.Background()
 	objs := []client.Object{
-		&kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: "gc-vpc"}},
+		&kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: "gc-vpc"}, Spec: kubeovnv1.VpcSpec{Namespaces: []string{cluster.DemoNamespace}}},
 		&kubeovnv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: "gc-subnet"}, Spec: kubeovnv1.SubnetSpec{
 			Vpc: "gc-vpc", CIDRBlock: "10.78.0.0/24", Gateway: "10.78.0.1", Protocol: "IPv4", Provider: "ovn"}},
 		&kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: "gc-gw"}, Spec: kubeovnv1.VpcNatGatewaySpec{

@@ -1,0 +1,257 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
+)
+
+// Main is `vpcgw lab`: bring the lab cluster up beside the real kube-ovn-controller, show the
+// demo (pods, the Service's EXTERNAL-IP, traffic, a Deployment scaled 2 → 5 → 1, what vpcgw wrote,
+// what kube-ovn-controller logged), then tear everything down or (--stay) keep it up, described
+// in lab.json, for kubectl. It fails if any step did.
+func Main(ctx context.Context, args []string) (err error) {
+	fs := flag.NewFlagSet("lab", flag.ContinueOnError)
+	stay := fs.Bool("stay", false, "keep the lab up after the demo, until interrupted, and write lab.json")
+	assets := fs.String("assets", os.Getenv("KUBEBUILDER_ASSETS"), "directory with kube-apiserver, etcd, kube-controller-manager (and kubectl)")
+	kubeOVN := fs.String("kube-ovn", os.Getenv("VPCGW_KUBEOVN"), "directory with kube-ovn-controller v1.16.2 and its CRDs, OVN schemas and gateway script (make kubeovn)")
+	requests := fs.Int("requests", 20, "requests per probe")
+	verbose := fs.Bool("v", false, "show the components' logs on stderr")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *assets == "" || *kubeOVN == "" {
+		return errors.New("--assets (or $KUBEBUILDER_ASSETS) and --kube-ovn (or $VPCGW_KUBEOVN) are required; `make lab` sets both")
+	}
+	if *requests < 1 {
+		return fmt.Errorf("--requests %d: must be at least 1", *requests)
+	}
+	// The lab must always clean up: a closed output pipe (`vpcgw lab | head`) or a hang-up ends it
+	// through ctx instead of killing it with its namespaces and processes left behind.
+	signal.Ignore(syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGHUP, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	out := os.Stdout
+	logOut := io.Discard
+	if *verbose {
+		logOut = os.Stderr
+	}
+	started := time.Now()
+	components := zap.New(zap.WriteTo(logOut), zap.UseDevMode(true))
+	ctrl.SetLogger(components)
+	// client-go's and the streaming server's klog output (e.g. kube-ovn's execs refused while
+	// the lab node stops) are the components' logs too.
+	klog.SetLogger(components)
+	log := logr.New(&progressSink{out: out, start: started, inner: components.GetSink(), mu: &sync.Mutex{}})
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintln(out, "== vpcgw lab: starting kube-apiserver and etcd, kube-controller-manager, OVN NB/SB and ovn-northd,")
+	fmt.Fprintln(out, "   kube-ovn-controller, the lab node (the kubelet), the vpcgw webhook and controller;")
+	fmt.Fprintf(out, "   then Vpc %s, its Subnets, the external Subnet and VpcNatGateway %s, created as a kube-ovn user would\n", VpcName, GatewayName)
+	c, err := Start(ctx, Options{Exe: exe, AssetsDir: *assets, KubeOVNDir: *kubeOVN, Log: log})
+	if err != nil {
+		if ctx.Err() != nil {
+			// Start has stopped what it started; its error would only add the components' logs.
+			return errors.New("interrupted during bring-up (everything started is stopped)")
+		}
+		return err
+	}
+	defer func() {
+		fmt.Fprintln(out, "== stopping the lab (processes, namespaces, API server)")
+		if serr := c.Stop(); serr != nil {
+			err = errors.Join(err, fmt.Errorf("lab cleanup: %w", serr))
+		}
+	}()
+	fmt.Fprintf(out, "   up after %s: kube-ovn made gateway pod %s/%s and initialised it (nat-gateway.sh init)\n", since(started), kubeovnrun.Namespace, c.GatewayPodName())
+	fmt.Fprintf(out, "== demo: IptablesEIP %s, Deployment %s/%s (2 echo replicas), LoadBalancer Service %s/%s\n", EIPName, DemoNamespace, DemoDeployment, DemoNamespace, DemoService)
+
+	if *stay {
+		path, _, err := c.WriteDescription(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "   lab description: %s (kept up to date while the lab stays up)\n", path)
+	}
+
+	demo := &Demo{C: c, Out: out, Requests: *requests}
+	failed := runDemo(ctx, demo, out)
+	if errs := c.Errors(); len(errs) > 0 {
+		failed = append(failed, fmt.Errorf("the lab's own loops failed: %w", errors.Join(errs...)))
+	}
+	if ctx.Err() != nil {
+		return errors.New("interrupted during the demo")
+	}
+	if len(failed) > 0 {
+		fmt.Fprintf(out, "== %d step(s) failed\n", len(failed))
+		return errors.Join(failed...)
+	}
+	fmt.Fprintf(out, "== every step succeeded (%s)\n", since(started))
+	if !*stay {
+		return nil
+	}
+	path, desc, err := c.WriteDescription(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\n== the lab stays up; Ctrl-C ends it\nlab description: %s\nexport KUBECONFIG=%s\n", path, c.Kubeconfig)
+	kubectl := kubectlCmd(*assets, "")
+	fmt.Fprintf(out, "%s get pods -A\n%s scale deployment/%s -n %s --replicas=3\n", kubectl, kubectl, DemoDeployment, DemoNamespace)
+	fmt.Fprintln(out, "what kubectl cannot do (argv in lab.json):")
+	for _, cmd := range desc.Commands {
+		// Shown for copying only; nothing here runs through a shell.
+		fmt.Fprintf(out, "  # %s\n  %s\n", cmd.What, strings.Join(cmd.Argv, " "))
+	}
+	c.KeepDescription(ctx, 2*time.Second, func(err error) { fmt.Fprintf(os.Stderr, "lab.json not refreshed: %v\n", err) })
+	return nil
+}
+
+// runDemo runs the demo's steps in order and returns the failures. A step that later steps need
+// (the Service being served) ends the demo when it fails.
+func runDemo(ctx context.Context, d *Demo, out io.Writer) []error {
+	c := d.C
+	var failed []error
+	check := func(err error) {
+		if err != nil {
+			fmt.Fprintf(out, "!! %v\n", err)
+			failed = append(failed, err)
+		}
+	}
+	fmt.Fprintln(out, "== waiting for kube-ovn and vpcgw to serve the demo")
+	svc, err := d.Served(ctx)
+	if err != nil {
+		check(err)
+		return failed
+	}
+	steps := []func() error{
+		func() error {
+			fmt.Fprintf(out, "\n== kubectl get pods -A -o wide (read through the API; the same with the real kubectl:\n   %s get pods -A -o wide)\n", kubectlCmd(c.opts.AssetsDir, c.Kubeconfig))
+			rows, err := ListPods(ctx, c.Client)
+			if err != nil {
+				return err
+			}
+			if err := WritePods(out, rows); err != nil {
+				return err
+			}
+			return gatewayListedReady(rows, c.GatewayPodName())
+		},
+		func() error {
+			fmt.Fprintf(out, "\n== kubectl get service -n %s %s\n", DemoNamespace, DemoService)
+			if err := WriteService(out, svc); err != nil {
+				return err
+			}
+			e, err := c.eip(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(out, "== kubectl get iptables-eips")
+			if err := WriteEIP(out, e); err != nil {
+				return err
+			}
+			fmt.Fprintln(out)
+			return nil
+		},
+		func() error { _, err := d.Traffic(ctx, svc); return err },
+		func() error { fmt.Fprintln(out); _, err := d.Scale(ctx, svc, 5); return err },
+		func() error { _, err := d.Scale(ctx, svc, 1); return err },
+		func() error { fmt.Fprintln(out); _, err := d.ShowDataPlane(); return err },
+	}
+	for _, step := range steps {
+		if ctx.Err() != nil {
+			return append(failed, ctx.Err())
+		}
+		check(step())
+	}
+	fmt.Fprintln(out, "== what kube-ovn-controller logged during the lab run")
+	SummarizeKubeOVNLog(c.KubeOVN.Logs(), LogTopics).Write(out, LogTopics, 15, 240)
+	return failed
+}
+
+// gatewayListedReady checks the listing shows kube-ovn's gateway pod Running and Ready 1/1.
+func gatewayListedReady(rows []PodRow, gatewayPod string) error {
+	for _, r := range rows {
+		if r.Namespace == kubeovnrun.Namespace && r.Name == gatewayPod {
+			if r.Ready != "1/1" || r.Status != "Running" {
+				return fmt.Errorf("kube-ovn's gateway pod %s/%s is %s %s, want Running 1/1", r.Namespace, r.Name, r.Status, r.Ready)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("kube-ovn's gateway pod %s/%s is not listed", kubeovnrun.Namespace, gatewayPod)
+}
+
+// kubectlCmd is the kubectl command line a user types (kubeconfig empty: from $KUBECONFIG).
+func kubectlCmd(assets, kubeconfig string) string {
+	kubectl := "kubectl"
+	if p := assets + "/kubectl"; fileExists(p) {
+		kubectl = p
+	}
+	if kubeconfig == "" {
+		return kubectl
+	}
+	return kubectl + " --kubeconfig " + kubeconfig
+}
+
+// progressSink prints the lab's own top-level Info messages to out as bring-up progress, with
+// the time since start, and passes everything to inner (the components' log, shown with -v).
+type progressSink struct {
+	out   io.Writer
+	start time.Time
+	name  string
+	inner logr.LogSink
+	mu    *sync.Mutex
+}
+
+func (s *progressSink) Init(info logr.RuntimeInfo) { s.inner.Init(info) }
+
+func (s *progressSink) Enabled(level int) bool { return level == 0 || s.inner.Enabled(level) }
+
+func (s *progressSink) Info(level int, msg string, kv ...any) {
+	if level == 0 && s.name == "" {
+		var b strings.Builder
+		for i := 0; i+1 < len(kv); i += 2 {
+			fmt.Fprintf(&b, " %v=%v", kv[i], kv[i+1])
+		}
+		s.mu.Lock()
+		fmt.Fprintf(s.out, "   [%6.1fs] %s%s\n", time.Since(s.start).Seconds(), msg, b.String())
+		s.mu.Unlock()
+	}
+	if s.inner.Enabled(level) {
+		s.inner.Info(level, msg, kv...)
+	}
+}
+
+func (s *progressSink) Error(err error, msg string, kv ...any) { s.inner.Error(err, msg, kv...) }
+
+func (s *progressSink) WithValues(kv ...any) logr.LogSink {
+	c := *s
+	c.inner = s.inner.WithValues(kv...)
+	return &c
+}
+
+func (s *progressSink) WithName(name string) logr.LogSink {
+	c := *s
+	c.name = strings.TrimPrefix(s.name+"."+name, ".")
+	c.inner = s.inner.WithName(name)
+	return &c
+}
