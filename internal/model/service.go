@@ -320,6 +320,19 @@ func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan)
 	}
 
 	timeout := affinityTimeout(svc)
+	var ranges []string
+	if serveEIP {
+		var ok bool
+		if ranges, ok = sourceRanges(svc); !ok {
+			ev := warning(ReasonUnsupported, "spec.loadBalancerSourceRanges %v has no valid IPv4 range: the EIP (IPv4) would admit nobody, so it is not served",
+				svc.Spec.LoadBalancerSourceRanges)
+			sp.EIPServed, sp.EIP, sp.EIPReason = false, "", ev.Message
+			sp.Events = append(sp.Events, *ev)
+			if !serveCIP {
+				return
+			}
+		}
+	}
 	resolver := ix.newResolver(b.gw.Spec.Vpc)
 	sp.Identities = make([]gwstate.Identity, 0, 2*len(svc.Spec.Ports))
 	for _, p := range svc.Spec.Ports {
@@ -329,10 +342,13 @@ func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan)
 			continue
 		}
 		backends := ix.backendsFor(svc, p, resolver)
-		for _, vip := range []string{sp.EIP, sp.ClusterIP} {
-			if vip != "" {
-				sp.Identities = append(sp.Identities, gwstate.Identity{VIP: vip, Port: p.Port, Protocol: proto, Backends: backends, AffinityTimeoutSeconds: timeout})
-			}
+		if sp.EIP != "" {
+			// Only the listed sources reach the EIP identity (SPEC N7); as with kube-proxy, the
+			// ClusterIP stays open to the VPC.
+			sp.Identities = append(sp.Identities, gwstate.Identity{VIP: sp.EIP, Port: p.Port, Protocol: proto, Backends: backends, AffinityTimeoutSeconds: timeout, SourceRanges: ranges})
+		}
+		if sp.ClusterIP != "" {
+			sp.Identities = append(sp.Identities, gwstate.Identity{VIP: sp.ClusterIP, Port: p.Port, Protocol: proto, Backends: backends, AffinityTimeoutSeconds: timeout})
 		}
 		if !ix.gates.dnatRuleLedger() {
 			continue
@@ -375,6 +391,25 @@ func (ix *Index) holdsAll(svc *corev1.Service, sp *ServicePlan, vip, what string
 		}
 	}
 	return true
+}
+
+// sourceRanges are the canonical IPv4 prefixes of spec.loadBalancerSourceRanges, sorted as
+// strings and unique (nil: everyone). ok is false when ranges are given but none is IPv4: the EIP
+// would admit nobody. The API server validates the field; anything unparsable is skipped.
+func sourceRanges(svc *corev1.Service) (ranges []string, ok bool) {
+	if len(svc.Spec.LoadBalancerSourceRanges) == 0 {
+		return nil, true
+	}
+	for _, r := range svc.Spec.LoadBalancerSourceRanges {
+		p, err := netip.ParsePrefix(strings.TrimSpace(r))
+		if err != nil || !p.Addr().Is4() {
+			continue
+		}
+		ranges = append(ranges, p.Masked().String())
+	}
+	slices.Sort(ranges)
+	ranges = slices.Compact(ranges)
+	return ranges, len(ranges) > 0
 }
 
 // affinityTimeout is the ClientIP timeout of SPEC S7 (0: no affinity).

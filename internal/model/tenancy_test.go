@@ -2,6 +2,7 @@
 package model
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -113,5 +114,32 @@ func TestTenancyBoundary(t *testing.T) {
 				t.Errorf("%s: events %v", name, sp.Events)
 			}
 		}
+	}
+}
+
+// covers: N7
+// spec.loadBalancerSourceRanges reach the EIP identities (canonical, sorted, unique), not the
+// ClusterIP ones; ranges with no IPv4 one leave the EIP part unserved with an event.
+func TestLoadBalancerSourceRanges(t *testing.T) {
+	svc := service("web", t0, func(s *corev1.Service) {
+		s.Spec.LoadBalancerSourceRanges = []string{"192.168.7.9/24", " 10.0.0.0/8", "10.0.0.0/8", "fd00::/8"}
+	})
+	gp := Compute(baseSnapshot(svc), srGates).Gateway("gw1")
+	for _, id := range gp.State.Identities {
+		want := []string(nil)
+		if id.VIP == "172.18.0.10" {
+			want = []string{"10.0.0.0/8", "192.168.7.0/24"}
+		}
+		if !slices.Equal(id.SourceRanges, want) {
+			t.Errorf("identity %s: source ranges %v, want %v", id.Key(), id.SourceRanges, want)
+		}
+	}
+	if err := gp.State.Validate(); err != nil {
+		t.Fatalf("the agent would refuse the state: %v", err)
+	}
+	v6only := service("web", t0, func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"fd00::/8"} })
+	sp := servicePlan(Compute(baseSnapshot(v6only), srGates), "web")
+	if sp.EIPServed || !sp.ClusterIPServed || sp.Ingress != nil || len(sp.Events) != 1 || !strings.Contains(sp.Events[0].Message, "no valid IPv4 range") {
+		t.Fatalf("IPv6-only ranges: EIP served %v, ClusterIP served %v, events %v", sp.EIPServed, sp.ClusterIPServed, sp.Events)
 	}
 }
