@@ -231,7 +231,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		ServiceCIDR: benchServiceCIDR, NoController: cfg.ColdOnly,
 		Controller: func(o *controller.Options) {
 			// One identity per Service: the EIP gate only (P2's "10,000 identities").
-			o.Flags = controller.Flags{EnableGwNftableLbSvc: true}
+			o.Flags = controller.Flags{EnableGwNftableLbSvc: true, EndpointsWithoutPods: true} // the bench writes EndpointSlices of addresses in the lab VPC, without Pods
 			o.MinSyncInterval = cfg.MinSyncInterval
 			o.OnProgrammed = rec.onProgrammed
 		},

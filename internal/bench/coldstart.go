@@ -61,7 +61,7 @@ func runColdStart(ctx context.Context, l *lab.Lab, w *workload, cfg Config) (*Co
 		return nil, err
 	}
 	cmd := exec.Command(cfg.Exe, "controller", "--kubeconfig", kubeconfig, "--transport", "local",
-		"--enable-gw-nftable-lb-svc", "--metrics-bind-address", addr, "--health-probe-bind-address", "0",
+		"--enable-gw-nftable-lb-svc", "--allow-endpoints-without-pods", "--metrics-bind-address", addr, "--health-probe-bind-address", "0",
 		"--min-sync-interval", cfg.MinSyncInterval.String(), "--pprof-bind-address", pprofAddr)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	res.LoadAvg = loadAvg()

@@ -19,6 +19,9 @@ type Flags struct {
 	EnableLbSvc                 bool // --enable-lb-svc: kube-ovn's LB pods own LoadBalancer ingress
 	// Ledger is the form of the records (SPEC R6): service-record (default) or iptables-dnat-rule.
 	Ledger string
+	// EndpointsWithoutPods allows endpoints without a Pod target as backends, within the Subnets
+	// of the gateway's VPC (SPEC N2).
+	EndpointsWithoutPods bool
 	// KubeOVNNamespace is kube-ovn-controller's namespace: its ovn-vpc-nat-config ConfigMap and,
 	// unless a gateway's spec.namespace says otherwise, its gateway pods (SPEC K5).
 	KubeOVNNamespace string
@@ -36,6 +39,8 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Ledger, "ledger", string(model.LedgerServiceRecord), "where the records of served Services live: "+
 		string(model.LedgerServiceRecord)+" (vpcgw.io ServiceRecords, which kube-ovn never acts on) or "+
 		string(model.LedgerDnatRule)+" (share IptablesDnatRules, only for a kube-ovn that treats them as a ledger)")
+	fs.BoolVar(&f.EndpointsWithoutPods, "allow-endpoints-without-pods", false,
+		"use endpoints without a Pod target as backends (only addresses inside the Subnets of the gateway's VPC); off: only Pods of the Service's namespace")
 	fs.StringVar(&f.KubeOVNNamespace, "kube-ovn-namespace", model.DefaultGatewayNamespace,
 		"kube-ovn-controller's namespace: where its "+model.GatewayConfigMap+" ConfigMap is and where it runs gateway pods without spec.namespace")
 }
@@ -64,7 +69,7 @@ func (f Flags) Validate() error {
 // Gates returns the model's view of the flags.
 func (f Flags) Gates() model.Gates {
 	ledger, _ := model.ParseLedgerForm(f.Ledger) // Validate reported an unknown form
-	return model.Gates{LoadBalancer: f.EnableGwNftableLbSvc, ClusterIP: f.EnableGwNftableSvcClusterIP, Ledger: ledger}
+	return model.Gates{LoadBalancer: f.EnableGwNftableLbSvc, ClusterIP: f.EnableGwNftableSvcClusterIP, Ledger: ledger, EndpointsWithoutPods: f.EndpointsWithoutPods}
 }
 
 func (f Flags) kubeOVNNamespace() string {

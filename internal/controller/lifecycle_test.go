@@ -375,7 +375,7 @@ func (f *fixture) service(name, eipName string, port int32, backends ...string) 
 func (f *fixture) backend(app string, i int, ip string) *corev1.Pod {
 	f.t.Helper()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", app, i), Namespace: f.ns, Labels: map[string]string{"app": app},
-		Annotations: map[string]string{"ovn.kubernetes.io/ip_address": ip, "ovn.kubernetes.io/logical_switch": f.gw + "-subnet"}},
+		Annotations: map[string]string{"ovn.kubernetes.io/ip_address": ip, "ovn.kubernetes.io/logical_switch": f.gw + "-subnet", "ovn.kubernetes.io/allocated": "true"}},
 		Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "app", Image: "x", Ports: []corev1.ContainerPort{{ContainerPort: 8080}}}}}}
 	must(f.t, k8s.Create(context.Background(), pod))
 	must(f.t, kcm.SetPodRunning(context.Background(), k8s, pod, ip, true))

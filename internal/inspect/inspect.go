@@ -29,8 +29,9 @@ func Snapshot(ctx context.Context, c client.Reader) (model.Snapshot, error) {
 	var gws kubeovnv1.VpcNatGatewayList
 	var eips kubeovnv1.IptablesEIPList
 	var subnets kubeovnv1.SubnetList
+	var vpcs kubeovnv1.VpcList
 	var records kubeovnv1.IptablesDnatRuleList
-	for _, l := range []client.ObjectList{&svcs, &slices, &pods, &gws, &eips, &subnets} {
+	for _, l := range []client.ObjectList{&svcs, &slices, &pods, &gws, &eips, &subnets, &vpcs} {
 		if err := c.List(ctx, l); err != nil {
 			return s, fmt.Errorf("listing %T: %w", l, err)
 		}
@@ -63,6 +64,7 @@ func Snapshot(ctx context.Context, c client.Reader) (model.Snapshot, error) {
 		}
 	}
 	s.EndpointSlices, s.Gateways, s.EIPs, s.Subnets, s.Records = slices.Items, gws.Items, eips.Items, subnets.Items, records.Items
+	s.Vpcs = vpcs.Items
 	return s, nil
 }
 

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"encoding/json"
 	"net/netip"
 	"slices"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	"github.com/vpcgw/vpcgw/internal/gwstate"
 )
 
@@ -73,30 +75,70 @@ func slicePort(es *discoveryv1.EndpointSlice, port corev1.ServicePort) (int32, b
 }
 
 // resolver maps endpoints to backend addresses in one VPC, remembering each pod's answer and the
-// pods it skipped (one event per pod, SPEC B2).
+// endpoints it skipped (one event per pod or address, SPEC B2, N2).
 type resolver struct {
-	ix      *Index
-	vpc     string
-	memo    map[types.NamespacedName]string
-	skipped []types.NamespacedName
+	ix        *Index
+	vpc       string
+	namespace string          // the Service's: Pod targets must be there (SPEC N2)
+	own       map[string]bool // the gateway's own addresses, never a backend
+	memo      map[types.NamespacedName]string
+	skipped   []string
+	seen      map[string]bool
 }
 
-func (ix *Index) newResolver(vpc string) *resolver {
-	return &resolver{ix: ix, vpc: vpc, memo: map[types.NamespacedName]string{}}
+func (ix *Index) newResolver(svc *corev1.Service, gw *kubeovnv1.VpcNatGateway) *resolver {
+	r := &resolver{ix: ix, vpc: gw.Spec.Vpc, namespace: svc.Namespace, own: map[string]bool{}, memo: map[types.NamespacedName]string{}, seen: map[string]bool{}}
+	if gw.Spec.LanIP != "" {
+		r.own[gw.Spec.LanIP] = true
+	}
+	for _, inst := range ix.instances(gw.Name) {
+		r.own[inst.LanIP] = true
+	}
+	for _, e := range ix.eips {
+		if e.Spec.NatGwDp == gw.Name {
+			r.own[e.Status.IP], r.own[e.Spec.V4ip] = true, true
+		}
+	}
+	return r
 }
 
-// resolve returns the endpoint's backend address. An endpoint of a Pod uses the Pod's NIC in the
-// gateway's VPC, the lowest IPv4 when several are; an endpoint without a Pod uses its own first
-// IPv4 address.
+func (r *resolver) skip(why string) {
+	if !r.seen[why] {
+		r.seen[why] = true
+		r.skipped = append(r.skipped, why)
+	}
+}
+
+// resolve returns the endpoint's backend address (SPEC B2, N2). An endpoint of a Pod uses the
+// Pod's NIC in the gateway's VPC, the lowest IPv4 when several are; the Pod must be in the
+// Service's namespace, the NIC one kube-ovn allocated (and, for an attachment, one the Pod's
+// network status lists) with an address inside its Subnet's CIDR. An endpoint without a Pod is
+// used only when the controller allows it, with an address inside a Subnet of the VPC. Never the
+// gateway's own addresses, nor loopback, link-local, multicast or broadcast ones.
 func (r *resolver) resolve(namespace string, ep *discoveryv1.Endpoint) (string, bool) {
 	if ep.TargetRef == nil || ep.TargetRef.Kind != "Pod" {
-		return firstIPv4(ep.Addresses)
+		ip, ok := firstIPv4(ep.Addresses)
+		switch {
+		case !ok:
+			return "", false
+		case !r.ix.gates.EndpointsWithoutPods:
+			r.skip("endpoint " + ip + " has no Pod target: such endpoints are not used (the controller's --allow-endpoints-without-pods)")
+			return "", false
+		case !r.inVpcSubnet(ip) || !r.safe(ip):
+			r.skip("endpoint " + ip + " is not an address of a Subnet of VPC " + r.vpc + ": it is not used")
+			return "", false
+		}
+		return ip, true
 	}
 	ns := ep.TargetRef.Namespace
 	if ns == "" {
 		ns = namespace
 	}
 	key := types.NamespacedName{Namespace: ns, Name: ep.TargetRef.Name}
+	if ns != r.namespace {
+		r.skip("an endpoint targets a Pod of another namespace: it is not used")
+		return "", false
+	}
 	if ip, ok := r.memo[key]; ok {
 		return ip, ip != ""
 	}
@@ -106,20 +148,14 @@ func (r *resolver) resolve(namespace string, ep *discoveryv1.Endpoint) (string, 
 	case pod == nil:
 		// Not in the cache yet: wait for it rather than guess a NIC.
 	default:
-		nics := podNICs(pod)
-		if len(nics) == 0 {
-			// No kube-ovn annotations: the endpoint's own address is all there is.
-			ip, _ = firstIPv4(ep.Addresses)
-			break
-		}
 		var inVpc []netip.Addr
-		for _, nic := range nics {
-			if r.ix.subnetVpc(nic.logicalSwitch) == r.vpc {
+		for _, nic := range podNICs(pod) {
+			if nic.allocated && r.ix.subnetVpc(nic.logicalSwitch) == r.vpc && r.ix.subnetHolds(nic.logicalSwitch, nic.ip.String()) && r.safe(nic.ip.String()) {
 				inVpc = append(inVpc, nic.ip)
 			}
 		}
 		if len(inVpc) == 0 {
-			r.skipped = append(r.skipped, key)
+			r.skip("backend Pod " + key.String() + " has no network interface in VPC " + r.vpc + " that kube-ovn allocated: it is not used")
 			break
 		}
 		slices.SortFunc(inVpc, netip.Addr.Compare)
@@ -129,10 +165,25 @@ func (r *resolver) resolve(namespace string, ep *discoveryv1.Endpoint) (string, 
 	return ip, ip != ""
 }
 
+// safe refuses the gateway's own addresses and the address classes that are never a backend.
+func (r *resolver) safe(ip string) bool {
+	return !r.own[ip] && gwstate.ValidBackendAddr(ip) == nil
+}
+
+// inVpcSubnet reports whether ip lies in a Subnet of the resolver's VPC.
+func (r *resolver) inVpcSubnet(ip string) bool {
+	for name := range r.ix.subnets {
+		if r.ix.subnetVpc(name) == r.vpc && r.ix.subnetHolds(name, ip) {
+			return true
+		}
+	}
+	return false
+}
+
 func (r *resolver) events() []Event {
 	var out []Event
-	for _, k := range r.skipped {
-		out = append(out, *warning(ReasonBackendSkipped, "backend Pod %s has no network interface in VPC %s: it is not used", k, r.vpc))
+	for _, why := range r.skipped {
+		out = append(out, *warning(ReasonBackendSkipped, "%s", why))
 	}
 	return out
 }
@@ -140,11 +191,17 @@ func (r *resolver) events() []Event {
 type nic struct {
 	ip            netip.Addr
 	logicalSwitch string
+	// allocated: kube-ovn allocated the NIC (<provider>.kubernetes.io/allocated), and an
+	// attachment's is listed in the Pod's network status with this address.
+	allocated bool
 }
 
 // podNICs reads kube-ovn's per-provider annotations: <provider>.kubernetes.io/ip_address (first
-// IPv4 of a comma-separated list) and <provider>.kubernetes.io/logical_switch.
+// IPv4 of a comma-separated list), <provider>.kubernetes.io/logical_switch and .../allocated,
+// and for attachments multus's k8s.v1.cni.cncf.io/network-status.
 func podNICs(pod *corev1.Pod) []nic {
+	var status []networkStatusEntry
+	_ = json.Unmarshal([]byte(pod.Annotations[networkStatusAnnotation]), &status) // absent or bad: no attachment is listed
 	var out []nic
 	for k, v := range pod.Annotations {
 		provider, ok := strings.CutSuffix(k, ipAddressSuffix)
@@ -155,9 +212,37 @@ func podNICs(pod *corev1.Pod) []nic {
 		if !ok {
 			continue
 		}
-		out = append(out, nic{ip: netip.MustParseAddr(ip), logicalSwitch: pod.Annotations[provider+logicalSwitchSuffix]})
+		n := nic{ip: netip.MustParseAddr(ip), logicalSwitch: pod.Annotations[provider+logicalSwitchSuffix]}
+		n.allocated = pod.Annotations[provider+allocatedSuffix] == "true" && (provider == "ovn" || listed(status, provider, ip))
+		out = append(out, n)
 	}
 	return out
+}
+
+const (
+	allocatedSuffix         = ".kubernetes.io/allocated"
+	networkStatusAnnotation = "k8s.v1.cni.cncf.io/network-status"
+)
+
+type networkStatusEntry struct {
+	Name string   `json:"name"`
+	IPs  []string `json:"ips"`
+}
+
+// listed reports whether the network status lists the attachment of provider ("<nad>.<ns>" or
+// "<nad>.<ns>.ovn", entry "<ns>/<nad>") with address ip.
+func listed(status []networkStatusEntry, provider, ip string) bool {
+	parts := strings.Split(strings.TrimSuffix(provider, ".ovn"), ".")
+	if len(parts) != 2 {
+		return false
+	}
+	name := parts[1] + "/" + parts[0]
+	for _, e := range status {
+		if e.Name == name && slices.Contains(e.IPs, ip) {
+			return true
+		}
+	}
+	return false
 }
 
 func (ix *Index) subnetVpc(name string) string {

@@ -5,6 +5,7 @@ package model
 import (
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,11 +19,15 @@ import (
 )
 
 var (
-	lbGates   = Gates{LoadBalancer: true, Ledger: LedgerDnatRule}
-	bothGates = Gates{LoadBalancer: true, ClusterIP: true, Ledger: LedgerDnatRule}
+	// The seed-form gates (most older tests) also allow endpoints without a Pod target, as the
+	// fixtures use them; the N2 tests use gates without.
+	lbGates   = Gates{LoadBalancer: true, Ledger: LedgerDnatRule, EndpointsWithoutPods: true}
+	bothGates = Gates{LoadBalancer: true, ClusterIP: true, Ledger: LedgerDnatRule, EndpointsWithoutPods: true}
 	// srGates run the default ledger form, vpcgw.io ServiceRecords.
-	srGates = Gates{LoadBalancer: true, ClusterIP: true}
-	t0      = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	srGates = Gates{LoadBalancer: true, ClusterIP: true, EndpointsWithoutPods: true}
+	// strictGates are the controller's defaults: endpoints without a Pod target are not used.
+	strictGates = Gates{LoadBalancer: true, ClusterIP: true}
+	t0          = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 )
 
 func gateway(name, vpc string) kubeovnv1.VpcNatGateway {
@@ -35,8 +40,11 @@ func vpc(name string, namespaces ...string) kubeovnv1.Vpc {
 	return kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kubeovnv1.VpcSpec{Namespaces: namespaces}}
 }
 
+// subnetCIDRs are the fixtures' Subnet CIDRs.
+var subnetCIDRs = map[string]string{"vpc1-subnet": "10.0.1.0/24", "other-subnet": "10.0.2.0/24", "ovn-default": "10.16.0.0/16", "vpc1-extra": "10.0.3.0/24"}
+
 func subnet(name, vpc string) kubeovnv1.Subnet {
-	return kubeovnv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kubeovnv1.SubnetSpec{Vpc: vpc, Provider: "ovn"}}
+	return kubeovnv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kubeovnv1.SubnetSpec{Vpc: vpc, Provider: "ovn", CIDRBlock: subnetCIDRs[name]}}
 }
 
 func gatewayPod(gw, name, ip string, running, initialized bool) corev1.Pod {
@@ -113,12 +121,21 @@ func slice(svc, name string, addrType discoveryv1.AddressType, port int32, portN
 	return es
 }
 
-// backendPod is a Pod with kube-ovn NIC annotations: provider -> "ip@logicalSwitch".
+// backendPod is a Pod with kube-ovn NIC annotations as kube-ovn and multus write them: provider
+// -> {ip, logicalSwitch}, allocated, attachments in the network status.
 func backendPod(name string, nics map[string][2]string) corev1.Pod {
 	p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Annotations: map[string]string{}}}
+	var status []string
 	for provider, n := range nics {
 		p.Annotations[provider+ipAddressSuffix] = n[0]
 		p.Annotations[provider+logicalSwitchSuffix] = n[1]
+		p.Annotations[provider+allocatedSuffix] = "true"
+		if parts := strings.Split(strings.TrimSuffix(provider, ".ovn"), "."); provider != "ovn" && len(parts) == 2 {
+			status = append(status, fmt.Sprintf(`{"name":%q,"interface":"net1","ips":[%q]}`, parts[1]+"/"+parts[0], strings.Split(n[0], ",")[0]))
+		}
+	}
+	if len(status) > 0 {
+		p.Annotations[networkStatusAnnotation] = "[" + strings.Join(status, ",") + "]"
 	}
 	return p
 }

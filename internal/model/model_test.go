@@ -238,7 +238,7 @@ func TestEndpointSelection(t *testing.T) {
 	}
 }
 
-// covers: B2, T3
+// covers: B2, T3, N2
 func TestBackendNICResolution(t *testing.T) {
 	s := baseSnapshot(service("web", t0))
 	s.EndpointSlices = []discoveryv1.EndpointSlice{
@@ -247,7 +247,7 @@ func TestBackendNICResolution(t *testing.T) {
 			ep{ip: "192.168.0.6", pod: "two-in-vpc"}, // two NICs in the VPC: lowest wins
 			ep{ip: "192.168.0.7", pod: "outside"},    // all NICs outside: skipped
 			ep{ip: "192.168.0.8", pod: "missing"},    // Pod not in the snapshot: skipped
-			ep{ip: "10.0.1.50", pod: "plain"},        // no kube-ovn annotations: endpoint address
+			ep{ip: "10.0.1.50", pod: "plain"},        // no kube-ovn annotations: skipped (SPEC N2)
 			ep{ip: "10.0.1.60"}),                     // no Pod: endpoint address
 		slice("web", "web-b", discoveryv1.AddressTypeIPv4, 8080, "http", corev1.ProtocolTCP,
 			ep{ip: "192.168.0.7", pod: "outside"}), // the same skipped Pod again: one event
@@ -259,7 +259,7 @@ func TestBackendNICResolution(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "ns"}},
 	}
 	sp := servicePlan(Compute(s, lbGates), "web")
-	want := []gwstate.Backend{{IP: "10.0.1.9", Port: 8080}, {IP: "10.0.1.31", Port: 8080}, {IP: "10.0.1.50", Port: 8080}, {IP: "10.0.1.60", Port: 8080}}
+	want := []gwstate.Backend{{IP: "10.0.1.9", Port: 8080}, {IP: "10.0.1.31", Port: 8080}, {IP: "10.0.1.60", Port: 8080}}
 	if len(sp.Identities) != 1 || !reflect.DeepEqual(sp.Identities[0].Backends, want) {
 		t.Fatalf("backends = %+v, want %+v", sp.Identities, want)
 	}
@@ -269,8 +269,8 @@ func TestBackendNICResolution(t *testing.T) {
 			skipped = append(skipped, ev.Message)
 		}
 	}
-	if len(skipped) != 1 || !strings.Contains(skipped[0], "ns/outside") {
-		t.Fatalf("skip events = %v, want exactly one for ns/outside", skipped)
+	if len(skipped) != 2 || !strings.Contains(skipped[0], "ns/outside") || !strings.Contains(skipped[1], "ns/plain") {
+		t.Fatalf("skip events = %v, want exactly one for ns/outside and one for ns/plain", skipped)
 	}
 }
 

@@ -333,7 +333,7 @@ func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan)
 			}
 		}
 	}
-	resolver := ix.newResolver(b.gw.Spec.Vpc)
+	resolver := ix.newResolver(svc, b.gw)
 	sp.Identities = make([]gwstate.Identity, 0, 2*len(svc.Spec.Ports))
 	for _, p := range svc.Spec.Ports {
 		proto, ok := ServedProtocol(p.Protocol)

@@ -20,6 +20,9 @@ type Gates struct {
 	LoadBalancer bool // --enable-gw-nftable-lb-svc
 	ClusterIP    bool // --enable-gw-nftable-svc-cluster-ip
 	Ledger       LedgerForm
+	// EndpointsWithoutPods allows endpoints without a Pod target as backends, within the Subnets
+	// of the gateway's VPC (SPEC N2; off by default).
+	EndpointsWithoutPods bool
 }
 
 // LedgerForm is where the records of served Services live (SPEC R6, K2).

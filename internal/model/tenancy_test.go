@@ -2,13 +2,16 @@
 package model
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	"github.com/vpcgw/vpcgw/internal/gwstate"
 )
 
 // A programmed identity is never taken over: an older Service that adds the port (or turns into a
@@ -141,5 +144,74 @@ func TestLoadBalancerSourceRanges(t *testing.T) {
 	sp := servicePlan(Compute(baseSnapshot(v6only), srGates), "web")
 	if sp.EIPServed || !sp.ClusterIPServed || sp.Ingress != nil || len(sp.Events) != 1 || !strings.Contains(sp.Events[0].Message, "no valid IPv4 range") {
 		t.Fatalf("IPv6-only ranges: EIP served %v, ClusterIP served %v, events %v", sp.EIPServed, sp.ClusterIPServed, sp.Events)
+	}
+}
+
+// covers: N2
+// Backends are only addresses of the gateway's VPC: the security review's probes. An ordinary Pod
+// annotated with a made-up provider pointing at the metadata address, a Pod of another namespace,
+// an endpoint without a Pod (off by default; with it on, only inside the VPC's Subnets), the
+// gateway's own address — none becomes a backend, each with an event.
+func TestBackendsOnlyFromTheVPC(t *testing.T) {
+	forged := backendPod("forged", nil)
+	forged.Annotations = map[string]string{
+		"evil.kubernetes.io/ip_address": "169.254.169.254", "evil.kubernetes.io/logical_switch": "vpc1-subnet",
+		"evil.kubernetes.io/allocated": "true",
+		networkStatusAnnotation:        `[{"name":"kubernetes.io/evil","interface":"net1","ips":["169.254.169.254"]}]`,
+	}
+	outOfCIDR := backendPod("outofcidr", map[string][2]string{"ovn": {"10.9.9.9", "vpc1-subnet"}})
+	unallocated := backendPod("unallocated", map[string][2]string{"ovn": {"10.0.1.44", "vpc1-subnet"}})
+	delete(unallocated.Annotations, "ovn"+allocatedSuffix)
+	unlisted := backendPod("unlisted", map[string][2]string{"net1.ns.ovn": {"10.0.1.45", "vpc1-subnet"}})
+	delete(unlisted.Annotations, networkStatusAnnotation)
+	good := backendPod("good", map[string][2]string{"ovn": {"10.0.1.31", "vpc1-subnet"}})
+	elsewhere := backendPod("elsewhere", map[string][2]string{"ovn": {"10.0.1.32", "vpc1-subnet"}})
+	elsewhere.Namespace = "tenant-b"
+	gwSelf := backendPod("gwself", map[string][2]string{"ovn": {"10.0.1.254", "vpc1-subnet"}})
+
+	s := baseSnapshot(service("web", t0))
+	s.Pods = []corev1.Pod{forged, outOfCIDR, unallocated, unlisted, good, elsewhere, gwSelf}
+	eps := []ep{{ip: "169.254.169.254", pod: "forged"}, {ip: "10.9.9.9", pod: "outofcidr"}, {ip: "10.0.1.44", pod: "unallocated"},
+		{ip: "10.0.1.45", pod: "unlisted"}, {ip: "10.0.1.31", pod: "good"}, {ip: "10.0.1.254", pod: "gwself"},
+		{ip: "10.0.1.60"}, {ip: "8.8.8.8"}}
+	sl := slice("web", "web-a", discoveryv1.AddressTypeIPv4, 8080, "http", corev1.ProtocolTCP, eps...)
+	// A Pod target in another namespace (an EndpointSlice written by hand may name any).
+	sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.0.1.32"},
+		TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "tenant-b", Name: "elsewhere"}})
+	s.EndpointSlices = []discoveryv1.EndpointSlice{sl}
+
+	backends := func(gates Gates) ([]gwstate.Backend, []string) {
+		sp := servicePlan(Compute(s, gates), "web")
+		var skipped []string
+		for _, ev := range sp.Events {
+			if ev.Reason == ReasonBackendSkipped {
+				skipped = append(skipped, ev.Message)
+			}
+		}
+		if len(sp.Identities) == 0 {
+			t.Fatalf("nothing served: %s", sp.EIPReason)
+		}
+		return sp.Identities[0].Backends, skipped
+	}
+	got, skipped := backends(strictGates)
+	if want := []gwstate.Backend{{IP: "10.0.1.31", Port: 8080}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("default: backends %v, want only %v (skipped: %v)", got, want, skipped)
+	}
+	for _, w := range []string{"ns/forged", "ns/outofcidr", "ns/unallocated", "ns/unlisted", "ns/gwself", "another namespace", "no Pod target"} {
+		if !slices.ContainsFunc(skipped, func(m string) bool { return strings.Contains(m, w) }) {
+			t.Errorf("no event for %s among %v", w, skipped)
+		}
+	}
+	for _, m := range skipped {
+		if strings.Contains(m, "tenant-b") || strings.Contains(m, "elsewhere") {
+			t.Errorf("an event names another namespace's Pod: %q", m)
+		}
+	}
+	got, skipped = backends(Gates{LoadBalancer: true, ClusterIP: true, EndpointsWithoutPods: true})
+	if want := []gwstate.Backend{{IP: "10.0.1.31", Port: 8080}, {IP: "10.0.1.60", Port: 8080}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("with endpoints without Pods: backends %v, want %v (skipped: %v)", got, want, skipped)
+	}
+	if !slices.ContainsFunc(skipped, func(m string) bool { return strings.Contains(m, "8.8.8.8") }) {
+		t.Errorf("no event for an endpoint outside the VPC: %v", skipped)
 	}
 }
