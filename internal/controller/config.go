@@ -22,6 +22,8 @@ type Flags struct {
 	// EndpointsWithoutPods allows endpoints without a Pod target as backends, within the Subnets
 	// of the gateway's VPC (SPEC N2).
 	EndpointsWithoutPods bool
+	// MaxPortsPerService and MaxBackendsPerIdentity bound one Service's demands (SPEC N4).
+	MaxPortsPerService, MaxBackendsPerIdentity int
 	// KubeOVNNamespace is kube-ovn-controller's namespace: its ovn-vpc-nat-config ConfigMap and,
 	// unless a gateway's spec.namespace says otherwise, its gateway pods (SPEC K5).
 	KubeOVNNamespace string
@@ -41,6 +43,8 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 		string(model.LedgerDnatRule)+" (share IptablesDnatRules, only for a kube-ovn that treats them as a ledger)")
 	fs.BoolVar(&f.EndpointsWithoutPods, "allow-endpoints-without-pods", false,
 		"use endpoints without a Pod target as backends (only addresses inside the Subnets of the gateway's VPC); off: only Pods of the Service's namespace")
+	fs.IntVar(&f.MaxPortsPerService, "max-ports-per-service", model.DefaultMaxPortsPerService, "a Service with more TCP/UDP ports is not served (event)")
+	fs.IntVar(&f.MaxBackendsPerIdentity, "max-backends-per-identity", model.DefaultMaxBackendsPerIdentity, "at most this many ready backends of a Service port are used (event)")
 	fs.StringVar(&f.KubeOVNNamespace, "kube-ovn-namespace", model.DefaultGatewayNamespace,
 		"kube-ovn-controller's namespace: where its "+model.GatewayConfigMap+" ConfigMap is and where it runs gateway pods without spec.namespace")
 }
@@ -60,6 +64,9 @@ func (f Flags) Validate() error {
 	if errs2 := validation.IsDNS1123Label(f.kubeOVNNamespace()); len(errs2) > 0 {
 		errs = append(errs, fmt.Errorf("--kube-ovn-namespace=%q is not a namespace name: %s", f.KubeOVNNamespace, errs2[0]))
 	}
+	if f.MaxPortsPerService < 0 || f.MaxBackendsPerIdentity < 0 {
+		errs = append(errs, errors.New("--max-ports-per-service and --max-backends-per-identity must not be negative (0: the defaults)"))
+	}
 	if _, err := model.ParseLedgerForm(f.Ledger); err != nil {
 		errs = append(errs, fmt.Errorf("--ledger: %w", err))
 	}
@@ -69,7 +76,8 @@ func (f Flags) Validate() error {
 // Gates returns the model's view of the flags.
 func (f Flags) Gates() model.Gates {
 	ledger, _ := model.ParseLedgerForm(f.Ledger) // Validate reported an unknown form
-	return model.Gates{LoadBalancer: f.EnableGwNftableLbSvc, ClusterIP: f.EnableGwNftableSvcClusterIP, Ledger: ledger, EndpointsWithoutPods: f.EndpointsWithoutPods}
+	return model.Gates{LoadBalancer: f.EnableGwNftableLbSvc, ClusterIP: f.EnableGwNftableSvcClusterIP, Ledger: ledger, EndpointsWithoutPods: f.EndpointsWithoutPods,
+		MaxPortsPerService: f.MaxPortsPerService, MaxBackendsPerIdentity: f.MaxBackendsPerIdentity}
 }
 
 func (f Flags) kubeOVNNamespace() string {

@@ -106,4 +106,5 @@ const (
 	ReasonUnsupported       = "NftableLbSvcUnsupported"
 	ReasonProgrammingFailed = "NftableLbSvcProgrammingFailed"
 	ReasonNotAdmitted       = "NftableLbSvcNotAdmitted"
+	ReasonLimit             = "NftableLbSvcLimit"
 )

@@ -139,6 +139,11 @@ func (ix *Index) bind(svc *corev1.Service) (b binding) {
 		b.blocked = warning(ReasonUnsupported, "internalTrafficPolicy Local is not supported through gateway %s: set it to Cluster", b.gateway)
 		return b
 	}
+	if n := servedPorts(svc); n > ix.gates.maxPorts() {
+		b.blocked = warning(ReasonLimit, "the Service has %d TCP/UDP ports; a Service may have at most %d served through gateway %s (the controller's --max-ports-per-service)",
+			n, ix.gates.maxPorts(), b.gateway)
+		return b
+	}
 	clusterIP := ipv4ClusterIP(svc)
 	if clusterIP == "" {
 		b.blocked = warning(ReasonUnsupported, "the Service has no IPv4 ClusterIP (%v): only IPv4 is served through gateway %s", clusterIPsOf(svc), b.gateway)
@@ -342,6 +347,11 @@ func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan)
 			continue
 		}
 		backends := ix.backendsFor(svc, p, resolver)
+		if max := ix.gates.maxBackends(); len(backends) > max {
+			sp.Events = append(sp.Events, *warning(ReasonLimit, "port %d/%s has %d ready backends; at most %d are used (the controller's --max-backends-per-identity)",
+				p.Port, proto, len(backends), max))
+			backends = backends[:max]
+		}
 		if sp.EIP != "" {
 			// Only the listed sources reach the EIP identity (SPEC N7); as with kube-proxy, the
 			// ClusterIP stays open to the VPC.
@@ -422,6 +432,17 @@ func affinityTimeout(svc *corev1.Service) int32 {
 		t = *c.ClientIP.TimeoutSeconds
 	}
 	return min(t, kubeovnv1.MaxDnatSessionAffinityTimeoutSeconds)
+}
+
+// servedPorts counts the TCP and UDP ports of a Service.
+func servedPorts(svc *corev1.Service) int {
+	n := 0
+	for _, p := range svc.Spec.Ports {
+		if _, ok := ServedProtocol(p.Protocol); ok {
+			n++
+		}
+	}
+	return n
 }
 
 // ServedProtocol maps a Service port protocol to a served one (SPEC S5: TCP and UDP; "" is TCP).

@@ -23,6 +23,30 @@ type Gates struct {
 	// EndpointsWithoutPods allows endpoints without a Pod target as backends, within the Subnets
 	// of the gateway's VPC (SPEC N2; off by default).
 	EndpointsWithoutPods bool
+	// MaxPortsPerService and MaxBackendsPerIdentity bound what one Service may ask of its
+	// gateway (SPEC N4); 0 means the defaults. Their product also bounds a ServiceRecord's size
+	// (etcd refuses objects over 1.5 MiB).
+	MaxPortsPerService, MaxBackendsPerIdentity int
+}
+
+// Default bounds of SPEC N4: 64 × 512 entries keep a ServiceRecord under about 1 MB.
+const (
+	DefaultMaxPortsPerService     = 64
+	DefaultMaxBackendsPerIdentity = 512
+)
+
+func (g Gates) maxPorts() int {
+	if g.MaxPortsPerService > 0 {
+		return g.MaxPortsPerService
+	}
+	return DefaultMaxPortsPerService
+}
+
+func (g Gates) maxBackends() int {
+	if g.MaxBackendsPerIdentity > 0 {
+		return g.MaxBackendsPerIdentity
+	}
+	return DefaultMaxBackendsPerIdentity
 }
 
 // LedgerForm is where the records of served Services live (SPEC R6, K2).

@@ -2,6 +2,7 @@
 package model
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -213,5 +214,31 @@ func TestBackendsOnlyFromTheVPC(t *testing.T) {
 	}
 	if !slices.ContainsFunc(skipped, func(m string) bool { return strings.Contains(m, "8.8.8.8") }) {
 		t.Errorf("no event for an endpoint outside the VPC: %v", skipped)
+	}
+}
+
+// covers: N4
+// One Service's demands are bounded: too many ports and it is not served at all (an event, no
+// claim); too many ready backends on a port and only the first (lowest addresses) are used.
+func TestPerServiceBounds(t *testing.T) {
+	many := service("web", t0, func(s *corev1.Service) {
+		s.Spec.Ports = nil
+		for i := range 5 {
+			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: fmt.Sprint("p", i), Port: int32(80 + i), Protocol: corev1.ProtocolTCP})
+		}
+	})
+	gates := srGates
+	gates.MaxPortsPerService, gates.MaxBackendsPerIdentity = 4, 1
+	p := Compute(baseSnapshot(many), gates)
+	sp := servicePlan(p, "web")
+	if sp.Served() || len(sp.Events) != 1 || sp.Events[0].Reason != ReasonLimit || len(p.Gateway("gw1").State.Identities) != 0 {
+		t.Fatalf("5 ports with a bound of 4: served %v, events %v", sp.Served(), sp.Events)
+	}
+	sp = servicePlan(Compute(baseSnapshot(service("web", t0)), gates), "web")
+	if !sp.EIPServed || len(sp.Identities) != 2 || len(sp.Identities[0].Backends) != 1 || sp.Identities[0].Backends[0].IP != "10.0.1.11" {
+		t.Fatalf("2 backends with a bound of 1: %+v", sp.Identities)
+	}
+	if !slices.ContainsFunc(sp.Events, func(e Event) bool { return e.Reason == ReasonLimit }) {
+		t.Fatalf("no event for the backend bound: %v", sp.Events)
 	}
 }
