@@ -275,8 +275,10 @@ func newFixtureIn(t *testing.T, mode agentMode, gw string, instances int) *fixtu
 		Spec: kubeovnv1.VpcNatGatewaySpec{Vpc: gw + "-vpc", Subnet: gw + "-subnet", LanIP: "10.0.1.254", Replicas: int32(instances)}}))
 	for i := 0; i < instances; i++ {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("vpc-nat-gw-%s-%d", gw, i), Namespace: model.DefaultGatewayNamespace,
-			Labels:      map[string]string{"app": model.GatewayAppPrefix + gw, model.LabelGatewayPod: "true"},
-			Annotations: map[string]string{model.AnnotationGatewayPod: gw, model.AnnotationGwInit: "true", "ovn.kubernetes.io/ip_address": fmt.Sprintf("10.0.1.%d", 250+i)}},
+			// As kube-ovn's StatefulSet makes it (SPEC N5).
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: model.GatewayAppPrefix + gw, UID: "uid-sts", Controller: ptr.To(true)}},
+			Labels:          map[string]string{"app": model.GatewayAppPrefix + gw, model.LabelGatewayPod: "true"},
+			Annotations:     map[string]string{model.AnnotationGatewayPod: gw, model.AnnotationGwInit: "true", "ovn.kubernetes.io/ip_address": fmt.Sprintf("10.0.1.%d", 250+i)}},
 			Spec: corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{{Name: "vpc-nat-gw", Image: "x"}}}}
 		if f.real != nil {
 			ns, err := f.real.net.AddNetns(strconv.Itoa(i))
@@ -284,7 +286,7 @@ func newFixtureIn(t *testing.T, mode agentMode, gw string, instances int) *fixtu
 			pod.Annotations[transport.NetnsAnnotation] = ns
 		}
 		must(t, k8s.Create(ctx, pod))
-		pod.Status.Phase = corev1.PodRunning
+		pod.Status.Phase, pod.Status.PodIP = corev1.PodRunning, pod.Annotations["ovn.kubernetes.io/ip_address"]
 		must(t, k8s.Status().Update(ctx, pod))
 		f.pods = append(f.pods, pod.UID)
 		if f.real != nil {

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
@@ -55,7 +56,9 @@ func createKubeOVNObjects(ctx context.Context, c client.Client, gwNetns string) 
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: model.GatewayAppPrefix + GatewayName + "-0", Namespace: GatewayNamespace,
-			Labels: map[string]string{"app": model.GatewayAppPrefix + GatewayName, model.LabelGatewayPod: "true"},
+			// As kube-ovn's StatefulSet makes it (this lab plays kube-ovn's part).
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: model.GatewayAppPrefix + GatewayName, UID: "uid-lab-sts", Controller: ptr.To(true)}},
+			Labels:          map[string]string{"app": model.GatewayAppPrefix + GatewayName, model.LabelGatewayPod: "true"},
 			Annotations: map[string]string{
 				model.AnnotationGatewayPod:          GatewayName,
 				transport.NetnsAnnotation:           gwNetns,

@@ -51,6 +51,9 @@ func gatewayPod(gw, name, ip string, running, initialized bool) corev1.Pod {
 	p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: DefaultGatewayNamespace, UID: types.UID("uid-" + name),
 		Labels:      map[string]string{"app": GatewayAppPrefix + gw, LabelGatewayPod: "true"},
 		Annotations: map[string]string{AnnotationGatewayPod: gw, "ovn.kubernetes.io/ip_address": ip}}}
+	// As kube-ovn's StatefulSet makes it, with the address the kubelet reports.
+	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: GatewayAppPrefix + gw, UID: "uid-sts-" + types.UID(gw), Controller: ptr.To(true)}}
+	p.Status.PodIP = ip
 	if running {
 		p.Status.Phase = corev1.PodRunning
 	}

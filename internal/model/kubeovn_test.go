@@ -3,6 +3,7 @@ package model
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -110,6 +111,7 @@ func TestGatewayPlacement(t *testing.T) {
 	pod := func(ns, app string) corev1.Pod {
 		p := gatewayPod("gw1", app+"-0", "10.0.1.254", true, true)
 		p.Namespace, p.Labels["app"] = ns, app
+		p.OwnerReferences[0].Name = app // kube-ovn's StatefulSet is named like the label
 		return p
 	}
 	for name, c := range map[string]struct {
@@ -134,5 +136,27 @@ func TestGatewayPlacement(t *testing.T) {
 		if got := len(gp.Instances) == 1; got != c.found {
 			t.Errorf("%s: instance found %v, want %v", name, got, c.found)
 		}
+	}
+}
+
+// covers: N5, V1
+// A Pod that merely carries a gateway's labels (in kube-ovn's namespace, say by an operator's
+// mistake) is not an instance, and a route's next hop is the address the kubelet reports, not an
+// annotation.
+func TestGatewayInstancesAreKubeOVNs(t *testing.T) {
+	forged := gatewayPod("gw1", "vpc-nat-gw-gw1-x", "10.0.1.99", true, true)
+	forged.OwnerReferences = nil
+	other := gatewayPod("gw1", "vpc-nat-gw-gw1-y", "10.0.1.98", true, true)
+	other.OwnerReferences[0].Name = "something-else"
+	annotated := gatewayPod("gw1", "vpc-nat-gw-gw1-0", "10.0.1.254", true, true)
+	annotated.Annotations["ovn.kubernetes.io/ip_address"] = "10.0.1.77" // not what the kubelet reports
+	s := baseSnapshot(service("web", t0))
+	s.GatewayPods = []corev1.Pod{forged, other, annotated}
+	gp := Compute(s, srGates).Gateway("gw1")
+	if len(gp.Instances) != 1 || gp.Instances[0].Pod.Name != "vpc-nat-gw-gw1-0" {
+		t.Fatalf("instances %v", gp.Instances)
+	}
+	if !slices.Equal(gp.Routes.NextHops, []string{"10.0.1.254"}) {
+		t.Fatalf("next hops %v, want the Pod's status address", gp.Routes.NextHops)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vpcgw/vpcgw/internal/gwstate"
@@ -187,21 +188,34 @@ func (p Plan) Gateway(name string) *GatewayPlan {
 func (ix *Index) instances(gw string) []Instance {
 	g := ix.gateways[gw]
 	ns, app := ix.placement.Namespace(g), ix.placement.AppLabel(gw)
-	provider := "ovn"
-	if sub := ix.subnets[g.Spec.Subnet]; sub != nil && sub.Spec.Provider != "" {
-		provider = sub.Spec.Provider
-	}
 	var out []Instance
 	for _, p := range ix.gatewayPods[gw] {
-		if p.Namespace != ns || p.Labels["app"] != app || p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+		if p.Namespace != ns || p.Labels["app"] != app || p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil || !ownedByWorkload(p, app) {
 			continue
 		}
-		lan, ok := firstIPv4(strings.Split(p.Annotations[provider+ipAddressSuffix], ","))
-		if !ok {
-			lan, _ = firstIPv4([]string{p.Status.PodIP})
-		}
+		// The route's next hop comes from the Pod's status (the kubelet's report of the address
+		// kube-ovn allocated), never from an annotation its owner could write (SPEC N5).
+		lan, _ := firstIPv4([]string{p.Status.PodIP})
 		out = append(out, Instance{Pod: p, LanIP: lan, Initialized: p.Annotations[AnnotationGwInit] == "true"})
 	}
 	slices.SortFunc(out, func(a, b Instance) int { return strings.Compare(a.Pod.Name, b.Pod.Name) })
 	return out
+}
+
+// ownedByWorkload reports whether a gateway Pod is controlled by the workload kube-ovn makes for
+// the gateway: its StatefulSet "<prefix>-<gateway>" (v1.16.x, master with one replica) or a
+// ReplicaSet of its Deployment of that name (master with replicas > 1). A Pod that merely carries
+// the gateway's labels is not an instance (SPEC N5).
+func ownedByWorkload(p *corev1.Pod, app string) bool {
+	ref := metav1.GetControllerOf(p)
+	if ref == nil {
+		return false
+	}
+	switch ref.Kind {
+	case "StatefulSet":
+		return ref.Name == app
+	case "ReplicaSet":
+		return strings.HasPrefix(ref.Name, app+"-")
+	}
+	return false
 }
