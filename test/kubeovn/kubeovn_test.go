@@ -285,3 +285,30 @@ func TestOtherLoadBalancerClassLeftAlone(t *testing.T) {
 		t.Fatalf("vpcgw touched another class's Service: ingress %v finalizers %v", got.Status.LoadBalancer.Ingress, got.Finalizers)
 	}
 }
+
+// The vpcgw controller is a process of its own under the shipped RBAC: stopping and restarting it
+// interrupts no traffic (nothing is flushed; the agent's state stays in the kernel) and the
+// restarted controller adopts what is there.
+// covers: L7, O1
+func TestControllerRestartKeepsTraffic(t *testing.T) {
+	c := lab(t)
+	ctx := context.Background()
+	stop := make(chan struct{})
+	seen := withdrawals(t, c, stop)
+	c.StopController()
+	r, err := c.Probe(c.ExternalClient(), "tcp", cluster.EIPAddress+":80", 20)
+	if err != nil || r.Total() != 20 {
+		t.Fatalf("traffic while the controller is down: %+v %v", r, err)
+	}
+	if err := c.StartController(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err = c.Probe(c.ExternalClient(), "tcp", cluster.EIPAddress+":80", 20)
+	if err != nil || r.Total() != 20 {
+		t.Fatalf("traffic after the restart: %+v %v", r, err)
+	}
+	close(stop)
+	if w := <-seen; len(w) > 0 {
+		t.Fatalf("withdrawn over a controller restart: %v", w)
+	}
+}
