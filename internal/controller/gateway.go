@@ -244,7 +244,10 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 				enqueue(q, r.serviceChanged(e.ObjectOld))
 				enqueue(q, r.serviceChanged(e.ObjectNew))
 			},
-			DeleteFunc:  func(_ context.Context, e handlerDelete, q reqQueue) { enqueue(q, r.serviceChanged(e.Object)) },
+			DeleteFunc: func(_ context.Context, e handlerDelete, q reqQueue) {
+				enqueue(q, r.serviceChanged(e.Object))
+				r.forgetEvents(e.Object.GetUID()) // bounded by live Services (SPEC N4)
+			},
 			GenericFunc: func(_ context.Context, e handlerGeneric, q reqQueue) { enqueue(q, r.serviceChanged(e.Object)) },
 		}).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfSlice)).
@@ -387,6 +390,13 @@ func (r *GatewayReconciler) gatewaysOfVpc(ctx context.Context, o client.Object) 
 		}
 	}
 	return requests(keys)
+}
+
+// forgetEvents drops what was remembered of a deleted Service's events.
+func (r *GatewayReconciler) forgetEvents(uid types.UID) {
+	r.eventsMu.Lock()
+	delete(r.lastEvent, uid)
+	r.eventsMu.Unlock()
 }
 
 // allGateways wakes every gateway.
