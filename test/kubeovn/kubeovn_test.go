@@ -312,3 +312,32 @@ func TestControllerRestartKeepsTraffic(t *testing.T) {
 		t.Fatalf("withdrawn over a controller restart: %v", w)
 	}
 }
+
+// A namespace that kube-ovn's Vpc does not bind cannot publish through the VPC's gateway: the
+// webhook, reading the Vpc as kube-ovn keeps it, rejects the binding with a message that names
+// only what the user named; a namespace bound to the Vpc may.
+// covers: N1, N8
+func TestTenancyBesideKubeOVN(t *testing.T) {
+	c := lab(t)
+	ctx := context.Background()
+	if err := c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant-b"}}); err != nil {
+		t.Fatal(err)
+	}
+	svc := cluster.DemoServiceObject()
+	svc.Namespace, svc.Name = "tenant-b", "squat"
+	svc.Spec.Ports = []corev1.ServicePort{{Name: "http", Port: 8082, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(cluster.BackendPort)}}
+	err := c.Client.Create(ctx, svc)
+	if err == nil || !strings.Contains(err.Error(), "namespace tenant-b is not admitted to VpcNatGateway "+cluster.GatewayName) || strings.Contains(err.Error(), cluster.DemoNamespace) {
+		t.Fatalf("a Service of a namespace the Vpc does not bind: %v", err)
+	}
+	ok := cluster.DemoServiceObject()
+	ok.Name = "admitted"
+	ok.Spec.Ports = []corev1.ServicePort{{Name: "http", Port: 8083, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(cluster.BackendPort)}}
+	if err := c.Client.Create(ctx, ok); err != nil {
+		t.Fatalf("a Service of the Vpc's namespace: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Client.Delete(context.Background(), ok) })
+	if _, err := c.WaitIngress(ctx, ok.Namespace, ok.Name, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
