@@ -252,7 +252,14 @@ func rules(t *testing.T, o *unstructured.Unstructured) map[string][]string {
 	rs, _, _ := unstructured.NestedSlice(o.Object, "rules")
 	for _, r := range rs {
 		m := r.(map[string]any)
-		for _, g := range m["apiGroups"].([]any) {
+		for _, u := range asList(m["nonResourceURLs"]) {
+			key := "nonResourceURL:" + u.(string)
+			for _, v := range m["verbs"].([]any) {
+				out[key] = append(out[key], v.(string))
+			}
+			sort.Strings(out[key])
+		}
+		for _, g := range asList(m["apiGroups"]) {
 			for _, res := range m["resources"].([]any) {
 				key := g.(string) + "/" + res.(string)
 				for _, v := range m["verbs"].([]any) {
@@ -274,6 +281,22 @@ func wantRules(t *testing.T, o *unstructured.Unstructured, want map[string][]str
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("%s %s rules:\n got %v\nwant %v", o.GetKind(), o.GetName(), got, want)
 	}
+}
+
+// asList is a rule's list field, nil when absent.
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
+
+// execRules is what the controller needs in each gateway namespace: the agent's exec stream, and
+// reading the Pod's owner chain before it (internal/transport/verify.go).
+var execRules = map[string][]string{
+	"/pods/exec":        {"create", "get"},
+	"/pods":             {"get"},
+	"apps/statefulsets": {"get"},
+	"apps/replicasets":  {"get"},
+	"apps/deployments":  {"get"},
 }
 
 // controllerRules is what the controller's code needs cluster-wide (see the comments in
@@ -321,7 +344,7 @@ func TestChartRenders(t *testing.T) {
 			wantFlags(t, as, map[string]string{
 				"enable-gw-nftable-lb-svc": "false", "enable-gw-nftable-svc-cluster-ip": "false",
 				"enable-lb": "true", "enable-lb-svc": "false", "transport": "exec", "leader-elect": "false",
-				"leader-election-namespace": "<absent>", "metrics-bind-address": ":8080",
+				"leader-election-namespace": "<absent>", "metrics-bind-address": ":8443", "metrics-secure": "true",
 				"health-probe-bind-address": ":8081", "min-sync-interval": "20ms", "ovn-nb-addr": "<absent>",
 				"enable-nftable-lb-svc": "<absent>", "ledger": "service-record", "kube-ovn-namespace": "kube-system",
 			})
@@ -332,7 +355,7 @@ func TestChartRenders(t *testing.T) {
 				}
 			}
 			ports, _, _ := unstructured.NestedSlice(c, "ports")
-			if fmt.Sprint(ports) != "[map[containerPort:8080 name:metrics] map[containerPort:8081 name:health]]" {
+			if fmt.Sprint(ports) != "[map[containerPort:8443 name:metrics] map[containerPort:8081 name:health]]" {
 				t.Errorf("ports = %v", ports)
 			}
 			if sc, _, _ := unstructured.NestedMap(c, "securityContext"); sc["readOnlyRootFilesystem"] != true || sc["allowPrivilegeEscalation"] != false {
@@ -351,8 +374,14 @@ func TestChartRenders(t *testing.T) {
 			wantRules(t, m.must(t, "ClusterRole", "", "vpcgw-controller"), controllerRules)
 			m.must(t, "ClusterRoleBinding", "", "vpcgw-controller")
 			// pods/exec only in the gateways' namespace, never in the ClusterRole.
-			wantRules(t, m.must(t, "Role", "kube-system", "vpcgw-controller-exec"), map[string][]string{"/pods/exec": {"create", "get"}})
+			wantRules(t, m.must(t, "Role", "kube-system", "vpcgw-controller-exec"), execRules)
 			m.must(t, "RoleBinding", "kube-system", "vpcgw-controller-exec")
+			// Secure metrics (SPEC N6): the controller may review tokens and access, readers get /metrics.
+			wantRules(t, m.must(t, "ClusterRole", "", "vpcgw-controller-metrics-auth"), map[string][]string{
+				"authentication.k8s.io/tokenreviews": {"create"}, "authorization.k8s.io/subjectaccessreviews": {"create"}})
+			m.must(t, "ClusterRoleBinding", "", "vpcgw-controller-metrics-auth")
+			wantRules(t, m.must(t, "ClusterRole", "", "vpcgw-metrics-reader"), map[string][]string{"nonResourceURL:/metrics": {"get"}})
+			m.must(t, "Service", "kube-system", "vpcgw-controller-metrics")
 			// kube-ovn's ConfigMap ovn-vpc-nat-config, read only, in kube-ovn's namespace only.
 			wantRules(t, m.must(t, "Role", "kube-system", "vpcgw-controller-kube-ovn-config"), map[string][]string{"/configmaps": {"get", "list", "watch"}})
 			m.must(t, "RoleBinding", "kube-system", "vpcgw-controller-kube-ovn-config")
@@ -453,7 +482,7 @@ func TestChartRenders(t *testing.T) {
 		},
 	}, {
 		name:       "replicas 2 and two gateway namespaces",
-		args:       []string{"--set", "controller.replicas=2", "--set", "gatewayNamespaces={kube-system,gw-a}"},
+		args:       []string{"--set", "controller.replicas=2", "--set", "extraGatewayNamespaces={gw-a}"},
 		nsToCreate: []string{"gw-a"},
 		check: func(t *testing.T, m manifest) {
 			d := m.must(t, "Deployment", "kube-system", "vpcgw-controller")
@@ -466,8 +495,33 @@ func TestChartRenders(t *testing.T) {
 			})
 			m.must(t, "RoleBinding", "kube-system", "vpcgw-controller-leader-election")
 			for _, ns := range []string{"kube-system", "gw-a"} {
-				wantRules(t, m.must(t, "Role", ns, "vpcgw-controller-exec"), map[string][]string{"/pods/exec": {"create", "get"}})
+				wantRules(t, m.must(t, "Role", ns, "vpcgw-controller-exec"), execRules)
 				m.must(t, "RoleBinding", ns, "vpcgw-controller-exec")
+			}
+		},
+	}, {
+		name: "metrics on the pod's loopback only",
+		args: []string{"--set", "controller.metricsSecure=false", "--set", "controller.metricsPort=9090"},
+		check: func(t *testing.T, m manifest) {
+			c := container(t, m.must(t, "Deployment", "kube-system", "vpcgw-controller"), "controller")
+			wantFlags(t, args(t, c), map[string]string{"metrics-bind-address": "127.0.0.1:9090", "metrics-secure": "<absent>"})
+			if ports, _, _ := unstructured.NestedSlice(c, "ports"); strings.Contains(fmt.Sprint(ports), "metrics") {
+				t.Errorf("a metrics port is declared for loopback-only metrics: %v", ports)
+			}
+			for _, o := range []struct{ kind, ns, name string }{{"Service", "kube-system", "vpcgw-controller-metrics"},
+				{"ClusterRole", "", "vpcgw-controller-metrics-auth"}, {"ClusterRole", "", "vpcgw-metrics-reader"}} {
+				if m.find(o.kind, o.ns, o.name) != nil {
+					t.Errorf("%s %s rendered for loopback-only metrics", o.kind, o.name)
+				}
+			}
+		},
+	}, {
+		name: "metrics readers bound",
+		args: []string{"--set", "controller.metricsReaders[0].name=prometheus-k8s", "--set", "controller.metricsReaders[0].namespace=monitoring"},
+		check: func(t *testing.T, m manifest) {
+			b := m.must(t, "ClusterRoleBinding", "", "vpcgw-metrics-reader")
+			if got := fmt.Sprint(b.Object["subjects"], b.Object["roleRef"]); !strings.Contains(got, "name:prometheus-k8s namespace:monitoring") || !strings.Contains(got, "name:vpcgw-metrics-reader") {
+				t.Errorf("metrics reader binding %s", got)
 			}
 		},
 	}, {
@@ -534,7 +588,7 @@ func checkCommon(t *testing.T, m manifest) {
 				if strings.Contains(k, "*") || slices.Contains(verbs, "*") {
 					t.Errorf("%s %s grants a wildcard: %s %v", o.GetKind(), o.GetName(), k, verbs)
 				}
-				if o.GetKind() == "ClusterRole" && k == "/pods/exec" && o.GetName() != "vpcgw-controller-exec" {
+				if o.GetKind() == "ClusterRole" && k == "/pods/exec" {
 					t.Errorf("ClusterRole %s grants pods/exec cluster-wide", o.GetName())
 				}
 				if k == "/secrets" {
@@ -619,6 +673,7 @@ func checkWebhook(t *testing.T, m manifest, mode string) {
 	wantRules(t, m.must(t, "ClusterRole", "", "vpcgw-webhook"), map[string][]string{
 		"/services": {"list", "watch"}, "kubeovn.io/iptables-eips": {"list", "watch"}, "kubeovn.io/iptables-dnat-rules": {"list", "watch"},
 		"vpcgw.io/servicerecords": {"list", "watch"}, "kubeovn.io/subnets": {"list", "watch"},
+		"kubeovn.io/vpc-nat-gateways": {"list", "watch"}, "kubeovn.io/vpcs": {"list", "watch"},
 	})
 	vwc := m.must(t, "ValidatingWebhookConfiguration", "", "vpcgw")
 	hooks, _, _ := unstructured.NestedSlice(vwc.Object, "webhooks")
@@ -721,6 +776,9 @@ func TestChartRejects(t *testing.T) {
 		// Quoted into CEL: nothing may end the string.
 		{[]string{"--set-string", "kubeOvn.serviceAccount=ovn' || true || '"}, "kubeOvn.serviceAccount must be kube-ovn-controller's user name"},
 		{[]string{"--set", "kubeOvn.serviceAccount="}, "kubeOvn.serviceAccount must be"},
+		// No cluster-wide pods/exec, and the old key is not silently ignored (SPEC N5).
+		{[]string{"--set", "extraGatewayNamespaces={*}"}, "extraGatewayNamespaces must list namespace names"},
+		{[]string{"--set", "gatewayNamespaces={kube-system}"}, "gatewayNamespaces is gone"},
 	} {
 		_, err := renderErr(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -21,7 +21,10 @@
 #   ENABLE_LB=true                          kube-ovn's --enable-lb (must be false with the ClusterIP gate)
 #   ENABLE_LB_SVC=false                     kube-ovn's --enable-lb-svc
 #   NAMESPACE=kube-system                   where vpcgw runs
-#   GATEWAY_NAMESPACES=kube-system          comma-separated namespaces of the gateway pods (pods/exec)
+#   EXTRA_GATEWAY_NAMESPACES=               comma-separated namespaces of gateway pods besides
+#                                           KUBE_OVN_NAMESPACE (pods/exec is granted there and in
+#                                           KUBE_OVN_NAMESPACE only): kube-ovn master's gateways
+#                                           with spec.namespace set
 #   IMAGE_REPOSITORY=ghcr.io/vpcgw/vpcgw    IMAGE_TAG=<chart appVersion>
 #   CONTROLLER_REPLICAS=1                   more than 1 turns leader election on
 #   OVN_NB_ADDR=                            e.g. tcp:10.96.0.10:6641 (empty: no VIP routes)
@@ -61,7 +64,8 @@ ENABLE_GW_NFTABLE_SVC_CLUSTER_IP=${ENABLE_GW_NFTABLE_SVC_CLUSTER_IP:-false}
 ENABLE_LB=${ENABLE_LB:-true}
 ENABLE_LB_SVC=${ENABLE_LB_SVC:-false}
 NAMESPACE=${NAMESPACE:-kube-system}
-GATEWAY_NAMESPACES=${GATEWAY_NAMESPACES:-kube-system}
+[ -z "${GATEWAY_NAMESPACES:-}" ] || die "GATEWAY_NAMESPACES is gone: pods/exec is granted in KUBE_OVN_NAMESPACE, plus EXTRA_GATEWAY_NAMESPACES (kube-ovn master's gateways with spec.namespace elsewhere)"
+EXTRA_GATEWAY_NAMESPACES=${EXTRA_GATEWAY_NAMESPACES:-}
 IMAGE_REPOSITORY=${IMAGE_REPOSITORY:-ghcr.io/vpcgw/vpcgw}
 IMAGE_TAG=${IMAGE_TAG:-}
 CONTROLLER_REPLICAS=${CONTROLLER_REPLICAS:-1}
@@ -97,9 +101,9 @@ check IMAGE_REPOSITORY "$IMAGE_REPOSITORY" '^[a-z0-9]+([._-]+[a-z0-9]+)*(:[0-9]+
 [ -z "$IMAGE_TAG" ] || check IMAGE_TAG "$IMAGE_TAG" '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$' "an image tag"
 [ -z "$OVN_NB_ADDR" ] || check OVN_NB_ADDR "$OVN_NB_ADDR" '^(tcp|ssl):(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):[0-9]+(,(tcp|ssl):(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):[0-9]+)*$' "tcp:HOST:PORT or ssl:HOST:PORT, comma-separated"
 [ -z "$OVN_NB_TLS_SECRET" ] || check OVN_NB_TLS_SECRET "$OVN_NB_TLS_SECRET" '^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$' "a Secret name"
-IFS=, read -r -a gateway_namespaces <<<"$GATEWAY_NAMESPACES"
-[ "${#gateway_namespaces[@]}" -gt 0 ] || die "GATEWAY_NAMESPACES is empty"
-for ns in "${gateway_namespaces[@]}"; do check GATEWAY_NAMESPACES "$ns" "$dns_label" "comma-separated namespace names"; done
+gateway_namespaces=()
+[ -z "$EXTRA_GATEWAY_NAMESPACES" ] || IFS=, read -r -a gateway_namespaces <<<"$EXTRA_GATEWAY_NAMESPACES"
+for ns in "${gateway_namespaces[@]}"; do check EXTRA_GATEWAY_NAMESPACES "$ns" "$dns_label" "comma-separated namespace names"; done
 
 if [ -z "${HELM:-}" ]; then
 	if command -v helm >/dev/null; then
@@ -156,8 +160,9 @@ values=$work/values.yaml
 	echo "image:"
 	echo "  repository: \"$IMAGE_REPOSITORY\""
 	echo "  tag: \"$IMAGE_TAG\""
-	echo "gatewayNamespaces:"
+	echo "extraGatewayNamespaces:"
 	for ns in "${gateway_namespaces[@]}"; do echo "  - \"$ns\""; done
+	[ "${#gateway_namespaces[@]}" -gt 0 ] || echo "  []"
 	echo "ovn:"
 	echo "  nbAddr: \"$OVN_NB_ADDR\""
 	echo "  tls:"

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -79,7 +81,7 @@ func TestInstallScriptDryRun(t *testing.T) {
 	}, {
 		name: "both gates, replicas 2, gateway namespaces, OVN NB",
 		env: map[string]string{"ENABLE_GW_NFTABLE_LB_SVC": "true", "ENABLE_GW_NFTABLE_SVC_CLUSTER_IP": "true", "ENABLE_LB": "false",
-			"CONTROLLER_REPLICAS": "2", "GATEWAY_NAMESPACES": "kube-system,gw-b", "OVN_NB_ADDR": "tcp:10.0.0.1:6641,tcp:10.0.0.2:6641",
+			"CONTROLLER_REPLICAS": "2", "EXTRA_GATEWAY_NAMESPACES": "gw-b", "OVN_NB_ADDR": "tcp:10.0.0.1:6641,tcp:10.0.0.2:6641",
 			"IMAGE_REPOSITORY": "registry.local:5000/vpcgw", "IMAGE_TAG": "v0.1.0", "INSTALL_CRDS": "false"},
 		flags: map[string]string{"enable-gw-nftable-lb-svc": "true", "enable-gw-nftable-svc-cluster-ip": "true", "enable-lb": "false",
 			"leader-elect": "true", "ovn-nb-addr": "tcp:10.0.0.1:6641,tcp:10.0.0.2:6641"},
@@ -160,7 +162,8 @@ func TestInstallScriptRejects(t *testing.T) {
 		{map[string]string{"NAMESPACE": "kube-system; touch " + marker}, "NAMESPACE"},
 		{map[string]string{"IMAGE_REPOSITORY": "x\"\n  pwned: \"1"}, "IMAGE_REPOSITORY"},
 		{map[string]string{"OVN_NB_ADDR": "tcp:$(touch " + marker + "):6641"}, "OVN_NB_ADDR"},
-		{map[string]string{"GATEWAY_NAMESPACES": "kube-system,`touch " + marker + "`"}, "GATEWAY_NAMESPACES"},
+		{map[string]string{"EXTRA_GATEWAY_NAMESPACES": "gw-b,`touch " + marker + "`"}, "EXTRA_GATEWAY_NAMESPACES"},
+		{map[string]string{"GATEWAY_NAMESPACES": "kube-system"}, "GATEWAY_NAMESPACES is gone"},
 		{map[string]string{"LEDGER": "configmap"}, "LEDGER"},
 		{map[string]string{"KUBE_OVN_NAMESPACE": "Kube_OVN"}, "KUBE_OVN_NAMESPACE"},
 		// Quoted into the webhook's CEL expressions: nothing may end the string.
@@ -208,7 +211,7 @@ func TestInstallScriptApply(t *testing.T) {
 	kubectl := kubectlBin(t)
 	kubeconfig := kubeconfigFor(t, env)
 	envs := map[string]string{"KUBECTL": kubectl, "KUBECONFIG": kubeconfig, "ROLLOUT_TIMEOUT": "0", "NAMESPACE": "vpcgw-install",
-		"GATEWAY_NAMESPACES": "gw-install", "ENABLE_GW_NFTABLE_LB_SVC": "true"}
+		"EXTRA_GATEWAY_NAMESPACES": "gw-install", "ENABLE_GW_NFTABLE_LB_SVC": "true"}
 	run := func() {
 		t.Helper()
 		if _, stderr, err := installScript(t, envs); err != nil {
@@ -277,7 +280,7 @@ func TestControllerRBACSuffices(t *testing.T) {
 	helmBin(t)
 	needAPIServer(t)
 	createNamespace(t, "gw-rbac")
-	m := manifest(render(t, "--set", "controller.replicas=2", "--set", "gatewayNamespaces={kube-system,gw-rbac}", "--set", "webhook.enabled=false"))
+	m := manifest(render(t, "--set", "controller.replicas=2", "--set", "extraGatewayNamespaces={gw-rbac}", "--set", "webhook.enabled=false"))
 	apply(t, m, false)
 	checkKubeOVNCRDsUnchanged(t, "the chart applied")
 
@@ -294,8 +297,24 @@ func TestControllerRBACSuffices(t *testing.T) {
 		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: "kube-system"}, false},
 		{authorizationv1.ResourceAttributes{Verb: "delete", Group: "kubeovn.io", Resource: "iptables-eips"}, false},
 		{authorizationv1.ResourceAttributes{Verb: "update", Group: "kubeovn.io", Resource: "vpc-nat-gateways"}, false},
-		{authorizationv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system"}, true},
-		{authorizationv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "default"}, false},
+		// Leases by name only (SPEC N5): vpcgw's, never kube-controller-manager's or kube-scheduler's.
+		{authorizationv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system", Name: "vpcgw-controller"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system", Name: "vpcgw-controller"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system", Name: "kube-controller-manager"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system", Name: "kube-scheduler"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "patch", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system", Name: "vpcgw-controller"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "delete", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system", Name: "vpcgw-controller"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "default", Name: "vpcgw-controller"}, false},
+		// The gateway Pod's owner chain, read where the gateways run only.
+		{authorizationv1.ResourceAttributes{Verb: "get", Group: "apps", Resource: "statefulsets", Namespace: "kube-system", Name: "vpc-nat-gw-gw1"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "get", Group: "apps", Resource: "statefulsets", Namespace: "default"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "update", Group: "apps", Resource: "statefulsets", Namespace: "kube-system"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "pods", Namespace: "gw-rbac"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "pods", Namespace: "default"}, false},
+		// Secure metrics: it reviews scrapers' tokens and access.
+		{authorizationv1.ResourceAttributes{Verb: "create", Group: "authentication.k8s.io", Resource: "tokenreviews"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "create", Group: "authorization.k8s.io", Resource: "subjectaccessreviews"}, true},
 		// The ledger (SPEC R6) in both forms.
 		{authorizationv1.ResourceAttributes{Verb: "create", Group: "vpcgw.io", Resource: "servicerecords"}, true},
 		{authorizationv1.ResourceAttributes{Verb: "patch", Group: "vpcgw.io", Resource: "servicerecords"}, true},
@@ -324,7 +343,7 @@ func TestControllerRBACSuffices(t *testing.T) {
 	// and the controller, reading it, refuses kube-ovn v1.16.2's schema, which prunes the record
 	// fields (SPEC K1, R6), before writing anything.
 	t.Run("iptables-dnat-rule", func(t *testing.T) {
-		apply(t, manifest(render(t, "--set", "controller.replicas=2", "--set", "gatewayNamespaces={kube-system,gw-rbac}", "--set", "webhook.enabled=false",
+		apply(t, manifest(render(t, "--set", "controller.replicas=2", "--set", "extraGatewayNamespaces={gw-rbac}", "--set", "webhook.enabled=false",
 			"--set", "ledger=iptables-dnat-rule")), false)
 		checkKubeOVNCRDsUnchanged(t, "the chart (ledger iptables-dnat-rule) applied")
 		crd := func(name string) authorizationv1.ResourceAttributes {
@@ -360,11 +379,23 @@ func runControllerAsItsServiceAccount(t *testing.T, ledger, short string) {
 	createNamespace(t, ns)
 	must(t, k8s.Create(ctx, &kubeovnv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: gw + "-subnet"},
 		Spec: kubeovnv1.SubnetSpec{Vpc: gw + "-vpc", CIDRBlock: "10.9.1.0/24", Provider: "ovn"}}))
+	// The Service's namespace is bound to the gateway's Vpc, as kube-ovn binds tenants (SPEC N1).
+	must(t, k8s.Create(ctx, &kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: gw + "-vpc"}, Spec: kubeovnv1.VpcSpec{Namespaces: []string{ns}}}))
 	must(t, k8s.Create(ctx, &kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: gw},
 		Spec: kubeovnv1.VpcNatGatewaySpec{Vpc: gw + "-vpc", Subnet: gw + "-subnet", LanIP: "10.9.1.254"}}))
-	// kube-ovn v1.16.2's VpcNatGateway has no spec.namespace: its pods run in kube-ovn's namespace.
+	// kube-ovn v1.16.2's VpcNatGateway has no spec.namespace: its pods run in kube-ovn's namespace,
+	// owned by kube-ovn's StatefulSet (no kube-controller-manager here: the Pod is made by hand with
+	// the owner reference the StatefulSet controller sets; the transport checks that chain).
+	gwLabels := map[string]string{"app": model.GatewayAppPrefix + gw, model.LabelGatewayPod: "true"}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: model.GatewayAppPrefix + gw, Namespace: "kube-system", Labels: gwLabels},
+		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: gwLabels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: gwLabels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vpc-nat-gw", Image: "x"}}}}}}
+	must(t, k8s.Create(ctx, sts))
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "vpc-nat-gw-" + gw + "-0", Namespace: "kube-system",
-		Labels:      map[string]string{"app": model.GatewayAppPrefix + gw, model.LabelGatewayPod: "true"},
+		Labels: gwLabels,
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: sts.Name, UID: sts.UID,
+			Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}},
 		Annotations: map[string]string{model.AnnotationGatewayPod: gw, model.AnnotationGwInit: "true", "ovn.kubernetes.io/ip_address": "10.9.1.254"}},
 		Spec: corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{{Name: "vpc-nat-gw", Image: "x"}}}}
 	must(t, k8s.Create(ctx, pod))
@@ -389,7 +420,8 @@ func runControllerAsItsServiceAccount(t *testing.T, ledger, short string) {
 	done := make(chan error, 1)
 	go func() {
 		done <- controller.Run(runCtx, as, controller.Options{
-			Flags:  controller.Flags{EnableGwNftableLbSvc: true, Ledger: ledger, KubeOVNNamespace: "kube-system"},
+			// The endpoint has no Pod (no kubelet here): an address inside the VPC's Subnet (SPEC N2).
+			Flags:  controller.Flags{EnableGwNftableLbSvc: true, Ledger: ledger, KubeOVNNamespace: "kube-system", EndpointsWithoutPods: true},
 			Dialer: dialer, MetricsAddr: "0", HealthAddr: "0",
 			LeaderElection: true, LeaderElectionNamespace: "kube-system",
 		}, zap.New(zap.WriteTo(io.Discard)))
@@ -418,6 +450,9 @@ func runControllerAsItsServiceAccount(t *testing.T, ledger, short string) {
 		return len(srs.Items), len(drs.Items), ready
 	}
 	eventually(t, "the Service served through the EIP by the controller running as its service account", func() bool {
+		if err := dialer.failure(); err != nil {
+			t.Fatalf("the controller could not reach the gateway: %v", err)
+		}
 		var cur corev1.Service
 		must(t, k8s.Get(ctx, client.ObjectKeyFromObject(svc), &cur))
 		srs, drs, ready := records()
@@ -491,6 +526,21 @@ func (a *checkingAgents) Dial(ctx context.Context, inst transport.Instance) (*tr
 			a.mu.Unlock()
 			return nil, err
 		}
+	}
+	// What the exec transport checks before any exec, with the controller's own permissions: the
+	// Pod is kube-ovn's StatefulSet's, in kube-ovn's namespace (kube-system here).
+	cs, err := kubernetes.NewForConfig(a.cfg)
+	if err != nil {
+		return nil, err
+	}
+	if inst.WorkloadNamespace == "" {
+		inst.WorkloadNamespace = "kube-system"
+	}
+	if err := (&transport.OwnerChainVerifier{Client: cs}).VerifyPod(ctx, inst, transport.DefaultExecContainer); err != nil {
+		a.mu.Lock()
+		a.errs = append(a.errs, err)
+		a.mu.Unlock()
+		return nil, err
 	}
 	conn, _ := agenttest.Pipe(nil)
 	return conn, nil

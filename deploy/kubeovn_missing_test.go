@@ -85,7 +85,7 @@ func TestRefusesWithoutKubeOVN(t *testing.T) {
 
 	// The install script: refused, with the message, before it creates anything.
 	out, stderr, err := installScript(t, map[string]string{"KUBECTL": kubectl, "KUBECONFIG": bare.kubeconfig, "ROLLOUT_TIMEOUT": "0",
-		"NAMESPACE": "vpcgw-refused", "GATEWAY_NAMESPACES": "gw-refused"})
+		"NAMESPACE": "vpcgw-refused", "EXTRA_GATEWAY_NAMESPACES": "gw-refused"})
 	if err == nil || !strings.Contains(stderr, "install kube-ovn first") || !strings.Contains(stderr, "vpc-nat-gateways.kubeovn.io") || out != "" {
 		t.Errorf("install.sh without kube-ovn: err %v, stdout %q, stderr %q; want a refusal saying to install kube-ovn first", err, out, stderr)
 	}

@@ -65,6 +65,9 @@ func runController(ctx context.Context, args []string) error {
 	if err := opts.Flags.Validate(); err != nil {
 		return err
 	}
+	if _, err := controller.MetricsServerOptions(opts.MetricsAddr, opts.MetricsSecure, opts.MetricsCertDir); err != nil {
+		return err
+	}
 	if *kubeconfig != "" {
 		if err := os.Setenv("KUBECONFIG", *kubeconfig); err != nil {
 			return err

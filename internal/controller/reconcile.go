@@ -93,7 +93,9 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 			if err := r.sessions.apply(ctx, key, transportInstances(gp), gp.State); err != nil {
 				syncDuration.WithLabelValues("error").Observe(time.Since(start).Seconds())
 				syncFailures.WithLabelValues(key).Inc()
-				msg := fmt.Sprintf("programming gateway %s failed, retrying: %v", key, err)
+				// Every bound Service's owner reads this: a bounded, single-line text, and no
+				// transport details (SPEC N6, N8); the log has the whole error.
+				msg := fmt.Sprintf("programming gateway %s failed, retrying: %s", key, transport.EventText(err))
 				for _, sp := range mine {
 					failed[sp] = true // their status, ingress and releases wait for programming
 					if sp.Served() {
@@ -260,7 +262,8 @@ func transportInstances(gp *model.GatewayPlan) []transport.Instance {
 	for _, inst := range gp.Instances {
 		out = append(out, transport.Instance{
 			Gateway: gp.Name, Namespace: inst.Pod.Namespace, Pod: inst.Pod.Name, UID: inst.Pod.UID,
-			Netns: inst.Pod.Annotations[transport.NetnsAnnotation],
+			Netns:    inst.Pod.Annotations[transport.NetnsAnnotation],
+			Workload: inst.Workload, WorkloadNamespace: inst.WorkloadNamespace,
 		})
 	}
 	return out

@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/vpcgw/vpcgw/internal/gwstate"
+	"github.com/vpcgw/vpcgw/internal/transport/lineio"
 )
 
 // RunAgent reads one JSON gwstate.State per line from in, normalizes, validates and applies it,
@@ -37,6 +37,15 @@ type ServeOptions struct {
 	// RetryMin and RetryMax bound the backoff with which a failed apply is retried (SPEC D8);
 	// RetryMin 0 disables retries.
 	RetryMin, RetryMax time.Duration
+	// MaxStateLine bounds one state line (default lineio.MaxStateLine).
+	MaxStateLine int
+}
+
+func (o ServeOptions) maxStateLine() int {
+	if o.MaxStateLine > 0 {
+		return o.MaxStateLine
+	}
+	return lineio.MaxStateLine
 }
 
 // Serve is RunAgent's loop for any agent: one ack per state line, plus a drift check every
@@ -80,9 +89,11 @@ func Serve(ctx context.Context, agent *Agent, in io.Reader, out io.Writer, o Ser
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
-		r := bufio.NewReaderSize(in, 1<<20)
+		// Bounded (SPEC N6): a line longer than the bound ends the loop with an error, never an
+		// unbounded allocation.
+		r := lineio.NewReader(in, o.maxStateLine())
 		for {
-			data, err := r.ReadBytes('\n')
+			data, err := r.ReadLine()
 			if len(data) > 0 || err != nil {
 				select {
 				case lines <- line{data, err}:
@@ -131,6 +142,10 @@ func Serve(ctx context.Context, agent *Agent, in io.Reader, out io.Writer, o Ser
 		if l.err != nil {
 			if errors.Is(l.err, io.EOF) {
 				return nil
+			}
+			if errors.Is(l.err, lineio.ErrTooLong) {
+				// Say why before the stream ends: the controller redials and sends a complete state.
+				_ = enc.Encode(gwstate.Ack{Error: fmt.Sprintf("cannot read state: %v", l.err)})
 			}
 			return fmt.Errorf("reading states: %w", l.err)
 		}

@@ -41,6 +41,10 @@ type Instance struct {
 	LanIP string
 	// Initialized: kube-ovn ran the gateway's init (annotation vpc_nat_gw_init=true).
 	Initialized bool
+	// Workload and WorkloadNamespace are kube-ovn's workload of the gateway ("<prefix>-<gw>" and
+	// its namespace): the transport checks the Pod's owner chain against them before it execs
+	// (SPEC N5).
+	Workload, WorkloadNamespace string
 }
 
 // VIPRoutes are the Logical_Router_Policies of one gateway: priority 29210, match
@@ -196,7 +200,7 @@ func (ix *Index) instances(gw string) []Instance {
 		// The route's next hop comes from the Pod's status (the kubelet's report of the address
 		// kube-ovn allocated), never from an annotation its owner could write (SPEC N5).
 		lan, _ := firstIPv4([]string{p.Status.PodIP})
-		out = append(out, Instance{Pod: p, LanIP: lan, Initialized: p.Annotations[AnnotationGwInit] == "true"})
+		out = append(out, Instance{Pod: p, LanIP: lan, Initialized: p.Annotations[AnnotationGwInit] == "true", Workload: app, WorkloadNamespace: ns})
 	}
 	slices.SortFunc(out, func(a, b Instance) int { return strings.Compare(a.Pod.Name, b.Pod.Name) })
 	return out

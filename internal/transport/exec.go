@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
@@ -71,6 +72,7 @@ type Exec struct {
 	protocol    ExecProtocol
 	dialTimeout time.Duration
 	closeGrace  time.Duration
+	verifier    PodVerifier
 }
 
 var _ Dialer = (*Exec)(nil)
@@ -98,8 +100,14 @@ func WithExecDialTimeout(d time.Duration) ExecOption { return func(e *Exec) { e.
 // stream is cancelled (default DefaultExecCloseGrace).
 func WithExecCloseGrace(d time.Duration) ExecOption { return func(e *Exec) { e.closeGrace = d } }
 
+// WithExecPodVerifier replaces the check that a Pod is an instance of its gateway before an agent
+// is started in it (default: an OwnerChainVerifier reading through cfg). Tests of the stream
+// itself, against an API server that serves only pods/exec, pass their own.
+func WithExecPodVerifier(v PodVerifier) ExecOption { return func(e *Exec) { e.verifier = v } }
+
 // NewExec returns an exec-API Dialer that talks to the API server of cfg. cfg needs permission to
-// `create` `pods/exec` (and `get` for the WebSocket upgrade) in the gateways' namespaces.
+// `create` `pods/exec` (and `get` for the WebSocket upgrade) in the gateways' namespaces, and, for
+// the default PodVerifier, `get` on pods, statefulsets, replicasets and deployments there.
 func NewExec(cfg *rest.Config, log logr.Logger, opts ...ExecOption) (*Exec, error) {
 	if cfg == nil {
 		return nil, errors.New("exec transport: no rest config")
@@ -144,6 +152,13 @@ func NewExec(cfg *rest.Config, log logr.Logger, opts ...ExecOption) (*Exec, erro
 		return nil, fmt.Errorf("exec transport: %w", err)
 	}
 	e.rest = client
+	if e.verifier == nil {
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("exec transport: %w", err)
+		}
+		e.verifier = &OwnerChainVerifier{Client: cs}
+	}
 	return e, nil
 }
 
@@ -196,6 +211,14 @@ func (e *Exec) executor(u *url.URL) (remotecommand.Executor, error) {
 func (e *Exec) Dial(ctx context.Context, inst Instance) (*Conn, error) {
 	if inst.Namespace == "" || inst.Pod == "" {
 		return nil, fmt.Errorf("exec transport: instance %s has no namespace or pod name", inst)
+	}
+	// The Pod's identity first: exec is a shell-equivalent privilege, and a Pod that merely
+	// carries the gateway's labels must not get an agent (nor the gateway's state).
+	vctx, vcancel := context.WithTimeout(ctx, e.dialTimeout)
+	err := e.verifier.VerifyPod(vctx, inst, e.container)
+	vcancel()
+	if err != nil {
+		return nil, fmt.Errorf("exec transport: refusing to start the agent: %w", err)
 	}
 	u := e.URL(inst)
 	exe, err := e.executor(u)

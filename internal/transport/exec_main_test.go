@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/vpcgw/vpcgw/internal/dataplane"
+	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
 )
 
 // execHelperEnv, set to "vpcgw", turns the test binary into `vpcgw`: `vpcgw agent [flags]` runs
@@ -15,9 +16,17 @@ import (
 const execHelperEnv = "TRANSPORT_TEST_HELPER"
 
 func TestMain(m *testing.M) {
+	// kube-ovn-controller is started through this binary, re-executed as the mount helper.
+	if kubeovnrun.MaybeRunMountHelper() {
+		return
+	}
 	switch os.Getenv(execHelperEnv) {
 	case "":
-		os.Exit(m.Run())
+		code := m.Run()
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+		os.Exit(code)
 	case "vpcgw":
 		args := os.Args[1:]
 		if len(args) == 0 || args[0] != "agent" {

@@ -98,7 +98,7 @@ func TestExecProgramsRealNftablesInANetns(t *testing.T) {
 	logs := &logSink{}
 	kubelet := newTestKubelet(t, netnsRuntime(t, ns))
 	api := newTestAPIServer(t, kubelet, true, testNS+"/"+testPod)
-	ex, err := NewExec(api.restConfig(), logs.logger(), WithExecCloseGrace(10*time.Second))
+	ex, err := NewExec(api.restConfig(), logs.logger(), WithExecCloseGrace(10*time.Second), WithExecPodVerifier(acceptPods{}))
 	if err != nil {
 		t.Fatal(err)
 	}

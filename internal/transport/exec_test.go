@@ -102,6 +102,12 @@ func testState(gen int64, n, backends int, base int32) gwstate.State {
 	return st
 }
 
+// acceptPods takes every Pod for a gateway Pod: the harness's API server serves pods/exec only
+// (the owner chain check has its own tests against the real API server, verify_test.go).
+type acceptPods struct{}
+
+func (acceptPods) VerifyPod(context.Context, Instance, string) error { return nil }
+
 type execEnv struct {
 	pods    *fakePods
 	kubelet *testKubelet
@@ -115,7 +121,7 @@ func newExecEnv(t *testing.T, translate bool, opts ...ExecOption) *execEnv {
 	e := &execEnv{pods: newFakePods(), logs: &logSink{}}
 	e.kubelet = newTestKubelet(t, e.pods.run)
 	e.api = newTestAPIServer(t, e.kubelet, translate, testNS+"/"+testPod)
-	ex, err := NewExec(e.api.restConfig(), e.logs.logger(), append([]ExecOption{WithExecCloseGrace(10 * time.Second)}, opts...)...)
+	ex, err := NewExec(e.api.restConfig(), e.logs.logger(), append([]ExecOption{WithExecCloseGrace(10 * time.Second), WithExecPodVerifier(acceptPods{})}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +297,7 @@ func TestExecDialErrors(t *testing.T) {
 		hang := make(chan struct{})
 		defer close(hang)
 		e.api.hangUntil(hang)
-		ex, err := NewExec(e.api.restConfig(), logr.Discard(), WithExecDialTimeout(300*time.Millisecond))
+		ex, err := NewExec(e.api.restConfig(), logr.Discard(), WithExecDialTimeout(300*time.Millisecond), WithExecPodVerifier(acceptPods{}))
 		if err != nil {
 			t.Fatal(err)
 		}

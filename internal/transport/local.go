@@ -57,6 +57,7 @@ func (l *LocalNetns) Dial(_ context.Context, inst Instance) (*Conn, error) {
 	go func() {
 		defer close(logDone)
 		forwardLines(stderr, log)
+		_, _ = io.Copy(io.Discard, stderr) // past a line longer than the scanner's bound: keep the agent from blocking on stderr
 	}()
 	return NewConn(stdin, stdout, &process{cmd: cmd, stdin: stdin, logDone: logDone, log: log}), nil
 }

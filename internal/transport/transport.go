@@ -5,7 +5,6 @@
 package transport
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vpcgw/vpcgw/internal/gwstate"
+	"github.com/vpcgw/vpcgw/internal/transport/lineio"
 )
 
 // Instance is one running instance (pod) of a VpcNatGateway.
@@ -24,6 +24,14 @@ type Instance struct {
 	Namespace string
 	Pod       string
 	UID       types.UID
+	// Workload is the name of kube-ovn's StatefulSet (or Deployment) of the gateway,
+	// "<natGwNamePrefix>-<gateway>"; empty means kube-ovn's default prefix. The exec transport
+	// starts an agent only in a Pod that workload owns (SPEC N5).
+	Workload string
+	// WorkloadNamespace is where kube-ovn runs the gateway's workload (its POD_NAMESPACE, or
+	// spec.namespace on master). Required by the exec transport: a workload of the same name
+	// and labels in any other namespace is anyone's (SPEC N5).
+	WorkloadNamespace string
 	// Netns is the network namespace that stands in for the pod in the lab (local transport).
 	Netns string
 }
@@ -41,7 +49,8 @@ type Dialer interface {
 // the agent answers states in order.
 type Conn struct {
 	mu      sync.Mutex
-	enc     *json.Encoder
+	w       io.Writer
+	limits  Limits
 	closer  io.Closer
 	acks    chan gwstate.Ack
 	readErr chan error // receives the reader's terminal error once
@@ -56,10 +65,37 @@ type Conn struct {
 	deltas bool
 }
 
-// NewConn wraps the agent's stdin (w) and stdout (r). closer ends the stream (and its process).
+// Limits bound the lines of the stream (SPEC N6); zero fields take the lineio defaults.
+type Limits struct {
+	// MaxAckLine bounds one line from the agent (default lineio.MaxAckLine). A longer line is an
+	// error that breaks the Conn: the caller redials and sends a complete state.
+	MaxAckLine int
+	// MaxStateLine bounds one state towards the agent (default lineio.MaxStateLine, the agent's
+	// own bound): a larger state is refused before it is sent, with the Conn left usable.
+	MaxStateLine int
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxAckLine <= 0 {
+		l.MaxAckLine = lineio.MaxAckLine
+	}
+	if l.MaxStateLine <= 0 {
+		l.MaxStateLine = lineio.MaxStateLine
+	}
+	return l
+}
+
+// NewConn wraps the agent's stdin (w) and stdout (r) with the default Limits. closer ends the
+// stream (and its process).
 func NewConn(w io.Writer, r io.Reader, closer io.Closer) *Conn {
+	return NewConnWithLimits(w, r, closer, Limits{})
+}
+
+// NewConnWithLimits is NewConn with explicit line bounds.
+func NewConnWithLimits(w io.Writer, r io.Reader, closer io.Closer, limits Limits) *Conn {
 	c := &Conn{
-		enc:     json.NewEncoder(w),
+		w:       w,
+		limits:  limits.withDefaults(),
 		closer:  closer,
 		acks:    make(chan gwstate.Ack),
 		readErr: make(chan error, 1),
@@ -72,9 +108,13 @@ func NewConn(w io.Writer, r io.Reader, closer io.Closer) *Conn {
 
 func (c *Conn) read(r io.Reader) {
 	defer close(c.ended)
-	br := bufio.NewReaderSize(r, 1<<16)
+	lr := lineio.NewReader(r, c.limits.MaxAckLine)
 	for {
-		line, err := br.ReadBytes('\n')
+		line, err := lr.ReadLine()
+		if errors.Is(err, lineio.ErrTooLong) {
+			c.readErr <- fmt.Errorf("agent sent an acknowledgement line longer than the limit: %w", err)
+			return
+		}
 		if len(line) > 0 {
 			var ack gwstate.Ack
 			if jerr := json.Unmarshal(line, &ack); jerr != nil {
@@ -113,10 +153,20 @@ func (c *Conn) Apply(ctx context.Context, st gwstate.State) error {
 		msg = gwstate.Delta(*c.last, st)
 		msg.Generation, msg.Base = st.Generation, c.last.Generation
 	}
+	line, err := json.Marshal(msg)
+	if err != nil {
+		return fmt.Errorf("encoding state generation %d: %w", st.Generation, err)
+	}
+	if len(line)+1 > c.limits.MaxStateLine {
+		// The agent would refuse the line and end the stream; nothing is sent, the agent keeps
+		// the state it has.
+		return fmt.Errorf("state generation %d encodes to %d bytes, more than the agent's limit of %d: %w",
+			st.Generation, len(line)+1, c.limits.MaxStateLine, lineio.ErrTooLong)
+	}
 	// Until this state is acknowledged, the agent's state is unknown: a failure sends the next
 	// one complete.
 	c.last = nil
-	if err := c.enc.Encode(msg); err != nil {
+	if _, err := c.w.Write(append(line, '\n')); err != nil {
 		return c.fail(fmt.Errorf("sending state generation %d: %w", st.Generation, err))
 	}
 	for {

@@ -93,9 +93,19 @@ else fails the render.
 {{- if not (regexMatch "^[A-Za-z0-9][-A-Za-z0-9_.:@]*$" (toString .Values.kubeOvn.serviceAccount)) -}}
 {{- fail (printf "kubeOvn.serviceAccount must be kube-ovn-controller's user name, like system:serviceaccount:kube-system:ovn, not %q" (toString .Values.kubeOvn.serviceAccount)) -}}
 {{- end -}}
-{{- if not .Values.gatewayNamespaces -}}
-{{- fail "gatewayNamespaces must name at least one namespace (where the VPC NAT gateway pods run)" -}}
+{{- if hasKey .Values "gatewayNamespaces" -}}
+{{- fail "gatewayNamespaces is gone: pods/exec is granted in kubeOvn.namespace, plus extraGatewayNamespaces for gateways with spec.namespace elsewhere (kube-ovn master); there is no cluster-wide pods/exec" -}}
 {{- end -}}
+{{- range $ns := .Values.extraGatewayNamespaces -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$" (toString $ns)) -}}
+{{- fail (printf "extraGatewayNamespaces must list namespace names, not %q (there is no cluster-wide pods/exec)" (toString $ns)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The namespaces where the controller may exec into gateway pods (SPEC N5), one per line. */}}
+{{- define "vpcgw.gatewayNamespaces" -}}
+{{- prepend (.Values.extraGatewayNamespaces | default list) .Values.kubeOvn.namespace | uniq | join "\n" -}}
 {{- end -}}
 
 {{/* The kube-ovn CRDs vpcgw reads and writes objects of; kube-ovn installs them (SPEC K1). */}}

@@ -1,0 +1,219 @@
+// covers: N5, N6 (the rendered RBAC grants nothing beyond an explicit, justified allow-list)
+package deploy
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// grant is one permission of one role: "<group>/<resource> <verb>" or "url:<path> <verb>".
+type grant = string
+
+// leastPrivilege is every permission the chart may grant, by role (name without the release's
+// prefix), each with the code that needs it. A rendering that grants anything else fails.
+var leastPrivilege = map[string]map[grant]string{
+	"ClusterRole controller": {
+		"/services list":                                     "gateway.go:SetupWithManager watches Services; snapshot.go lists them by gateway",
+		"/services watch":                                    "gateway.go:SetupWithManager watches Services",
+		"/services patch":                                    "reconcile.go:patchFinalizer (finalizer only, SPEC T2)",
+		"/services/status patch":                             "reconcile.go:publishIngress (status.loadBalancer.ingress, SPEC T1)",
+		"/pods list":                                         "snapshot.go lists gateway and backend Pods",
+		"/pods watch":                                        "gateway.go:SetupWithManager watches Pods",
+		"discovery.k8s.io/endpointslices list":               "snapshot.go lists a Service's EndpointSlices (SPEC B1)",
+		"discovery.k8s.io/endpointslices watch":              "gateway.go:SetupWithManager watches EndpointSlices",
+		"kubeovn.io/vpc-nat-gateways list":                   "snapshot.go lists gateways",
+		"kubeovn.io/vpc-nat-gateways watch":                  "gateway.go:SetupWithManager (For VpcNatGateway)",
+		"kubeovn.io/iptables-eips list":                      "snapshot.go lists EIPs (SPEC S3)",
+		"kubeovn.io/iptables-eips watch":                     "gateway.go:SetupWithManager watches IptablesEIP",
+		"kubeovn.io/subnets list":                            "snapshot.go lists Subnets (a NIC's VPC, SPEC B2)",
+		"kubeovn.io/subnets watch":                           "informer on Subnet",
+		"kubeovn.io/vpcs get":                                "a gateway's Vpc (SPEC K3)",
+		"kubeovn.io/vpcs list":                               "informer on Vpc",
+		"kubeovn.io/vpcs watch":                              "informer on Vpc",
+		"kubeovn.io/iptables-dnat-rules list":                "snapshot.go lists records (ledger iptables-dnat-rule)",
+		"kubeovn.io/iptables-dnat-rules watch":               "gateway.go:SetupWithManager watches IptablesDnatRule",
+		"kubeovn.io/iptables-dnat-rules create":              "reconcile.go:writeRecords (SPEC R1)",
+		"kubeovn.io/iptables-dnat-rules update":              "reconcile.go:writeRecords",
+		"kubeovn.io/iptables-dnat-rules delete":              "reconcile.go:deleteRecords (SPEC R4)",
+		"kubeovn.io/iptables-dnat-rules/status update":       "reconcile.go:writeRecordStatus (SPEC R3)",
+		"vpcgw.io/servicerecords get":                        "ServiceRecord ledger: direct Get on a conflict (SPEC R6)",
+		"vpcgw.io/servicerecords list":                       "ServiceRecord ledger informer",
+		"vpcgw.io/servicerecords watch":                      "ServiceRecord ledger informer",
+		"vpcgw.io/servicerecords create":                     "ServiceRecord ledger writes (SPEC R1)",
+		"vpcgw.io/servicerecords update":                     "ServiceRecord ledger writes (SPEC R3)",
+		"vpcgw.io/servicerecords patch":                      "ServiceRecord ledger writes",
+		"vpcgw.io/servicerecords delete":                     "released and orphan records (SPEC R4)",
+		"events.k8s.io/events create":                        "reconcile.go:emitOnce (SPEC T3)",
+		"events.k8s.io/events patch":                         "reconcile.go:emitOnce (event series)",
+		"apiextensions.k8s.io/customresourcedefinitions get": "ledger.go:CheckLedgerForm, iptables-dnat-rules.kubeovn.io only",
+	},
+	"Role controller-exec": {
+		"/pods/exec create":     "transport/exec.go:Exec.Dial (the agent's stream)",
+		"/pods/exec get":        "transport/exec.go:Exec.executor (WebSocket GET before Kubernetes 1.35)",
+		"/pods get":             "transport/verify.go:OwnerChainVerifier (the Pod, read directly before any exec)",
+		"apps/statefulsets get": "transport/verify.go:OwnerChainVerifier (kube-ovn's StatefulSet)",
+		"apps/replicasets get":  "transport/verify.go:OwnerChainVerifier (kube-ovn master's Deployment Pods)",
+		"apps/deployments get":  "transport/verify.go:OwnerChainVerifier (kube-ovn master's Deployment)",
+	},
+	"Role controller-kube-ovn-config": {
+		"/configmaps get":   "ovn-vpc-nat-config (SPEC K5)",
+		"/configmaps list":  "informer on ovn-vpc-nat-config",
+		"/configmaps watch": "informer on ovn-vpc-nat-config",
+	},
+	"Role controller-leader-election": {
+		"coordination.k8s.io/leases get":    "LeaseLock.Get, vpcgw-controller only",
+		"coordination.k8s.io/leases update": "LeaseLock.Update, vpcgw-controller only",
+		"coordination.k8s.io/leases create": "LeaseLock.Create (RBAC cannot restrict create by name)",
+		"/events create":                    "the leader election event",
+		"/events patch":                     "the leader election event series",
+	},
+	"ClusterRole controller-metrics-auth": {
+		"authentication.k8s.io/tokenreviews create":        "metrics filters: TokenReview of a scrape (SPEC N6)",
+		"authorization.k8s.io/subjectaccessreviews create": "metrics filters: SubjectAccessReview of a scrape (SPEC N6)",
+	},
+	"ClusterRole metrics-reader": {
+		"url:/metrics get": "what a scraper needs, nothing more",
+	},
+	"ClusterRole webhook": {
+		"/services list":                       "webhook informer and Lists by EIP/gateway (W3, W6)",
+		"/services watch":                      "webhook informer",
+		"kubeovn.io/iptables-eips list":        "webhook informer (W3)",
+		"kubeovn.io/iptables-eips watch":       "webhook informer",
+		"kubeovn.io/iptables-dnat-rules list":  "webhook informer on records (W5, W6)",
+		"kubeovn.io/iptables-dnat-rules watch": "webhook informer",
+		"kubeovn.io/subnets list":              "webhook informer (K4)",
+		"kubeovn.io/subnets watch":             "webhook informer",
+		"kubeovn.io/vpc-nat-gateways list":     "webhook informer: the gateway a Service names (SPEC N1)",
+		"kubeovn.io/vpc-nat-gateways watch":    "webhook informer",
+		"kubeovn.io/vpcs list":                 "webhook informer: the gateway's Vpc admits the namespace (SPEC N1)",
+		"kubeovn.io/vpcs watch":                "webhook informer",
+		"vpcgw.io/servicerecords list":         "webhook informer (W5, W6)",
+		"vpcgw.io/servicerecords watch":        "webhook informer",
+	},
+}
+
+// roleGrants returns the grants of a Role or ClusterRole, with each rule's resourceNames.
+func roleGrants(t *testing.T, o *unstructured.Unstructured) map[grant][]string {
+	t.Helper()
+	out := map[grant][]string{}
+	rs, _, _ := unstructured.NestedSlice(o.Object, "rules")
+	for _, r := range rs {
+		m := r.(map[string]any)
+		var names []string
+		for _, n := range asList(m["resourceNames"]) {
+			names = append(names, n.(string))
+		}
+		var keys []string
+		for _, u := range asList(m["nonResourceURLs"]) {
+			keys = append(keys, "url:"+u.(string))
+		}
+		for _, g := range asList(m["apiGroups"]) {
+			for _, res := range asList(m["resources"]) {
+				keys = append(keys, g.(string)+"/"+res.(string))
+			}
+		}
+		for _, k := range keys {
+			for _, v := range asList(m["verbs"]) {
+				g := k + " " + v.(string)
+				if _, seen := out[g]; seen && (len(out[g]) == 0 || len(names) == 0) {
+					out[g] = nil // unrestricted somewhere: unrestricted
+				} else {
+					out[g] = append(out[g], names...)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// covers: N5, N6
+func TestRBACLeastPrivilege(t *testing.T) {
+	helmBin(t)
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		execIn     []string // the only namespaces with pods/exec
+		namespaces []string // where vpcgw's service accounts live
+	}{
+		{"defaults", nil, []string{"kube-system"}, []string{"kube-system"}},
+		{"leader election, a kube-ovn master gateway namespace", []string{"--set", "controller.replicas=2", "--set", "extraGatewayNamespaces={gw-a,kube-system}"}, []string{"kube-system", "gw-a"}, []string{"kube-system"}},
+		{"kube-ovn in its own namespace, the seed's ledger", []string{"--set", "kubeOvn.namespace=kube-ovn", "--set", "ledger=iptables-dnat-rule", "--set", "controller.leaderElect=true"}, []string{"kube-ovn"}, []string{"kube-system"}},
+		{"metrics on loopback, cert-manager", []string{"--set", "controller.metricsSecure=false", "--set", "webhook.certManager.enabled=true"}, []string{"kube-system"}, []string{"kube-system"}},
+		{"metrics readers", []string{"--set", "controller.metricsReaders[0].name=prom", "--set", "controller.metricsReaders[0].namespace=monitoring"}, []string{"kube-system"}, []string{"kube-system", "monitoring"}},
+		{"local transport", []string{"--set", "transport=local"}, nil, []string{"kube-system"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := manifest(render(t, tc.args...))
+			var execNS []string
+			for _, o := range m {
+				kind := o.GetKind()
+				switch kind {
+				case "Role", "ClusterRole":
+				case "RoleBinding", "ClusterRoleBinding":
+					subs, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+					for _, s := range subs {
+						sm := s.(map[string]any)
+						if sm["kind"] != "ServiceAccount" || !slices.Contains(tc.namespaces, fmt.Sprint(sm["namespace"])) {
+							t.Errorf("%s %s binds %v", kind, o.GetName(), sm)
+						}
+					}
+					continue
+				default:
+					continue
+				}
+				role := kind + " " + strings.TrimPrefix(o.GetName(), "vpcgw-")
+				allowed, known := leastPrivilege[role]
+				if !known {
+					t.Errorf("%s/%s: a role the allow-list does not know", o.GetNamespace(), role)
+					continue
+				}
+				grants := roleGrants(t, o)
+				keys := make([]string, 0, len(grants))
+				for g := range grants {
+					keys = append(keys, g)
+				}
+				sort.Strings(keys)
+				for _, g := range keys {
+					names := grants[g]
+					if strings.Contains(g, "*") {
+						t.Errorf("%s grants a wildcard: %s", role, g)
+					}
+					if _, ok := allowed[g]; !ok {
+						t.Errorf("%s grants %q, which is not in the allow-list (add it there with the code that needs it, or drop it)", role, g)
+					}
+					resource, verb, _ := strings.Cut(g, " ")
+					if resource == "coordination.k8s.io/leases" {
+						if kind == "ClusterRole" {
+							t.Errorf("%s grants %s cluster-wide", role, g)
+						}
+						if verb != "create" && !slices.Equal(names, []string{"vpcgw-controller"}) {
+							t.Errorf("%s grants %s on leases %v; want resourceNames [vpcgw-controller] (SPEC N5)", role, verb, names)
+						}
+					}
+					if resource == "apiextensions.k8s.io/customresourcedefinitions" && !slices.Equal(names, []string{"iptables-dnat-rules.kubeovn.io"}) {
+						t.Errorf("%s grants %s on CRDs %v", role, verb, names)
+					}
+					if resource == "/pods/exec" {
+						if kind == "ClusterRole" {
+							t.Errorf("%s grants pods/exec cluster-wide", role)
+						}
+						execNS = append(execNS, o.GetNamespace())
+					}
+					if resource == "/secrets" {
+						t.Errorf("%s reads Secrets", role)
+					}
+				}
+			}
+			execNS = slices.Compact(slices.Sorted(slices.Values(execNS)))
+			want := slices.Sorted(slices.Values(tc.execIn))
+			if !slices.Equal(execNS, want) {
+				t.Errorf("pods/exec in namespaces %v, want exactly %v", execNS, want)
+			}
+		})
+	}
+}
