@@ -37,8 +37,9 @@ type Agent struct {
 	be    backend
 	log   logr.Logger
 	iface string
-	vips  vipHolder   // nil: lo is not managed
-	ct    flowCleaner // nil: conntrack is not managed
+	vips  vipHolder     // nil: lo is not managed
+	ct    flowCleaner   // nil: conntrack is not managed
+	own   ownAddrLister // nil: backends are not checked against the gateway's addresses (N2)
 	// ctDeleted counts conntrack entries deleted since TakeConntrackDeleted last read it.
 	ctDeleted int
 
@@ -109,8 +110,8 @@ type Config struct {
 }
 
 // NewKernelAgent returns an agent for the network namespace of the calling thread: netlink
-// (github.com/google/nftables) for nftables unless cfg.TextPath, rtnetlink for lo, conntrack
-// netlink for flows. The sockets are opened now, so a caller that switched namespaces on a
+// (github.com/google/nftables) for nftables unless cfg.TextPath, rtnetlink for lo and for the
+// gateway's own addresses (refused as backends, SPEC N2), conntrack netlink for flows. The sockets are opened now, so a caller that switched namespaces on a
 // locked thread may switch back afterwards.
 func NewKernelAgent(cfg Config, log logr.Logger) (*Agent, error) {
 	var be backend
@@ -143,7 +144,13 @@ func NewKernelAgent(cfg Config, log logr.Logger) (*Agent, error) {
 		}
 		ct = c
 	}
-	return newAgent(be, log, cfg.VPCInterface, vips, ct), nil
+	own, err := newRtnlAddrs()
+	if err != nil {
+		return nil, err
+	}
+	a := newAgent(be, log, cfg.VPCInterface, vips, ct)
+	a.own = own
+	return a, nil
 }
 
 // TakeConntrackDeleted returns how many conntrack entries were deleted since the last call.
@@ -177,7 +184,8 @@ type idKey struct {
 
 func keyOf(id gwstate.Identity) idKey { return idKey{id.VIP, id.Port, id.Protocol} }
 
-// validate is st.Validate for the identities that differ from the committed ones: those were
+// validate is st.Validate, and the refusal of the gateway's own addresses as backends
+// (refuseOwnAddrs), for the identities that differ from the committed ones: those were
 // validated when they were committed, and validating 10,000 identities × 10 backends costs
 // more than applying a change to one of them (SPEC P1). Duplicates are checked on all (a
 // normalized state has them side by side).
@@ -192,7 +200,10 @@ func (a *Agent) validate(st gwstate.State) error {
 		}
 		changed.Identities = append(changed.Identities, id)
 	}
-	return changed.Validate()
+	if err := changed.Validate(); err != nil {
+		return err
+	}
+	return a.refuseOwnAddrs(changed.Identities)
 }
 
 // Retry re-applies the last desired state if it is not committed (after a failed Apply). It
@@ -338,24 +349,17 @@ func (a *Agent) applyLocked(ctx context.Context, st gwstate.State) error {
 	return errors.Join(errs...)
 }
 
-// cleanTargets says which conntrack entries must go after committing desired (SPEC D6): for a
-// UDP identity whose backends changed (or that went to or from zero backends), the flows whose
-// reply does not come from a current backend; for an identity that left the state, all its
-// flows. A full sync reconciles every UDP identity. TCP flows to backends that stay are never
-// named.
+// cleanTargets says which conntrack entries must go after committing desired (SPEC D6, N7):
+// flowTarget's for every identity of the state, and all the flows of an identity that left it.
 func (a *Agent) cleanTargets(full bool, desired, present map[idKey]gwstate.Identity) []cleanTarget {
 	if a.ct == nil {
 		return nil
 	}
 	var out []cleanTarget
 	for k, id := range present {
-		if id.Protocol != gwstate.UDP {
-			continue
-		}
 		old, had := a.applied[k]
-		now, has := desired[k]
-		if full || had != has || (had && !slices.Equal(old.Backends, now.Backends)) {
-			out = append(out, newCleanTarget(id.VIP, id.Port, id.Protocol, now.Backends))
+		if t, ok := flowTarget(full, id, old, had); ok {
+			out = append(out, t)
 		}
 	}
 	for k, id := range a.present {
@@ -648,6 +652,9 @@ func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired
 			writeIdentity(tx, nil, &id)
 		}
 		keepChains[IdentityChain(id.VIP, id.Port, id.Protocol)] = true
+		if len(id.SourceRanges) > 0 {
+			keepSets[SourceSet(id)] = true
+		}
 		if id.AffinityTimeoutSeconds > 0 {
 			for _, b := range id.Backends {
 				keepChains[EndpointChain(id, b)] = true

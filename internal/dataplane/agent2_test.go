@@ -4,6 +4,7 @@ package dataplane
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -41,7 +42,14 @@ func describe(ts []cleanTarget) []string {
 			keep = append(keep, ap.String())
 		}
 		slices.Sort(keep)
-		out = append(out, t.vip.String()+":"+protoName(t.proto)+":"+strings.Join(keep, ","))
+		d := t.vip.String() + ":" + protoName(t.proto) + ":" + strings.Join(keep, ",")
+		if !t.byReply {
+			d = t.vip.String() + ":" + protoName(t.proto)
+		}
+		if len(t.allow) > 0 {
+			d += " from outside " + fmt.Sprint(t.allow)
+		}
+		out = append(out, d)
 	}
 	slices.Sort(out)
 	return out

@@ -3,6 +3,7 @@ package dataplane
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/ti-mo/conntrack"
 
@@ -12,8 +13,8 @@ import (
 // flowCleaner deletes conntrack entries (SPEC D6).
 type flowCleaner interface {
 	// clean deletes every IPv4 flow whose original destination is one of the targets' VIP,
-	// port and protocol and whose reply source is not one of that target's keep addresses
-	// (nil keep: every flow of the target). It returns the number of deleted flows.
+	// port and protocol and that the target calls stale (cleanTarget.stale). It returns the
+	// number of deleted flows.
 	clean(targets []cleanTarget) (int, error)
 }
 
@@ -21,15 +22,63 @@ type cleanTarget struct {
 	vip   netip.Addr
 	port  uint16
 	proto uint8
-	keep  map[netip.AddrPort]bool // backends that stay; reply source is ip:port of the backend
+	// byReply: a flow whose reply source is not in keep is stale (empty keep: every flow).
+	byReply bool
+	keep    map[netip.AddrPort]bool // backends that stay; reply source is ip:port of the backend
+	// allow, when not empty: a flow whose original source is in none of them is stale (the
+	// identity's source ranges were narrowed, SPEC N7).
+	allow []netip.Prefix
 }
 
+// newCleanTarget names the flows of an identity whose reply does not come from one of
+// backends (nil: all its flows).
 func newCleanTarget(vip string, port int32, proto gwstate.Protocol, backends []gwstate.Backend) cleanTarget {
-	t := cleanTarget{vip: netip.MustParseAddr(vip), port: uint16(port), proto: protoNumber(proto), keep: map[netip.AddrPort]bool{}}
+	t := cleanTarget{vip: netip.MustParseAddr(vip), port: uint16(port), proto: protoNumber(proto), byReply: true, keep: map[netip.AddrPort]bool{}}
 	for _, b := range backends {
 		t.keep[netip.AddrPortFrom(netip.MustParseAddr(b.IP), uint16(b.Port))] = true
 	}
 	return t
+}
+
+// flowTarget says which conntrack entries of the identity id, as just committed, must go
+// (ok false: none). old is what was committed before it, had whether old had backends; full
+// says the commit was a full sync, after which the agent trusts no earlier flow.
+//   - UDP, when the backends changed or went to or from zero (SPEC D6): flows whose reply does
+//     not come from a current backend. TCP flows to backends that stay are never named.
+//   - With source ranges, when they changed (SPEC N7): flows, TCP or UDP, whose original source
+//     is outside them. The firewall rule sees only the first packet of a connection (nat hook),
+//     so without this a client whose range was removed would keep its established flows; once
+//     its entry is gone, its next packet is a new connection and dropped.
+func flowTarget(full bool, id, old gwstate.Identity, had bool) (cleanTarget, bool) {
+	has := len(id.Backends) > 0
+	byReply := id.Protocol == gwstate.UDP && (full || had != has || (had && !slices.Equal(old.Backends, id.Backends)))
+	byRange := len(id.SourceRanges) > 0 && (full || (had && !slices.Equal(old.SourceRanges, id.SourceRanges)))
+	if !byReply && !byRange {
+		return cleanTarget{}, false
+	}
+	t := newCleanTarget(id.VIP, id.Port, id.Protocol, id.Backends)
+	t.byReply = byReply
+	if byRange {
+		t.allow = sourcePrefixes(slices.Clone(id.SourceRanges))
+	}
+	return t, true
+}
+
+// stale reports whether a flow of the target's identity must go, given its original source
+// and its reply source.
+func (t cleanTarget) stale(origSrc netip.Addr, replySrc netip.AddrPort) bool {
+	if t.byReply && !t.keep[replySrc] {
+		return true
+	}
+	if len(t.allow) == 0 {
+		return false
+	}
+	for _, p := range t.allow {
+		if p.Contains(origSrc) {
+			return false
+		}
+	}
+	return true
 }
 
 // ctCleaner talks to the kernel's conntrack table over netlink (github.com/ti-mo/conntrack), in
@@ -73,7 +122,7 @@ func (c *ctCleaner) clean(targets []cleanTarget) (int, error) {
 			continue
 		}
 		r := f.TupleReply
-		if t.keep[netip.AddrPortFrom(r.IP.SourceAddress, r.Proto.SourcePort)] {
+		if !t.stale(o.IP.SourceAddress, netip.AddrPortFrom(r.IP.SourceAddress, r.Proto.SourcePort)) {
 			continue
 		}
 		if err := c.conn.Delete(f); err != nil {

@@ -147,6 +147,9 @@ func (a *Agent) applyDelta(ctx context.Context, msg gwstate.State) (done bool, e
 	if err := (gwstate.State{Generation: msg.Generation, Identities: changed, ClusterIPs: msg.ClusterIPs}).Validate(); err != nil {
 		return true, fmt.Errorf("invalid state: %w", err)
 	}
+	if err := a.refuseOwnAddrs(changed); err != nil {
+		return true, fmt.Errorf("invalid state: %w", err)
+	}
 	prevClusterIPs := a.lastClusterIPs
 	a.recordDelta(msg)
 
@@ -222,13 +225,9 @@ func (a *Agent) deltaCleanTargets(changed, removed []gwstate.Identity) []cleanTa
 	}
 	var out []cleanTarget
 	for _, id := range changed {
-		if id.Protocol != gwstate.UDP {
-			continue
-		}
 		old, had := a.applied[keyOf(id)]
-		has := len(id.Backends) > 0
-		if had != has || (had && !slices.Equal(old.Backends, id.Backends)) {
-			out = append(out, newCleanTarget(id.VIP, id.Port, id.Protocol, id.Backends))
+		if t, ok := flowTarget(false, id, old, had); ok {
+			out = append(out, t)
 		}
 	}
 	for _, old := range removed {

@@ -37,6 +37,8 @@ func randomStates(r *rand.Rand, n, steps int) []gwstate.State {
 				} else {
 					id.AffinityTimeoutSeconds = int32(30 + r.IntN(3))
 				}
+			case p < 9: // source ranges (SPEC N7) set, changed or removed
+				id.SourceRanges = sourceRangeVariants[r.IntN(len(sourceRangeVariants))]
 			}
 			st.Identities = append(st.Identities, id)
 			if r.IntN(4) == 0 {
@@ -74,7 +76,7 @@ func lastTargets(ct *fakeCT, n int) []string {
 // ruleset of a fresh agent given the merged complete state, the same conntrack cleanings (UDP
 // backends removed, UDP identities left with zero backends, removed identities) and the same lo
 // VIPs as an agent given the complete states, and the agent's desired state is the merged one.
-// covers: P1, D2, D3, D5, D6, D8
+// covers: P1, D2, D3, D5, D6, D8, N7
 func TestDeltaFastPathRandomMatchesFresh(t *testing.T) {
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
@@ -311,7 +313,7 @@ func serviceElements(listing string) []string {
 // In a real kernel, a random sequence of deltas through the fast path gives byte for byte the
 // table an agent given the complete states makes, and the objects, rules and elements of a
 // fresh agent given the merged complete state, with no anonymous map left over.
-// covers: P1, D1, D2, D3, D8
+// covers: P1, D1, D2, D3, D8, N7
 func TestRealDeltaFastPathMatchesFresh(t *testing.T) {
 	l := newLab(t)
 	var nss [3]string

@@ -69,6 +69,13 @@ func compareTable(ts tableState, want expectation) string {
 			return d
 		}
 		wantChains[idc] = true
+		if len(id.SourceRanges) > 0 {
+			set := SourceSet(id)
+			if !sets[set] {
+				return "set " + set + " is missing"
+			}
+			wantSets[set] = true
+		}
 		if id.AffinityTimeoutSeconds > 0 {
 			for _, b := range id.Backends {
 				ep, set := EndpointChain(id, b), AffinitySet(id, b)

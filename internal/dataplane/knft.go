@@ -3,6 +3,7 @@ package dataplane
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -105,6 +106,13 @@ func (t *knftTxn) addAffinitySet(name string, timeout time.Duration) {
 		Flags:   []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
 		Timeout: knftables.PtrTo(timeout),
 	})
+}
+func (t *knftTxn) setSourceRanges(name string, prefixes []netip.Prefix) {
+	t.tx.Add(&knftables.Set{Name: name, Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
+	t.tx.Flush(&knftables.Set{Name: name})
+	for _, p := range prefixes {
+		t.tx.Add(&knftables.Element{Set: name, Key: []string{p.String()}})
+	}
 }
 func (t *knftTxn) addRule(chain string, r rule) {
 	kr := &knftables.Rule{Chain: chain, Rule: r.text()}

@@ -430,6 +430,62 @@ func (t *nlTxn) addAffinitySet(name string, timeout time.Duration) {
 	}, nil))
 }
 
+// setSourceRanges writes the set as nft writes a named interval set of ipv4_addr (the
+// real-kernel test compares both listings): each prefix is a start element and an end element
+// (the address after its last, flagged NFT_SET_ELEM_INTERVAL_END); an end element at 0.0.0.0
+// marks the gap below the first prefix when it does not start at 0.0.0.0; a prefix that ends at
+// 255.255.255.255 has no end element and says so in its user data (open interval).
+func (t *nlTxn) setSourceRanges(name string, prefixes []netip.Prefix) {
+	t.n += 2 + len(prefixes)
+	set := &nftables.Set{Table: t.b.table, Name: name, KeyType: nftables.TypeIPAddr, Interval: true}
+	t.fail(t.b.conn.AddSet(set, nil))
+	t.b.conn.FlushSet(set)
+	var elems []nftables.SetElement
+	if len(prefixes) > 0 && prefixes[0].Addr() != netip.IPv4Unspecified() {
+		elems = append(elems, nftables.SetElement{Key: make([]byte, 4), IntervalEnd: true})
+	}
+	open := false
+	for _, p := range prefixes {
+		start := p.Addr().As4()
+		last := binary.BigEndian.Uint32(start[:]) | (1<<(32-p.Bits()) - 1) // /0: 1<<32 is 0
+		if last == 1<<32-1 {
+			// The open flag travels as element user data, which google/nftables writes only
+			// for a comment: a 3-byte comment is the 4 bytes of the flags value (1, little
+			// endian, then the comment's NUL), and openIntervalUserdata patches its type.
+			elems = append(elems, nftables.SetElement{Key: start[:], Comment: "\x01\x00\x00"})
+			open = true
+			continue
+		}
+		elems = append(elems, nftables.SetElement{Key: start[:]},
+			nftables.SetElement{Key: binary.BigEndian.AppendUint32(nil, last+1), IntervalEnd: true})
+	}
+	if len(elems) == 0 {
+		return
+	}
+	t.fail(t.b.conn.SetAddElements(set, elems))
+	if open {
+		t.fail(patchOpenInterval(t.b.conn))
+	}
+}
+
+// patchOpenInterval turns the comment "\x01\x00\x00" of the last queued message's element into
+// NFTNL_UDATA_SET_ELEM_FLAGS = NFTNL_SET_ELEM_F_INTERVAL_OPEN, as nft writes it.
+func patchOpenInterval(c *nftables.Conn) error {
+	msgs := *queuedMessages(c)
+	if len(msgs) == 0 {
+		return errors.New("source set: no queued message")
+	}
+	d := msgs[len(msgs)-1].Data
+	// NFTA_SET_ELEM_USERDATA (len 10) holding one TLV: type 0 (comment), len 4, 01 00 00 00.
+	pattern := []byte{10, 0, unix.NFTA_SET_ELEM_USERDATA, 0, byte(userdata.NFTNL_UDATA_SET_ELEM_COMMENT), 4, 1, 0, 0, 0}
+	i := bytes.Index(d, pattern)
+	if i < 0 || bytes.Index(d[i+1:], pattern) >= 0 {
+		return errors.New("source set: open interval user data not found once in the NEWSETELEM message")
+	}
+	d[i+4] = byte(userdata.NFTNL_UDATA_SET_ELEM_FLAGS)
+	return nil
+}
+
 func (t *nlTxn) fail(err error) {
 	if err != nil && t.err == nil {
 		t.err = err
@@ -586,6 +642,12 @@ func (t *nlTxn) addRule(chain string, r rule) {
 		exprs = []expr.Any{
 			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
 			&expr.Dynset{SrcRegKey: reg1, SetName: r.set, Operation: unix.NFT_DYNSET_OP_UPDATE},
+		}
+	case ruleFirewall:
+		exprs = []expr.Any{
+			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+			&expr.Lookup{SourceRegister: reg1, SetName: r.set, Invert: true},
+			&expr.Verdict{Kind: expr.VerdictDrop},
 		}
 	default:
 		t.fail(fmt.Errorf("unknown rule kind %d", r.kind))

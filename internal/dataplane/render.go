@@ -11,6 +11,9 @@
 //	  chain dnat-<idhash>            idhash = md5("<vip>:<port>:<proto>")[:12 hex]
 //	  set   aff-<idhash>-<bkhash>    (ClientIP affinity) bkhash = md5("<ip>:<port>")[:8 hex]
 //	  chain ep-<idhash>-<bkhash>     (ClientIP affinity)
+//	  set   src-<idhash>             (loadBalancerSourceRanges, SPEC N7) ipv4_addr, flags interval:
+//	                                 the client prefixes that may reach the identity; the identity
+//	                                 chain's first rule is then ip saddr != @src-<idhash> drop
 //
 //	set   vpcgw-identities  ipv4_addr . inet_proto . inet_service: the keys of the identities
 //	                        whose objects the agent wrote (ownership, SPEC D8, K8)
@@ -21,7 +24,7 @@
 //
 // kube-ovn master writes into the same table with the same names (its share DNAT, #6858): the
 // base chain, the map and dnat-<idhash> chains of its own identities. So the agent owns an
-// identity's objects (element, dnat-, ep- and aff- objects with that idhash) only when its key
+// identity's objects (element, dnat-, ep-, aff- and src- objects with that idhash) only when its key
 // is in vpcgw-identities, which every transaction updates together with the objects: after a
 // restart the kernel still says which identities are the agent's, and kube-ovn's are left
 // alone. The agent also owns the base chain's rule (kube-ovn writes the same one), the map, its
@@ -34,6 +37,8 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"fmt"
+	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -81,6 +86,7 @@ const (
 	identityPrefix = "dnat-"
 	endpointPrefix = "ep-"
 	affinityPrefix = "aff-"
+	sourcePrefix   = "src-"
 )
 
 // IdentityHash is the 12 hex characters of md5("<vip>:<port>:<proto>") that name an identity's
@@ -112,8 +118,40 @@ func AffinitySet(id gwstate.Identity, b gwstate.Backend) string {
 	return affinityPrefix + IdentityHash(id.VIP, id.Port, id.Protocol) + "-" + BackendHash(b.IP, b.Port)
 }
 
-// owned reports whether a chain or set name has the form of an identity, endpoint or affinity
-// object. Whether the object is the agent's depends on its idhash (objectHash, OwnedSet).
+// SourceSet is the name of the set of client prefixes that may reach an identity with source
+// ranges: "src-<idhash>" (SPEC N7).
+func SourceSet(id gwstate.Identity) string {
+	return sourcePrefix + IdentityHash(id.VIP, id.Port, id.Protocol)
+}
+
+// sourcePrefixes are an identity's source ranges as the elements of its src- set: sorted by
+// address, without the ranges that lie inside another (an interval set refuses overlapping
+// elements, and a range inside another adds nothing). Adjacent ranges stay separate, as nft keeps
+// them in a named set without auto-merge, so that both writers put the same elements into the
+// kernel. The ranges are valid (gwstate.State.Validate).
+func sourcePrefixes(ranges []string) []netip.Prefix {
+	ps := make([]netip.Prefix, 0, len(ranges))
+	for _, r := range ranges {
+		ps = append(ps, netip.MustParsePrefix(r))
+	}
+	slices.SortFunc(ps, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits() // the wider first, so that the ranges inside it follow it
+	})
+	out := ps[:0]
+	for _, p := range ps {
+		if len(out) > 0 && out[len(out)-1].Contains(p.Addr()) {
+			continue // canonical prefixes nest or are disjoint: p lies inside the last one kept
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// owned reports whether a chain or set name has the form of an identity, endpoint, affinity or
+// source object. Whether the object is the agent's depends on its idhash (objectHash, OwnedSet).
 func owned(name string) bool {
 	isHex := func(s string) bool {
 		for _, c := range s {
@@ -126,6 +164,9 @@ func owned(name string) bool {
 	switch {
 	case strings.HasPrefix(name, identityPrefix):
 		h := name[len(identityPrefix):]
+		return len(h) == 12 && isHex(h)
+	case strings.HasPrefix(name, sourcePrefix):
+		h := name[len(sourcePrefix):]
 		return len(h) == 12 && isHex(h)
 	case strings.HasPrefix(name, endpointPrefix), strings.HasPrefix(name, affinityPrefix):
 		rest := name[strings.IndexByte(name, '-')+1:]
@@ -185,6 +226,7 @@ const (
 	ruleAffinityCheck                  // ip saddr @<set> goto <chain>
 	ruleAffinityPick                   // numgen random mod N vmap { i : goto <chain i> }
 	ruleAffinityUpdate                 // update @<set> { ip saddr }
+	ruleFirewall                       // ip saddr != @<set> drop (SPEC N7)
 )
 
 // rule is one rule in a structured form that both writers (nft text and netlink) render.
@@ -193,7 +235,7 @@ type rule struct {
 	iface    string           // ruleHairpin
 	proto    gwstate.Protocol // ruleDNAT
 	backends []gwstate.Backend
-	set      string   // ruleAffinityCheck, ruleAffinityUpdate
+	set      string   // ruleAffinityCheck, ruleAffinityUpdate, ruleFirewall
 	chains   []string // ruleAffinityCheck (one), ruleAffinityPick
 }
 
@@ -201,12 +243,17 @@ type rule struct {
 // kube-ovn's share DNAT rewrites identically whenever it adds an identity.
 func (r rule) marked() bool { return r.kind != ruleDispatch }
 
-// ruleCount is the number of rules in an installed identity's chain.
+// ruleCount is the number of rules in an installed identity's chain: the firewall rule when
+// it has source ranges, then the affinity rules or the DNAT rule.
 func ruleCount(id gwstate.Identity) int {
+	n := 1
 	if id.AffinityTimeoutSeconds > 0 {
-		return len(id.Backends) + 1
+		n = len(id.Backends) + 1
 	}
-	return 1
+	if len(id.SourceRanges) > 0 {
+		n++
+	}
+	return n
 }
 
 // text is the rule in nft syntax, as knftables sends it and as the golden tests show it.
@@ -245,6 +292,8 @@ func (r rule) text() string {
 		return b.String()
 	case ruleAffinityUpdate:
 		return "update @" + r.set + " { ip saddr }"
+	case ruleFirewall:
+		return "ip saddr != @" + r.set + " drop"
 	}
 	panic(fmt.Sprintf("unknown rule kind %d", r.kind))
 }
@@ -280,6 +329,9 @@ type txn interface {
 	flushChain(name string)
 	deleteChain(name string)
 	addAffinitySet(name string, timeout time.Duration)
+	// setSourceRanges adds the interval set name (if missing) and makes its elements exactly
+	// prefixes (flush, then add: atomic with the rest of the transaction).
+	setSourceRanges(name string, prefixes []netip.Prefix)
 	deleteSet(name string)
 	addRule(chain string, r rule)
 	// addElement and deleteElement add and delete the identity's service-ips element.
@@ -322,6 +374,9 @@ func writeIdentity(tx txn, old, new *gwstate.Identity) {
 		tx.flushChain(idc)
 		tx.deleteChain(idc)
 		removeEndpoints(tx, *old, nil)
+		if len(old.SourceRanges) > 0 {
+			tx.deleteSet(SourceSet(*old))
+		}
 		tx.deleteOwnedKey(elementKey(*old))
 		return
 	}
@@ -341,6 +396,14 @@ func writeObjects(tx txn, old, new *gwstate.Identity) {
 	}
 	tx.addChain(idc)
 	tx.flushChain(idc)
+	// The source set is written before the rule that references it; one that is no longer
+	// needed goes after the flush that removed the rule. (A full sync, old nil, deletes a
+	// leftover one as stale.)
+	if len(new.SourceRanges) > 0 {
+		tx.setSourceRanges(SourceSet(*new), sourcePrefixes(new.SourceRanges))
+	} else if old != nil && len(old.SourceRanges) > 0 {
+		tx.deleteSet(SourceSet(*old))
+	}
 
 	var keep map[string]bool
 	if new.AffinityTimeoutSeconds > 0 {
@@ -362,6 +425,13 @@ func writeObjects(tx txn, old, new *gwstate.Identity) {
 				}
 			}
 		}
+	}
+	// The firewall (SPEC N7) is the identity chain's first rule: a packet from outside the
+	// ranges is dropped before any affinity lookup or DNAT. The chain is reached only by the
+	// first packet of a connection (nat hook); flows already established from a source the
+	// ranges no longer allow are deleted from conntrack after the commit (flowTarget).
+	if len(new.SourceRanges) > 0 {
+		tx.addRule(idc, rule{kind: ruleFirewall, set: SourceSet(*new)})
 	}
 	if new.AffinityTimeoutSeconds > 0 {
 		timeout := time.Duration(new.AffinityTimeoutSeconds) * time.Second
@@ -392,6 +462,9 @@ func objectNames(id gwstate.Identity) (chains, sets []string) {
 			sets = append(sets, AffinitySet(id, b))
 		}
 	}
+	if len(id.SourceRanges) > 0 {
+		sets = append(sets, SourceSet(id))
+	}
 	return chains, sets
 }
 
@@ -412,9 +485,11 @@ func removeEndpoints(tx txn, old gwstate.Identity, keep map[string]bool) {
 	}
 }
 
-// identityEqual reports whether two installed identities need the same kernel objects.
+// identityEqual reports whether two installed identities need the same kernel objects
+// (gwstate.Identity.Equal without comparing the keys, which the callers matched already).
 func identityEqual(a, b gwstate.Identity) bool {
-	if a.AffinityTimeoutSeconds != b.AffinityTimeoutSeconds || len(a.Backends) != len(b.Backends) {
+	if a.AffinityTimeoutSeconds != b.AffinityTimeoutSeconds || len(a.Backends) != len(b.Backends) ||
+		!slices.Equal(a.SourceRanges, b.SourceRanges) {
 		return false
 	}
 	for i := range a.Backends {

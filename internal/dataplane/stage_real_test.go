@@ -92,6 +92,9 @@ func setCounts(t *testing.T, ns string) (named, anonymous int) {
 func wantSetCounts(st gwstate.State) (named, anonymous int) {
 	named = 3 // service-ips, and the ownership sets vpcgw-identities and vpcgw-vips
 	for _, id := range st.Identities {
+		if len(id.SourceRanges) > 0 && len(id.Backends) > 0 {
+			named++ // src-<idhash> (SPEC N7)
+		}
 		switch {
 		case id.AffinityTimeoutSeconds > 0:
 			named += len(id.Backends)

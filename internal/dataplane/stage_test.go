@@ -1,4 +1,4 @@
-// covers: D2, D8, P2 (staged cold sync: objects written ahead, one visible transaction)
+// covers: D2, D8, P2, N7 (staged cold sync: objects written ahead, one visible transaction)
 package dataplane
 
 import (
@@ -51,6 +51,9 @@ func mixedIdentities(n, seed int) []gwstate.Identity {
 		}
 		if i%10 == 4 {
 			id.AffinityTimeoutSeconds = int32(60 + seed)
+		}
+		if i%6 == 2 {
+			id.SourceRanges = sourceRangeVariants[(i/6+seed)%len(sourceRangeVariants)]
 		}
 		ids = append(ids, id)
 	}
