@@ -341,3 +341,42 @@ func TestTenancyBesideKubeOVN(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// spec.loadBalancerSourceRanges is enforced at kube-ovn's gateway: a source outside the ranges
+// gets no answer through the EIP, one inside does, and the ClusterIP stays open to the VPC.
+// covers: N7
+func TestSourceRangesAtTheGateway(t *testing.T) {
+	c := lab(t)
+	ctx := context.Background()
+	svc := cluster.DemoServiceObject()
+	svc.Name = "ranged"
+	svc.Spec.Ports = []corev1.ServicePort{{Name: "http", Port: 8084, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(cluster.BackendPort)}}
+	svc.Spec.LoadBalancerSourceRanges = []string{"192.0.2.0/24"} // not the external client
+	if err := c.Client.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Client.Delete(context.Background(), svc) })
+	if _, err := c.WaitIngress(ctx, svc.Namespace, svc.Name, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	cip := service(t, c, svc.Namespace, svc.Name).Spec.ClusterIP
+	if err := c.WaitReachable(ctx, c.VPCClient(), "tcp", cip+":8084", 30*time.Second); err != nil {
+		t.Fatal(err) // the ClusterIP is not restricted, and proves the Service is programmed
+	}
+	r, err := c.Probe(c.ExternalClient(), "tcp", cluster.EIPAddress+":8084", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Total() != 0 || r.Errors != 5 {
+		t.Fatalf("a source outside the ranges got %d answers (%d errors) through the EIP", r.Total(), r.Errors)
+	}
+	// The ranges now include the external client.
+	cur := service(t, c, svc.Namespace, svc.Name)
+	cur.Spec.LoadBalancerSourceRanges = []string{"192.0.2.0/24", cluster.ExternalIP + "/32"}
+	if err := c.Client.Update(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReachable(ctx, c.ExternalClient(), "tcp", cluster.EIPAddress+":8084", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
