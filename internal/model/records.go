@@ -54,6 +54,12 @@ func desiredServiceRecord(svc *corev1.Service, b binding, sp *ServicePlan, timeo
 		labels[LabelEIPUID] = string(b.eip.UID)
 		rec.Spec.EIP, rec.Spec.EIPUID, rec.Spec.EIPAddress = b.eipName, b.eip.UID, sp.EIP
 	}
+	for _, id := range sp.Identities {
+		if id.VIP == sp.EIP && len(id.SourceRanges) > 0 {
+			rec.Spec.SourceRanges = id.SourceRanges // the same on every EIP identity of the Service
+			break
+		}
+	}
 	// Both identities of a port have the same backends (SPEC I1): take them from one VIP.
 	vip := cmp.Or(sp.EIP, sp.ClusterIP)
 	addrs := map[string]bool{}
@@ -87,7 +93,7 @@ func serviceRecordCurrent(cur, want *vpcgwv1alpha1.ServiceRecord) bool {
 func serviceRecordSpecEqual(a, b *vpcgwv1alpha1.ServiceRecordSpec) bool {
 	return a.Service == b.Service && a.Gateway == b.Gateway && a.EIP == b.EIP && a.EIPUID == b.EIPUID &&
 		a.EIPAddress == b.EIPAddress && a.ClusterIP == b.ClusterIP &&
-		a.SessionAffinityTimeoutSeconds == b.SessionAffinityTimeoutSeconds &&
+		a.SessionAffinityTimeoutSeconds == b.SessionAffinityTimeoutSeconds && slices.Equal(a.SourceRanges, b.SourceRanges) &&
 		slices.EqualFunc(a.Ports, b.Ports, func(x, y vpcgwv1alpha1.RecordPort) bool {
 			return x.Port == y.Port && x.Protocol == y.Protocol && slices.Equal(x.Backends, y.Backends)
 		})

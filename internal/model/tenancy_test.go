@@ -141,6 +141,10 @@ func TestLoadBalancerSourceRanges(t *testing.T) {
 	if err := gp.State.Validate(); err != nil {
 		t.Fatalf("the agent would refuse the state: %v", err)
 	}
+	// The ledger records what the gateway enforces (SPEC R3).
+	if rec := servicePlan(Compute(baseSnapshot(svc), srGates), "web").Record; rec == nil || !slices.Equal(rec.Spec.SourceRanges, []string{"10.0.0.0/8", "192.168.7.0/24"}) {
+		t.Fatalf("record source ranges: %+v", rec)
+	}
 	v6only := service("web", t0, func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"fd00::/8"} })
 	sp := servicePlan(Compute(baseSnapshot(v6only), srGates), "web")
 	if sp.EIPServed || !sp.ClusterIPServed || sp.Ingress != nil || len(sp.Events) != 1 || !strings.Contains(sp.Events[0].Message, "no valid IPv4 range") {

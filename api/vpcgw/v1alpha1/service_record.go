@@ -62,6 +62,11 @@ type ServiceRecordSpec struct {
 	// Service (SPEC S7); 0 means no affinity.
 	// +optional
 	SessionAffinityTimeoutSeconds int32 `json:"sessionAffinityTimeoutSeconds,omitempty"`
+	// SourceRanges are the only client prefixes that reach the EIP identities (the Service's
+	// loadBalancerSourceRanges, canonical IPv4, sorted; empty: everyone, SPEC N7).
+	// +listType=atomic
+	// +optional
+	SourceRanges []string `json:"sourceRanges,omitempty"`
 	// Ports are the served Service ports, sorted by protocol and port.
 	// +listType=atomic
 	Ports []RecordPort `json:"ports"`

@@ -91,6 +91,11 @@ func (in *ServiceRecordList) DeepCopyObject() runtime.Object {
 func (in *ServiceRecordSpec) DeepCopyInto(out *ServiceRecordSpec) {
 	*out = *in
 	out.Service = in.Service
+	if in.SourceRanges != nil {
+		in, out := &in.SourceRanges, &out.SourceRanges
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Ports != nil {
 		in, out := &in.Ports, &out.Ports
 		*out = make([]RecordPort, len(*in))
