@@ -3,7 +3,7 @@
 //	vpcgw controller  watch the cluster and program the gateways
 //	vpcgw agent       apply desired gateway states (JSON lines on stdin) with nftables
 //	vpcgw webhook     serve the admission webhook
-//	vpcgw lab         run the local lab (real API server, namespaces, traffic)
+//	vpcgw lab         run the local lab beside the real kube-ovn-controller (API server, lab node, traffic)
 //	vpcgw echo        a backend that answers with its name (lab helper)
 //	vpcgw probe       send requests and count answers per backend (lab helper)
 package main
@@ -29,7 +29,7 @@ var commands = []command{
 	{"controller", "watch the cluster and program the VPC NAT gateways", runController},
 	{"agent", "apply desired gateway states read from stdin (runs inside a gateway)", runAgent},
 	{"webhook", "serve the admission webhook (SPEC W1-W7)", webhook.Main},
-	{"lab", "run the local lab: API server, gateway, backends and traffic", runLab},
+	{"lab", "run the local lab beside the real kube-ovn-controller: a Service served through kube-ovn's EIP", runLab},
 	{"echo", "serve HTTP and UDP answering with a name (lab backend)", runEcho},
 	{"probe", "send requests from this network namespace and count answers", runProbe},
 	{"bench", "measure end-to-end programming latency and cold start in the lab (SPEC P2, P3)", runBench},
