@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -20,13 +19,10 @@ import (
 	"github.com/go-logr/logr/testr"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/vpcgw/vpcgw/internal/kcm"
 	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
-	"github.com/vpcgw/vpcgw/internal/testutil"
+	"github.com/vpcgw/vpcgw/internal/kubeovnrun/kubeovntest"
 )
 
 func TestMain(m *testing.M) {
@@ -54,77 +50,8 @@ type kubeOVN struct {
 
 func startKubeOVN(t *testing.T, ctx context.Context) *kubeOVN {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		testutil.Skip(t, "needs root: kube-ovn-controller runs in a private mount namespace")
-	}
-	for _, bin := range []string{"ovsdb-server", "ovsdb-tool", "ovn-northd", "ovn-nbctl", "ovn-sbctl"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			testutil.Skip(t, bin+" is not installed (apt-get install -y ovn-central)")
-		}
-	}
-	assets, missing := testutil.EnvtestAssets("kube-apiserver", "etcd", kcm.Binary)
-	if missing != "" {
-		testutil.Skip(t, missing)
-	}
-	kubeOVNDir, missing := testutil.KubeOVNAssets(append(slices.Clone(kubeovnrun.AssetFiles), "VERSION")...)
-	if missing != "" {
-		testutil.Skip(t, missing)
-	}
-
-	env := &envtest.Environment{BinaryAssetsDirectory: assets}
-	kubeovnrun.ConfigureEnvtest(env, kubeOVNDir, "")
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("starting the API server: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	k, err := client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := kubeovnrun.InstallCluster(ctx, k, kubeOVNDir); err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "ovnk-") // short: unix socket paths are limited to 108 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	o, err := kubeovnrun.StartOVN(dir, kubeOVNDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(o.Stop)
-	if err := kubeovnrun.AddNode(ctx, k, o, kubeovnrun.Node{Name: koNode, Address: "127.0.0.1"}); err != nil {
-		t.Fatal(err)
-	}
-	kc, err := kubeovnrun.AdminKubeconfig(env, "cluster-admin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kcmProc, err := kcm.StartWith(assets, kc, dir, kcm.Options{Controllers: kcm.WorkloadControllers})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kcmProc.Stop)
-	ctrl, err := kubeovnrun.Start(kubeovnrun.Options{
-		KubeOVNDir: kubeOVNDir, Dir: dir, Kubeconfig: kc,
-		NBAddr: o.NBAddr(), SBAddr: o.SBAddr(),
-		NodeName: koNode, ServiceCIDR: kubeovnrun.ServiceCIDR(env),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctrl.Stop()
-		if t.Failed() || os.Getenv("VPCGW_TEST_LOGS") == "1" {
-			logs := ctrl.Logs()
-			t.Logf("kube-ovn-controller output (last 24 KiB):\n%s", logs[max(0, len(logs)-24<<10):])
-		}
-	})
-	if err := ctrl.WaitLeading(ctx, k); err != nil {
-		t.Fatal(err)
-	}
+	e := kubeovntest.Start(t, ctx, koNode)
+	k, o, ctrl := e.Client, e.OVN, e.Controller
 
 	// What a kube-ovn user creates for a VPC NAT gateway.
 	for _, obj := range []*unstructured.Unstructured{

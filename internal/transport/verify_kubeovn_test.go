@@ -4,9 +4,6 @@ package transport
 
 import (
 	"context"
-	"os"
-	"os/exec"
-	"slices"
 	"testing"
 	"time"
 
@@ -15,14 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/vpcgw/vpcgw/internal/kcm"
 	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
-	"github.com/vpcgw/vpcgw/internal/testutil"
+	"github.com/vpcgw/vpcgw/internal/kubeovnrun/kubeovntest"
 )
 
 func kubeOVNObj(kind, name string, spec map[string]any) *unstructured.Unstructured {
@@ -35,79 +28,11 @@ func kubeOVNObj(kind, name string, spec map[string]any) *unstructured.Unstructur
 
 // covers: N5
 func TestOwnerChainVerifierAcceptsKubeOVNsPod(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testutil.Skip(t, "needs root: kube-ovn-controller runs in a private mount namespace")
-	}
-	for _, bin := range []string{"ovsdb-server", "ovsdb-tool", "ovn-northd", "ovn-nbctl", "ovn-sbctl"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			testutil.Skip(t, bin+" is not installed (apt-get install -y ovn-central)")
-		}
-	}
-	assets, missing := testutil.EnvtestAssets("kube-apiserver", "etcd", kcm.Binary)
-	if missing != "" {
-		testutil.Skip(t, missing)
-	}
-	kubeOVN, missing := testutil.KubeOVNAssets(append(slices.Clone(kubeovnrun.AssetFiles), "VERSION")...)
-	if missing != "" {
-		testutil.Skip(t, missing)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-
-	env := &envtest.Environment{BinaryAssetsDirectory: assets}
-	kubeovnrun.ConfigureEnvtest(env, kubeOVN, "")
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("starting the API server: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	k, err := client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := kubeovnrun.InstallCluster(ctx, k, kubeOVN); err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "tvk-") // short: unix socket paths are limited to 108 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	o, err := kubeovnrun.StartOVN(dir, kubeOVN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(o.Stop)
 	const node = "transport-node"
-	if err := kubeovnrun.AddNode(ctx, k, o, kubeovnrun.Node{Name: node, Address: "127.0.0.1"}); err != nil {
-		t.Fatal(err)
-	}
-	kc, err := kubeovnrun.AdminKubeconfig(env, "cluster-admin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kcmProc, err := kcm.StartWith(assets, kc, dir, kcm.Options{Controllers: kcm.WorkloadControllers})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kcmProc.Stop)
-	ctrl, err := kubeovnrun.Start(kubeovnrun.Options{
-		KubeOVNDir: kubeOVN, Dir: dir, Kubeconfig: kc, NBAddr: o.NBAddr(), SBAddr: o.SBAddr(),
-		NodeName: node, ServiceCIDR: kubeovnrun.ServiceCIDR(env),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctrl.Stop()
-		if t.Failed() {
-			logs := ctrl.Logs()
-			t.Logf("kube-ovn-controller output (last 8 KiB):\n%s", logs[max(0, len(logs)-8<<10):])
-		}
-	})
-	if err := ctrl.WaitLeading(ctx, k); err != nil {
-		t.Fatal(err)
-	}
+	e := kubeovntest.Start(t, ctx, node)
+	k, cfg := e.Client, e.Config
 	const gw = "tv-gw"
 	for _, obj := range []*unstructured.Unstructured{
 		kubeOVNObj("Vpc", "tv-vpc", map[string]any{}),
