@@ -1,4 +1,5 @@
 // covers: O1 (the harness of the K tests: the lab cluster beside the real kube-ovn-controller)
+
 // Package kubeovn proves vpcgw beside the real kube-ovn-controller v1.16.2 (SPEC K1-K9): every test
 // here runs against the lab cluster (internal/cluster) with kube-ovn-controller, its CRDs, OVN
 // NB/SB and northd, kube-controller-manager, the lab node playing the kubelet, and vpcgw's
