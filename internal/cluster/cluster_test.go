@@ -2,78 +2,31 @@ package cluster_test
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-
 	"github.com/vpcgw/vpcgw/internal/cluster"
-	"github.com/vpcgw/vpcgw/internal/kcm"
-	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
-	"github.com/vpcgw/vpcgw/internal/labnode"
-	"github.com/vpcgw/vpcgw/internal/netlab"
+	"github.com/vpcgw/vpcgw/internal/cluster/clustertest"
 	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
-var (
-	exe      string
-	buildErr error
-)
-
 func TestMain(m *testing.M) {
-	// The lab node runs containers and execs by re-executing this binary as its helper.
-	if labnode.MaybeRunExecHelper() {
-		return
-	}
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "vcl-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	exe = filepath.Join(dir, "vpcgw")
-	build := exec.Command("go", "build", "-o", exe, "github.com/vpcgw/vpcgw/cmd/vpcgw")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	buildErr = build.Run()
-	return m.Run()
-}
-
-func logger() logr.Logger {
-	if os.Getenv("VPCGW_TEST_LOGS") == "1" {
-		return zap.New(zap.UseDevMode(true))
-	}
-	return logr.Discard()
+	os.Exit(clustertest.Main(m, nil))
 }
 
 // startCluster brings the whole lab cluster up, or skips (through testutil) when this machine
 // cannot run it.
 func startCluster(t *testing.T, opts cluster.Options) *cluster.Cluster {
 	t.Helper()
-	if err := netlab.Available(); err != nil {
-		testutil.Skip(t, err.Error())
+	base, skip, err := clustertest.Options()
+	if skip != "" {
+		testutil.Skip(t, skip)
 	}
-	assets, missing := testutil.EnvtestAssets("kube-apiserver", "etcd", kcm.Binary)
-	if missing != "" {
-		testutil.Skip(t, missing)
+	if err != nil {
+		t.Fatal(err)
 	}
-	kubeOVN, missing := testutil.KubeOVNAssets(append(slices.Clone(kubeovnrun.AssetFiles), "nat-gateway.sh")...)
-	if missing != "" {
-		testutil.Skip(t, missing)
-	}
-	if buildErr != nil {
-		t.Fatalf("building vpcgw: %v", buildErr)
-	}
-	opts.Exe, opts.AssetsDir, opts.KubeOVNDir, opts.Log = exe, assets, kubeOVN, logger()
+	opts.Exe, opts.AssetsDir, opts.KubeOVNDir, opts.Log = base.Exe, base.AssetsDir, base.KubeOVNDir, base.Log
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c, err := cluster.Start(ctx, opts)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vpcgw/vpcgw/internal/cluster"
+	"github.com/vpcgw/vpcgw/internal/cluster/clustertest"
 	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
@@ -18,9 +19,12 @@ import (
 // kube-ovn runs with a natGwNamePrefix of its own here, and vpcgw finds the gateway Pod by it.
 // covers: K4, K7, S6, K5 (clashes C7, C11)
 func TestKubeOVNServiceAnnotationsChangeNothing(t *testing.T) {
-	opts, skip := requirements()
+	opts, skip, err := clustertest.Options()
 	if skip != "" {
 		testutil.Skip(t, skip)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 	opts.KubeOVNArgs = []string{"--enable-lb=true"}
 	opts.ControllerArgs = []string{"--enable-gw-nftable-lb-svc", "--enable-lb=true"}

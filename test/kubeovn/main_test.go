@@ -11,91 +11,36 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/vpcgw/vpcgw/internal/cluster"
-	"github.com/vpcgw/vpcgw/internal/kcm"
-	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
-	"github.com/vpcgw/vpcgw/internal/labnode"
+	"github.com/vpcgw/vpcgw/internal/cluster/clustertest"
 	"github.com/vpcgw/vpcgw/internal/netlab"
 	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
-var (
-	exe      string
-	buildErr error
-	// shared is the lab cluster most tests use (kube-ovn with --enable-lb=false, vpcgw with both
-	// gates, the demo served); tests run in file order and the destructive ones come last.
-	shared testutil.Lazy[*cluster.Cluster]
-)
+// shared is the lab cluster most tests use (kube-ovn with --enable-lb=false, vpcgw with both
+// gates, the demo served); tests run in file order and the destructive ones come last.
+var shared testutil.Lazy[*cluster.Cluster]
 
 func TestMain(m *testing.M) {
-	// The lab node runs containers and execs by re-executing this binary as its helper.
-	if labnode.MaybeRunExecHelper() {
-		return
-	}
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "vko-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	exe = filepath.Join(dir, "vpcgw")
-	build := exec.Command("go", "build", "-o", exe, "github.com/vpcgw/vpcgw/cmd/vpcgw")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	buildErr = build.Run()
-	code := m.Run()
-	if c := shared.Value(); c != nil {
-		if err := c.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping the lab cluster:", err)
-			code = 1
+	os.Exit(clustertest.Main(m, func() error {
+		if c := shared.Value(); c != nil {
+			if err := c.Stop(); err != nil {
+				return fmt.Errorf("stopping the lab cluster: %w", err)
+			}
 		}
-	}
-	return code
-}
-
-func logger() logr.Logger {
-	if os.Getenv("VPCGW_TEST_LOGS") == "1" {
-		return zap.New(zap.UseDevMode(true))
-	}
-	return logr.Discard()
-}
-
-// requirements returns why this machine cannot run the lab cluster ("" when it can).
-func requirements() (opts cluster.Options, skip string) {
-	if err := netlab.Available(); err != nil {
-		return opts, err.Error()
-	}
-	assets, missing := testutil.EnvtestAssets("kube-apiserver", "etcd", kcm.Binary)
-	if missing != "" {
-		return opts, missing
-	}
-	kubeOVN, missing := testutil.KubeOVNAssets(append(slices.Clone(kubeovnrun.AssetFiles), "nat-gateway.sh")...)
-	if missing != "" {
-		return opts, missing
-	}
-	return cluster.Options{Exe: exe, AssetsDir: assets, KubeOVNDir: kubeOVN, Log: logger()}, ""
+		return nil
+	}))
 }
 
 func startCluster(opts cluster.Options) (*cluster.Cluster, error) {
-	if buildErr != nil {
-		return nil, fmt.Errorf("building vpcgw: %w", buildErr)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c, err := cluster.Start(ctx, opts)
@@ -113,9 +58,9 @@ func startCluster(opts cluster.Options) (*cluster.Cluster, error) {
 func lab(t *testing.T) *cluster.Cluster {
 	t.Helper()
 	c := shared.Get(t, func() (*cluster.Cluster, string, error) {
-		opts, skip := requirements()
-		if skip != "" {
-			return nil, skip, nil
+		opts, skip, err := clustertest.Options()
+		if skip != "" || err != nil {
+			return nil, skip, err
 		}
 		c, err := startCluster(opts)
 		return c, "", err
