@@ -6,7 +6,6 @@ package kubeovnrun_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -24,8 +23,8 @@ import (
 
 	"github.com/vpcgw/vpcgw/internal/kcm"
 	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
+	"github.com/vpcgw/vpcgw/internal/kubeovnrun/kubeovntest"
 	"github.com/vpcgw/vpcgw/internal/ovn"
-	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -44,29 +43,6 @@ const (
 	lanIP     = "10.77.1.254"
 	extSubnet = kubeovnrun.ExternalNetwork
 )
-
-// requirements returns the envtest and kube-ovn asset directories, skipping (through testutil)
-// when this machine cannot run the real parts.
-func requirements(t *testing.T) (assets, kubeOVN string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		testutil.Skip(t, "needs root: kube-ovn-controller runs in a private mount namespace")
-	}
-	for _, bin := range []string{"ovsdb-server", "ovsdb-tool", "ovn-northd", "ovn-nbctl", "ovn-sbctl"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			testutil.Skip(t, bin+" is not installed (apt-get install -y ovn-central)")
-		}
-	}
-	assets, missing := testutil.EnvtestAssets("kube-apiserver", "etcd", kcm.Binary)
-	if missing != "" {
-		testutil.Skip(t, missing)
-	}
-	kubeOVN, missing = testutil.KubeOVNAssets(append(slices.Clone(kubeovnrun.AssetFiles), "VERSION")...)
-	if missing != "" {
-		testutil.Skip(t, missing)
-	}
-	return assets, kubeOVN
-}
 
 // eventually polls cond every 100ms until it returns true or the deadline passes.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
@@ -100,7 +76,7 @@ func kubeOVNObject(kind, name string, spec map[string]any) *unstructured.Unstruc
 // gateway Pod with kube-ovn's annotations; vpcgw's NB client must read and write policies in
 // kube-ovn's schema.
 func TestRealKubeOVNMakesTheGateway(t *testing.T) {
-	assets, kubeOVN := requirements(t)
+	assets, kubeOVN := kubeovntest.Requirements(t)
 	_, statErr := os.Stat("/var/log/kube-ovn")
 	hostHadLogDir := statErr == nil
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)

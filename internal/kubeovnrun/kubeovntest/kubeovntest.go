@@ -35,8 +35,9 @@ type Env struct {
 	Assets, KubeOVNDir string
 }
 
-// Start brings kube-ovn-controller up for t on a Node named node and waits until it leads.
-func Start(t *testing.T, ctx context.Context, node string) *Env {
+// Requirements returns the envtest and kube-ovn asset directories, skipping t (through testutil)
+// when this machine cannot run kube-ovn-controller.
+func Requirements(t *testing.T) (assets, kubeOVNDir string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		testutil.Skip(t, "needs root: kube-ovn-controller runs in a private mount namespace")
@@ -46,14 +47,22 @@ func Start(t *testing.T, ctx context.Context, node string) *Env {
 			testutil.Skip(t, bin+" is not installed (apt-get install -y ovn-central)")
 		}
 	}
+	assets, missing := testutil.EnvtestAssets("kube-apiserver", "etcd", kcm.Binary)
+	if missing != "" {
+		testutil.Skip(t, missing)
+	}
+	kubeOVNDir, missing = testutil.KubeOVNAssets(append(slices.Clone(kubeovnrun.AssetFiles), "VERSION")...)
+	if missing != "" {
+		testutil.Skip(t, missing)
+	}
+	return assets, kubeOVNDir
+}
+
+// Start brings kube-ovn-controller up for t on a Node named node and waits until it leads.
+func Start(t *testing.T, ctx context.Context, node string) *Env {
+	t.Helper()
 	e := &Env{}
-	var missing string
-	if e.Assets, missing = testutil.EnvtestAssets("kube-apiserver", "etcd", kcm.Binary); missing != "" {
-		testutil.Skip(t, missing)
-	}
-	if e.KubeOVNDir, missing = testutil.KubeOVNAssets(append(slices.Clone(kubeovnrun.AssetFiles), "VERSION")...); missing != "" {
-		testutil.Skip(t, missing)
-	}
+	e.Assets, e.KubeOVNDir = Requirements(t)
 	e.API = &envtest.Environment{BinaryAssetsDirectory: e.Assets}
 	kubeovnrun.ConfigureEnvtest(e.API, e.KubeOVNDir, "")
 	var err error
