@@ -14,12 +14,36 @@ export VPCGW_HELM := $(HELM_DIR)/helm
 KUBEOVN_DIR ?= $(HOME)/.cache/vpcgw/kube-ovn-v1.16.2
 export VPCGW_KUBEOVN := $(KUBEOVN_DIR)
 
-.PHONY: all build deps assets helm kubeovn generate lab lab-stay test unit fmt-check vet
+.PHONY: all build deps assets helm kubeovn images generate lab lab-stay test unit fmt-check vet
 
 all: build
 
+# The version the binaries print (vpcgw version, vpcgw-agent --version) and the agent reports to
+# the controller.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X github.com/vpcgw/vpcgw/internal/version.Version=$(VERSION)
+
+# bin/vpcgw: controller and webhook (the product); bin/vpcgw-agent: the gateway agent, static;
+# bin/vpcgw-lab: the lab, the bench and their helpers (dev only, never shipped).
 build:
-	$(GO) build -o bin/vpcgw ./cmd/vpcgw
+	$(GO) build -trimpath -ldflags='$(LDFLAGS)' -o bin/vpcgw ./cmd/vpcgw
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='$(LDFLAGS)' -o bin/vpcgw-agent ./cmd/vpcgw-agent
+	$(GO) build -trimpath -ldflags='$(LDFLAGS)' -o bin/vpcgw-lab ./cmd/vpcgw-lab
+
+# The container images, without a container engine (hack/tools/images, go-containerregistry from
+# the Go module proxy): OCI image layouts bin/images/vpcgw (controller and webhook, with the agent
+# builds the controller copies into kube-ovn's gateway containers) and bin/images/vpcgw-agent (the
+# agent alone), each an index for linux/amd64 and linux/arm64, plus bin/images/images.json (tag and
+# digests). Reproducible: the same commit, VERSION and SOURCE_DATE_EPOCH give the same digests.
+# The tag is VERSION with what a tag cannot hold ('+', '/') replaced by '-'; on a release commit
+# (tag v<appVersion> of deploy/helm/vpcgw/Chart.yaml) it is the chart's default image tag.
+# test/images reads them back (make test builds them first).
+IMAGES_DIR ?= bin/images
+IMAGE_TAG := $(subst /,-,$(subst +,-,$(VERSION)))
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+export VPCGW_IMAGES := $(abspath $(IMAGES_DIR))
+images:
+	$(GO) -C hack/tools/images run . --repo "$(CURDIR)" --out "$(VPCGW_IMAGES)" --version "$(IMAGE_TAG)" --source-date-epoch "$(or $(SOURCE_DATE_EPOCH),0)"
 
 # Debian packages (nftables, iproute2, conntrack, ovn-central).
 deps:
@@ -43,16 +67,16 @@ generate:
 
 # The local lab: API server, gateway, backends, an external client, traffic through the EIP.
 lab: deps assets kubeovn build
-	./bin/vpcgw lab $(LAB_ARGS)
+	./bin/vpcgw-lab lab $(LAB_ARGS)
 
 # The same lab, left running for your own Services (prints a KUBECONFIG; Ctrl-C ends it).
 lab-stay: deps assets kubeovn build
-	./bin/vpcgw lab --stay $(LAB_ARGS)
+	./bin/vpcgw-lab lab --stay $(LAB_ARGS)
 
 # Every test: unit tests (race detector), integration tests against the real API server, real
 # nftables in network namespaces, and the end-to-end lab tests. VPCGW_REQUIRE_ALL=1 turns every
 # "this machine lacks X" skip into a failure, so nothing is silently skipped here.
-test: deps assets helm kubeovn fmt-check vet
+test: deps assets helm kubeovn images fmt-check vet
 	VPCGW_REQUIRE_ALL=1 $(GO) test -race -count=1 -timeout 30m ./...
 
 # Fast tests only (no root, no API server needed; the others skip with a reason).

@@ -581,6 +581,9 @@ func checkCommon(t *testing.T, m manifest) {
 		} else if err := f.Validate(); err != nil {
 			t.Errorf("controller flags %v refused: %v", gates, err)
 		}
+		// Whatever the values, the controller's identity is bounded by its admission policy (SPEC N5).
+		sa, _, _ := unstructured.NestedString(d.Object, "spec", "template", "spec", "serviceAccountName")
+		checkControllerPolicy(t, m, "system:serviceaccount:"+d.GetNamespace()+":"+sa)
 	}
 	for _, o := range m {
 		if o.GetKind() == "ClusterRole" || o.GetKind() == "Role" {
@@ -654,7 +657,8 @@ func checkKubeOVNExcluded(t *testing.T, m manifest, kubeOVNUser string) {
 }
 
 func namespaced(kind string) bool {
-	return !slices.Contains([]string{"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "ValidatingWebhookConfiguration", "Namespace"}, kind)
+	return !slices.Contains([]string{"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "ValidatingWebhookConfiguration",
+		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "Namespace"}, kind)
 }
 
 // checkWebhook checks the webhook's objects for one certificate mode.

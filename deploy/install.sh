@@ -25,7 +25,16 @@
 #                                           KUBE_OVN_NAMESPACE (pods/exec is granted there and in
 #                                           KUBE_OVN_NAMESPACE only): kube-ovn master's gateways
 #                                           with spec.namespace set
-#   IMAGE_REPOSITORY=ghcr.io/vpcgw/vpcgw    IMAGE_TAG=<chart appVersion>
+#   IMAGE_REPOSITORY=ghcr.io/vpcgw/vpcgw    the vpcgw image (controller, webhook, agent builds)
+#   IMAGE_TAG=<chart appVersion>            its tag (what `make images` tags a release commit with)
+#   IMAGE_DIGEST=                           sha256:<64 hex>: pin the image by digest (the "digest"
+#                                           of vpcgw in bin/images/images.json); the tag then only
+#                                           informs (<repository>:<tag>@<digest> when IMAGE_TAG is set)
+#   IMAGE=                                  all three at once, <repository>[:<tag>][@<digest>],
+#                                           instead of IMAGE_REPOSITORY, IMAGE_TAG and IMAGE_DIGEST
+#   IMAGES_JSON=                            images.json of `make images` (bin/images/images.json):
+#                                           IMAGE_TAG and IMAGE_DIGEST from its vpcgw entry (push
+#                                           the layout to IMAGE_REPOSITORY first)
 #   CONTROLLER_REPLICAS=1                   more than 1 turns leader election on
 #   OVN_NB_ADDR=                            e.g. tcp:10.96.0.10:6641 (empty: no VIP routes)
 #   OVN_NB_TLS_SECRET=                      Secret with cert/key/cacert for an ssl: OVN_NB_ADDR
@@ -66,8 +75,11 @@ ENABLE_LB_SVC=${ENABLE_LB_SVC:-false}
 NAMESPACE=${NAMESPACE:-kube-system}
 [ -z "${GATEWAY_NAMESPACES:-}" ] || die "GATEWAY_NAMESPACES is gone: pods/exec is granted in KUBE_OVN_NAMESPACE, plus EXTRA_GATEWAY_NAMESPACES (kube-ovn master's gateways with spec.namespace elsewhere)"
 EXTRA_GATEWAY_NAMESPACES=${EXTRA_GATEWAY_NAMESPACES:-}
-IMAGE_REPOSITORY=${IMAGE_REPOSITORY:-ghcr.io/vpcgw/vpcgw}
+IMAGE=${IMAGE:-}
+IMAGE_REPOSITORY=${IMAGE_REPOSITORY:-}
 IMAGE_TAG=${IMAGE_TAG:-}
+IMAGE_DIGEST=${IMAGE_DIGEST:-}
+IMAGES_JSON=${IMAGES_JSON:-}
 CONTROLLER_REPLICAS=${CONTROLLER_REPLICAS:-1}
 OVN_NB_ADDR=${OVN_NB_ADDR:-}
 OVN_NB_TLS_SECRET=${OVN_NB_TLS_SECRET:-}
@@ -97,8 +109,33 @@ check LEDGER "$LEDGER" '^(service-record|iptables-dnat-rule)$' "service-record o
 check KUBE_OVN_NAMESPACE "$KUBE_OVN_NAMESPACE" "$dns_label" "a namespace name"
 check KUBE_OVN_SERVICE_ACCOUNT "$KUBE_OVN_SERVICE_ACCOUNT" '^[A-Za-z0-9][-A-Za-z0-9_.:@]*$' "a user name like system:serviceaccount:kube-system:ovn"
 check CONTROLLER_REPLICAS "$CONTROLLER_REPLICAS" '^[1-9][0-9]?$' "a number from 1 to 99"
+# The image: IMAGE split into its parts, or the tag and digest from images.json; checked below.
+if [ -n "$IMAGE" ]; then
+	[ -z "$IMAGE_REPOSITORY$IMAGE_TAG$IMAGE_DIGEST$IMAGES_JSON" ] ||
+		die "IMAGE names the whole image: leave IMAGE_REPOSITORY, IMAGE_TAG, IMAGE_DIGEST and IMAGES_JSON unset with it"
+	ref=$IMAGE
+	if [[ $ref == *@* ]]; then IMAGE_DIGEST=${ref##*@} ref=${ref%@*}; fi
+	# A tag follows the last ':' of the last path element (a registry's port is followed by '/').
+	if [[ ${ref##*/} == *:* ]]; then IMAGE_TAG=${ref##*:} ref=${ref%:*}; fi
+	[ -n "$ref" ] || die "IMAGE=\"$IMAGE\" has no repository (expected <repository>[:<tag>][@sha256:<digest>])"
+	IMAGE_REPOSITORY=$ref
+fi
+if [ -n "$IMAGES_JSON" ]; then
+	[ -z "$IMAGE_TAG$IMAGE_DIGEST" ] || die "IMAGES_JSON gives the tag and the digest: leave IMAGE_TAG and IMAGE_DIGEST unset with it"
+	[ -f "$IMAGES_JSON" ] && [ -r "$IMAGES_JSON" ] || die "IMAGES_JSON=$IMAGES_JSON: no such file (make images writes bin/images/images.json)"
+	# The vpcgw entry of the file hack/tools/images writes (json.MarshalIndent, two spaces).
+	read -r IMAGE_TAG IMAGE_DIGEST < <(awk '
+		/^  "vpcgw": \{/ { inside = 1; next }
+		inside && /^  \}/ { inside = 0 }
+		inside && /^    "tag": "/ { tag = $2 }
+		inside && /^    "digest": "/ { digest = $2 }
+		END { gsub(/[",]/, "", tag); gsub(/[",]/, "", digest); print tag, digest }' "$IMAGES_JSON") || true
+	[ -n "$IMAGE_TAG" ] && [ -n "$IMAGE_DIGEST" ] || die "IMAGES_JSON=$IMAGES_JSON has no vpcgw image with a tag and a digest"
+fi
+IMAGE_REPOSITORY=${IMAGE_REPOSITORY:-ghcr.io/vpcgw/vpcgw}
 check IMAGE_REPOSITORY "$IMAGE_REPOSITORY" '^[a-z0-9]+([._-]+[a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*$' "an image repository"
 [ -z "$IMAGE_TAG" ] || check IMAGE_TAG "$IMAGE_TAG" '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$' "an image tag"
+[ -z "$IMAGE_DIGEST" ] || check IMAGE_DIGEST "$IMAGE_DIGEST" '^sha256:[a-f0-9]{64}$' "sha256:<64 hex digits>"
 [ -z "$OVN_NB_ADDR" ] || check OVN_NB_ADDR "$OVN_NB_ADDR" '^(tcp|ssl):(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):[0-9]+(,(tcp|ssl):(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):[0-9]+)*$' "tcp:HOST:PORT or ssl:HOST:PORT, comma-separated"
 [ -z "$OVN_NB_TLS_SECRET" ] || check OVN_NB_TLS_SECRET "$OVN_NB_TLS_SECRET" '^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$' "a Secret name"
 gateway_namespaces=()
@@ -160,6 +197,7 @@ values=$work/values.yaml
 	echo "image:"
 	echo "  repository: \"$IMAGE_REPOSITORY\""
 	echo "  tag: \"$IMAGE_TAG\""
+	echo "  digest: \"$IMAGE_DIGEST\""
 	echo "extraGatewayNamespaces:"
 	for ns in "${gateway_namespaces[@]}"; do echo "  - \"$ns\""; done
 	[ "${#gateway_namespaces[@]}" -gt 0 ] || echo "  []"

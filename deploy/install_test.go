@@ -1,6 +1,6 @@
 package deploy
 
-// covers: F4, O4, T2, R1, R3, K1, K7
+// covers: F4, O4, T2, R1, R3, K1, K7, N5
 
 import (
 	"context"
@@ -283,6 +283,8 @@ func TestControllerRBACSuffices(t *testing.T) {
 	m := manifest(render(t, "--set", "controller.replicas=2", "--set", "extraGatewayNamespaces={gw-rbac}", "--set", "webhook.enabled=false"))
 	apply(t, m, false)
 	checkKubeOVNCRDsUnchanged(t, "the chart applied")
+	// The controller below runs bounded by its admission policy too (SPEC N5), as installed.
+	waitControllerPolicy(t, true)
 
 	for _, tc := range []struct {
 		attrs authorizationv1.ResourceAttributes
@@ -327,6 +329,14 @@ func TestControllerRBACSuffices(t *testing.T) {
 		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "configmaps", Namespace: "kube-system", Name: "ovn-vpc-nat-config"}, true},
 		{authorizationv1.ResourceAttributes{Verb: "update", Resource: "configmaps", Namespace: "kube-system", Name: "ovn-vpc-nat-config"}, false},
 		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "configmaps", Namespace: "default"}, false},
+		// That ConfigMap only (SPEC N5): its informer lists and watches it by name (field selector
+		// metadata.name, which the API server authorizes as that resourceName).
+		{authorizationv1.ResourceAttributes{Verb: "list", Resource: "configmaps", Namespace: "kube-system", Name: "ovn-vpc-nat-config"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "watch", Resource: "configmaps", Namespace: "kube-system", Name: "ovn-vpc-nat-config"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "list", Resource: "configmaps", Namespace: "kube-system"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "watch", Resource: "configmaps", Namespace: "kube-system"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "configmaps", Namespace: "kube-system", Name: "kube-root-ca.crt"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "configmaps", Namespace: "kube-system", Name: "ovn-config"}, false},
 		// No CRD, kube-ovn's least of all (SPEC K1).
 		{authorizationv1.ResourceAttributes{Verb: "update", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions", Name: "subnets.kubeovn.io"}, false},
 		{authorizationv1.ResourceAttributes{Verb: "delete", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions", Name: "vpc-nat-gateways.kubeovn.io"}, false},

@@ -1,4 +1,5 @@
-// covers: N5, N6 (the rendered RBAC grants nothing beyond an explicit, justified allow-list)
+// covers: N5, N6 (the rendered RBAC grants nothing beyond an explicit, justified allow-list, and
+// what RBAC cannot limit the controller's admission policy does)
 package deploy
 
 import (
@@ -61,9 +62,9 @@ var leastPrivilege = map[string]map[grant]string{
 		"apps/deployments get":  "transport/verify.go:OwnerChainVerifier (kube-ovn master's Deployment)",
 	},
 	"Role controller-kube-ovn-config": {
-		"/configmaps get":   "ovn-vpc-nat-config (SPEC K5)",
-		"/configmaps list":  "informer on ovn-vpc-nat-config",
-		"/configmaps watch": "informer on ovn-vpc-nat-config",
+		"/configmaps get":   "gateway.go:placement reads ovn-vpc-nat-config (SPEC K5), by name",
+		"/configmaps list":  "informer on ovn-vpc-nat-config (field selector metadata.name), by name",
+		"/configmaps watch": "informer on ovn-vpc-nat-config (field selector metadata.name), by name",
 	},
 	"Role controller-leader-election": {
 		"coordination.k8s.io/leases get":    "LeaseLock.Get, vpcgw-controller only",
@@ -195,6 +196,11 @@ func TestRBACLeastPrivilege(t *testing.T) {
 							t.Errorf("%s grants %s on leases %v; want resourceNames [vpcgw-controller] (SPEC N5)", role, verb, names)
 						}
 					}
+					// kube-ovn's ConfigMap ovn-vpc-nat-config only, never the rest of its namespace
+					// (SPEC N5): the informer lists and watches it by name (field selector).
+					if resource == "/configmaps" && !slices.Equal(names, []string{"ovn-vpc-nat-config"}) {
+						t.Errorf("%s grants %s on ConfigMaps %v; want resourceNames [ovn-vpc-nat-config] (SPEC N5)", role, verb, names)
+					}
 					if resource == "apiextensions.k8s.io/customresourcedefinitions" && !slices.Equal(names, []string{"iptables-dnat-rules.kubeovn.io"}) {
 						t.Errorf("%s grants %s on CRDs %v", role, verb, names)
 					}
@@ -209,6 +215,9 @@ func TestRBACLeastPrivilege(t *testing.T) {
 					}
 				}
 			}
+			// RBAC cannot limit the controller's patch of Services to its finalizer, nor its record
+			// writes to records: its admission policy does, in every rendering (SPEC N5).
+			checkControllerPolicy(t, m, controllerUser)
 			execNS = slices.Compact(slices.Sorted(slices.Values(execNS)))
 			want := slices.Sorted(slices.Values(tc.execIn))
 			if !slices.Equal(execNS, want) {

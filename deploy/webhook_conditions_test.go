@@ -19,11 +19,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vpcgw/vpcgw/internal/controller"
+	"github.com/vpcgw/vpcgw/internal/model"
 )
 
 const (
@@ -79,6 +81,7 @@ func calledWebhook(err error) string {
 	return name
 }
 
+// covers: W4, W7, K7, N5
 func TestWebhookMatchConditionsOnAPIServer(t *testing.T) {
 	helmBin(t)
 	needAPIServer(t)
@@ -94,10 +97,18 @@ func TestWebhookMatchConditionsOnAPIServer(t *testing.T) {
 	dnat := func(name string, labels map[string]string) *unstructured.Unstructured {
 		return kubeOVNObject("IptablesDnatRule", name, map[string]any{"eip": "cond-eip", "externalPort": "80", "internalIp": "10.9.2.10", "internalPort": "8080", "protocol": "tcp"}, labels)
 	}
+	annotated := func() *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "cond-svc",
+			Annotations: map[string]string{"ovn.kubernetes.io/vpc_nat_gw": "cond-gw", "ovn.kubernetes.io/eip": "cond-eip"}},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
+	}
+	existingSvc := annotated()
+	existingSvc.Name = "existing"
 	existing := []client.Object{
 		kubeOVNObject("VpcNatGateway", "cond-gw", map[string]any{"vpc": "cond-vpc", "subnet": "cond-subnet", "lanIp": "10.9.2.254"}, nil),
 		kubeOVNObject("IptablesEIP", "cond-eip", map[string]any{"natGwDp": "cond-gw", "v4ip": "172.19.2.10"}, nil),
 		dnat("cond-record", record),
+		existingSvc,
 	}
 	for _, o := range existing {
 		must(t, client.IgnoreAlreadyExists(k8s.Create(ctx, o)))
@@ -129,11 +140,6 @@ func TestWebhookMatchConditionsOnAPIServer(t *testing.T) {
 	})
 	waitFor("the test's webhook configuration to be in force", func() bool { return calledWebhook(probe()) == "iptables-dnat-rules.vpcgw.kubeovn.io" })
 
-	annotated := func() *corev1.Service {
-		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "cond-svc",
-			Annotations: map[string]string{"ovn.kubernetes.io/vpc_nat_gw": "cond-gw", "ovn.kubernetes.io/eip": "cond-eip"}},
-			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
-	}
 	plain := func() *corev1.Service {
 		s := annotated()
 		s.Annotations = nil
@@ -150,6 +156,12 @@ func TestWebhookMatchConditionsOnAPIServer(t *testing.T) {
 		}
 		return c.Status().Update(ctx, cur, client.DryRunAll)
 	}
+	// The controller's finalizer patch (internal/controller/reconcile.go:patchFinalizer), the one
+	// Service write it makes (its admission policy, not the webhook, bounds it: SPEC N5).
+	finalizer := func(c client.Client) error {
+		return c.Patch(ctx, existingSvc.DeepCopy(), client.RawPatch(types.StrategicMergePatchType,
+			[]byte(`{"metadata":{"finalizers":["`+model.Finalizer+`"]}}`)), client.DryRunAll)
+	}
 	del := func(c client.Client, kind, name string) error {
 		return c.Delete(ctx, kubeOVNObject(kind, name, nil, nil), client.DryRunAll)
 	}
@@ -162,7 +174,8 @@ func TestWebhookMatchConditionsOnAPIServer(t *testing.T) {
 		{"alice creates an annotated Service", func() error { return alice.Create(ctx, annotated(), client.DryRunAll) }, "services.vpcgw.kubeovn.io"},
 		{"alice creates a plain Service", func() error { return alice.Create(ctx, plain(), client.DryRunAll) }, ""},
 		{"kube-ovn creates an annotated Service", func() error { return kubeOVN.Create(ctx, annotated(), client.DryRunAll) }, ""},
-		{"the controller creates an annotated Service", func() error { return ctrl.Create(ctx, annotated(), client.DryRunAll) }, ""},
+		{"alice adds a finalizer to an annotated Service", func() error { return finalizer(alice) }, "services.vpcgw.kubeovn.io"},
+		{"the controller adds its finalizer to an annotated Service", func() error { return finalizer(ctrl) }, ""},
 		// ServiceRecords: every write by anyone but the controller (W4), never kube-ovn's (K7).
 		{"alice creates a ServiceRecord", func() error { return alice.Create(ctx, serviceRecord("cond-sr"), client.DryRunAll) }, "servicerecords.vpcgw.kubeovn.io"},
 		{"kube-ovn creates a ServiceRecord", func() error { return kubeOVN.Create(ctx, serviceRecord("cond-sr"), client.DryRunAll) }, ""},

@@ -5,7 +5,9 @@ set -euo pipefail
 # iptables and iputils-arping (the arping of kube-ovn's alpine image; Debian's "arping" exits 1 on -U):
 # kmod (lsmod, modprobe): kube-ovn's gateway script (nat-gateway.sh) runs in the lab's gateway
 # namespace and calls them.
-packages=(nftables iproute2 conntrack ovn-central iptables iputils-arping kmod)
+# busybox: the lab's gateway containers run the base tools of kube-ovn's Alpine image from it
+# (what vpcgw's controller runs there to deliver the agent: uname, sha256sum, dd, ...).
+packages=(nftables iproute2 conntrack ovn-central iptables iputils-arping kmod busybox)
 missing=()
 for p in "${packages[@]}"; do
 	[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || missing+=("$p")

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -13,10 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/vpcgw/vpcgw/internal/cluster"
 	"github.com/vpcgw/vpcgw/internal/controller"
-	"github.com/vpcgw/vpcgw/internal/dataplane"
-	"github.com/vpcgw/vpcgw/internal/netlab"
 	"github.com/vpcgw/vpcgw/internal/ovn"
 	"github.com/vpcgw/vpcgw/internal/transport"
 )
@@ -37,7 +35,12 @@ func runController(ctx context.Context, args []string) error {
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: in-cluster or $KUBECONFIG)")
 	transportName := fs.String("transport", "local", "how to reach gateway agents: exec (Kubernetes exec API into the gateway pods) or local (ip netns exec, for the lab)")
 	agentContainer := fs.String("agent-container", transport.DefaultExecContainer, "container of the gateway pods that runs the agent (exec transport)")
-	agentCommand := fs.String("agent-command", strings.Join(transport.DefaultExecCommand, " "), "the agent's command in that container, words separated by spaces (exec transport; no shell)")
+	agentCommand := fs.String("agent-command", strings.Join(transport.DefaultExecCommand, " "),
+		"the agent's command (the vpcgw-agent binary and its flags), words separated by spaces, no shell: with --transport exec run in that container; with --transport local run under `ip netns exec` (default there: vpcgw-agent beside this binary)")
+	agentBinaries := fs.String("agent-binaries", transport.AgentBinariesDir,
+		"with --transport exec: directory of the agent builds (vpcgw-agent-linux-<GOARCH>) the controller copies into each gateway container, verified by SHA-256, before it starts the agent there; the first word of --agent-command is then replaced by the copy's path. Empty: no copy, --agent-command must name an agent the gateway image has")
+	fs.DurationVar(&opts.AgentKeepalive, "agent-keepalive", controller.DefaultAgentKeepalive,
+		"ping an agent stream idle this long, and break it when the agent does not answer within as long (idle timeouts of the kubelet and proxies never cut a live stream; a dead one is noticed within twice this); 0: off")
 	fs.StringVar(&opts.MetricsAddr, "metrics-bind-address", controller.DefaultMetricsAddr,
 		`metrics listen address ("0" turns it off); without --metrics-secure a loopback address only`)
 	fs.BoolVar(&opts.MetricsSecure, "metrics-secure", false,
@@ -58,6 +61,9 @@ func runController(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if opts.AgentKeepalive == 0 {
+		opts.AgentKeepalive = -1 // Options: negative is off, 0 the default
+	}
 	if tlsFiles != (ovn.TLSFiles{}) {
 		opts.NB.TLS = &tlsFiles
 	}
@@ -77,39 +83,44 @@ func runController(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
+	argv := strings.Fields(*agentCommand)
+	if len(argv) == 0 {
+		return errors.New("--agent-command is empty")
+	}
 	switch *transportName {
 	case "exec":
-		argv := strings.Fields(*agentCommand)
-		if len(argv) == 0 {
-			return errors.New("--agent-command is empty")
+		execOpts := []transport.ExecOption{transport.WithExecContainer(*agentContainer), transport.WithExecCommand(argv...)}
+		if *agentBinaries != "" {
+			bins, err := transport.LoadAgentBinaries(*agentBinaries)
+			if err != nil {
+				return fmt.Errorf("--agent-binaries: %w (empty --agent-binaries runs an agent the gateway image has)", err)
+			}
+			log.Info("agent delivery on", "dir", *agentBinaries, "archs", bins.Archs())
+			execOpts = append(execOpts, transport.WithAgentDelivery(bins))
 		}
-		d, err := transport.NewExec(cfg, log.WithName("transport"), transport.WithExecContainer(*agentContainer), transport.WithExecCommand(argv...))
+		d, err := transport.NewExec(cfg, log.WithName("transport"), execOpts...)
 		if err != nil {
 			return err
 		}
 		opts.Dialer = d
 	case "local":
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("finding own executable for the local transport: %w", err)
+		if !flagSet(fs, "agent-command") {
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("finding own executable for the local transport: %w", err)
+			}
+			argv = []string{filepath.Join(filepath.Dir(exe), transport.DefaultAgentBinary)}
 		}
-		opts.Dialer = &transport.LocalNetns{AgentCommand: []string{exe, "agent"}, Log: log.WithName("transport")}
+		opts.Dialer = &transport.LocalNetns{AgentCommand: argv, Log: log.WithName("transport")}
 	default:
 		return fmt.Errorf("unknown --transport %q (supported: exec, local)", *transportName)
 	}
 	return controller.Run(ctx, cfg, opts, log)
 }
 
-// runAgent reads desired states on stdin and acknowledges them on stdout; its flags are the
-// data plane's (--vpc-interface, --verify-interval, --retry-max, --text-path, -v).
-func runAgent(ctx context.Context, args []string) error {
-	return dataplane.MainWithArgs(ctx, args, os.Stdin, os.Stdout)
-}
-
-func runEcho(_ context.Context, args []string) error  { return netlab.EchoMain(args) }
-func runProbe(_ context.Context, args []string) error { return netlab.ProbeMain(args) }
-
-// runLab is `vpcgw lab`: the lab cluster beside the real kube-ovn-controller (SPEC O1).
-func runLab(ctx context.Context, args []string) error {
-	return cluster.Main(ctx, args)
+// flagSet reports whether the command line set the flag.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

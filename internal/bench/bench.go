@@ -1,4 +1,4 @@
-// Package bench is `vpcgw bench`: end-to-end scale and latency of vpcgw in the lab (SPEC P2, P3).
+// Package bench is `vpcgw-lab bench`: end-to-end scale and latency of vpcgw in the lab (SPEC P2, P3).
 //
 // It starts the lab (real kube-apiserver, gateway namespace, in-process controller and the real
 // agent), creates N LoadBalancer Services with M endpoints each (EndpointSlices written by the
@@ -32,12 +32,14 @@ import (
 
 	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/lab"
+	"github.com/vpcgw/vpcgw/internal/labbin"
 )
 
 // Config of one bench run.
 type Config struct {
-	// Exe is the vpcgw binary (agents, the cold-start controller process).
-	Exe       string
+	// Bins are the binaries: vpcgw-agent (agents), vpcgw-lab (echo, probes), vpcgw (the
+	// cold-start controller process).
+	Bins      labbin.Binaries
 	AssetsDir string
 	// Sizes are the Service counts, in increasing order; Services are added from one size to
 	// the next.
@@ -140,7 +142,7 @@ type Result struct {
 	Cold    *ColdResult  `json:"cold_start,omitempty"`
 }
 
-// Main is `vpcgw bench`.
+// Main is `vpcgw-lab bench`.
 func Main(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	sizes := fs.String("n", "100,1000,10000", "Service counts, increasing (Services are added from one to the next)")
@@ -161,7 +163,20 @@ func Main(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.Plot, "plot", "docs/bench-latency.png", "PNG plot of latency percentiles against N (empty: none)")
 	fs.StringVar(&cfg.JSON, "json", "", "write the results as JSON to this file")
 	verbose := fs.Bool("v", false, "show the components' logs")
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cfg.Bins = labbin.Beside(self)
+	fs.StringVar(&cfg.Bins.Vpcgw, "vpcgw", cfg.Bins.Vpcgw, "the vpcgw binary (the cold-start controller process)")
+	fs.StringVar(&cfg.Bins.Agent, "agent", cfg.Bins.Agent, "the vpcgw-agent binary (the gateway's agent)")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if cfg.Bins, err = cfg.Bins.Abs(); err != nil {
+		return err
+	}
+	if err := cfg.Bins.Check(); err != nil {
 		return err
 	}
 	for _, s := range strings.Split(*sizes, ",") {
@@ -177,11 +192,7 @@ func Main(ctx context.Context, args []string) error {
 	}
 	cfg.Log = zap.New(zap.WriteTo(logOut), zap.UseDevMode(true))
 	ctrl.SetLogger(cfg.Log)
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	cfg.Exe, cfg.Out = exe, os.Stdout
+	cfg.Out = os.Stdout
 	_, err = Run(ctx, cfg)
 	return err
 }
@@ -227,7 +238,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	rec := &recorder{}
 	fmt.Fprintf(out, "== starting the lab (load %s)\n", loadAvg())
 	l, err := lab.Start(ctx, lab.Options{
-		Exe: cfg.Exe, AssetsDir: cfg.AssetsDir, Log: cfg.Log,
+		Bins: cfg.Bins, AssetsDir: cfg.AssetsDir, Log: cfg.Log,
 		ServiceCIDR: benchServiceCIDR, NoController: cfg.ColdOnly,
 		Controller: func(o *controller.Options) {
 			// One identity per Service: the EIP gate only (P2's "10,000 identities").

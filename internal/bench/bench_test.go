@@ -13,6 +13,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/vpcgw/vpcgw/internal/labbin"
 	"github.com/vpcgw/vpcgw/internal/netlab"
 	"github.com/vpcgw/vpcgw/internal/testutil"
 )
@@ -47,9 +48,9 @@ func TestBenchSmoke(t *testing.T) {
 		testutil.Skip(t, "skipping the bench smoke test: "+why)
 	}
 	dir := t.TempDir()
-	build := exec.Command("go", "build", "-o", dir+"/", "github.com/vpcgw/vpcgw/cmd/vpcgw")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building vpcgw: %v\n%s", err, out)
+	bins, err := labbin.Build(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -70,7 +71,7 @@ func TestBenchSmoke(t *testing.T) {
 		}
 	})
 	cfg := Config{
-		Exe: filepath.Join(dir, "vpcgw"), AssetsDir: os.Getenv("KUBEBUILDER_ASSETS"),
+		Bins: bins, AssetsDir: os.Getenv("KUBEBUILDER_ASSETS"),
 		Sizes: []int{10, 20}, Endpoints: 3, EIPs: 2, Rate: 10, Duration: 3 * time.Second,
 		MinSyncInterval: 100 * time.Millisecond, Baseline: true, ColdStart: true, Workers: 4,
 		Plot: filepath.Join(dir, "latency.png"), JSON: filepath.Join(dir, "result.json"),

@@ -60,7 +60,7 @@ func runColdStart(ctx context.Context, l *lab.Lab, w *workload, cfg Config) (*Co
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(cfg.Exe, "controller", "--kubeconfig", kubeconfig, "--transport", "local",
+	cmd := exec.Command(cfg.Bins.Vpcgw, "controller", "--kubeconfig", kubeconfig, "--transport", "local", "--agent-command", cfg.Bins.Agent,
 		"--enable-gw-nftable-lb-svc", "--allow-endpoints-without-pods", "--metrics-bind-address", addr, "--health-probe-bind-address", "0",
 		"--min-sync-interval", cfg.MinSyncInterval.String(), "--pprof-bind-address", pprofAddr)
 	cmd.Stdout, cmd.Stderr = logFile, logFile

@@ -16,6 +16,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,10 +39,12 @@ import (
 	"github.com/vpcgw/vpcgw/internal/kcm"
 	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
 	"github.com/vpcgw/vpcgw/internal/lab"
+	"github.com/vpcgw/vpcgw/internal/labbin"
 	"github.com/vpcgw/vpcgw/internal/labnode"
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/netlab"
 	"github.com/vpcgw/vpcgw/internal/ovn"
+	"github.com/vpcgw/vpcgw/internal/transport"
 	"github.com/vpcgw/vpcgw/internal/webhook"
 )
 
@@ -54,9 +58,10 @@ const (
 
 // Options configure a lab cluster.
 type Options struct {
-	// Exe is the vpcgw binary: controller, webhook and agent processes, echo backends, probes.
-	// It must call kubeovnrun.MaybeRunMountHelper and labnode.MaybeRunExecHelper first thing.
-	Exe string
+	// Bins are the binaries the lab runs: vpcgw for the controller and webhook processes,
+	// vpcgw-agent for the agent in kube-ovn's gateway container, vpcgw-lab for echo backends,
+	// probes and kube-ovn-controller's mount helper.
+	Bins labbin.Binaries
 	// AssetsDir holds kube-apiserver, etcd and kube-controller-manager (KUBEBUILDER_ASSETS);
 	// KubeOVNDir what hack/tools/kubeovn/build.sh gathers (VPCGW_KUBEOVN).
 	AssetsDir, KubeOVNDir string
@@ -94,6 +99,7 @@ type Cluster struct {
 
 	Webhook, Controller *process
 	controllerArgs      []string
+	extraControllerArgs []string
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -104,8 +110,11 @@ type Cluster struct {
 // Start brings everything up and waits until kube-ovn's gateway Pod runs (and, with the demo,
 // until the demo Service has its EXTERNAL-IP).
 func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
-	if opts.Exe == "" || opts.AssetsDir == "" || opts.KubeOVNDir == "" {
-		return nil, errors.New("cluster: Exe, AssetsDir and KubeOVNDir are required")
+	if opts.AssetsDir == "" || opts.KubeOVNDir == "" {
+		return nil, errors.New("cluster: AssetsDir and KubeOVNDir are required")
+	}
+	if err := opts.Bins.Check(); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	if err := netlab.Available(); err != nil {
 		return nil, err
@@ -178,7 +187,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		NBAddr: c.OVN.NBAddr(), SBAddr: c.OVN.SBAddr(), NodeName: NodeName, ServiceCIDR: ServiceCIDR,
 		// -v=3: kube-ovn logs every command it executes in a gateway ("executing NAT gateway
 		// command"), which the lab's report and the K tests read.
-		ExtraArgs: append([]string{"--enable-lb=false", "--v=3"}, opts.KubeOVNArgs...), HelperExe: opts.Exe,
+		ExtraArgs: append([]string{"--enable-lb=false", "--v=3"}, opts.KubeOVNArgs...), HelperExe: opts.Bins.Lab,
 	}); err != nil {
 		return nil, err
 	}
@@ -219,7 +228,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if opts.NoDemo {
 		return c, nil
 	}
-	if err := createAll(ctx, c.Client, EIP(EIPName, EIPAddress), EchoDeployment(opts.Exe, DemoNamespace, DemoDeployment, 2), DemoServiceObject()); err != nil {
+	if err := createAll(ctx, c.Client, EIP(EIPName, EIPAddress), EchoDeployment(opts.Bins.Lab, DemoNamespace, DemoDeployment, 2), DemoServiceObject()); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -286,10 +295,12 @@ func (c *Cluster) userKubeconfig(name, file string) (string, error) {
 	return path, os.WriteFile(path, kc, 0o600)
 }
 
-// installRBAC applies the service accounts and RBAC of the shipped manifests: the controller and
-// the webhook run with exactly what an install grants them.
+// installRBAC applies the service accounts and RBAC of the shipped manifests, and the admission
+// policy that bounds the controller's writes (SPEC N5): the controller and the webhook run with
+// exactly what an install grants them.
 func (c *Cluster) installRBAC(ctx context.Context) error {
-	objs, err := manifests.Objects("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+	objs, err := manifests.Objects("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 	if err != nil {
 		return err
 	}
@@ -311,7 +322,7 @@ func (c *Cluster) startWebhook(ctx context.Context) error {
 		return err
 	}
 	wio := &c.env.WebhookInstallOptions
-	c.Webhook = &process{name: "vpcgw webhook", argv: []string{c.opts.Exe, "webhook",
+	c.Webhook = &process{name: "vpcgw webhook", argv: []string{c.opts.Bins.Vpcgw, "webhook",
 		"--kubeconfig", kc, "--cert-dir", wio.LocalServingCertDir,
 		"--host", wio.LocalServingHost, "--port", strconv.Itoa(wio.LocalServingPort),
 		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(health),
@@ -334,17 +345,60 @@ func (c *Cluster) StartController(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	argv := append([]string{c.opts.Exe, "controller",
-		"--kubeconfig", kc, "--transport", "exec", "--agent-command", c.opts.Exe + " agent",
+	agents, err := c.agentBinaries()
+	if err != nil {
+		return err
+	}
+	argv := append([]string{c.opts.Bins.Vpcgw, "controller",
+		"--kubeconfig", kc, "--transport", "exec", "--agent-binaries", agents,
 		"--ovn-nb-addr", c.OVN.NBAddr(), "--kube-ovn-namespace", kubeovnrun.Namespace,
 		"--metrics-bind-address", "0", "--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(health),
 		"--verify-partial-plans",
-	}, c.controllerArgs...)
+	}, append(slices.Clone(c.controllerArgs), c.extraControllerArgs...)...)
 	c.Controller = &process{name: "vpcgw controller", argv: argv}
 	if err := c.Controller.start(); err != nil {
 		return err
 	}
 	return waitHTTP(ctx, "vpcgw controller", c.Controller, "http://127.0.0.1:"+strconv.Itoa(health)+"/readyz", 60*time.Second)
+}
+
+// SetExtraControllerArgs adds args to the controller's command line from its next start.
+func (c *Cluster) SetExtraControllerArgs(args ...string) { c.extraControllerArgs = args }
+
+// ControllerOutput is what the running (or last) controller process wrote.
+func (c *Cluster) ControllerOutput() string {
+	if c.Controller == nil {
+		return ""
+	}
+	return c.Controller.output()
+}
+
+// AgentBinary is the agent build the controller delivers at its next start.
+func (c *Cluster) AgentBinary() string { return c.opts.Bins.Agent }
+
+// SetAgentBinary makes path the agent build the controller delivers from its next start: a vpcgw
+// upgrade, as a new controller image brings a new agent.
+func (c *Cluster) SetAgentBinary(path string) { c.opts.Bins.Agent = path }
+
+// agentBinaries is the directory the controller delivers the agent from, as the controller
+// image's /usr/lib/vpcgw/agents: the lab's vpcgw-agent build for this machine's architecture. The
+// gateway container has no vpcgw binary; the controller copies this one in (SPEC K5, O5). A file
+// replaced here (a new build) reaches the gateways as an upgrade does: at the controller's next
+// start, each gateway's next stream.
+func (c *Cluster) agentBinaries() (string, error) {
+	dir := filepath.Join(c.dir, "agents")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	data, err := os.ReadFile(c.opts.Bins.Agent)
+	if err != nil {
+		return "", fmt.Errorf("the agent binary: %w", err)
+	}
+	dst := filepath.Join(dir, transport.DefaultAgentBinary+"-linux-"+runtime.GOARCH)
+	if err := os.WriteFile(dst+".tmp", data, 0o755); err != nil {
+		return "", err
+	}
+	return dir, os.Rename(dst+".tmp", dst)
 }
 
 // StopController ends the controller process (its agents' streams end with it).
@@ -424,7 +478,7 @@ func (c *Cluster) EIPReady(ctx context.Context, name string, timeout time.Durati
 
 // Probe sends n requests from namespace ns to addr ("ip:port") with proto and counts the answers.
 func (c *Cluster) Probe(ns, proto, addr string, n int) (netlab.ProbeResult, error) {
-	return c.net.Probe(ns, []string{c.opts.Exe, "probe"}, netlab.ProbeOptions{Proto: proto, Target: addr, Count: n})
+	return c.net.Probe(ns, []string{c.opts.Bins.Lab, "probe"}, netlab.ProbeOptions{Proto: proto, Target: addr, Count: n})
 }
 
 // WaitReachable polls with single probes until target answers.

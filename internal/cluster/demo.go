@@ -161,7 +161,7 @@ func podReady(p *corev1.Pod) bool {
 }
 
 // Demo runs the lab's demo against a started Cluster (with the demo objects), printing what it
-// sees to Out. `vpcgw lab` runs its steps in order; the tests run the same steps.
+// sees to Out. `vpcgw-lab lab` runs its steps in order; the tests run the same steps.
 type Demo struct {
 	C   *Cluster
 	Out io.Writer

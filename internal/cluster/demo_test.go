@@ -26,7 +26,7 @@ import (
 	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
-// The demo `vpcgw lab` shows, step by step as Main runs it, against one lab cluster beside the
+// The demo `vpcgw-lab lab` shows, step by step as Main runs it, against one lab cluster beside the
 // real kube-ovn-controller: kube-ovn's gateway pod listed Ready 1/1, the EXTERNAL-IP from
 // kube-ovn's EIP, traffic through the EIP (TCP, UDP) and the ClusterIP, the Deployment scaled
 // 2 → 5 → 1 through the scale subresource moving the answering backends exactly, lab.json

@@ -135,7 +135,7 @@ func (c *Cluster) ref(o client.Object) (ObjectRef, error) {
 
 func (c *Cluster) commands(demo DemoDesc, tcpPort, udpPort string) []Command {
 	probe := func(ns, proto, target string) []string {
-		return []string{"ip", "netns", "exec", ns, c.opts.Exe, "probe", "--proto", proto, "--target", target, "--count", "10"}
+		return []string{"ip", "netns", "exec", ns, c.opts.Bins.Lab, "probe", "--proto", proto, "--target", target, "--count", "10"}
 	}
 	cmds := []Command{
 		{"TCP requests from the external client through the EIP, counted per backend", probe(c.ExternalClient(), "tcp", demo.ExternalIP+":"+tcpPort)},

@@ -19,9 +19,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
+	"github.com/vpcgw/vpcgw/internal/labbin"
 )
 
-// Main is `vpcgw lab`: bring the lab cluster up beside the real kube-ovn-controller, show the
+// Main is `vpcgw-lab lab`: bring the lab cluster up beside the real kube-ovn-controller, show the
 // demo (pods, the Service's EXTERNAL-IP, traffic, a Deployment scaled 2 → 5 → 1, what vpcgw wrote,
 // what kube-ovn-controller logged), then tear everything down or (--stay) keep it up, described
 // in lab.json, for kubectl. It fails if any step did.
@@ -30,6 +31,13 @@ func Main(ctx context.Context, args []string) (err error) {
 	stay := fs.Bool("stay", false, "keep the lab up after the demo, until interrupted, and write lab.json")
 	assets := fs.String("assets", os.Getenv("KUBEBUILDER_ASSETS"), "directory with kube-apiserver, etcd, kube-controller-manager (and kubectl)")
 	kubeOVN := fs.String("kube-ovn", os.Getenv("VPCGW_KUBEOVN"), "directory with kube-ovn-controller v1.16.2 and its CRDs, OVN schemas and gateway script (make kubeovn)")
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	bins := labbin.Beside(self)
+	fs.StringVar(&bins.Vpcgw, "vpcgw", bins.Vpcgw, "the vpcgw binary (controller and webhook processes)")
+	fs.StringVar(&bins.Agent, "agent", bins.Agent, "the vpcgw-agent binary (run in kube-ovn's gateway container)")
 	requests := fs.Int("requests", 20, "requests per probe")
 	verbose := fs.Bool("v", false, "show the components' logs on stderr")
 	if err := fs.Parse(args); err != nil {
@@ -44,7 +52,13 @@ func Main(ctx context.Context, args []string) (err error) {
 	if *requests < 1 {
 		return fmt.Errorf("--requests %d: must be at least 1", *requests)
 	}
-	// The lab must always clean up: a closed output pipe (`vpcgw lab | head`) or a hang-up ends it
+	if bins, err = bins.Abs(); err != nil {
+		return err
+	}
+	if err := bins.Check(); err != nil {
+		return err
+	}
+	// The lab must always clean up: a closed output pipe (`vpcgw-lab lab | head`) or a hang-up ends it
 	// through ctx instead of killing it with its namespaces and processes left behind.
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGHUP, os.Interrupt, syscall.SIGTERM)
@@ -61,15 +75,11 @@ func Main(ctx context.Context, args []string) (err error) {
 	// the lab node stops) are the components' logs too.
 	klog.SetLogger(components)
 	log := logr.New(&progressSink{out: out, start: started, inner: components.GetSink(), mu: &sync.Mutex{}})
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
 
-	fmt.Fprintln(out, "== vpcgw lab: starting kube-apiserver and etcd, kube-controller-manager, OVN NB/SB and ovn-northd,")
+	fmt.Fprintln(out, "== vpcgw-lab lab: starting kube-apiserver and etcd, kube-controller-manager, OVN NB/SB and ovn-northd,")
 	fmt.Fprintln(out, "   kube-ovn-controller, the lab node (the kubelet), the vpcgw webhook and controller;")
 	fmt.Fprintf(out, "   then Vpc %s, its Subnets, the external Subnet and VpcNatGateway %s, created as a kube-ovn user would\n", VpcName, GatewayName)
-	c, err := Start(ctx, Options{Exe: exe, AssetsDir: *assets, KubeOVNDir: *kubeOVN, Log: log})
+	c, err := Start(ctx, Options{Bins: bins, AssetsDir: *assets, KubeOVNDir: *kubeOVN, Log: log})
 	if err != nil {
 		if ctx.Err() != nil {
 			// Start has stopped what it started; its error would only add the components' logs.

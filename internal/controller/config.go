@@ -24,6 +24,8 @@ type Flags struct {
 	EndpointsWithoutPods bool
 	// MaxPortsPerService and MaxBackendsPerIdentity bound one Service's demands (SPEC N4).
 	MaxPortsPerService, MaxBackendsPerIdentity int
+	// MaxIdentitiesPerGateway bounds what all Services together ask of one gateway (SPEC N4).
+	MaxIdentitiesPerGateway int
 	// KubeOVNNamespace is kube-ovn-controller's namespace: its ovn-vpc-nat-config ConfigMap and,
 	// unless a gateway's spec.namespace says otherwise, its gateway pods (SPEC K5).
 	KubeOVNNamespace string
@@ -45,6 +47,8 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 		"use endpoints without a Pod target as backends (only addresses inside the Subnets of the gateway's VPC); off: only Pods of the Service's namespace")
 	fs.IntVar(&f.MaxPortsPerService, "max-ports-per-service", model.DefaultMaxPortsPerService, "a Service with more TCP/UDP ports is not served (event)")
 	fs.IntVar(&f.MaxBackendsPerIdentity, "max-backends-per-identity", model.DefaultMaxBackendsPerIdentity, "at most this many ready backends of a Service port are used (event)")
+	fs.IntVar(&f.MaxIdentitiesPerGateway, "max-identities-per-gateway", model.DefaultMaxIdentitiesPerGateway,
+		"a gateway serves at most this many identities (EIP or ClusterIP, port, protocol); Services past it are not served (event), those already served first")
 	fs.StringVar(&f.KubeOVNNamespace, "kube-ovn-namespace", model.DefaultGatewayNamespace,
 		"kube-ovn-controller's namespace: where its "+model.GatewayConfigMap+" ConfigMap is and where it runs gateway pods without spec.namespace")
 }
@@ -64,8 +68,8 @@ func (f Flags) Validate() error {
 	if errs2 := validation.IsDNS1123Label(f.kubeOVNNamespace()); len(errs2) > 0 {
 		errs = append(errs, fmt.Errorf("--kube-ovn-namespace=%q is not a namespace name: %s", f.KubeOVNNamespace, errs2[0]))
 	}
-	if f.MaxPortsPerService < 0 || f.MaxBackendsPerIdentity < 0 {
-		errs = append(errs, errors.New("--max-ports-per-service and --max-backends-per-identity must not be negative (0: the defaults)"))
+	if f.MaxPortsPerService < 0 || f.MaxBackendsPerIdentity < 0 || f.MaxIdentitiesPerGateway < 0 {
+		errs = append(errs, errors.New("--max-ports-per-service, --max-backends-per-identity and --max-identities-per-gateway must not be negative (0: the defaults)"))
 	}
 	if _, err := model.ParseLedgerForm(f.Ledger); err != nil {
 		errs = append(errs, fmt.Errorf("--ledger: %w", err))
@@ -77,7 +81,7 @@ func (f Flags) Validate() error {
 func (f Flags) Gates() model.Gates {
 	ledger, _ := model.ParseLedgerForm(f.Ledger) // Validate reported an unknown form
 	return model.Gates{LoadBalancer: f.EnableGwNftableLbSvc, ClusterIP: f.EnableGwNftableSvcClusterIP, Ledger: ledger, EndpointsWithoutPods: f.EndpointsWithoutPods,
-		MaxPortsPerService: f.MaxPortsPerService, MaxBackendsPerIdentity: f.MaxBackendsPerIdentity}
+		MaxPortsPerService: f.MaxPortsPerService, MaxBackendsPerIdentity: f.MaxBackendsPerIdentity, MaxIdentitiesPerGateway: f.MaxIdentitiesPerGateway}
 }
 
 func (f Flags) kubeOVNNamespace() string {

@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -23,6 +24,9 @@ type fakeAgents struct {
 	applies  map[types.UID]int
 	streams  map[types.UID]func() // ends each instance's current agent
 	failWith string
+	// rejectKey makes the agents refuse any state that has this identity, as a kernel refuses a
+	// transaction one rule of which it cannot take.
+	rejectKey string
 }
 
 func newFakeAgents() *fakeAgents {
@@ -35,6 +39,9 @@ func (f *fakeAgents) Dial(_ context.Context, inst transport.Instance) (*transpor
 		defer f.mu.Unlock()
 		if f.failWith != "" {
 			return gwstate.Ack{Error: f.failWith}
+		}
+		if f.rejectKey != "" && slices.ContainsFunc(st.Identities, func(id gwstate.Identity) bool { return id.Key() == f.rejectKey }) {
+			return gwstate.Ack{Error: "applying the ruleset: netlink receive: no space left on device"}
 		}
 		f.states[inst.UID] = st
 		f.applies[inst.UID]++
@@ -75,6 +82,12 @@ func (f *fakeAgents) appliesOf(uid types.UID) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.applies[uid]
+}
+
+func (f *fakeAgents) reject(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rejectKey = key
 }
 
 func (f *fakeAgents) fail(msg string) {

@@ -161,6 +161,8 @@ type GatewayReconciler struct {
 	Routes RouteWriter
 	// ApplyTimeout bounds the wait for an agent's acknowledgement.
 	ApplyTimeout time.Duration
+	// AgentKeepalive: see Options.AgentKeepalive.
+	AgentKeepalive time.Duration
 	// MinSyncInterval is the least time between two syncs of one gateway: a burst of changes is
 	// coalesced into one sync, a lone change is synced at once (kube-proxy's minSyncPeriod).
 	MinSyncInterval time.Duration
@@ -175,8 +177,9 @@ type GatewayReconciler struct {
 	lastSync map[string]time.Time
 	latency  latencyTracker
 
-	sessions *sessions
-	plans    *planCache
+	sessions   *sessions
+	plans      *planCache
+	quarantine *quarantine
 	// ownDeletes holds the UIDs of records this controller is deleting, so that their delete
 	// events are not taken for someone else's (SPEC R4).
 	ownDeletes sync.Map
@@ -201,14 +204,22 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 	}
 	// A stream that ends by itself wakes its gateway through this channel.
 	ended := make(chan event.TypedGenericEvent[client.Object], 64)
+	switch {
+	case r.AgentKeepalive == 0:
+		r.AgentKeepalive = DefaultAgentKeepalive
+	case r.AgentKeepalive < 0:
+		r.AgentKeepalive = 0
+	}
 	r.sessions = newSessions(r.Dialer, r.ApplyTimeout, r.Log.WithName("sessions"), func(gw string) {
 		select {
 		case ended <- event.TypedGenericEvent[client.Object]{Object: &kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: gw}}}:
 		case <-ctx.Done():
 		}
 	})
+	r.sessions.keepalive = r.AgentKeepalive
 	r.lastEvent = map[types.UID]map[string]string{}
 	r.plans = newPlanCache()
+	r.quarantine = newQuarantine()
 	r.lastSync = map[string]time.Time{}
 	go func() { <-ctx.Done(); r.sessions.closeAll() }()
 

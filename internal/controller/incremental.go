@@ -37,12 +37,17 @@ type gatewayCache struct {
 	valid       bool
 	fingerprint string
 	services    map[types.NamespacedName]*kept
+	// limited counts the kept Services refused for the gateway's identity bound (SPEC N4). While
+	// any is, every sync is full: a Service that lets go of identities makes room for one that
+	// did not change, and only a full plan sees both.
+	limited int
 }
 
 // kept is what the cache remembers of one Service's last plan.
 type kept struct {
-	uid  types.UID
-	part model.Contribution
+	uid     types.UID
+	part    model.Contribution
+	limited bool
 	// claims are the EIP and ports the Service claimed when planned: a Service that gives up an
 	// identity lets an other one take it over (SPEC I2), so both are replanned together.
 	eip   string
@@ -112,7 +117,7 @@ func (c *planCache) take(gw, fingerprint string) work {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	g := c.gateway(gw)
-	w := work{full: !g.valid || g.fingerprint != fingerprint, dirty: g.dirty, owners: g.owners, previous: map[types.NamespacedName]*kept{}}
+	w := work{full: !g.valid || g.fingerprint != fingerprint || g.limited > 0, dirty: g.dirty, owners: g.owners, previous: map[types.NamespacedName]*kept{}}
 	g.dirty, g.owners = map[types.NamespacedName]bool{}, map[types.UID]bool{}
 	if !w.full {
 		for k := range w.dirty {
@@ -131,10 +136,29 @@ func (c *planCache) replace(gw, fingerprint string, plans []model.ServicePlan, s
 	g := c.gateway(gw)
 	g.valid, g.fingerprint = true, fingerprint
 	g.services = map[types.NamespacedName]*kept{}
+	g.limited = 0
 	for i := range plans {
 		if sp := &plans[i]; sp.Gateway == gw {
-			g.services[sp.Key] = keep(sp, svcs[sp.Key])
+			g.put(sp, svcs[sp.Key])
 		}
+	}
+}
+
+func (g *gatewayCache) put(sp *model.ServicePlan, svc *corev1.Service) {
+	g.remove(sp.Key)
+	k := keep(sp, svc)
+	g.services[sp.Key] = k
+	if k.limited {
+		g.limited++
+	}
+}
+
+func (g *gatewayCache) remove(key types.NamespacedName) {
+	if k := g.services[key]; k != nil {
+		if k.limited {
+			g.limited--
+		}
+		delete(g.services, key)
 	}
 }
 
@@ -145,13 +169,40 @@ func (c *planCache) update(gw string, replanned map[types.NamespacedName]bool, p
 	defer c.mu.Unlock()
 	g := c.gateway(gw)
 	for k := range replanned {
-		delete(g.services, k)
+		g.remove(k)
 	}
 	for i := range plans {
 		if sp := &plans[i]; sp.Gateway == gw {
-			g.services[sp.Key] = keep(sp, svcs[sp.Key])
+			g.put(sp, svcs[sp.Key])
 		}
 	}
+}
+
+// contributions returns what every kept Service of gw contributes, with its UID.
+func (c *planCache) contributions(gw string) (map[types.NamespacedName]model.Contribution, map[types.NamespacedName]types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g := c.gateway(gw)
+	out := make(map[types.NamespacedName]model.Contribution, len(g.services))
+	uids := make(map[types.NamespacedName]types.UID, len(g.services))
+	for k, p := range g.services {
+		out[k], uids[k] = p.part, p.uid
+	}
+	return out, uids
+}
+
+// load is how many identities the kept Services of gw outside replanned have there: what a
+// partial plan's Services count against the gateway's bound (SPEC N4).
+func (c *planCache) load(gw string, replanned map[types.NamespacedName]bool) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for k, p := range c.gateway(gw).services {
+		if !replanned[k] {
+			n += len(p.part.Identities)
+		}
+	}
+	return n
 }
 
 // assemble is the gateway's plan: base (instances, next hops) plus every kept contribution.
@@ -166,7 +217,7 @@ func (c *planCache) assemble(gw string, base model.GatewayPlan) model.GatewayPla
 }
 
 func keep(sp *model.ServicePlan, svc *corev1.Service) *kept {
-	k := &kept{uid: sp.UID, part: sp.Contribution()}
+	k := &kept{uid: sp.UID, part: sp.Contribution(), limited: sp.Limited}
 	if svc != nil {
 		k.eip = svc.Annotations[model.AnnotationEIP]
 		k.ports = slices.Clone(svc.Spec.Ports)

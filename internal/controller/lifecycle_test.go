@@ -45,7 +45,7 @@ var (
 	cfg     *rest.Config
 	k8s     client.Client
 	envSkip string
-	// agentExe is a vpcgw binary for the real-agent runs ("" when this machine cannot run them;
+	// agentExe is the vpcgw-agent binary for the real-agent runs ("" when this machine cannot run them;
 	// agentSkip says why).
 	agentExe  string
 	agentSkip string
@@ -126,11 +126,11 @@ func runMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	if agentSkip = realAgentsMissing(); agentSkip == "" {
-		agentExe = filepath.Join(dir, "vpcgw")
-		build := exec.Command("go", "build", "-o", agentExe, "github.com/vpcgw/vpcgw/cmd/vpcgw")
+		agentExe = filepath.Join(dir, "vpcgw-agent")
+		build := exec.Command("go", "build", "-o", agentExe, "github.com/vpcgw/vpcgw/cmd/vpcgw-agent")
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "building vpcgw for the real-agent runs:", err)
+			fmt.Fprintln(os.Stderr, "building vpcgw-agent for the real-agent runs:", err)
 			return 1
 		}
 	}
@@ -262,7 +262,7 @@ func newFixtureIn(t *testing.T, mode agentMode, gw string, instances int) *fixtu
 		})
 		f.real = &netnsAgents{t: t, net: net, nsOf: map[types.UID]string{}}
 		f.data = f.real
-		f.dialer = &transport.LocalNetns{AgentCommand: []string{agentExe, "agent"}, Log: logr.Discard()}
+		f.dialer = &transport.LocalNetns{AgentCommand: []string{agentExe}, Log: logr.Discard()}
 	}
 	f.ns, f.gw = "ns-"+gw, gw
 	ctx := context.Background()
@@ -305,7 +305,8 @@ func (f *fixture) start(gates model.Gates) {
 	f.mismatches = metricValue(f.t, "vpcgw_partial_plan_mismatches_total", nil)
 	go func() {
 		f.done <- controller.Run(ctx, cfg, controller.Options{
-			Flags:  controller.Flags{EnableGwNftableLbSvc: gates.LoadBalancer, EnableGwNftableSvcClusterIP: gates.ClusterIP, Ledger: string(gates.Ledger)},
+			Flags: controller.Flags{EnableGwNftableLbSvc: gates.LoadBalancer, EnableGwNftableSvcClusterIP: gates.ClusterIP, Ledger: string(gates.Ledger),
+				MaxIdentitiesPerGateway: gates.MaxIdentitiesPerGateway},
 			Dialer: f.dialer, MetricsAddr: "0", HealthAddr: "0", MinSyncInterval: f.minSync,
 			// Every partial plan of these scenarios is checked against a full one.
 			VerifyPartialPlans: true,

@@ -35,6 +35,11 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	if wait := r.throttle(key); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
+	if r.quarantine.expire(key, time.Now()) {
+		// A quarantined change is tried again: every Service is replanned, so that the one whose
+		// change now goes through gets its records and ingress written.
+		r.plans.invalidate(key)
+	}
 	plan, gp, endpointSlices, err := r.plan(ctx, key)
 	if err != nil {
 		// The marks this pass consumed are lost: the next pass plans the whole gateway.
@@ -81,16 +86,54 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		note(sp, r.writeRecords(ctx, sp, written)...)
 	}
 
-	// 2. The gateway's instances, then its VIP routes.
+	// 2. The gateway's instances, then its VIP routes. held are the Services quarantined (SPEC
+	// N4): nothing of their new plan is confirmed.
 	programmed := false
-	if gp != nil {
+	held := map[types.NamespacedName]bool{}
+	if gp == nil {
+		r.quarantine.forget(key)
+	} else {
 		switch {
 		case len(gp.Instances) == 0:
 			log.Info("gateway has no running instance: nothing programmed until one runs")
 		default:
 			changed := r.latency.pending(endpointSlices)
 			start := time.Now()
-			if err := r.sessions.apply(ctx, key, transportInstances(gp), gp.State); err != nil {
+			// Quarantined Services keep what the gateway served for them (SPEC N4).
+			var contribs map[types.NamespacedName]model.Contribution
+			var uids map[types.NamespacedName]types.UID
+			if r.quarantine.any(key) {
+				contribs, uids = r.plans.contributions(key)
+				if hs := r.quarantine.active(key, contribs, start); len(hs) > 0 {
+					for k := range hs {
+						held[k] = true
+					}
+					acked, _ := r.sessions.lastAcked(key)
+					gp = substitute(gp, contribs, hs, acked)
+				}
+			}
+			err := r.sessions.apply(ctx, key, transportInstances(gp), gp.State)
+			if reason, ok := rejected(err); ok {
+				if contribs == nil {
+					contribs, uids = r.plans.contributions(key)
+				}
+				log.Info("an agent rejected the gateway's state; isolating the Services whose change it rejects", "reason", reason)
+				isolated, quarantined, ierr := r.isolate(ctx, key, gp, contribs, err)
+				for _, k := range quarantined {
+					held[k] = true
+					sp := &model.ServicePlan{Key: k, UID: uids[k]}
+					r.emitOnce(sp, model.Event{Type: corev1.EventTypeWarning, Reason: model.ReasonQuarantined, Message: fmt.Sprintf(
+						"gateway %s refused this Service's change (%s): it is quarantined, the gateway keeps serving what it served for it before and the gateway's other Services are programmed; change the Service to try again (or wait %s)",
+						key, transport.EventText(&transport.AgentError{Message: reason}), quarantineRetry)})
+				}
+				if ierr != nil {
+					err = ierr
+				} else {
+					err, gp = nil, isolated
+					log.Info("gateway programmed without the quarantined Services", "quarantined", len(quarantined))
+				}
+			}
+			if err != nil {
 				syncDuration.WithLabelValues("error").Observe(time.Since(start).Seconds())
 				syncFailures.WithLabelValues(key).Inc()
 				// Every bound Service's owner reads this: a bounded, single-line text, and no
@@ -129,6 +172,9 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	// instance nothing is confirmed; releases go on (the instance gets the full state later).
 	released := gp == nil || programmed || len(gp.Instances) == 0
 	for _, sp := range mine {
+		if held[sp.Key] {
+			continue // its records and ingress stay as they were: what the gateway serves for it
+		}
 		if programmed {
 			note(sp, r.writeRecordStatus(ctx, sp, written)...)
 			if sp.WriteRecord {
@@ -158,7 +204,11 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 			errs = append(errs, delErrs...)
 		}
 	}
-	return reconcile.Result{}, errors.Join(errs...)
+	var res reconcile.Result
+	if retry := r.quarantine.nextRetry(key); !retry.IsZero() {
+		res.RequeueAfter = max(time.Until(retry), time.Second)
+	}
+	return res, errors.Join(errs...)
 }
 
 // plan asks the model what gateway key must serve. It replans only the Services changed since the
@@ -196,6 +246,7 @@ func (r *GatewayReconciler) plan(ctx context.Context, key string) (model.Plan, *
 	if err != nil {
 		return model.Plan{}, nil, nil, err
 	}
+	snap.GatewayLoad = map[string]int{key: r.plans.load(key, replanned)}
 	plan := model.Compute(snap, gates)
 	r.plans.update(key, replanned, plan.Services, servicesByKey(snap.Services))
 	gp := plan.Gateway(key)

@@ -43,6 +43,9 @@ type Options struct {
 	// VerifyPartialPlans checks every partial plan against a full one (tests and debugging: it
 	// costs a full plan per sync). A difference is logged, counted and the full plan is used.
 	VerifyPartialPlans bool
+	// AgentKeepalive is how long an agent stream may be idle before it is pinged, and how long
+	// the agent has to answer (0: DefaultAgentKeepalive; negative: no keepalives).
+	AgentKeepalive time.Duration
 	// NB configures the VIP route writer; an empty address turns route writing off (SPEC V1).
 	NB             ovn.Config
 	MetricsAddr    string
@@ -54,6 +57,10 @@ type Options struct {
 	LeaderElection          bool
 	LeaderElectionNamespace string
 }
+
+// DefaultAgentKeepalive is --agent-keepalive's default: far below the idle timeouts of proxies
+// (tens of seconds and up) and the kubelet's (4 h), and a dead stream is noticed within 10 s.
+const DefaultAgentKeepalive = 5 * time.Second
 
 // Scheme knows the Kubernetes built-ins, kube-ovn's types and vpcgw's own.
 func Scheme() (*runtime.Scheme, error) {
@@ -120,6 +127,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 		MinSyncInterval:    opts.MinSyncInterval,
 		OnProgrammed:       opts.OnProgrammed,
 		VerifyPartialPlans: opts.VerifyPartialPlans,
+		AgentKeepalive:     opts.AgentKeepalive,
 		Client:             mgr.GetClient(),
 		Recorder:           mgr.GetEventRecorder("vpcgw-controller"),
 		Flags:              opts.Flags,

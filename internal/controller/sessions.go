@@ -12,6 +12,7 @@ import (
 
 	"github.com/vpcgw/vpcgw/internal/gwstate"
 	"github.com/vpcgw/vpcgw/internal/transport"
+	"github.com/vpcgw/vpcgw/internal/version"
 )
 
 // sessions keeps one open stream per gateway instance, keyed by pod UID: a replaced instance (new
@@ -19,6 +20,7 @@ import (
 type sessions struct {
 	dialer       transport.Dialer
 	applyTimeout time.Duration
+	keepalive    time.Duration // 0: none
 	log          logr.Logger
 	// onEnded is called with the gateway of a stream that ended by itself (an agent exited, a pod
 	// restarted its container): the gateway must be resynced even if nothing else changes.
@@ -27,6 +29,9 @@ type sessions struct {
 	mu    sync.Mutex
 	byGw  map[string]map[types.UID]*session
 	nextG int64 // generations are unique across all streams, which keeps logs unambiguous
+	// acked is, per gateway, the last state every instance acknowledged: what the gateway serves
+	// (the quarantine's known-good state, SPEC N4).
+	acked map[string]gwstate.State
 }
 
 type session struct {
@@ -35,7 +40,7 @@ type session struct {
 }
 
 func newSessions(d transport.Dialer, applyTimeout time.Duration, log logr.Logger, onEnded func(string)) *sessions {
-	return &sessions{dialer: d, applyTimeout: applyTimeout, log: log, onEnded: onEnded, byGw: map[string]map[types.UID]*session{}}
+	return &sessions{dialer: d, applyTimeout: applyTimeout, log: log, onEnded: onEnded, byGw: map[string]map[types.UID]*session{}, acked: map[string]gwstate.State{}}
 }
 
 // apply sends st to every instance of gateway gw and waits for all acknowledgements (SPEC D7).
@@ -72,7 +77,21 @@ func (s *sessions) apply(ctx context.Context, gw string, instances []transport.I
 		wg.Go(func() { errs[i] = s.applyOne(ctx, gw, inst, st) })
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	err := errors.Join(errs...)
+	if err == nil {
+		s.mu.Lock()
+		s.acked[gw] = st
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// lastAcked is the last state every instance of gw acknowledged.
+func (s *sessions) lastAcked(gw string) (gwstate.State, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.acked[gw]
+	return st, ok
 }
 
 func (s *sessions) applyOne(ctx context.Context, gw string, inst transport.Instance, st gwstate.State) error {
@@ -107,7 +126,18 @@ func (s *sessions) conn(ctx context.Context, gw string, inst transport.Instance)
 		s.byGw[gw] = map[types.UID]*session{}
 	}
 	old := s.byGw[gw][inst.UID]
-	conn.OnAck(func(a gwstate.Ack) { conntrackDeleted.Add(float64(a.ConntrackDeleted)) })
+	conn.OnAck(func(a gwstate.Ack) {
+		conntrackDeleted.Add(float64(a.ConntrackDeleted))
+		if a.AgentVersion != "" { // the first ack of a stream
+			log := s.log.WithValues("instance", inst.String(), "agentVersion", a.AgentVersion, "controllerVersion", version.Version)
+			if a.AgentVersion != version.Version {
+				log.Info("the gateway's agent is another build than the controller (an agent the gateway image has, or an upgrade in progress)")
+			} else {
+				log.V(1).Info("agent running")
+			}
+		}
+	})
+	conn.StartKeepalive(s.keepalive, s.keepalive)
 	sess = &session{inst: inst, conn: conn}
 	s.byGw[gw][inst.UID] = sess
 	s.mu.Unlock()
@@ -129,7 +159,7 @@ func (s *sessions) watch(gw string, sess *session) {
 	s.mu.Unlock()
 	_ = sess.conn.Close()
 	if current && s.onEnded != nil {
-		s.log.Info("agent stream ended; resyncing the gateway", "instance", sess.inst.String())
+		s.log.Info("agent stream ended; resyncing the gateway", "instance", sess.inst.String(), "reason", fmt.Sprint(sess.conn.Err()))
 		s.onEnded(gw)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/vpcgw/vpcgw/internal/gwstate"
 	"github.com/vpcgw/vpcgw/internal/transport/lineio"
+	"github.com/vpcgw/vpcgw/internal/version"
 )
 
 // RunAgent reads one JSON gwstate.State per line from in, normalizes, validates and applies it,
@@ -39,6 +40,9 @@ type ServeOptions struct {
 	RetryMin, RetryMax time.Duration
 	// MaxStateLine bounds one state line (default lineio.MaxStateLine).
 	MaxStateLine int
+	// AgentVersion goes into the first acknowledgement of the stream (gwstate.Ack.AgentVersion);
+	// empty leaves it out.
+	AgentVersion string
 }
 
 func (o ServeOptions) maxStateLine() int {
@@ -54,6 +58,13 @@ func (o ServeOptions) maxStateLine() int {
 // one line; the controller resends its state on every reconcile anyway).
 func Serve(ctx context.Context, agent *Agent, in io.Reader, out io.Writer, o ServeOptions, log logr.Logger) error {
 	enc := json.NewEncoder(out)
+	first := true
+	send := func(ack gwstate.Ack) error {
+		if first { // the agent's version goes with its first line on the stream
+			ack.AgentVersion, first = o.AgentVersion, false
+		}
+		return enc.Encode(ack)
+	}
 	var verify <-chan time.Time
 	if o.VerifyInterval > 0 {
 		t := time.NewTicker(o.VerifyInterval)
@@ -131,11 +142,11 @@ func Serve(ctx context.Context, agent *Agent, in io.Reader, out io.Writer, o Ser
 		}
 		if data := bytes.TrimSpace(l.data); len(data) > 0 {
 			ack := handleLine(ctx, agent, data, log)
-			if ack.Generation != 0 || ack.Error == "" {
+			if ack.Pong == 0 && (ack.Generation != 0 || ack.Error == "") {
 				backoff = 0 // a new state restarts the backoff
 				scheduleRetry(ack.Error != "" && !strings.HasPrefix(ack.Error, "invalid state"))
 			}
-			if err := enc.Encode(ack); err != nil {
+			if err := send(ack); err != nil {
 				return fmt.Errorf("writing ack: %w", err)
 			}
 		}
@@ -145,7 +156,7 @@ func Serve(ctx context.Context, agent *Agent, in io.Reader, out io.Writer, o Ser
 			}
 			if errors.Is(l.err, lineio.ErrTooLong) {
 				// Say why before the stream ends: the controller redials and sends a complete state.
-				_ = enc.Encode(gwstate.Ack{Error: fmt.Sprintf("cannot read state: %v", l.err)})
+				_ = send(gwstate.Ack{Error: fmt.Sprintf("cannot read state: %v", l.err)})
 			}
 			return fmt.Errorf("reading states: %w", l.err)
 		}
@@ -163,6 +174,10 @@ func handleLine(ctx context.Context, agent *Agent, data []byte, log logr.Logger)
 		log.Error(nil, "trailing data after state")
 		return gwstate.Ack{Error: "cannot decode state: trailing data after the JSON object"}
 	}
+	if st.Ping > 0 {
+		// A keepalive: the stream is alive both ways; nothing to apply.
+		return gwstate.Ack{Pong: st.Ping, Keepalive: true, Deltas: true}
+	}
 	st.Normalize()
 	if err := st.Validate(); err != nil {
 		log.Error(err, "invalid state", "generation", st.Generation)
@@ -170,9 +185,9 @@ func handleLine(ctx context.Context, agent *Agent, data []byte, log logr.Logger)
 	}
 	if err := agent.ApplyMessage(ctx, st); err != nil {
 		log.Error(err, "apply failed", "generation", st.Generation, "delta", st.IsDelta())
-		return gwstate.Ack{Generation: st.Generation, Error: err.Error(), ConntrackDeleted: agent.TakeConntrackDeleted(), Deltas: true}
+		return gwstate.Ack{Generation: st.Generation, Error: err.Error(), ConntrackDeleted: agent.TakeConntrackDeleted(), Deltas: true, Keepalive: true}
 	}
-	return gwstate.Ack{Generation: st.Generation, ConntrackDeleted: agent.TakeConntrackDeleted(), Deltas: true}
+	return gwstate.Ack{Generation: st.Generation, ConntrackDeleted: agent.TakeConntrackDeleted(), Deltas: true, Keepalive: true}
 }
 
 // NewLogger returns a logr.Logger writing one line per entry to w (stderr for the agent: stdout
@@ -187,40 +202,47 @@ func NewLogger(w io.Writer, verbosity int) logr.Logger {
 	}, funcr.Options{Verbosity: verbosity}).WithName("agent")
 }
 
-// Main is the agent's entry point (`vpcgw agent`) with default flags.
+// Main is the agent's entry point (`vpcgw-agent`) with default flags.
 func Main(ctx context.Context, in io.Reader, out io.Writer) error {
 	return MainWithArgs(ctx, nil, in, out)
 }
 
-// MainWithArgs is `vpcgw agent [flags]`: it reads states on in, writes acks on out and logs to
-// stderr. Flags:
+// MainWithArgs is `vpcgw-agent [flags]` (cmd/vpcgw-agent): it reads states on in, writes acks on
+// out and logs to stderr. Flags:
 //
 //	--vpc-interface eth0     the gateway's interface into the VPC (hairpin SNAT, SPEC D4)
 //	--verify-interval 10s    how often to look for drift and repair it (SPEC L6); 0 disables
 //	--retry-max 30s          longest backoff between retries of a rejected state (SPEC D8)
 //	--text-path              program nftables through the nft binary instead of netlink
 //	--v 0                    log verbosity
+//	--version                print the version (internal/version) on out and exit
 //
-// It fails at once when the kernel interfaces are unusable (not root, no nftables support).
+// Its first acknowledgement carries its version (gwstate.Ack.AgentVersion). It fails at once
+// when the kernel interfaces are unusable (not root, no nftables support).
 func MainWithArgs(ctx context.Context, args []string, in io.Reader, out io.Writer) error {
-	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs := flag.NewFlagSet("vpcgw-agent", flag.ContinueOnError)
 	var cfg Config
 	fs.StringVar(&cfg.VPCInterface, "vpc-interface", DefaultVPCInterface, "the gateway's interface into the VPC")
 	verify := fs.Duration("verify-interval", 10*time.Second, "how often to look for drift and repair it (0: never)")
 	retryMax := fs.Duration("retry-max", 30*time.Second, "longest backoff between retries of a rejected state")
 	fs.BoolVar(&cfg.TextPath, "text-path", false, "program nftables through the nft binary instead of netlink")
 	verbosity := fs.Int("v", 0, "log verbosity")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("agent: unexpected arguments %q", fs.Args())
 	}
+	if *showVersion {
+		_, err := fmt.Fprintf(out, "vpcgw-agent %s\n", version.Version)
+		return err
+	}
 	log := NewLogger(os.Stderr, *verbosity)
 	agent, err := NewKernelAgent(cfg, log)
 	if err != nil {
 		return err
 	}
-	log.Info("agent started", "table", "ip "+TableName, "backend", agent.be.name(), "vpcInterface", agent.iface, "verifyInterval", verify.String())
-	return Serve(ctx, agent, in, out, ServeOptions{VerifyInterval: *verify, RetryMin: 200 * time.Millisecond, RetryMax: *retryMax}, log)
+	log.Info("agent started", "version", version.Version, "table", "ip "+TableName, "backend", agent.be.name(), "vpcInterface", agent.iface, "verifyInterval", verify.String())
+	return Serve(ctx, agent, in, out, ServeOptions{VerifyInterval: *verify, RetryMin: 200 * time.Millisecond, RetryMax: *retryMax, AgentVersion: version.Version}, log)
 }

@@ -35,6 +35,11 @@ type State struct {
 	// agent that said it accepts them (Ack.Deltas), so an older agent always gets complete states.
 	Base    int64         `json:"base,omitempty"`
 	Removed []IdentityKey `json:"removed,omitempty"`
+
+	// Ping > 0 makes the line a keepalive, not a state: the agent changes nothing and answers
+	// Ack.Pong = Ping. The controller pings only an agent that said it answers them
+	// (Ack.Keepalive): an older agent would take the line for an empty state.
+	Ping int64 `json:"ping,omitempty"`
 }
 
 // Identity is one (VIP, port, protocol) the gateway answers for (SPEC I1) with its backends.
@@ -75,6 +80,12 @@ type Ack struct {
 	ConntrackDeleted int `json:"conntrackDeleted,omitempty"`
 	// Deltas: the agent accepts delta states (State.Base) on this stream.
 	Deltas bool `json:"deltas,omitempty"`
+	// Keepalive: the agent answers State.Ping; Pong is the answer to one (no state applied).
+	Keepalive bool  `json:"keepalive,omitempty"`
+	Pong      int64 `json:"pong,omitempty"`
+	// AgentVersion is the agent's build (internal/version), in the first acknowledgement of a
+	// stream only. Agents older than the field leave it out; readers must accept that.
+	AgentVersion string `json:"agentVersion,omitempty"`
 }
 
 // Key identifies an identity in maps and logs: "<vip>:<port>:<proto>".

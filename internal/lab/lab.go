@@ -25,6 +25,7 @@ import (
 	"github.com/vpcgw/vpcgw/config/crd"
 	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/kcm"
+	"github.com/vpcgw/vpcgw/internal/labbin"
 	"github.com/vpcgw/vpcgw/internal/netlab"
 	"github.com/vpcgw/vpcgw/internal/ovn"
 	"github.com/vpcgw/vpcgw/internal/transport"
@@ -35,8 +36,10 @@ const kubeOVNDirEnv = "VPCGW_KUBEOVN"
 
 // Options configure a lab.
 type Options struct {
-	// Exe is the vpcgw binary that runs agents, echo servers and probes inside the namespaces.
-	Exe string
+	// Bins are the binaries run inside the namespaces: Agent (vpcgw-agent) as the gateway's
+	// agent, Lab (vpcgw-lab) as echo servers and probes. The controller runs in process, so
+	// Vpcgw is not needed here (the bench's cold start runs it).
+	Bins labbin.Binaries
 	// AssetsDir holds kube-apiserver and etcd (KUBEBUILDER_ASSETS).
 	AssetsDir string
 	// KubeOVNDir holds kube-ovn's CRDs (VPCGW_KUBEOVN, filled by hack/tools/kubeovn/build.sh): the
@@ -104,8 +107,8 @@ type Description struct {
 // Start brings the whole lab up: API server, CRDs, namespaces, kube-ovn objects, backends, the
 // demo Service, the lab's EndpointSlice controller and the vpcgw controller.
 func Start(ctx context.Context, opts Options) (l *Lab, err error) {
-	if opts.Exe == "" {
-		return nil, errors.New("lab: no vpcgw binary given")
+	if opts.Bins.Agent == "" || opts.Bins.Lab == "" {
+		return nil, errors.New("lab: the vpcgw-agent and vpcgw-lab binaries are required")
 	}
 	if err := netlab.Available(); err != nil {
 		return nil, err
@@ -196,7 +199,7 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 	ctrlOpts := controller.Options{
 		Flags:       controller.Flags{EnableGwNftableLbSvc: true, EnableGwNftableSvcClusterIP: true},
 		NB:          ovn.Config{Address: l.nb.addr()},
-		Dialer:      &transport.LocalNetns{AgentCommand: []string{opts.Exe, "agent"}, Log: opts.Log.WithName("transport")},
+		Dialer:      &transport.LocalNetns{AgentCommand: []string{opts.Bins.Agent}, Log: opts.Log.WithName("transport")},
 		MetricsAddr: "0",
 		HealthAddr:  "0",
 	}
@@ -255,7 +258,7 @@ func (l *Lab) AddBackend(ctx context.Context, namespace, pod, app string) (Backe
 	if err != nil {
 		return Backend{}, err
 	}
-	if _, err := l.net.StartEcho(ns, []string{l.opts.Exe, "echo"}, pod, fmt.Sprintf("%s:%d", ip, BackendPort)); err != nil {
+	if _, err := l.net.StartEcho(ns, []string{l.opts.Bins.Lab, "echo"}, pod, fmt.Sprintf("%s:%d", ip, BackendPort)); err != nil {
 		return Backend{}, fmt.Errorf("starting echo server of %s: %w", pod, err)
 	}
 	if err := createBackendPod(ctx, l.Client, namespace, pod, app, ip); err != nil {
@@ -328,7 +331,7 @@ func (l *Lab) WaitIngress(ctx context.Context, ns, name string, timeout time.Dur
 // Probe sends n requests from namespace ns to addr ("ip:port") over proto ("tcp" or "udp"), each
 // a new flow, and counts the answers per backend name.
 func (l *Lab) Probe(ns, proto, addr string, n int) (netlab.ProbeResult, error) {
-	return l.net.Probe(ns, []string{l.opts.Exe, "probe"}, netlab.ProbeOptions{Target: addr, Proto: proto, Count: n})
+	return l.net.Probe(ns, []string{l.opts.Bins.Lab, "probe"}, netlab.ProbeOptions{Target: addr, Proto: proto, Count: n})
 }
 
 // WaitReachable waits until one request from ns to target is answered (routes and rules
@@ -336,7 +339,7 @@ func (l *Lab) Probe(ns, proto, addr string, n int) (netlab.ProbeResult, error) {
 func (l *Lab) WaitReachable(ctx context.Context, ns, proto, target string, timeout time.Duration) error {
 	var last netlab.ProbeResult
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		res, err := l.net.Probe(ns, []string{l.opts.Exe, "probe"}, netlab.ProbeOptions{Target: target, Proto: proto, Count: 1, Timeout: 500 * time.Millisecond})
+		res, err := l.net.Probe(ns, []string{l.opts.Bins.Lab, "probe"}, netlab.ProbeOptions{Target: target, Proto: proto, Count: 1, Timeout: 500 * time.Millisecond})
 		if err != nil {
 			return false, err
 		}

@@ -47,6 +47,9 @@ type containerRunner struct {
 	terminated   *corev1.ContainerStateTerminated
 	waitReason   string
 	waitMessage  string
+	// execs are the process groups of the commands exec'd into the running container: they end
+	// with it, as every process of a container's PID namespace ends with its first process.
+	execs map[int]bool
 }
 
 func newContainerRunner(w *podWorker, pod *corev1.Pod, c *corev1.Container) *containerRunner {
@@ -180,11 +183,16 @@ func (c *containerRunner) runOnce() (int, error) {
 	}
 	_ = logFile.Close()
 	c.mu.Lock()
+	previous := c.helper
 	c.id, c.proc, c.env, c.helper = newContainerID(), cmd.Process, env, hs
 	c.running, c.ready, c.started, c.startedAt = true, false, false, time.Now().Truncate(time.Second)
 	c.waitReason, c.waitMessage = "", ""
 	c.mu.Unlock()
 	c.w.log.Info("container started", "container", c.spec.Name, "pid", cmd.Process.Pid, "argv", argv)
+	// The previous run's /run goes with it: a restarted container starts afresh.
+	if previous.Run != "" {
+		_ = os.RemoveAll(previous.Run)
+	}
 
 	waitErr := make(chan error, 1)
 	go func() { waitErr <- cmd.Wait() }()
@@ -236,6 +244,10 @@ func (c *containerRunner) runOnce() (int, error) {
 	}
 	c.mu.Lock()
 	c.running, c.ready, c.started, c.proc = false, false, false, nil
+	for pgid := range c.execs {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+	c.execs = nil
 	c.terminated = &corev1.ContainerStateTerminated{
 		ExitCode: int32(code), Signal: int32(signal), Reason: reason,
 		StartedAt: metav1.NewTime(c.startedAt), FinishedAt: metav1.NewTime(time.Now().Truncate(time.Second)), ContainerID: c.id,
@@ -297,6 +309,26 @@ func (c *containerRunner) runningPID() (int, bool) {
 		return 0, false
 	}
 	return c.proc.Pid, true
+}
+
+// trackExec registers the process group of a command exec'd into the container; the returned
+// func forgets it. It fails when the container no longer runs (the command must not outlive it).
+func (c *containerRunner) trackExec(pgid int) (func(), error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.running {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		return nil, fmt.Errorf("container %s: %w", c.spec.Name, errNotRunning)
+	}
+	if c.execs == nil {
+		c.execs = map[int]bool{}
+	}
+	c.execs[pgid] = true
+	return func() {
+		c.mu.Lock()
+		delete(c.execs, pgid)
+		c.mu.Unlock()
+	}, nil
 }
 
 // execTarget is what an exec into this container needs, or errNotRunning.

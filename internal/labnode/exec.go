@@ -67,7 +67,7 @@ func (n *Node) serveExec(w http.ResponseWriter, req *http.Request) {
 	ns, pod, container := req.PathValue("ns"), req.PathValue("pod"), req.PathValue("container")
 	n.log.V(1).Info("exec", "pod", ns+"/"+pod, "container", container, "command", req.URL.Query()["command"])
 	kubeletexec.ServeExec(w, req, executor{n}, ns+"/"+pod, req.PathValue("uid"), container, req.URL.Query()["command"], opts,
-		4*time.Hour, kubeletexec.DefaultStreamCreationTimeout, kubeletexec.SupportedStreamingProtocols)
+		time.Duration(n.idleTimeout.Load()), kubeletexec.DefaultStreamCreationTimeout, kubeletexec.SupportedStreamingProtocols)
 }
 
 // serveLogs serves what a container wrote (all of it; no follow), for `kubectl logs`.
@@ -150,6 +150,12 @@ func (c *containerRunner) exec(ctx context.Context, argv []string, in io.Reader,
 			return 0, err
 		}
 		_ = pts.Close()
+		forget, err := c.trackExec(cmd.Process.Pid) // Setsid: its own group
+		if err != nil {
+			_ = cmd.Wait()
+			return 0, err
+		}
+		defer forget()
 		if in != nil {
 			go func() { _, _ = io.Copy(master, in) }()
 		}
@@ -183,6 +189,12 @@ func (c *containerRunner) exec(ctx context.Context, argv []string, in io.Reader,
 	if err := cmd.Start(); err != nil {
 		return 0, err
 	}
+	forget, err := c.trackExec(cmd.Process.Pid)
+	if err != nil {
+		_ = cmd.Wait()
+		return 0, err
+	}
+	defer forget()
 	if stdin != nil {
 		go func() { _, _ = io.Copy(stdin, in); _ = stdin.Close() }()
 	}

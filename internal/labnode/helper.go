@@ -29,16 +29,29 @@ type helperSpec struct {
 	Root   string `json:"root,omitempty"`
 	Etc    string `json:"etc,omitempty"`
 	Script string `json:"script,omitempty"`
+	// Run is the container's own /run: an empty directory per container start, as the writable
+	// layer of a real container starts afresh when the container restarts (what vpcgw's
+	// controller copies there is gone then, as in a cluster).
+	Run string `json:"run,omitempty"`
+	// Busybox, when set, is the host's busybox: the base tools of kube-ovn's Alpine image
+	// (busyboxApplets) come from it, ahead of the host's on the PATH (/usr/local/bin).
+	Busybox string `json:"busybox,omitempty"`
 	// WorkingDir is the container's working directory ("" is /).
 	WorkingDir string `json:"workingDir,omitempty"`
 }
+
+// busyboxApplets are base tools that kube-ovn's vpc-nat-gateway image (alpine with bash,
+// iproute2, iptables, iputils, tcpdump, conntrack-tools) has from busybox: among them everything
+// vpcgw's controller runs in the gateway container to deliver the agent, so that the lab runs
+// the same implementations a cluster does.
+var busyboxApplets = []string{"cat", "chmod", "cp", "dd", "ls", "mkdir", "mv", "readlink", "rm", "sha256sum", "uname"}
 
 // kubeOVNScriptPath is where kube-ovn's vpc-nat-gateway image has its script.
 const kubeOVNScriptPath = "/kube-ovn/nat-gateway.sh"
 
 // MaybeRunExecHelper runs the node's exec helper when this process was started as one, and then
 // never returns (it execs the container's argv, or exits 127 with the reason on stderr). It
-// returns false at once otherwise. Binaries that host a Node (the test binary's TestMain, vpcgw's
+// returns false at once otherwise. Binaries that host a Node (the test binary's TestMain, vpcgw-lab's
 // main) call it before anything else.
 func MaybeRunExecHelper() bool {
 	raw, ok := os.LookupEnv(helperEnv)
@@ -123,8 +136,10 @@ func runHelper(raw string, argv []string) error {
 }
 
 // buildRoot makes spec.Root the root of a vpc-nat-gateway container: the host's filesystem
-// plays the image, plus kube-ovn's script at /kube-ovn/nat-gateway.sh and a private /etc (the
-// script writes /etc/kube-ovn/nat-gateway.env and reads it on later calls).
+// plays the image, plus kube-ovn's script at /kube-ovn/nat-gateway.sh, a private /etc (the
+// script writes /etc/kube-ovn/nat-gateway.env and reads it on later calls) and a /run of the
+// container's own. The image's tools are the host's (busybox's on kube-ovn's Alpine image); no
+// vpcgw binary is among them.
 func buildRoot(spec helperSpec) error {
 	root := spec.Root
 	if err := unix.Mount("tmpfs", root, "tmpfs", 0, "mode=0755"); err != nil {
@@ -138,7 +153,7 @@ func buildRoot(spec helperSpec) error {
 		name := e.Name()
 		src, dst := "/"+name, filepath.Join(root, name)
 		switch {
-		case name == "proc" || name == "sys" || name == "etc" || name == "kube-ovn":
+		case name == "proc" || name == "sys" || name == "etc" || name == "kube-ovn" || name == "run" && spec.Run != "":
 			continue
 		case e.Type()&os.ModeSymlink != 0:
 			target, err := os.Readlink(src)
@@ -175,6 +190,25 @@ func buildRoot(spec helperSpec) error {
 	}
 	if err := unix.Mount(spec.Etc, filepath.Join(root, "etc"), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("binding the pod's /etc %s: %w", spec.Etc, err)
+	}
+	if spec.Run != "" {
+		if err := os.Mkdir(filepath.Join(root, "run"), 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(spec.Run, filepath.Join(root, "run"), "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("binding the container's /run %s: %w", spec.Run, err)
+		}
+	}
+	if spec.Busybox != "" {
+		bin := filepath.Join(root, "usr/local/bin")
+		if err := unix.Mount("tmpfs", bin, "tmpfs", 0, "mode=0755"); err != nil {
+			return fmt.Errorf("mounting the image's /usr/local/bin: %w", err)
+		}
+		for _, applet := range busyboxApplets {
+			if err := os.Symlink(spec.Busybox, filepath.Join(bin, applet)); err != nil {
+				return err
+			}
+		}
 	}
 	script := filepath.Join(root, kubeOVNScriptPath)
 	if err := os.WriteFile(script, nil, 0o755); err != nil {

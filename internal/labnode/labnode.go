@@ -31,11 +31,13 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -79,8 +81,18 @@ type Config struct {
 	// StateDir holds the Pods' container roots, /etc layers and logs (default: a new temporary
 	// directory, removed at Stop).
 	StateDir string
-	Log      logr.Logger
+	// Busybox is the busybox binary the gateway containers take kube-ovn's Alpine base tools
+	// from (default: busybox on the PATH; none: the host's tools).
+	Busybox string
+	// StreamIdleTimeout ends an exec stream that carried nothing for this long (the kubelet's
+	// streamingConnectionIdleTimeout; default 4h, as the kubelet's). SetStreamIdleTimeout
+	// changes it for the streams opened after.
+	StreamIdleTimeout time.Duration
+	Log               logr.Logger
 }
+
+// DefaultStreamIdleTimeout is the kubelet's default streamingConnectionIdleTimeout.
+const DefaultStreamIdleTimeout = 4 * time.Hour
 
 const (
 	defaultSchedulerName = corev1.DefaultSchedulerName
@@ -96,6 +108,8 @@ type Node struct {
 	log    logr.Logger
 	server *http.Server
 	port   int
+	// idleTimeout is the exec streams' idle timeout (a time.Duration).
+	idleTimeout atomic.Int64
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -130,6 +144,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			cfg.NatGatewayScript = filepath.Join(dir, "nat-gateway.sh")
 		}
 	}
+	if cfg.Busybox == "" {
+		if p, err := exec.LookPath("busybox"); err == nil {
+			cfg.Busybox = p
+		}
+	}
 	if cfg.RestartBackoff <= 0 {
 		cfg.RestartBackoff = 10 * time.Second
 	}
@@ -142,6 +161,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, cs: cs, log: cfg.Log.WithValues("node", cfg.NodeName),
 		workers: map[types.UID]*podWorker{}, byName: map[string]*podWorker{}}
+	n.SetStreamIdleTimeout(cfg.StreamIdleTimeout)
 	if n.cfg.StateDir == "" {
 		if n.cfg.StateDir, err = os.MkdirTemp("", "vpcgw-labnode-"); err != nil {
 			return nil, err
@@ -198,6 +218,15 @@ func IsKubeOVNGatewayImage(image string) bool {
 		repo = repo[:i]
 	}
 	return path.Base(repo) == "vpc-nat-gateway"
+}
+
+// SetStreamIdleTimeout sets the idle timeout of the exec streams opened from now on (0: the
+// default), as an operator setting the kubelet's streamingConnectionIdleTimeout would.
+func (n *Node) SetStreamIdleTimeout(d time.Duration) {
+	if d <= 0 {
+		d = DefaultStreamIdleTimeout
+	}
+	n.idleTimeout.Store(int64(d))
 }
 
 // Name is the Node's name.

@@ -288,7 +288,11 @@ func (w *podWorker) helperSpec(image, workingDir string) (helperSpec, error) {
 	if err != nil {
 		return spec, err
 	}
-	spec.Root, spec.Script, spec.Etc = root, w.n.cfg.NatGatewayScript, etc
+	run, err := os.MkdirTemp(dir, "run-")
+	if err != nil {
+		return spec, err
+	}
+	spec.Root, spec.Script, spec.Etc, spec.Run, spec.Busybox = root, w.n.cfg.NatGatewayScript, etc, run, w.n.cfg.Busybox
 	return spec, nil
 }
 

@@ -1,10 +1,11 @@
-// covers: R1, R2, R3, R5, R6, I3, K2
+// covers: R1, R2, R3, R5, R6, I3, K2, N4
 package model
 
 import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -156,5 +157,36 @@ func TestParseLedgerForm(t *testing.T) {
 	}
 	if _, err := ParseLedgerForm("share"); err == nil {
 		t.Error("an unknown form is accepted")
+	}
+}
+
+// covers: R6, N4
+// The ServiceRecords say exactly what the gateway serves: read back, they give the gateway's
+// state (identities with backends, affinity and source ranges, and the ClusterIPs held), which
+// is what the controller falls back on as known good after a restart.
+func TestRecordedStateIsTheGatewayState(t *testing.T) {
+	web := service("web", t0, func(s *corev1.Service) {
+		s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.0/24"}
+		s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+		s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP})
+	})
+	other := service("other", t0.Add(time.Second), func(s *corev1.Service) {
+		s.Spec.Type = corev1.ServiceTypeClusterIP
+		delete(s.Annotations, AnnotationEIP)
+	})
+	s := baseSnapshot(web, other)
+	s.EndpointSlices = append(s.EndpointSlices, slice("web", "web-dns", discoveryv1.AddressTypeIPv4, 5353, "dns", corev1.ProtocolUDP, ep{ip: "10.0.1.21", ready: ptr.To(true)}))
+	p := Compute(s, srGates)
+	want := p.Gateway("gw1").State
+	if len(want.Identities) != 5 || len(want.ClusterIPs) != 2 {
+		t.Fatalf("fixture: want 5 identities and 2 ClusterIPs, have %+v", want)
+	}
+	s = applyPlan(s, p)
+	got := RecordedState(s.ServiceRecords, "gw1")
+	if !reflect.DeepEqual(got.Identities, want.Identities) || !slices.Equal(got.ClusterIPs, want.ClusterIPs) {
+		t.Fatalf("records read back:\n%+v\nthe gateway's state:\n%+v", got, want)
+	}
+	if n := len(RecordedState(s.ServiceRecords, "gw2").Identities); n != 0 {
+		t.Fatalf("another gateway's records gave %d identities", n)
 	}
 }

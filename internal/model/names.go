@@ -107,4 +107,5 @@ const (
 	ReasonProgrammingFailed = "NftableLbSvcProgrammingFailed"
 	ReasonNotAdmitted       = "NftableLbSvcNotAdmitted"
 	ReasonLimit             = "NftableLbSvcLimit"
+	ReasonQuarantined       = "NftableLbSvcQuarantined"
 )

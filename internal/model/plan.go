@@ -68,7 +68,7 @@ func Compute(s Snapshot, gates Gates) Plan {
 			states[name] = &gp
 		}
 	}
-	for i := range s.Services {
+	for _, i := range ix.budgetOrder(s.Services) {
 		svc := &s.Services[i]
 		live[svc.UID] = true
 		sp := ix.PlanService(svc)
@@ -100,6 +100,42 @@ func Compute(s Snapshot, gates Gates) Plan {
 	}
 	slices.SortFunc(plan.Gateways, func(a, b GatewayPlan) int { return strings.Compare(a.Name, b.Name) })
 	return plan
+}
+
+// budgetOrder is the order Services take identities from their gateway's bound (SPEC N4): those
+// whose records say they are programmed first, so that a served Service is never pushed out by a
+// newcomer, then the oldest, then by name.
+func (ix *Index) budgetOrder(svcs []corev1.Service) []int {
+	type entry struct {
+		i          int
+		programmed bool
+	}
+	order := make([]entry, len(svcs))
+	for i := range svcs {
+		order[i] = entry{i: i, programmed: len(ix.recordedIdentities(svcs[i].UID)) > 0}
+	}
+	slices.SortFunc(order, func(a, b entry) int {
+		sa, sb := &svcs[a.i], &svcs[b.i]
+		return cmp.Or(compareBool(b.programmed, a.programmed),
+			sa.CreationTimestamp.Time.Compare(sb.CreationTimestamp.Time),
+			strings.Compare(sa.Namespace, sb.Namespace), strings.Compare(sa.Name, sb.Name))
+	})
+	out := make([]int, len(order))
+	for j, e := range order {
+		out[j] = e.i
+	}
+	return out
+}
+
+// compareBool orders false before true.
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 // Contribution is what one Service adds to its gateway's plan. The controller keeps one per

@@ -65,6 +65,10 @@ type ServicePlan struct {
 	ReleaseFinalizer bool
 
 	Events []Event
+
+	// Limited: the Service would be served, but its gateway has no room left for its identities
+	// (SPEC N4, --max-identities-per-gateway): nothing of it is served.
+	Limited bool
 }
 
 // Event is one Kubernetes event to emit on the Service.
@@ -279,7 +283,8 @@ func (ix *Index) subnetHolds(name, addr string) bool {
 }
 
 // PlanService decides everything about one Service. Its cost is that of the Service's own ports,
-// endpoints and records.
+// endpoints and records. A served Service takes its identities from its gateway's bound (SPEC
+// N4), so the order Services are planned in matters: Compute plans them in budget order.
 func (ix *Index) PlanService(svc *corev1.Service) ServicePlan {
 	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 	sp := ServicePlan{Key: key, UID: svc.UID}
@@ -301,6 +306,7 @@ func (ix *Index) PlanService(svc *corev1.Service) ServicePlan {
 			}
 		}
 		ix.planIdentities(svc, b, &sp)
+		ix.takeLoad(&sp)
 	}
 	if sp.Gateway == "" {
 		sp.Gateway = ix.recordGateway(svc.UID)
@@ -377,6 +383,34 @@ func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan)
 	} else {
 		sp.Record = desiredServiceRecord(svc, b, sp, timeout)
 	}
+}
+
+// takeLoad counts a served Service's identities against its gateway's bound (SPEC N4). A Service
+// that does not fit is not served at all: half a Service is worse than none, and the event says
+// what to do. The message does not say how full the gateway is with other tenants' Services
+// (SPEC N8).
+func (ix *Index) takeLoad(sp *ServicePlan) {
+	n := len(sp.Identities)
+	if !sp.Served() || n == 0 {
+		return
+	}
+	max, have := ix.gates.maxIdentities(), ix.load[sp.Gateway]
+	if have+n <= max {
+		ix.load[sp.Gateway] = have + n
+		return
+	}
+	ev := warning(ReasonLimit, "gateway %s has no room for this Service's %d identities: a gateway serves at most %d (the controller's --max-identities-per-gateway); the Service is served once others release theirs",
+		sp.Gateway, n, max)
+	if sp.EIPServed {
+		sp.EIPReason = ev.Message
+	}
+	if sp.ClusterIPServed {
+		sp.ClusterIPReason = ev.Message
+	}
+	sp.EIPServed, sp.ClusterIPServed, sp.EIP, sp.ClusterIP = false, false, "", ""
+	sp.Identities, sp.Record, sp.Records = nil, nil, nil
+	sp.Limited = true
+	sp.Events = append(sp.Events, *ev)
 }
 
 // holdsAll reports whether svc holds every identity it would serve on vip; otherwise it records

@@ -3,6 +3,7 @@ package model
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 
@@ -27,13 +28,26 @@ type Gates struct {
 	// gateway (SPEC N4); 0 means the defaults. Their product also bounds a ServiceRecord's size
 	// (etcd refuses objects over 1.5 MiB).
 	MaxPortsPerService, MaxBackendsPerIdentity int
+	// MaxIdentitiesPerGateway bounds what all Services together may ask of one gateway (SPEC N4);
+	// 0 means the default. Services that already hold identities keep them first, then the
+	// oldest: a Service that would pass the bound is not served (event) until others let go.
+	MaxIdentitiesPerGateway int
 }
 
-// Default bounds of SPEC N4: 64 × 512 entries keep a ServiceRecord under about 1 MB.
+// Default bounds of SPEC N4: 64 × 512 entries keep a ServiceRecord under about 1 MB; 65,536
+// identities per gateway are well above the 10,000 Services × 2 identities of SPEC P1-P7.
 const (
-	DefaultMaxPortsPerService     = 64
-	DefaultMaxBackendsPerIdentity = 512
+	DefaultMaxPortsPerService      = 64
+	DefaultMaxBackendsPerIdentity  = 512
+	DefaultMaxIdentitiesPerGateway = 65536
 )
+
+func (g Gates) maxIdentities() int {
+	if g.MaxIdentitiesPerGateway > 0 {
+		return g.MaxIdentitiesPerGateway
+	}
+	return DefaultMaxIdentitiesPerGateway
+}
 
 func (g Gates) maxPorts() int {
 	if g.MaxPortsPerService > 0 {
@@ -95,6 +109,10 @@ type Snapshot struct {
 	// ServiceRecords are the existing vpcgw.io ServiceRecords (in the seed's form, likewise left
 	// from the other form and released).
 	ServiceRecords []vpcgwv1alpha1.ServiceRecord
+	// GatewayLoad is, per gateway, how many identities Services outside this snapshot already
+	// have there (a partial plan's snapshot holds only the changed Services); they count against
+	// MaxIdentitiesPerGateway before any Service of the snapshot. Empty for a full snapshot.
+	GatewayLoad map[string]int
 }
 
 // Index is a snapshot prepared for lookups. Building it is linear in the snapshot; planning one
@@ -114,6 +132,9 @@ type Index struct {
 	// claims lists, per identity, the Services that could serve it, best claim first (I2). A
 	// ClusterIP is unique in a cluster, but a snapshot is input like any other.
 	claims map[claimKey][]claimant
+	// load counts, per gateway, the identities given so far (SPEC N4): GatewayLoad, then each
+	// Service as PlanService serves it.
+	load map[string]int
 }
 
 type claimKey struct {
@@ -145,6 +166,10 @@ func NewIndex(s Snapshot, gates Gates) *Index {
 		records:     map[types.UID][]*kubeovnv1.IptablesDnatRule{},
 		svcRecords:  map[types.UID][]*vpcgwv1alpha1.ServiceRecord{},
 		claims:      map[claimKey][]claimant{},
+		load:        maps.Clone(s.GatewayLoad),
+	}
+	if ix.load == nil {
+		ix.load = map[string]int{}
 	}
 	for i := range s.Gateways {
 		ix.gateways[s.Gateways[i].Name] = &s.Gateways[i]

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -244,5 +245,67 @@ func TestPerServiceBounds(t *testing.T) {
 	}
 	if !slices.ContainsFunc(sp.Events, func(e Event) bool { return e.Reason == ReasonLimit }) {
 		t.Fatalf("no event for the backend bound: %v", sp.Events)
+	}
+}
+
+// covers: N4, N3
+// A gateway's identities are bounded: Services past the bound are not served (an event, nothing
+// programmed, held or recorded), those the records say are programmed keep their place whatever
+// their age, then the oldest; what a partial plan's Services find taken (GatewayLoad) counts
+// first; a Service that lets go makes room for the next.
+func TestPerGatewayIdentityBound(t *testing.T) {
+	onPort := func(port int32) func(*corev1.Service) {
+		return func(s *corev1.Service) { s.Spec.Ports[0].Port = port }
+	}
+	web := service("web", t0, onPort(80))
+	a := service("a", t0.Add(time.Second), onPort(81))
+	b := service("b", t0.Add(2*time.Second), onPort(82))
+	gates := srGates
+	gates.MaxIdentitiesPerGateway = 4 // two Services of one port each: EIP and ClusterIP
+
+	p := Compute(baseSnapshot(web, a, b), gates)
+	for name, want := range map[string]bool{"web": true, "a": true, "b": false} {
+		if sp := servicePlan(p, name); sp.Served() != want || sp.Limited == want {
+			t.Errorf("%s: served %v, limited %v; want served %v", name, sp.Served(), sp.Limited, want)
+		}
+	}
+	sp := servicePlan(p, "b")
+	if sp.Record != nil || len(sp.Identities) != 0 || sp.AddFinalizer || !slices.ContainsFunc(sp.Events, func(e Event) bool {
+		return e.Reason == ReasonLimit && strings.Contains(e.Message, "--max-identities-per-gateway")
+	}) {
+		t.Fatalf("the Service past the bound: record %v, identities %v, finalizer %v, events %v", sp.Record, sp.Identities, sp.AddFinalizer, sp.Events)
+	}
+	if sp.EIPReason == "" || sp.ClusterIPReason == "" {
+		t.Errorf("no reason for the parts not served: %q, %q", sp.EIPReason, sp.ClusterIPReason)
+	}
+	if n := len(p.Gateway("gw1").State.Identities); n != 4 {
+		t.Fatalf("gateway state has %d identities, want 4", n)
+	}
+
+	// b is programmed (its record exists) before the older Services arrive: it keeps its place.
+	s := baseSnapshot(b)
+	s = applyPlan(s, Compute(s, gates))
+	s.Services = append(s.Services, web, a)
+	p = Compute(s, gates)
+	for name, want := range map[string]bool{"web": true, "a": false, "b": true} {
+		if sp := servicePlan(p, name); sp.Served() != want {
+			t.Errorf("b programmed first: %s served %v, want %v", name, sp.Served(), want)
+		}
+	}
+
+	// What Services outside the snapshot hold counts first.
+	for load, want := range map[int]bool{2: true, 3: false} {
+		s := baseSnapshot(web)
+		s.GatewayLoad = map[string]int{"gw1": load}
+		if sp := servicePlan(Compute(s, gates), "web"); sp.Served() != want {
+			t.Errorf("with %d identities taken: served %v, want %v", load, sp.Served(), want)
+		}
+	}
+
+	// web lets go (deleted): a is served.
+	s = applyPlan(s, p)
+	s.Services = slices.DeleteFunc(s.Services, func(svc corev1.Service) bool { return svc.Name == "web" })
+	if sp := servicePlan(Compute(s, gates), "a"); !sp.Served() {
+		t.Fatalf("a not served after web left: %v", sp.Events)
 	}
 }

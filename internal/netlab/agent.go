@@ -19,7 +19,7 @@ type AgentProc struct {
 	acks  chan string
 }
 
-// StartAgent starts `<argv...>` in ns (e.g. {"/usr/bin/vpcgw", "agent"}) with pipes on stdin and
+// StartAgent starts `<argv...>` in ns (e.g. {"/usr/bin/vpcgw-agent"}) with pipes on stdin and
 // stdout.
 func (l *Lab) StartAgent(ns string, argv ...string) (*AgentProc, error) {
 	a := &AgentProc{acks: make(chan string, 16)}

@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// EchoMain is a backend for tests and the lab (`vpcgw echo --name be1 --listen 10.0.1.11:8080`):
+// EchoMain is a backend for tests and the lab (`vpcgw-lab echo --name be1 --listen 10.0.1.11:8080`):
 // on the TCP port it serves HTTP, answering every request with "<name>\n"; on the UDP port of
 // the same number it answers every datagram with "<name>\n". Once both listeners are bound it
 // prints "listening <addr>" on stdout. It serves until the process is killed.
@@ -97,7 +97,7 @@ func hostOf(addr string) string {
 }
 
 // StartEcho starts an echo server in ns as `<cmd...> --name <name> --listen <listen>` (cmd is the
-// executable and its leading arguments, e.g. {"/usr/bin/vpcgw", "echo"}) and returns once it
+// executable and its leading arguments, e.g. {"/usr/bin/vpcgw-lab", "echo"}) and returns once it
 // listens.
 func (l *Lab) StartEcho(ns string, cmd []string, name, listen string) (*Proc, error) {
 	argv := append(append([]string(nil), cmd...), "--name", name, "--listen", listen)

@@ -158,7 +158,7 @@ func udpRequest(ctx context.Context, d *net.Dialer, target, path string, timeout
 	return strings.TrimSpace(string(buf[:n])), nil
 }
 
-// ProbeMain is `vpcgw probe --target host:port [--proto tcp|udp] [--count N] [--timeout 2s]`:
+// ProbeMain is `vpcgw-lab probe --target host:port [--proto tcp|udp] [--count N] [--timeout 2s]`:
 // it runs DoProbe and prints the ProbeResult as one JSON line on stdout.
 func ProbeMain(args []string) error {
 	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
@@ -183,7 +183,7 @@ func ProbeMain(args []string) error {
 }
 
 // Probe runs `<cmd...> --target .. --proto .. --count .. --timeout ..` inside ns (cmd is the
-// executable and its leading arguments, e.g. {"/usr/bin/vpcgw", "probe"}) and returns its result.
+// executable and its leading arguments, e.g. {"/usr/bin/vpcgw-lab", "probe"}) and returns its result.
 func (l *Lab) Probe(ns string, cmd []string, o ProbeOptions) (ProbeResult, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = 2 * time.Second

@@ -29,9 +29,13 @@ const (
 	DefaultExecCloseGrace = 2 * time.Second
 )
 
-// DefaultExecCommand is the agent's argv inside the gateway container: the vpcgw binary is
-// expected on the gateway image's PATH.
-var DefaultExecCommand = []string{"vpcgw", "agent"}
+// DefaultAgentBinary is the name of the agent's binary (cmd/vpcgw-agent).
+const DefaultAgentBinary = "vpcgw-agent"
+
+// DefaultExecCommand is the agent's argv inside the gateway container: the vpcgw-agent binary
+// (cmd/vpcgw-agent), expected on the gateway container's PATH. The controller's --agent-command
+// replaces it.
+var DefaultExecCommand = []string{DefaultAgentBinary}
 
 // ExecProtocol selects how the exec stream is carried.
 type ExecProtocol int
@@ -73,6 +77,8 @@ type Exec struct {
 	dialTimeout time.Duration
 	closeGrace  time.Duration
 	verifier    PodVerifier
+	// binaries, when set, are copied into the container before the agent starts (deliver.go).
+	binaries *AgentBinaries
 }
 
 var _ Dialer = (*Exec)(nil)
@@ -163,7 +169,10 @@ func NewExec(cfg *rest.Config, log logr.Logger, opts ...ExecOption) (*Exec, erro
 }
 
 // URL is the pods/exec URL Dial opens for inst (exported for logs and tests).
-func (e *Exec) URL(inst Instance) *url.URL {
+func (e *Exec) URL(inst Instance) *url.URL { return e.urlFor(inst, e.command, true) }
+
+// urlFor is the pods/exec URL running argv in inst's container.
+func (e *Exec) urlFor(inst Instance, argv []string, stdin bool) *url.URL {
 	return e.rest.Post().
 		Namespace(inst.Namespace).
 		Resource("pods").
@@ -171,8 +180,8 @@ func (e *Exec) URL(inst Instance) *url.URL {
 		SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{
 			Container: e.container,
-			Command:   e.command,
-			Stdin:     true,
+			Command:   argv,
+			Stdin:     stdin,
 			Stdout:    true,
 			Stderr:    true,
 			TTY:       false,
@@ -220,7 +229,15 @@ func (e *Exec) Dial(ctx context.Context, inst Instance) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("exec transport: refusing to start the agent: %w", err)
 	}
-	u := e.URL(inst)
+	command := e.command
+	if e.binaries != nil {
+		installed, err := e.deliver(ctx, inst)
+		if err != nil {
+			return nil, fmt.Errorf("exec transport: instance %s: %w", inst, err)
+		}
+		command = append([]string{installed}, e.command[1:]...)
+	}
+	u := e.urlFor(inst, command, true)
 	exe, err := e.executor(u)
 	if err != nil {
 		return nil, fmt.Errorf("exec transport: %w", err)

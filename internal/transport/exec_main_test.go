@@ -1,4 +1,4 @@
-// covers: D7, L6 (helper: the test binary re-executed as the `vpcgw` binary of a gateway image)
+// covers: D7, L6 (helper: the test binary re-executed as the `vpcgw-agent` binary of a gateway image)
 package transport
 
 import (
@@ -11,8 +11,8 @@ import (
 	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
 )
 
-// execHelperEnv, set to "vpcgw", turns the test binary into `vpcgw`: `vpcgw agent [flags]` runs
-// the real agent on stdin/stdout, as the binary on a gateway image's PATH would.
+// execHelperEnv, set to "vpcgw-agent", turns the test binary into `vpcgw-agent [flags]`: the real
+// agent on stdin/stdout, as the binary on a gateway image's PATH would.
 const execHelperEnv = "TRANSPORT_TEST_HELPER"
 
 func TestMain(m *testing.M) {
@@ -27,13 +27,8 @@ func TestMain(m *testing.M) {
 			stops[i]()
 		}
 		os.Exit(code)
-	case "vpcgw":
-		args := os.Args[1:]
-		if len(args) == 0 || args[0] != "agent" {
-			fmt.Fprintf(os.Stderr, "vpcgw: unknown command %q\n", args)
-			os.Exit(2)
-		}
-		if err := dataplane.MainWithArgs(context.Background(), args[1:], os.Stdin, os.Stdout); err != nil {
+	case DefaultAgentBinary:
+		if err := dataplane.MainWithArgs(context.Background(), os.Args[1:], os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

@@ -21,7 +21,8 @@ import (
 )
 
 // netnsRuntime is the container runtime of the test kubelet for a gateway whose container is the
-// network namespace ns: the exec's argv runs there, with `vpcgw` resolved to this test binary.
+// network namespace ns: the exec's argv runs there, with `vpcgw-agent` resolved to this test
+// binary.
 func netnsRuntime(t *testing.T, ns string) agentFunc {
 	t.Helper()
 	exe, err := os.Executable()
@@ -29,10 +30,10 @@ func netnsRuntime(t *testing.T, ns string) agentFunc {
 		t.Fatal(err)
 	}
 	return func(ctx context.Context, _ string, cmd []string, in io.Reader, out, errw io.Writer) error {
-		if len(cmd) == 0 || cmd[0] != "vpcgw" {
+		if len(cmd) == 0 || cmd[0] != DefaultAgentBinary {
 			return utilexec.CodeExitError{Err: fmt.Errorf("exec: %q: executable file not found in $PATH", cmd), Code: 127}
 		}
-		argv := append([]string{"netns", "exec", ns, "env", execHelperEnv + "=vpcgw", exe}, cmd[1:]...)
+		argv := append([]string{"netns", "exec", ns, "env", execHelperEnv + "=" + DefaultAgentBinary, exe}, cmd[1:]...)
 		c := exec.CommandContext(ctx, "ip", argv...) // `ip netns exec` execs the agent: one pid
 		// Stdin through our own pipe: exec.Cmd would wait for its copy from the stream, which
 		// stays blocked in Read after the agent is gone. This copy ends with the stream.
@@ -104,7 +105,7 @@ func TestExecProgramsRealNftablesInANetns(t *testing.T) {
 	}
 	e := &execEnv{kubelet: kubelet, api: api, logs: logs, exec: ex}
 
-	// States through WebSocket v5 -> API server -> SPDY -> kubelet -> `vpcgw agent` in the netns.
+	// States through WebSocket v5 -> API server -> SPDY -> kubelet -> `vpcgw-agent` in the netns.
 	c := e.dial(t)
 	st1 := testState(1, 3, 2, 80)
 	mustApplyConn(t, c, st1)

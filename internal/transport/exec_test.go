@@ -203,7 +203,7 @@ func TestExecStreamsStatesToTheAgent(t *testing.T) {
 				t.Errorf("API server requests = %q, want %q", got, m.requests)
 			}
 			calls := e.kubelet.execCalls()
-			want := execCall{Pod: testNS + "/" + testPod, Container: "vpc-nat-gw", Cmd: []string{"vpcgw", "agent"}}
+			want := execCall{Pod: testNS + "/" + testPod, Container: "vpc-nat-gw", Cmd: []string{"vpcgw-agent"}}
 			if len(calls) != 1 || calls[0].Pod != want.Pod || calls[0].Container != want.Container || !slices.Equal(calls[0].Cmd, want.Cmd) {
 				t.Errorf("kubelet execs = %+v, want one %+v", calls, want)
 			}
@@ -286,7 +286,7 @@ func TestExecDialErrors(t *testing.T) {
 		}
 		u := ex.URL(testInst)
 		if u.Path != "/api/v1/namespaces/gw-ns/pods/vpc-nat-gw-gw1-0/exec" ||
-			!slices.Equal(u.Query()["command"], []string{"vpcgw", "agent"}) || u.Query().Get("container") != "vpc-nat-gw" ||
+			!slices.Equal(u.Query()["command"], []string{"vpcgw-agent"}) || u.Query().Get("container") != "vpc-nat-gw" ||
 			u.Query().Get("stdin") != "true" || u.Query().Get("stdout") != "true" || u.Query().Get("stderr") != "true" || u.Query().Has("tty") {
 			t.Errorf("exec URL = %s", u)
 		}

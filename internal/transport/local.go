@@ -19,7 +19,7 @@ const NetnsAnnotation = "lab.vpcgw.io/netns"
 // LocalNetns starts the agent as a subprocess inside a named network namespace:
 // `ip netns exec <netns> <AgentCommand...>`. The lab and the tests use it.
 type LocalNetns struct {
-	// AgentCommand is the agent's argv, e.g. {"/usr/local/bin/vpcgw", "agent"}.
+	// AgentCommand is the agent's argv, e.g. {"/usr/local/bin/vpcgw-agent"}.
 	AgentCommand []string
 	Log          logr.Logger
 }

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -63,6 +65,13 @@ type Conn struct {
 	// deltas against it (it says so in its acks). Then Apply sends only what changed.
 	last   *gwstate.State
 	deltas bool
+	// version is what the agent said it is (gwstate.Ack.AgentVersion), set by the reader.
+	version atomic.Pointer[string]
+	// keepalive: the agent answers pings (it said so in an ack); active is when the stream last
+	// carried a line either way. Both under mu.
+	keepalive bool
+	active    time.Time
+	pings     int64
 }
 
 // Limits bound the lines of the stream (SPEC N6); zero fields take the lineio defaults.
@@ -121,6 +130,10 @@ func (c *Conn) read(r io.Reader) {
 				c.readErr <- fmt.Errorf("agent sent a line that is not an acknowledgement: %q: %w", truncate(line), jerr)
 				return
 			}
+			if ack.AgentVersion != "" {
+				v := ack.AgentVersion
+				c.version.Store(&v)
+			}
 			select {
 			case c.acks <- ack:
 			case <-c.done:
@@ -166,6 +179,7 @@ func (c *Conn) Apply(ctx context.Context, st gwstate.State) error {
 	// Until this state is acknowledged, the agent's state is unknown: a failure sends the next
 	// one complete.
 	c.last = nil
+	c.active = time.Now()
 	if _, err := c.w.Write(append(line, '\n')); err != nil {
 		return c.fail(fmt.Errorf("sending state generation %d: %w", st.Generation, err))
 	}
@@ -179,6 +193,7 @@ func (c *Conn) Apply(ctx context.Context, st gwstate.State) error {
 				// An ack of an older state that outlived its caller's context; skip it.
 				continue
 			}
+			c.active, c.keepalive = time.Now(), ack.Keepalive
 			if ack.Error != "" {
 				return &AgentError{Generation: st.Generation, Message: ack.Error}
 			}
@@ -193,12 +208,96 @@ func (c *Conn) Apply(ctx context.Context, st gwstate.State) error {
 	}
 }
 
+// StartKeepalive keeps an idle stream alive and watched: once the agent said it answers pings,
+// a stream that carried nothing for interval gets a ping, and one whose agent does not answer
+// within timeout is broken (Ended closes, the caller redials). Idle timeouts on the way (the
+// kubelet's streaming idle timeout, proxies) then never cut a live stream, which would cost a
+// new agent and a complete state, and a dead one is noticed within interval + timeout instead of
+// at the next state. Call it once; it ends with the Conn.
+func (c *Conn) StartKeepalive(interval, timeout time.Duration) {
+	if interval <= 0 {
+		return
+	}
+	if timeout <= 0 {
+		timeout = interval
+	}
+	go func() {
+		t := time.NewTicker(interval / 2)
+		defer t.Stop()
+		for {
+			select {
+			case <-c.done:
+				return
+			case <-t.C:
+			}
+			if !c.ping(interval, timeout) {
+				return
+			}
+		}
+	}()
+}
+
+// ping sends one keepalive if the stream was idle for interval; false once the Conn is broken.
+func (c *Conn) ping(interval, timeout time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.err != nil:
+		return false
+	case !c.keepalive || time.Since(c.active) < interval:
+		return true
+	}
+	c.pings++
+	seq := c.pings
+	line, _ := json.Marshal(gwstate.State{Ping: seq}) // plain data: cannot fail
+	if _, err := c.w.Write(append(line, '\n')); err != nil {
+		_ = c.fail(fmt.Errorf("sending keepalive %d: %w", seq, err))
+		return false
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		select {
+		case ack := <-c.acks:
+			if ack.Pong != seq {
+				continue // a late answer to an earlier state or ping
+			}
+			c.active = time.Now()
+			return true
+		case err := <-c.readErr:
+			_ = c.fail(err)
+			return false
+		case <-timer.C:
+			_ = c.fail(fmt.Errorf("the agent answered no keepalive within %s: the stream is dead", timeout))
+			return false
+		case <-c.done:
+			return false
+		}
+	}
+}
+
+// AgentVersion is the version the agent reported in its first acknowledgement, or "" before
+// that acknowledgement arrived or from an agent too old to report one.
+func (c *Conn) AgentVersion() string {
+	if v := c.version.Load(); v != nil {
+		return *v
+	}
+	return ""
+}
+
 // OnAck sets a function that sees every acknowledgement (metrics); call it before the first Apply.
 func (c *Conn) OnAck(f func(gwstate.Ack)) { c.onAck = f }
 
 // Ended is closed when the agent's output ends: the agent exited, the stream broke, or the Conn
 // was closed. The controller uses it to resync an instance whose agent went away while idle.
 func (c *Conn) Ended() <-chan struct{} { return c.ended }
+
+// Err is why the stream failed (nil while it works).
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
 
 // Broken reports whether the stream failed and must be redialled.
 func (c *Conn) Broken() bool {

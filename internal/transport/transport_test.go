@@ -117,3 +117,35 @@ func TestLocalNetnsNeedsNamespace(t *testing.T) {
 		t.Fatalf("Dial = %v, want an error naming %s", err, NetnsAnnotation)
 	}
 }
+
+// covers: O5 (the controller learns the agent's build from its first acknowledgement)
+func TestConnAgentVersion(t *testing.T) {
+	c := fakeAgent(t, func(st gwstate.State) *gwstate.Ack {
+		ack := &gwstate.Ack{Generation: st.Generation}
+		if st.Generation == 1 {
+			ack.AgentVersion = "v1.2.3"
+		}
+		return ack
+	})
+	if v := c.AgentVersion(); v != "" {
+		t.Errorf("before any ack: AgentVersion %q, want empty", v)
+	}
+	ctx := context.Background()
+	for gen := int64(1); gen <= 2; gen++ {
+		if err := c.Apply(ctx, gwstate.State{Generation: gen}); err != nil {
+			t.Fatal(err)
+		}
+		if v := c.AgentVersion(); v != "v1.2.3" {
+			t.Errorf("after generation %d: AgentVersion %q, want v1.2.3", gen, v)
+		}
+	}
+
+	// An agent from before the field: no version, and nothing else changes.
+	old := fakeAgent(t, func(st gwstate.State) *gwstate.Ack { return &gwstate.Ack{Generation: st.Generation} })
+	if err := old.Apply(ctx, gwstate.State{Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if v := old.AgentVersion(); v != "" {
+		t.Errorf("agent without a version: AgentVersion %q, want empty", v)
+	}
+}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/lab"
+	"github.com/vpcgw/vpcgw/internal/labbin"
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/netlab"
 	"github.com/vpcgw/vpcgw/internal/testutil"
@@ -63,12 +64,16 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	exe := filepath.Join(dir, "vpcgw")
+	bins, err := labbin.Build(context.Background(), dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "building the binaries:", err)
+		return 1
+	}
 	plugin = filepath.Join(dir, "kubectl-vpcgw")
-	build := exec.Command("go", "build", "-o", dir+"/", "github.com/vpcgw/vpcgw/cmd/vpcgw", "github.com/vpcgw/vpcgw/cmd/kubectl-vpcgw")
+	build := exec.Command("go", "build", "-o", dir+"/", "github.com/vpcgw/vpcgw/cmd/kubectl-vpcgw")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building vpcgw:", err)
+		fmt.Fprintln(os.Stderr, "building kubectl-vpcgw:", err)
 		return 1
 	}
 	logFile, err := os.Create(filepath.Join(dir, "lab.log"))
@@ -83,7 +88,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	metricsURL = "http://" + metricsAddr + "/metrics"
-	theLab, err = lab.Start(context.Background(), lab.Options{Exe: exe, AssetsDir: os.Getenv("KUBEBUILDER_ASSETS"), Log: log,
+	theLab, err = lab.Start(context.Background(), lab.Options{Bins: bins, AssetsDir: os.Getenv("KUBEBUILDER_ASSETS"), Log: log,
 		Controller: func(o *controller.Options) {
 			o.MetricsAddr = metricsAddr
 			// Every partial plan made during these tests is checked against a full one.

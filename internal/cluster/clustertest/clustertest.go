@@ -1,13 +1,12 @@
-// Package clustertest is what the tests that run the lab cluster share: the vpcgw binary built
-// once per test binary, the lab node's helper entry point, and the options (or what this machine
-// lacks).
+// Package clustertest is what the tests that run the lab cluster share: the binaries (vpcgw,
+// vpcgw-agent, vpcgw-lab) built once per test binary, the lab node's helper entry point, and the
+// options (or what this machine lacks).
 package clustertest
 
 import (
+	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -17,19 +16,20 @@ import (
 	"github.com/vpcgw/vpcgw/internal/cluster"
 	"github.com/vpcgw/vpcgw/internal/kcm"
 	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
+	"github.com/vpcgw/vpcgw/internal/labbin"
 	"github.com/vpcgw/vpcgw/internal/labnode"
 	"github.com/vpcgw/vpcgw/internal/netlab"
 	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
 var (
-	exe      string
+	bins     labbin.Binaries
 	buildErr error
 )
 
 // Main is the test binary's TestMain body: the lab node runs containers and execs by
-// re-executing this binary as its helper; otherwise vpcgw is built and the tests run. after runs
-// once the tests have (to stop a shared cluster); its error fails the run.
+// re-executing this binary as its helper; otherwise the binaries are built and the tests run.
+// after runs once the tests have (to stop a shared cluster); its error fails the run.
 func Main(m *testing.M, after func() error) int {
 	if labnode.MaybeRunExecHelper() {
 		return 0
@@ -40,10 +40,7 @@ func Main(m *testing.M, after func() error) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	exe = filepath.Join(dir, "vpcgw")
-	build := exec.Command("go", "build", "-o", exe, "github.com/vpcgw/vpcgw/cmd/vpcgw")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	buildErr = build.Run()
+	bins, buildErr = labbin.Build(context.Background(), dir)
 	code := m.Run()
 	if after != nil {
 		if err := after(); err != nil {
@@ -69,9 +66,9 @@ func Options() (opts cluster.Options, skip string, err error) {
 		return opts, missing, nil
 	}
 	if buildErr != nil {
-		return opts, "", fmt.Errorf("building vpcgw: %w", buildErr)
+		return opts, "", fmt.Errorf("building the binaries: %w", buildErr)
 	}
-	return cluster.Options{Exe: exe, AssetsDir: assets, KubeOVNDir: kubeOVN, Log: Logger()}, "", nil
+	return cluster.Options{Bins: bins, AssetsDir: assets, KubeOVNDir: kubeOVN, Log: Logger()}, "", nil
 }
 
 // Logger logs the components when VPCGW_TEST_LOGS=1.

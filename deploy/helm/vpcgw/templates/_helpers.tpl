@@ -11,8 +11,23 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
+{{/*
+The image of the controller and the webhook: <repository>:<tag> (tag default: the chart's
+appVersion, which is what `make images` tags a release commit with), or pinned with image.digest
+(the index digest of bin/images/images.json): <repository>@<digest>, or <repository>:<tag>@<digest>
+when image.tag is set (the runtime pulls by the digest; the tag only informs).
+*/}}
 {{- define "vpcgw.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- $img := .Values.image -}}
+{{- if $img.digest -}}
+{{- if $img.tag -}}
+{{- printf "%s:%s@%s" $img.repository (toString $img.tag) $img.digest -}}
+{{- else -}}
+{{- printf "%s@%s" $img.repository $img.digest -}}
+{{- end -}}
+{{- else -}}
+{{- printf "%s:%s" $img.repository (default .Chart.AppVersion (toString (default "" $img.tag))) -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "vpcgw.controllerSA" -}}
@@ -76,6 +91,18 @@ else fails the render.
 {{- end -}}
 {{- if and $podlb (not $lb) (not $cip) -}}
 {{- fail "--enable-lb-svc needs ClusterIPs to be served: turn on enableLb or features.enableGwNftableServiceClusterIp" -}}
+{{- end -}}
+{{- if not (regexMatch "^[a-z0-9]+([._-]+[a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*$" (toString .Values.image.repository)) -}}
+{{- fail (printf "image.repository must be an image repository like ghcr.io/vpcgw/vpcgw (no tag, no digest), not %q" (toString .Values.image.repository)) -}}
+{{- end -}}
+{{- if and .Values.image.tag (not (regexMatch "^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$" (toString .Values.image.tag))) -}}
+{{- fail (printf "image.tag must be an image tag (use --set-string for one like 1.0), not %q" (toString .Values.image.tag)) -}}
+{{- end -}}
+{{- if and .Values.image.digest (not (regexMatch "^sha256:[a-f0-9]{64}$" (toString .Values.image.digest))) -}}
+{{- fail (printf "image.digest must be sha256:<64 hex digits> (the digest in bin/images/images.json), not %q" (toString .Values.image.digest)) -}}
+{{- end -}}
+{{- if and (eq .Values.transport "exec") .Values.agentBinaries (not (regexMatch "^(/[A-Za-z0-9._-]+)+$" (toString .Values.agentBinaries))) -}}
+{{- fail (printf "agentBinaries must be an absolute directory of the vpcgw image, or empty, not %q" (toString .Values.agentBinaries)) -}}
 {{- end -}}
 {{- if not (has .Values.transport (list "exec" "local")) -}}
 {{- fail (printf "transport must be exec or local, not %q" .Values.transport) -}}
