@@ -7,6 +7,7 @@ package kcm
 import (
 	"bytes"
 	"context"
+	"github.com/vpcgw/vpcgw/internal/childproc"
 
 	"fmt"
 	"os"
@@ -88,8 +89,7 @@ func StartWith(assetsDir string, kubeconfig []byte, dir string, opts Options) (*
 		"--concurrent-service-endpoint-syncs=10",
 	)
 	p.cmd.Stdout, p.cmd.Stderr = &lockedWriter{p: p}, &lockedWriter{p: p}
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
+	if err := childproc.Start(p.cmd); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", Binary, err)
 	}
 	go func() { _ = p.cmd.Wait(); close(p.done) }()

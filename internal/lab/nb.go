@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vpcgw/vpcgw/internal/childproc"
 	"github.com/vpcgw/vpcgw/internal/netlab"
 )
 
@@ -44,8 +45,7 @@ func startNB(dir string) (*nbServer, error) {
 		"--log-file="+filepath.Join(dir, "nb.log"),
 		"--no-chdir", "-vconsole:off")
 	s.cmd.Stdout, s.cmd.Stderr = &s.stderr, &s.stderr
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
+	if err := childproc.Start(s.cmd); err != nil {
 		return nil, fmt.Errorf("starting ovsdb-server: %w", err)
 	}
 	s.done = make(chan struct{})
