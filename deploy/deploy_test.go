@@ -1,6 +1,6 @@
 package deploy
 
-// covers: F4, O4, W4, W7, K1, K7
+// covers: F4, O4, O2, W4, W7, K1, K7
 
 import (
 	"bufio"
@@ -385,8 +385,20 @@ func TestChartRenders(t *testing.T) {
 			// kube-ovn's ConfigMap ovn-vpc-nat-config, read only, in kube-ovn's namespace only.
 			wantRules(t, m.must(t, "Role", "kube-system", "vpcgw-controller-kube-ovn-config"), map[string][]string{"/configmaps": {"get", "list", "watch"}})
 			m.must(t, "RoleBinding", "kube-system", "vpcgw-controller-kube-ovn-config")
-			if m.count("Role") != 2 || m.find("Role", "kube-system", "vpcgw-controller-leader-election") != nil {
-				t.Errorf("two Roles expected (pods/exec, kube-ovn's ConfigMap) without leader election: %v", m.names())
+			// The controller's published status (SPEC O2): its ConfigMap in its namespace, readable
+			// by every authenticated user (controller.statusReaders), the namespace from the
+			// downward API.
+			wantRules(t, m.must(t, "Role", "kube-system", "vpcgw-controller-status"), map[string][]string{"/configmaps": {"get", "update", "create"}})
+			m.must(t, "RoleBinding", "kube-system", "vpcgw-controller-status")
+			wantRules(t, m.must(t, "Role", "kube-system", "vpcgw-status-reader"), map[string][]string{"/configmaps": {"get"}})
+			if rb := m.must(t, "RoleBinding", "kube-system", "vpcgw-status-reader"); fmt.Sprint(rb.Object["subjects"]) != "[map[apiGroup:rbac.authorization.k8s.io kind:Group name:system:authenticated]]" {
+				t.Errorf("status reader subjects = %v", rb.Object["subjects"])
+			}
+			if env, _, _ := unstructured.NestedSlice(c, "env"); !strings.Contains(fmt.Sprint(env), "name:POD_NAMESPACE valueFrom:map[fieldRef:map[fieldPath:metadata.namespace]]") {
+				t.Errorf("controller env = %v: want POD_NAMESPACE from the downward API (where it publishes its status)", env)
+			}
+			if m.count("Role") != 4 || m.find("Role", "kube-system", "vpcgw-controller-leader-election") != nil {
+				t.Errorf("four Roles expected (pods/exec, kube-ovn's ConfigMap, the status ConfigMap, its readers) without leader election: %v", m.names())
 			}
 			// vpcgw's own CRD, and never kube-ovn's (SPEC K1).
 			checkNoKubeOVNCRDs(t, m, true)

@@ -1,6 +1,6 @@
 package deploy
 
-// covers: F4, O4, T2, R1, R3, K1, K7, N5
+// covers: F4, O4, O2, T2, R1, R3, K1, K7, N5
 
 import (
 	"context"
@@ -37,6 +37,7 @@ import (
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/model"
+	"github.com/vpcgw/vpcgw/internal/status"
 	"github.com/vpcgw/vpcgw/internal/transport"
 	"github.com/vpcgw/vpcgw/internal/transport/agenttest"
 )
@@ -337,12 +338,38 @@ func TestControllerRBACSuffices(t *testing.T) {
 		{authorizationv1.ResourceAttributes{Verb: "watch", Resource: "configmaps", Namespace: "kube-system"}, false},
 		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "configmaps", Namespace: "kube-system", Name: "kube-root-ca.crt"}, false},
 		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "configmaps", Namespace: "kube-system", Name: "ovn-config"}, false},
+		// Its published status, ConfigMap vpcgw-controller in its namespace, and no other
+		// ConfigMap there (SPEC O2, N5); create cannot be restricted by name.
+		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "configmaps", Namespace: "kube-system", Name: "vpcgw-controller"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "update", Resource: "configmaps", Namespace: "kube-system", Name: "vpcgw-controller"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "create", Resource: "configmaps", Namespace: "kube-system"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "delete", Resource: "configmaps", Namespace: "kube-system", Name: "vpcgw-controller"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "update", Resource: "configmaps", Namespace: "kube-system", Name: "kube-root-ca.crt"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "create", Resource: "configmaps", Namespace: "default"}, false},
 		// No CRD, kube-ovn's least of all (SPEC K1).
 		{authorizationv1.ResourceAttributes{Verb: "update", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions", Name: "subnets.kubeovn.io"}, false},
 		{authorizationv1.ResourceAttributes{Verb: "delete", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions", Name: "vpc-nat-gateways.kubeovn.io"}, false},
 	} {
 		if got := allowed(t, controllerUser, tc.attrs); got != tc.want {
 			t.Errorf("%s may %+v: %v, want %v", controllerUser, tc.attrs, got, tc.want)
+		}
+	}
+
+	// Any authenticated user (a tenant running `kubectl vpcgw explain`) reads the controller's
+	// status, that ConfigMap only (controller.statusReaders, SPEC O2).
+	for _, tc := range []struct {
+		attrs authorizationv1.ResourceAttributes
+		want  bool
+	}{
+		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "configmaps", Namespace: "kube-system", Name: "vpcgw-controller"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "update", Resource: "configmaps", Namespace: "kube-system", Name: "vpcgw-controller"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "list", Resource: "configmaps", Namespace: "kube-system"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "configmaps", Namespace: "kube-system", Name: "ovn-vpc-nat-config"}, false},
+	} {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: "tenant", Groups: []string{"system:authenticated"}, ResourceAttributes: &tc.attrs}}
+		must(t, k8s.Create(context.Background(), sar))
+		if sar.Status.Allowed != tc.want {
+			t.Errorf("an authenticated user may %+v: %v, want %v", tc.attrs, sar.Status.Allowed, tc.want)
 		}
 	}
 
@@ -434,6 +461,8 @@ func runControllerAsItsServiceAccount(t *testing.T, ledger, short string) {
 			Flags:  controller.Flags{EnableGwNftableLbSvc: true, Ledger: ledger, KubeOVNNamespace: "kube-system", EndpointsWithoutPods: true},
 			Dialer: dialer, MetricsAddr: "0", HealthAddr: "0",
 			LeaderElection: true, LeaderElectionNamespace: "kube-system",
+			// Its status, published as the chart's RBAC allows (SPEC O2).
+			StatusNamespace: "kube-system", StatusHolder: "rbac-" + short, StatusMinInterval: 100 * time.Millisecond,
 		}, zap.New(zap.WriteTo(io.Discard)))
 	}()
 	defer func() {
@@ -472,6 +501,14 @@ func runControllerAsItsServiceAccount(t *testing.T, ledger, short string) {
 		}
 		ing := cur.Status.LoadBalancer.Ingress
 		return slices.Contains(cur.Finalizers, model.Finalizer) && written && ready && len(ing) == 1 && ing[0].IP == "172.19.0.10"
+	})
+	eventually(t, "the controller's status published, naming the programmed gateway", func() bool {
+		var cm corev1.ConfigMap
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: "kube-system", Name: status.ConfigMapName}, &cm); err != nil {
+			return false
+		}
+		pub, err := status.Decode(cm.Data)
+		return err == nil && pub.Holder == "rbac-"+short && pub.Gateways[gw].Generation > 0 && pub.Gates.Ledger == ledger
 	})
 	var lease coordinationv1.Lease
 	must(t, k8s.Get(ctx, types.NamespacedName{Namespace: "kube-system", Name: "vpcgw-controller"}, &lease))

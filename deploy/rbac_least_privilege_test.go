@@ -1,4 +1,4 @@
-// covers: N5, N6 (the rendered RBAC grants nothing beyond an explicit, justified allow-list, and
+// covers: N5, N6, O2 (the rendered RBAC grants nothing beyond an explicit, justified allow-list, and
 // what RBAC cannot limit the controller's admission policy does)
 package deploy
 
@@ -65,6 +65,14 @@ var leastPrivilege = map[string]map[grant]string{
 		"/configmaps get":   "gateway.go:placement reads ovn-vpc-nat-config (SPEC K5), by name",
 		"/configmaps list":  "informer on ovn-vpc-nat-config (field selector metadata.name), by name",
 		"/configmaps watch": "informer on ovn-vpc-nat-config (field selector metadata.name), by name",
+	},
+	"Role controller-status": {
+		"/configmaps get":    "status/publisher.go:Publisher.write reads ConfigMap vpcgw-controller past the cache (SPEC O2), by name",
+		"/configmaps update": "status/publisher.go:Publisher.write updates ConfigMap vpcgw-controller, rate-limited (SPEC O2, P6), by name",
+		"/configmaps create": "status/publisher.go:Publisher.write creates it the first time (RBAC cannot restrict create by name)",
+	},
+	"Role status-reader": {
+		"/configmaps get": "kubectl vpcgw (inspect/controller.go:ReadController) reads ConfigMap vpcgw-controller, by name (SPEC O2)",
 	},
 	"Role controller-leader-election": {
 		"coordination.k8s.io/leases get":    "LeaseLock.Get, vpcgw-controller only",
@@ -147,10 +155,12 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		{"metrics on loopback, cert-manager", []string{"--set", "controller.metricsSecure=false", "--set", "webhook.certManager.enabled=true"}, []string{"kube-system"}, []string{"kube-system"}},
 		{"metrics readers", []string{"--set", "controller.metricsReaders[0].name=prom", "--set", "controller.metricsReaders[0].namespace=monitoring"}, []string{"kube-system"}, []string{"kube-system", "monitoring"}},
 		{"local transport", []string{"--set", "transport=local"}, nil, []string{"kube-system"}},
+		{"status readers: none", []string{"--set", "controller.statusReaders=null"}, []string{"kube-system"}, []string{"kube-system"}},
+		{"status readers: a group", []string{"--set", "controller.statusReaders={vpcgw-users}"}, []string{"kube-system"}, []string{"kube-system"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := manifest(render(t, tc.args...))
-			var execNS []string
+			var execNS, statusReaders []string
 			for _, o := range m {
 				kind := o.GetKind()
 				switch kind {
@@ -159,6 +169,12 @@ func TestRBACLeastPrivilege(t *testing.T) {
 					subs, _, _ := unstructured.NestedSlice(o.Object, "subjects")
 					for _, s := range subs {
 						sm := s.(map[string]any)
+						// The status reader binding alone binds groups (controller.statusReaders):
+						// to a Role that reads one ConfigMap (checked below).
+						if kind == "RoleBinding" && o.GetName() == "vpcgw-status-reader" && sm["kind"] == "Group" {
+							statusReaders = append(statusReaders, fmt.Sprint(sm["name"]))
+							continue
+						}
 						if sm["kind"] != "ServiceAccount" || !slices.Contains(tc.namespaces, fmt.Sprint(sm["namespace"])) {
 							t.Errorf("%s %s binds %v", kind, o.GetName(), sm)
 						}
@@ -197,8 +213,19 @@ func TestRBACLeastPrivilege(t *testing.T) {
 						}
 					}
 					// kube-ovn's ConfigMap ovn-vpc-nat-config only, never the rest of its namespace
-					// (SPEC N5): the informer lists and watches it by name (field selector).
-					if resource == "/configmaps" && !slices.Equal(names, []string{"ovn-vpc-nat-config"}) {
+					// (SPEC N5): the informer lists and watches it by name (field selector). The
+					// controller's own status ConfigMap vpcgw-controller only, in its namespace, and
+					// create (which RBAC cannot restrict by name) only there.
+					switch {
+					case resource != "/configmaps":
+					case role == "Role controller-status" || role == "Role status-reader":
+						if o.GetNamespace() != "kube-system" {
+							t.Errorf("%s is in namespace %s, want the controller's", role, o.GetNamespace())
+						}
+						if verb != "create" && !slices.Equal(names, []string{"vpcgw-controller"}) {
+							t.Errorf("%s grants %s on ConfigMaps %v; want resourceNames [vpcgw-controller] (SPEC N5)", role, verb, names)
+						}
+					case !slices.Equal(names, []string{"ovn-vpc-nat-config"}):
 						t.Errorf("%s grants %s on ConfigMaps %v; want resourceNames [ovn-vpc-nat-config] (SPEC N5)", role, verb, names)
 					}
 					if resource == "apiextensions.k8s.io/customresourcedefinitions" && !slices.Equal(names, []string{"iptables-dnat-rules.kubeovn.io"}) {
@@ -218,6 +245,16 @@ func TestRBACLeastPrivilege(t *testing.T) {
 			// RBAC cannot limit the controller's patch of Services to its finalizer, nor its record
 			// writes to records: its admission policy does, in every rendering (SPEC N5).
 			checkControllerPolicy(t, m, controllerUser)
+			wantReaders := []string{"system:authenticated"} // the chart's default (SPEC O2)
+			switch tc.name {
+			case "status readers: none":
+				wantReaders = nil
+			case "status readers: a group":
+				wantReaders = []string{"vpcgw-users"}
+			}
+			if !slices.Equal(statusReaders, wantReaders) {
+				t.Errorf("the status reader binding binds groups %v, want %v (controller.statusReaders)", statusReaders, wantReaders)
+			}
 			execNS = slices.Compact(slices.Sorted(slices.Values(execNS)))
 			want := slices.Sorted(slices.Values(tc.execIn))
 			if !slices.Equal(execNS, want) {

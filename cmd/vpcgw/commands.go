@@ -16,6 +16,7 @@ import (
 
 	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/ovn"
+	"github.com/vpcgw/vpcgw/internal/status"
 	"github.com/vpcgw/vpcgw/internal/transport"
 )
 
@@ -57,10 +58,14 @@ func runController(ctx context.Context, args []string) error {
 	fs.StringVar(&tlsFiles.CAFile, "ovn-nb-ca", "", "CA certificate for an ssl: NB address")
 	fs.DurationVar(&opts.MinSyncInterval, "min-sync-interval", controller.DefaultMinSyncInterval, "least time between two syncs of one gateway: bursts of changes are coalesced, a lone change is not delayed")
 	fs.BoolVar(&opts.VerifyPartialPlans, "verify-partial-plans", false, "check every partial plan against a full plan (debugging: costs a full plan per sync; a difference is logged and counted in vpcgw_partial_plan_mismatches_total)")
+	fs.StringVar(&opts.StatusNamespace, "status-namespace", defaultStatusNamespace(),
+		"namespace where the leader publishes what the controller runs (version, gates, flags) and what it knows of each gateway, ConfigMap "+status.ConfigMapName+
+			", for `kubectl vpcgw`; default: $POD_NAMESPACE, else "+status.DefaultNamespace+`; "" turns it off`)
 	debug := fs.Bool("debug", false, "human-readable debug logs")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	opts.StatusHolder = statusHolder()
 	if opts.AgentKeepalive == 0 {
 		opts.AgentKeepalive = -1 // Options: negative is off, 0 the default
 	}
@@ -123,4 +128,23 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
+}
+
+// defaultStatusNamespace is the controller's own namespace (the chart sets POD_NAMESPACE from the
+// downward API), or kube-system.
+func defaultStatusNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return status.DefaultNamespace
+}
+
+// statusHolder names this controller in its published status: its pod (POD_NAME from the
+// downward API, else the host name, which is the pod's name in a cluster).
+func statusHolder() string {
+	if n := os.Getenv("POD_NAME"); n != "" {
+		return n
+	}
+	h, _ := os.Hostname()
+	return h
 }

@@ -171,7 +171,9 @@ type GatewayReconciler struct {
 	OnProgrammed func(gateway string, latencies []time.Duration)
 	// VerifyPartialPlans: see Options.VerifyPartialPlans.
 	VerifyPartialPlans bool
-	Log                logr.Logger
+	// Status, when set, learns each gateway's programming for the published status (SPEC O2).
+	Status StatusRecorder
+	Log    logr.Logger
 
 	syncMu   sync.Mutex
 	lastSync map[string]time.Time
@@ -217,6 +219,7 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 		}
 	})
 	r.sessions.keepalive = r.AgentKeepalive
+	r.sessions.status = r.Status
 	r.lastEvent = map[types.UID]map[string]string{}
 	r.plans = newPlanCache()
 	r.quarantine = newQuarantine()

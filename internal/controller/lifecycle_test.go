@@ -230,6 +230,8 @@ type fixture struct {
 	minSync time.Duration
 	// mismatches is vpcgw_partial_plan_mismatches_total when the controller started.
 	mismatches float64
+	// options, when set, adjusts the controller's options at every start.
+	options func(*controller.Options)
 }
 
 func newFixture(t *testing.T, gw string, instances int) *fixture {
@@ -240,10 +242,16 @@ func newFixture(t *testing.T, gw string, instances int) *fixture {
 // gateway is named <gw>-n so that both modes of one scenario share nothing.
 func newFixtureIn(t *testing.T, mode agentMode, gw string, instances int) *fixture {
 	t.Helper()
+	return newFixtureWith(t, mode, gw, instances, nil)
+}
+
+// newFixtureWith is newFixtureIn with the controller's options adjusted by options.
+func newFixtureWith(t *testing.T, mode agentMode, gw string, instances int, options func(*controller.Options)) *fixture {
+	t.Helper()
 	if cfg == nil {
 		testutil.Skip(t, envSkip)
 	}
-	f := &fixture{t: t}
+	f := &fixture{t: t, options: options}
 	switch mode {
 	case inMemory:
 		f.agents = newFakeAgents()
@@ -303,15 +311,17 @@ func (f *fixture) start(gates model.Gates) {
 	f.stop, f.done = cancel, make(chan error, 1)
 	log := zap.New(zap.WriteTo(testWriter{f.t}), zap.UseDevMode(true))
 	f.mismatches = metricValue(f.t, "vpcgw_partial_plan_mismatches_total", nil)
-	go func() {
-		f.done <- controller.Run(ctx, cfg, controller.Options{
-			Flags: controller.Flags{EnableGwNftableLbSvc: gates.LoadBalancer, EnableGwNftableSvcClusterIP: gates.ClusterIP, Ledger: string(gates.Ledger),
-				MaxIdentitiesPerGateway: gates.MaxIdentitiesPerGateway},
-			Dialer: f.dialer, MetricsAddr: "0", HealthAddr: "0", MinSyncInterval: f.minSync,
-			// Every partial plan of these scenarios is checked against a full one.
-			VerifyPartialPlans: true,
-		}, log)
-	}()
+	opts := controller.Options{
+		Flags: controller.Flags{EnableGwNftableLbSvc: gates.LoadBalancer, EnableGwNftableSvcClusterIP: gates.ClusterIP, Ledger: string(gates.Ledger),
+			MaxIdentitiesPerGateway: gates.MaxIdentitiesPerGateway},
+		Dialer: f.dialer, MetricsAddr: "0", HealthAddr: "0", MinSyncInterval: f.minSync,
+		// Every partial plan of these scenarios is checked against a full one.
+		VerifyPartialPlans: true,
+	}
+	if f.options != nil {
+		f.options(&opts)
+	}
+	go func() { f.done <- controller.Run(ctx, cfg, opts, log) }()
 }
 
 func (f *fixture) stopController() {

@@ -92,10 +92,12 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	held := map[types.NamespacedName]bool{}
 	if gp == nil {
 		r.quarantine.forget(key)
+		r.noteGone(key)
 	} else {
 		switch {
 		case len(gp.Instances) == 0:
 			log.Info("gateway has no running instance: nothing programmed until one runs")
+			r.noteSync(key, gp, false, nil)
 		default:
 			changed := r.latency.pending(endpointSlices)
 			start := time.Now()
@@ -145,6 +147,7 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 						r.emitOnce(sp, model.Event{Type: corev1.EventTypeWarning, Reason: model.ReasonProgrammingFailed, Message: msg})
 					}
 				}
+				r.noteSync(key, gp, false, err)
 				return reconcile.Result{}, errors.Join(append(errs, fmt.Errorf("programming gateway %s: %w", key, err))...)
 			}
 			now := time.Now()
@@ -159,10 +162,13 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 			}
 			backends.WithLabelValues(key).Set(float64(n))
 			programmed = true
+			r.noteSync(key, gp, true, nil)
 			log.V(1).Info("gateway programmed", "instances", len(gp.Instances), "identities", len(gp.State.Identities), "clusterIPs", len(gp.State.ClusterIPs))
 		}
 		if r.Routes != nil {
-			if err := r.Routes.Sync(ctx, gp.Routes); err != nil {
+			err := r.Routes.Sync(ctx, gp.Routes)
+			r.noteRoutes(key, gp.Routes, err)
+			if err != nil {
 				errs = append(errs, fmt.Errorf("VIP routes of gateway %s: %w", key, err))
 			}
 		}

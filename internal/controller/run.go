@@ -18,6 +18,7 @@ import (
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/ovn"
+	"github.com/vpcgw/vpcgw/internal/status"
 	"github.com/vpcgw/vpcgw/internal/transport"
 )
 
@@ -56,6 +57,12 @@ type Options struct {
 	PprofAddr               string
 	LeaderElection          bool
 	LeaderElectionNamespace string
+	// StatusNamespace is where the leader publishes what the controller runs and what it knows of
+	// each gateway, ConfigMap vpcgw-controller (internal/status, SPEC O2); "" turns that off.
+	// StatusHolder names this process there (its pod). StatusMinInterval and StatusHeartbeat
+	// bound the writes (0: status.DefaultMinInterval, status.DefaultHeartbeat).
+	StatusNamespace, StatusHolder      string
+	StatusMinInterval, StatusHeartbeat time.Duration
 }
 
 // DefaultAgentKeepalive is --agent-keepalive's default: far below the idle timeouts of proxies
@@ -133,6 +140,13 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 		Flags:              opts.Flags,
 		Dialer:             opts.Dialer,
 		Log:                log.WithName("gateway"),
+	}
+	if opts.StatusNamespace != "" {
+		rec := status.NewRecorder()
+		r.Status = rec
+		if err := mgr.Add(statusPublisher(mgr, opts, rec, routes != nil, log)); err != nil {
+			return err
+		}
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return err

@@ -32,6 +32,8 @@ type sessions struct {
 	// acked is, per gateway, the last state every instance acknowledged: what the gateway serves
 	// (the quarantine's known-good state, SPEC N4).
 	acked map[string]gwstate.State
+	// status, when set, learns each instance's acknowledgements and agent version (SPEC O2).
+	status StatusRecorder
 }
 
 type session struct {
@@ -97,6 +99,7 @@ func (s *sessions) lastAcked(gw string) (gwstate.State, bool) {
 func (s *sessions) applyOne(ctx context.Context, gw string, inst transport.Instance, st gwstate.State) error {
 	conn, err := s.conn(ctx, gw, inst)
 	if err != nil {
+		s.noteFailed(gw, inst, err)
 		return err
 	}
 	actx, cancel := context.WithTimeout(ctx, s.applyTimeout)
@@ -105,9 +108,21 @@ func (s *sessions) applyOne(ctx context.Context, gw string, inst transport.Insta
 		if conn.Broken() {
 			s.drop(gw, inst.UID, conn)
 		}
+		s.noteFailed(gw, inst, err)
 		return fmt.Errorf("instance %s: %w", inst, err)
 	}
+	if s.status != nil {
+		s.status.InstanceAcked(gw, instanceRef(inst), st.Generation, conn.AgentVersion())
+	}
 	return nil
+}
+
+// noteFailed tells the status recorder that an instance did not take a state (the end of the
+// controller's own context is no failure of the instance).
+func (s *sessions) noteFailed(gw string, inst transport.Instance, err error) {
+	if s.status != nil && !errors.Is(err, context.Canceled) {
+		s.status.InstanceFailed(gw, instanceRef(inst), transport.EventText(err))
+	}
 }
 
 func (s *sessions) conn(ctx context.Context, gw string, inst transport.Instance) (*transport.Conn, error) {

@@ -1,17 +1,17 @@
 // Package inspect answers an operator's questions with the controller's own model: what each
-// Service is served as, why one is not, and what a gateway's data plane holds (SPEC O2).
+// Service is served as, why one is not and what to do about it, and what a gateway's instances
+// and routes hold (SPEC O2). The rules are the controller's: internal/model.Compute on a snapshot
+// read through the API, with the gates the running controller publishes (internal/status).
 package inspect
 
 import (
 	"context"
 	"fmt"
-	"io"
 	"slices"
-	"strings"
-	"text/tabwriter"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
@@ -19,29 +19,78 @@ import (
 	"github.com/vpcgw/vpcgw/internal/model"
 )
 
+// SnapshotOptions say how to read a snapshot.
+type SnapshotOptions struct {
+	// Namespace is read alone when the user may not list Services, EndpointSlices or Pods in all
+	// namespaces (a tenant): the view is then partial, and a warning says so.
+	Namespace string
+	// KubeOVNNamespace is kube-ovn's namespace (the controller's --kube-ovn-namespace): its
+	// ConfigMap ovn-vpc-nat-config names the gateway pods (SPEC K5).
+	KubeOVNNamespace string
+	// Include is a Service to plan even when it names no gateway (explain).
+	Include *corev1.Service
+}
+
+// Read is a snapshot and what could not be read.
+type Read struct {
+	Snapshot model.Snapshot
+	// Warnings say what the view lacks.
+	Warnings []string
+	// RecordsUnknown: the records could not be read.
+	RecordsUnknown bool
+}
+
 // Snapshot lists, through a live client, what the model reads. It is meant for one-off
 // questions (a kubectl plugin), not for a controller: it lists every Service, slice and Pod.
-func Snapshot(ctx context.Context, c client.Reader) (model.Snapshot, error) {
-	var s model.Snapshot
+func Snapshot(ctx context.Context, c client.Reader, o SnapshotOptions) (Read, error) {
+	var rd Read
+	s := &rd.Snapshot
 	var svcs corev1.ServiceList
-	var slices discoveryv1.EndpointSliceList
+	var slices_ discoveryv1.EndpointSliceList
 	var pods corev1.PodList
+	scoped := false
+	for _, l := range []struct {
+		list client.ObjectList
+		what string
+	}{{&svcs, "Services"}, {&slices_, "EndpointSlices"}, {&pods, "Pods"}} {
+		err := c.List(ctx, l.list)
+		if apierrors.IsForbidden(err) && o.Namespace != "" {
+			rd.Warnings = append(rd.Warnings, fmt.Sprintf("you may not list %s in all namespaces: only namespace %s is read, so a conflict with "+
+				"another namespace's Service or its share of a gateway's bound is not seen", l.what, o.Namespace))
+			scoped = true
+			err = c.List(ctx, l.list, client.InNamespace(o.Namespace))
+		}
+		if err != nil {
+			return rd, fmt.Errorf("listing %s: %w", l.what, err)
+		}
+	}
 	var gws kubeovnv1.VpcNatGatewayList
 	var eips kubeovnv1.IptablesEIPList
 	var subnets kubeovnv1.SubnetList
 	var vpcs kubeovnv1.VpcList
-	var records kubeovnv1.IptablesDnatRuleList
-	for _, l := range []client.ObjectList{&svcs, &slices, &pods, &gws, &eips, &subnets, &vpcs} {
-		if err := c.List(ctx, l); err != nil {
-			return s, fmt.Errorf("listing %T: %w", l, err)
+	for _, l := range []struct {
+		list client.ObjectList
+		what string
+	}{{&gws, "VpcNatGateways"}, {&eips, "IptablesEIPs"}, {&subnets, "Subnets"}, {&vpcs, "Vpcs"}} {
+		if err := c.List(ctx, l.list); err != nil {
+			if apierrors.IsForbidden(err) {
+				return rd, fmt.Errorf("listing %s: %w (the plugin reads kube-ovn's VpcNatGateways, IptablesEIPs, Subnets and Vpcs, as the controller does)", l.what, err)
+			}
+			return rd, fmt.Errorf("listing %s: %w", l.what, err)
 		}
 	}
-	if err := c.List(ctx, &records, client.MatchingLabels{model.LabelRecord: "true"}); err != nil {
-		return s, fmt.Errorf("listing records: %w", err)
-	}
+	var records kubeovnv1.IptablesDnatRuleList
 	var serviceRecords vpcgwv1alpha1.ServiceRecordList
-	if err := c.List(ctx, &serviceRecords, client.MatchingLabels{model.LabelRecord: "true"}); err != nil {
-		return s, fmt.Errorf("listing ServiceRecords: %w", err)
+	for _, l := range []client.ObjectList{&records, &serviceRecords} {
+		if err := c.List(ctx, l, client.MatchingLabels{model.LabelRecord: "true"}); err != nil {
+			if !apierrors.IsForbidden(err) {
+				return rd, fmt.Errorf("listing records: %w", err)
+			}
+			if !rd.RecordsUnknown {
+				rd.Warnings = append(rd.Warnings, "you may not list the controller's records (ServiceRecords, IptablesDnatRules): whether they are Ready is unknown")
+			}
+			rd.RecordsUnknown = true
+		}
 	}
 	owners := map[string]bool{}
 	for _, r := range records.Items {
@@ -52,9 +101,13 @@ func Snapshot(ctx context.Context, c client.Reader) (model.Snapshot, error) {
 	}
 	s.ServiceRecords = serviceRecords.Items
 	for _, svc := range svcs.Items {
-		if svc.Annotations[model.AnnotationGateway] != "" || slicesContains(svc.Finalizers, model.Finalizer) || owners[string(svc.UID)] {
+		include := o.Include != nil && svc.UID == o.Include.UID
+		if include || svc.Annotations[model.AnnotationGateway] != "" || slices.Contains(svc.Finalizers, model.Finalizer) || owners[string(svc.UID)] {
 			s.Services = append(s.Services, svc)
 		}
+	}
+	if o.Include != nil && !slices.ContainsFunc(s.Services, func(svc corev1.Service) bool { return svc.UID == o.Include.UID }) {
+		s.Services = append(s.Services, *o.Include)
 	}
 	for _, p := range pods.Items {
 		if p.Labels[model.LabelGatewayPod] == "true" {
@@ -63,109 +116,35 @@ func Snapshot(ctx context.Context, c client.Reader) (model.Snapshot, error) {
 			s.Pods = append(s.Pods, p)
 		}
 	}
-	s.EndpointSlices, s.Gateways, s.EIPs, s.Subnets, s.Records = slices.Items, gws.Items, eips.Items, subnets.Items, records.Items
-	s.Vpcs = vpcs.Items
-	return s, nil
-}
-
-func slicesContains(s []string, v string) bool { return slices.Contains(s, v) }
-
-// Status writes one line per Service that names a gateway: gateway, EIP, ingress, identities,
-// backends, affinity, ready, and the reason when something is not served.
-func Status(w io.Writer, plan model.Plan, snap model.Snapshot) error {
-	ingress := map[string]string{}
-	eipOf := map[string]string{}
-	for _, svc := range snap.Services {
-		k := svc.Namespace + "/" + svc.Name
-		var ips []string
-		for _, in := range svc.Status.LoadBalancer.Ingress {
-			ips = append(ips, in.IP)
-		}
-		ingress[k] = strings.Join(ips, ",")
-		eipOf[k] = svc.Annotations[model.AnnotationEIP]
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SERVICE\tGATEWAY\tEIP\tINGRESS\tIDENTITIES\tBACKENDS\tAFFINITY\tREADY\tWHY NOT")
-	for _, sp := range plan.Services {
-		k := sp.Key.String()
-		ids := make([]string, 0, len(sp.Identities))
-		backendSet := map[string]bool{}
-		affinity := "None"
-		for _, id := range sp.Identities {
-			ids = append(ids, fmt.Sprintf("%s:%d/%s", id.VIP, id.Port, id.Protocol))
-			for _, b := range id.Backends {
-				backendSet[b.String()] = true
-			}
-			if id.AffinityTimeoutSeconds > 0 {
-				affinity = fmt.Sprintf("ClientIP(%ds)", id.AffinityTimeoutSeconds)
-			}
-		}
-		bs := make([]string, 0, len(backendSet))
-		for b := range backendSet {
-			bs = append(bs, b)
-		}
-		slices.Sort(bs)
-		ready := sp.Served() && len(sp.CreateRecords)+len(sp.UpdateRecords)+len(sp.StatusRecords) == 0 && !sp.WriteRecord && !sp.IngressWrite
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\n", k, dash(sp.Gateway), dash(eipOf[k]), dash(ingress[k]),
-			dash(strings.Join(ids, ",")), dash(strings.Join(bs, ",")), affinity, ready, dash(whyNot(sp)))
-	}
-	return tw.Flush()
-}
-
-// Explain says in a sentence or two why a Service is or is not served.
-func Explain(plan model.Plan, namespace, name string) (string, error) {
-	for _, sp := range plan.Services {
-		if sp.Key.Namespace != namespace || sp.Key.Name != name {
-			continue
-		}
-		var b strings.Builder
-		switch {
-		case sp.EIPServed && sp.ClusterIPServed:
-			fmt.Fprintf(&b, "Service %s is served by gateway %s through EIP %s and ClusterIP %s", sp.Key, sp.Gateway, sp.EIP, sp.ClusterIP)
-		case sp.EIPServed:
-			fmt.Fprintf(&b, "Service %s is served by gateway %s through EIP %s", sp.Key, sp.Gateway, sp.EIP)
-		case sp.ClusterIPServed:
-			fmt.Fprintf(&b, "Service %s is served by gateway %s through ClusterIP %s", sp.Key, sp.Gateway, sp.ClusterIP)
+	s.Placement = placement(ctx, c, o.KubeOVNNamespace)
+	if scoped && s.Placement.KubeOVNNamespace != o.Namespace {
+		// The gateway pods are kube-ovn's, in its namespace.
+		var gwPods corev1.PodList
+		switch err := c.List(ctx, &gwPods, client.InNamespace(s.Placement.KubeOVNNamespace), client.MatchingLabels{model.LabelGatewayPod: "true"}); {
+		case apierrors.IsForbidden(err):
+			rd.Warnings = append(rd.Warnings, fmt.Sprintf("you may not list the gateway pods in namespace %s: the instances shown are those the controller reports", s.Placement.KubeOVNNamespace))
+		case err != nil:
+			return rd, fmt.Errorf("listing gateway pods: %w", err)
 		default:
-			fmt.Fprintf(&b, "Service %s is not served", sp.Key)
+			s.GatewayPods = gwPods.Items
 		}
-		if !sp.Served() || sp.EIPReason != "" || sp.ClusterIPReason != "" {
-			if why := whyNot(sp); why != "" {
-				fmt.Fprintf(&b, ": %s", why)
-			}
-		}
-		b.WriteString(".\n")
-		n := 0
-		for _, id := range sp.Identities {
-			n += len(id.Backends)
-		}
-		if sp.Served() && n == 0 {
-			b.WriteString("It has no ready backend: check its EndpointSlices and the Pods' readiness.\n")
-		}
-		for _, ev := range sp.Events {
-			if ev.Reason == model.ReasonBackendSkipped {
-				fmt.Fprintf(&b, "%s\n", ev.Message)
-			}
-		}
-		return b.String(), nil
 	}
-	return "", fmt.Errorf("Service %s/%s does not name a gateway (annotation %s) and holds nothing of vpcgw's", namespace, name, model.AnnotationGateway)
+	s.EndpointSlices, s.Gateways, s.EIPs, s.Subnets, s.Records = slices_.Items, gws.Items, eips.Items, subnets.Items, records.Items
+	s.Vpcs = vpcs.Items
+	return rd, nil
 }
 
-func whyNot(sp model.ServicePlan) string {
-	var parts []string
-	if !sp.EIPServed && sp.EIPReason != "" {
-		parts = append(parts, "EIP: "+sp.EIPReason)
+// placement reads where kube-ovn runs gateway pods, as the controller does (gateway.go:placement):
+// kube-ovn's namespace and the natGwNamePrefix of its ConfigMap there (missing or unreadable:
+// kube-ovn's default).
+func placement(ctx context.Context, c client.Reader, kubeOVNNamespace string) model.GatewayPlacement {
+	if kubeOVNNamespace == "" {
+		kubeOVNNamespace = model.DefaultGatewayNamespace
 	}
-	if !sp.ClusterIPServed && sp.ClusterIPReason != "" && sp.ClusterIPReason != sp.EIPReason {
-		parts = append(parts, "ClusterIP: "+sp.ClusterIPReason)
+	p := model.GatewayPlacement{KubeOVNNamespace: kubeOVNNamespace}
+	var cm corev1.ConfigMap
+	if err := c.Get(ctx, client.ObjectKey{Namespace: kubeOVNNamespace, Name: model.GatewayConfigMap}, &cm); err == nil {
+		p.NamePrefix = cm.Data[model.GatewayConfigNamePrefix]
 	}
-	return strings.Join(parts, "; ")
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
+	return p
 }

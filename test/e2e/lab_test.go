@@ -93,6 +93,8 @@ func run(m *testing.M) int {
 			o.MetricsAddr = metricsAddr
 			// Every partial plan made during these tests is checked against a full one.
 			o.VerifyPartialPlans = true
+			// The plugin reads what the controller runs from its published status (SPEC O2).
+			o.StatusNamespace = "kube-system"
 		}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the lab:", err)
@@ -425,25 +427,31 @@ func TestKubectlPlugin(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = l.Client.Delete(ctx, svc) })
 
-	run := func(args ...string) string {
+	run := func(code int, args ...string) string {
 		t.Helper()
 		out, err := exec.Command(plugin, append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
-		if err != nil {
+		got := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			got = ee.ExitCode()
+		} else if err != nil {
 			t.Fatalf("kubectl-vpcgw %v: %v\n%s", args, err, out)
+		}
+		if got != code {
+			t.Fatalf("kubectl-vpcgw %v: exit code %d, want %d\n%s", args, got, code, out)
 		}
 		return string(out)
 	}
-	status := run("status")
+	status := run(0, "status", "-A")
 	line := regexp.MustCompile(`(?m)^demo/web\s+lab-gw\s+lab-eip\s+` + regexp.QuoteMeta(lab.EIPAddress) + `\s+\S*` +
 		regexp.QuoteMeta(lab.EIPAddress) + `:80/tcp\S*\s+\S*10\.77\.1\.11:8080\S*\s+None\s+true\s+-$`)
 	if !line.MatchString(status) {
 		t.Fatalf("status has no served line for demo/web:\n%s", status)
 	}
-	explain := run("-n", lab.DemoNamespace, "explain", "svc/plugin-no-eip")
+	explain := run(3, "-n", lab.DemoNamespace, "explain", "svc/plugin-no-eip")
 	if !strings.Contains(explain, "ClusterIP") || !strings.Contains(explain, model.AnnotationEIP) {
 		t.Fatalf("explain does not say that the EIP annotation is missing:\n%s", explain)
 	}
-	ruleset := run("ruleset", lab.GatewayName)
+	ruleset := run(0, "ruleset", lab.GatewayName)
 	if !strings.Contains(ruleset, "table ip kube-ovn") || !strings.Contains(ruleset, lab.EIPAddress+" . tcp . 80 : goto dnat-") {
 		t.Fatalf("ruleset:\n%s", ruleset)
 	}

@@ -1,0 +1,618 @@
+package main
+
+// covers: O2 (the plugin's command layer against a real API server: kubectl's flag placement and
+// defaults, -A, --context, -o json|yaml|wide, --help, exit codes, the controller's published
+// gates, and what it says when no controller runs)
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
+	"github.com/vpcgw/vpcgw/config/crd"
+	"github.com/vpcgw/vpcgw/internal/controller"
+	"github.com/vpcgw/vpcgw/internal/inspect"
+	"github.com/vpcgw/vpcgw/internal/model"
+	"github.com/vpcgw/vpcgw/internal/status"
+	"github.com/vpcgw/vpcgw/internal/testutil"
+	"github.com/vpcgw/vpcgw/internal/version"
+)
+
+var (
+	k8s        client.Client
+	kubeconfig string // contexts: demo (namespace demo, the current one), other (namespace other), plain (no namespace)
+	envSkip    string
+)
+
+const (
+	gwName   = "gw1"
+	eipName  = "eip1"
+	eipAddr  = "172.18.0.10"
+	lanIP    = "10.0.1.254"
+	backend  = "10.0.1.10"
+	gwPod    = "vpc-nat-gw-gw1-0"
+	ackedGen = 5
+)
+
+func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+
+func testMain(m *testing.M) int {
+	if _, missing := testutil.EnvtestAssets("kube-apiserver", "etcd"); missing != "" {
+		envSkip = missing
+		return m.Run()
+	}
+	kubeOVN, missing := testutil.KubeOVNAssets(crd.KubeOVNFiles...)
+	if missing != "" {
+		envSkip = missing
+		return m.Run()
+	}
+	crds, err := crd.WithKubeOVN(kubeOVN)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	env := &envtest.Environment{CRDInstallOptions: envtest.CRDInstallOptions{CRDs: crds}}
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting envtest:", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	scheme, err := controller.Scheme()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "kubectl-vpcgw-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if kubeconfig, err = writeKubeconfig(env, dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := populate(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, "creating the test's objects:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// writeKubeconfig writes an admin kubeconfig with three contexts, as kubectl users have them.
+func writeKubeconfig(env *envtest.Environment, dir string) (string, error) {
+	u, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", err
+	}
+	data, err := u.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	kc, err := clientcmd.Load(data)
+	if err != nil {
+		return "", err
+	}
+	base := kc.Contexts[kc.CurrentContext]
+	for name, ns := range map[string]string{"demo": "demo", "other": "other", "plain": ""} {
+		c := base.DeepCopy()
+		c.Namespace = ns
+		kc.Contexts[name] = c
+	}
+	kc.CurrentContext = "demo"
+	path := filepath.Join(dir, "kubeconfig")
+	return path, clientcmd.WriteToFile(*kc, path)
+}
+
+func lbService(ns, name, eip string, port int32) *corev1.Service {
+	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+		Annotations: map[string]string{model.AnnotationGateway: gwName, model.AnnotationEIP: eip}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, AllocateLoadBalancerNodePorts: ptr.To(false), Selector: map[string]string{"app": name},
+			Ports: []corev1.ServicePort{{Name: "http", Port: port, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}}}}
+}
+
+// populate creates a kube-ovn VPC with a gateway and an EIP, the Services the tests explain, and
+// the state a running controller leaves for a served Service (finalizer, record, ingress) and
+// publishes (ConfigMap kube-system/vpcgw-controller).
+func populate(ctx context.Context) error {
+	create := func(objs ...client.Object) error {
+		for _, o := range objs {
+			if err := k8s.Create(ctx, o); err != nil {
+				return fmt.Errorf("%T %s: %w", o, o.GetName(), err)
+			}
+		}
+		return nil
+	}
+	if err := create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "other"}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "stale"}},
+		&kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: "vpc1"}, Spec: kubeovnv1.VpcSpec{Namespaces: []string{"demo"}}},
+		&kubeovnv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: "vpc1-subnet"}, Spec: kubeovnv1.SubnetSpec{Vpc: "vpc1", CIDRBlock: "10.0.1.0/24", Provider: "ovn"}},
+		&kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: gwName}, Spec: kubeovnv1.VpcNatGatewaySpec{Vpc: "vpc1", Subnet: "vpc1-subnet", LanIP: lanIP, Replicas: 1}},
+	); err != nil {
+		return err
+	}
+	eip := &kubeovnv1.IptablesEIP{ObjectMeta: metav1.ObjectMeta{Name: eipName}, Spec: kubeovnv1.IptablesEIPSpec{NatGwDp: gwName, V4ip: eipAddr}}
+	if err := create(eip); err != nil {
+		return err
+	}
+	eip.Status.Ready, eip.Status.IP = true, eipAddr
+	if err := k8s.Status().Update(ctx, eip); err != nil {
+		return err
+	}
+	gw := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: gwPod, Namespace: "kube-system",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: model.GatewayAppPrefix + gwName, UID: "uid-sts", Controller: ptr.To(true)}},
+		Labels:          map[string]string{"app": model.GatewayAppPrefix + gwName, model.LabelGatewayPod: "true"},
+		Annotations:     map[string]string{model.AnnotationGatewayPod: gwName, model.AnnotationGwInit: "true"}},
+		Spec: corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{{Name: "vpc-nat-gw", Image: "x"}}}}
+	be := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "demo", Labels: map[string]string{"app": "web"},
+		Annotations: map[string]string{"ovn.kubernetes.io/ip_address": backend, "ovn.kubernetes.io/logical_switch": "vpc1-subnet", "ovn.kubernetes.io/allocated": "true"}},
+		Spec: corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{{Name: "app", Image: "x"}}}}
+	if err := create(gw, be); err != nil {
+		return err
+	}
+	for pod, ip := range map[*corev1.Pod]string{gw: lanIP, be: backend} {
+		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+		if err := k8s.Status().Update(ctx, pod); err != nil {
+			return err
+		}
+	}
+	web := lbService("demo", "web", eipName, 80)
+	if err := create(web, lbService("demo", "noeip", "missing", 81), lbService("other", "web", eipName, 82),
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "plain"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}},
+		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](8080)}},
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{backend}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+				TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "demo", Name: "web-0"}}}},
+	); err != nil {
+		return err
+	}
+	// What the controller writes once the gateway serves demo/web, by its own rules: the
+	// finalizer, the ServiceRecord (Ready), the ingress.
+	info := inspect.ControllerInfo{Gates: status.Gates{EnableGwNftableLbSvc: true, EnableGwNftableSvcClusterIP: true, Ledger: "service-record"}}
+	rd, err := inspect.Snapshot(ctx, k8s, inspect.SnapshotOptions{})
+	if err != nil {
+		return err
+	}
+	sp := inspect.NewView(rd, info, nil).ServicePlan("demo", "web")
+	if sp == nil || sp.Record == nil || !sp.EIPServed || !sp.ClusterIPServed {
+		return fmt.Errorf("demo/web is not planned as served: %+v", sp)
+	}
+	rec := &vpcgwv1alpha1.ServiceRecord{ObjectMeta: metav1.ObjectMeta{Name: sp.Record.Name, Labels: sp.Record.Labels}, Spec: sp.Record.Spec, Status: sp.Record.Status}
+	if err := create(rec); err != nil {
+		return err
+	}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(web), web); err != nil {
+		return err
+	}
+	web.Finalizers = []string{model.Finalizer}
+	if err := k8s.Update(ctx, web); err != nil {
+		return err
+	}
+	web.Status.LoadBalancer.Ingress = sp.Ingress
+	if err := k8s.Status().Update(ctx, web); err != nil {
+		return err
+	}
+	// The running controller's status, fresh; a stale one elsewhere.
+	pub := status.Published{Version: "v1.2.3-test", Holder: "vpcgw-controller-abc", Heartbeat: time.Now(),
+		Gates: info.Gates, Flags: status.Flags{KubeOVNNamespace: "kube-system", MaxPortsPerService: 64, MaxBackendsPerIdentity: 512, MaxIdentitiesPerGateway: 65536, VIPRoutes: true},
+		Gateways: map[string]status.Gateway{gwName: {Generation: ackedGen, Identities: 2, LastSyncTime: time.Now(),
+			Instances: []status.Instance{{Pod: "kube-system/" + gwPod, UID: "u", AckedGeneration: ackedGen, LastAckTime: time.Now(), AgentVersion: "v1.2.3-test"}},
+			Routes:    &status.Routes{NextHops: []string{lanIP}, VIPs: 2, Synced: true, LastSyncTime: time.Now()}}}}
+	data, err := status.Encode(pub)
+	if err != nil {
+		return err
+	}
+	pub.Heartbeat, pub.Gates = time.Now().Add(-5*time.Minute), status.Gates{EnableGwNftableLbSvc: true, Ledger: "service-record"}
+	stale, err := status.Encode(pub)
+	if err != nil {
+		return err
+	}
+	return create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: status.ConfigMapName}, Data: data},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "stale", Name: status.ConfigMapName}, Data: stale})
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// plugin runs the command in this process, as `kubectl vpcgw <args>` with the test's kubeconfig
+// (KUBECONFIG, as kubectl passes it to a plugin).
+func plugin(t *testing.T, args ...string) result {
+	t.Helper()
+	if k8s == nil {
+		testutil.Skip(t, envSkip)
+	}
+	t.Setenv("KUBECONFIG", kubeconfig)
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), args, genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+	return result{code, out.String(), errOut.String()}
+}
+
+func (r result) want(t *testing.T, code int) result {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, code, r.stdout, r.stderr)
+	}
+	return r
+}
+
+func decode[T any](t *testing.T, r result) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, r.stdout)
+	}
+	return v
+}
+
+func item(t *testing.T, l inspect.ServiceStatusList, ns, name string) inspect.ServiceStatus {
+	t.Helper()
+	for _, it := range l.Items {
+		if it.Namespace == ns && it.Name == name {
+			return it
+		}
+	}
+	t.Fatalf("no %s/%s in %+v", ns, name, l.Items)
+	return inspect.ServiceStatus{}
+}
+
+func names(l inspect.ServiceStatusList) []string {
+	var out []string
+	for _, it := range l.Items {
+		out = append(out, it.Namespace+"/"+it.Name)
+	}
+	return out
+}
+
+// Flags work before and after the verb and its argument, as kubectl's do.
+// covers: O2
+func TestFlagsAnywhere(t *testing.T) {
+	// JSON: the text says "5s ago", which moves between the runs.
+	a := plugin(t, "explain", "svc/web", "-n", "demo", "-o", "json").want(t, exitOK)
+	b := plugin(t, "-n", "demo", "explain", "svc/web", "-o", "json").want(t, exitOK)
+	c := plugin(t, "explain", "--namespace=demo", "-o", "json", "svc/web", "--controller-namespace", "kube-system").want(t, exitOK)
+	if a.stdout != b.stdout || a.stdout != c.stdout || !strings.Contains(a.stdout, `"summary": "Service demo/web is served by gateway gw1 through EIP `+eipAddr) {
+		t.Errorf("explain with flags after, before and between:\n%s\n---\n%s\n---\n%s", a.stdout, b.stdout, c.stdout)
+	}
+	x := plugin(t, "status", "-o", "json", "-A").want(t, exitOK)
+	// Global flags (kubectl's: --context, -n, --kubeconfig, ...) go before the verb as well; a
+	// verb's own flags (-A, -o) after it, as with kubectl.
+	y := plugin(t, "--context", "plain", "status", "-o", "json", "-A").want(t, exitOK)
+	if len(decode[inspect.ServiceStatusList](t, x).Items) != 3 || len(decode[inspect.ServiceStatusList](t, y).Items) != 3 {
+		t.Errorf("status -A, flags after or before the verb:\n%s\n---\n%s", x.stdout, y.stdout)
+	}
+}
+
+// The namespace is the kubeconfig context's (demo here) unless -n says otherwise; --context
+// selects another context; -A lists every namespace.
+// covers: O2
+func TestNamespaceDefaultsContextAndAllNamespaces(t *testing.T) {
+	l := decode[inspect.ServiceStatusList](t, plugin(t, "status", "-o", "json").want(t, exitOK))
+	if got := names(l); !slices.Equal(got, []string{"demo/noeip", "demo/web"}) {
+		t.Errorf("status in the context's namespace: %v, want demo's Services that name a gateway", got)
+	}
+	l = decode[inspect.ServiceStatusList](t, plugin(t, "status", "--context", "other", "-o", "json").want(t, exitOK))
+	if got := names(l); !slices.Equal(got, []string{"other/web"}) {
+		t.Errorf("status --context other: %v", got)
+	}
+	r := plugin(t, "status", "--context", "plain").want(t, exitOK)
+	if r.stdout != "" || !strings.Contains(r.stderr, "No Services name a gateway in namespace default.") {
+		t.Errorf("status in a context without namespace: stdout %q stderr %q", r.stdout, r.stderr)
+	}
+	l = decode[inspect.ServiceStatusList](t, plugin(t, "status", "-A", "-o", "json", "--context", "plain").want(t, exitOK))
+	if got := names(l); !slices.Equal(got, []string{"demo/noeip", "demo/web", "other/web"}) {
+		t.Errorf("status -A: %v", got)
+	}
+	// -n wins over the context.
+	plugin(t, "explain", "svc/web", "--context", "other", "-n", "demo").want(t, exitOK)
+	plugin(t, "explain", "svc/web", "--context", "other").want(t, exitNotServed) // other/web is not admitted
+}
+
+// `status -o json` field by field, for a served Service and one whose EIP does not exist.
+// covers: O2, I1, T1, R6
+func TestStatusJSON(t *testing.T) {
+	l := decode[inspect.ServiceStatusList](t, plugin(t, "status", "-A", "-o", "json").want(t, exitOK))
+	if l.APIVersion != "vpcgw.io/v1alpha1" || l.Kind != "ServiceStatusList" {
+		t.Errorf("apiVersion %q kind %q", l.APIVersion, l.Kind)
+	}
+	c := l.Controller
+	if !c.Running || c.Version != "v1.2.3-test" || c.Holder != "vpcgw-controller-abc" || c.ConfigMap != "kube-system/vpcgw-controller" ||
+		c.GatesAssumed || c.GatesSource != "controller" || !c.Gates.EnableGwNftableLbSvc || !c.Gates.EnableGwNftableSvcClusterIP || c.Flags == nil || !c.Flags.VIPRoutes {
+		t.Errorf("controller %+v", c)
+	}
+	if len(l.Warnings) != 0 {
+		t.Errorf("warnings %v", l.Warnings)
+	}
+	web := item(t, l, "demo", "web")
+	var svc corev1.Service
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: "demo", Name: "web"}, &svc); err != nil {
+		t.Fatal(err)
+	}
+	cip := svc.Spec.ClusterIP
+	if web.Type != "LoadBalancer" || web.Gateway != gwName || web.EIP != eipName || web.ClusterIP != cip || !slices.Equal(web.Ingress, []string{eipAddr}) ||
+		web.State != inspect.StateServed || !web.Ready || web.Affinity != "None" {
+		t.Errorf("demo/web %+v", web)
+	}
+	if web.EIPPart != (inspect.Part{State: "Served", VIP: eipAddr}) || web.ClusterIPPart != (inspect.Part{State: "Served", VIP: cip}) {
+		t.Errorf("parts %+v %+v", web.EIPPart, web.ClusterIPPart)
+	}
+	wantIDs := []inspect.Identity{
+		{Part: "EIP", VIP: eipAddr, Port: 80, Protocol: "tcp", Backends: []string{backend + ":8080"}},
+		{Part: "ClusterIP", VIP: cip, Port: 80, Protocol: "tcp", Backends: []string{backend + ":8080"}},
+	}
+	if fmt.Sprint(web.Identities) != fmt.Sprint(wantIDs) {
+		t.Errorf("identities %+v, want %+v", web.Identities, wantIDs)
+	}
+	if r := web.Record; r == nil || r.Kind != "ServiceRecord" || len(r.Names) != 1 || !r.Ready || r.Message != "" {
+		t.Errorf("record %+v", r)
+	}
+	noeip := item(t, l, "demo", "noeip")
+	if noeip.State != inspect.StatePartiallyServed || noeip.Ready || noeip.EIPPart.State != "NotServed" || noeip.EIPPart.EventReason != model.ReasonEIPMissing ||
+		!strings.Contains(noeip.EIPPart.Reason, "IptablesEIP missing does not exist") || !strings.Contains(noeip.EIPPart.Fix, "create IptablesEIP missing with spec.natGwDp: gw1") ||
+		noeip.ClusterIPPart.State != "Served" || len(noeip.Identities) != 1 || noeip.Identities[0].Part != "ClusterIP" {
+		t.Errorf("demo/noeip %+v", noeip)
+	}
+	if noeip.Record == nil || noeip.Record.Ready || !strings.Contains(noeip.Record.Message, "not written yet") {
+		t.Errorf("demo/noeip record %+v", noeip.Record)
+	}
+	if len(noeip.Events) == 0 || noeip.Events[0].Reason != model.ReasonEIPMissing {
+		t.Errorf("demo/noeip events %+v", noeip.Events)
+	}
+	other := item(t, l, "other", "web")
+	if other.State != inspect.StateNotServed || other.EIPPart.EventReason != model.ReasonNotAdmitted || other.ClusterIPPart.EventReason != model.ReasonNotAdmitted ||
+		!strings.Contains(other.EIPPart.Fix, "adds it to spec.namespaces of Vpc vpc1") {
+		t.Errorf("other/web %+v", other)
+	}
+}
+
+// `explain -o json` of a served Service: identities, backends, record Ready, the gateway's
+// instances with the generation each acknowledged, the routes of its VIPs; exit code 0.
+// covers: O2, D7, V1
+func TestExplainServedJSON(t *testing.T) {
+	ex := decode[inspect.ServiceExplanation](t, plugin(t, "explain", "svc/web", "-o", "json").want(t, exitOK))
+	if ex.APIVersion != "vpcgw.io/v1alpha1" || ex.Kind != "ServiceExplanation" || !ex.Served || ex.Service.State != "Served" || !ex.Controller.Running {
+		t.Errorf("explanation %+v", ex)
+	}
+	if !strings.HasPrefix(ex.Summary, "Service demo/web is served by gateway gw1 through EIP "+eipAddr+" and ClusterIP ") {
+		t.Errorf("summary %q", ex.Summary)
+	}
+	if len(ex.Service.Identities) != 2 || ex.Service.Record == nil || !ex.Service.Record.Ready {
+		t.Errorf("service %+v", ex.Service)
+	}
+	g := ex.Gateway
+	// 3 identities by the rules (demo/noeip's ClusterIP too); the controller last programmed 2.
+	if g == nil || g.Name != gwName || !g.Exists || g.Vpc != "vpc1" || g.LanIP != lanIP || g.Identities != 3 || g.Programmed == nil ||
+		g.Programmed.Generation != ackedGen || g.Programmed.Identities != 2 || g.Programmed.LastError != "" {
+		t.Fatalf("gateway %+v", g)
+	}
+	if len(g.Instances) != 1 {
+		t.Fatalf("instances %+v", g.Instances)
+	}
+	in := g.Instances[0]
+	if in.Pod != "kube-system/"+gwPod || in.LanIP != lanIP || !in.Initialized || !in.Reported || in.AckedGeneration != ackedGen || !in.Current ||
+		in.AgentVersion != "v1.2.3-test" || in.LastAckTime.IsZero() || in.LastError != "" {
+		t.Errorf("instance %+v", in)
+	}
+	rt := ex.Routes
+	if rt == nil || !rt.Written || rt.Router != "vpc1" || !slices.Equal(rt.NextHops, []string{lanIP}) || len(rt.VIPs) != 2 || rt.VIPs[0] != eipAddr ||
+		rt.Synced == nil || !*rt.Synced || rt.LastSyncTime.IsZero() {
+		t.Errorf("routes %+v", rt)
+	}
+	// The text form says the same for a person.
+	r := plugin(t, "explain", "svc/web").want(t, exitOK)
+	for _, s := range []string{"State:      Served", "Controller: vpcgw v1.2.3-test running", "EIP        Served on " + eipAddr,
+		"-> " + backend + ":8080", "Record:     ServiceRecord", "Ready", "kube-system/" + gwPod, "Routes of the Service's VIPs: router vpc1"} {
+		if !strings.Contains(r.stdout, s) {
+			t.Errorf("explain text lacks %q:\n%s", s, r.stdout)
+		}
+	}
+}
+
+// A Service that is not served gets the controller's reason, its event reason and the fix, and
+// exit code 3; one that does not exist is an error.
+// covers: O2, T3, S2, N1
+func TestExplainNotServed(t *testing.T) {
+	for _, tc := range []struct {
+		args               []string
+		state, reason, fix string
+	}{
+		{[]string{"explain", "svc/noeip"}, "PartiallyServed", model.ReasonEIPMissing, "create IptablesEIP missing"},
+		{[]string{"explain", "svc/web", "-n", "other"}, "NotServed", model.ReasonNotAdmitted, "admits namespace other"},
+		{[]string{"explain", "service/plain"}, "NotServed", inspect.ReasonNotOptedIn, "kubectl annotate service plain -n demo " + model.AnnotationGateway + "=<gateway>"},
+	} {
+		ex := decode[inspect.ServiceExplanation](t, plugin(t, append(tc.args, "-o", "json")...).want(t, exitNotServed))
+		p := ex.Service.EIPPart
+		if p.State == "NotApplicable" || p.State == "Served" {
+			p = ex.Service.ClusterIPPart
+		}
+		if ex.Served || ex.Service.State != tc.state || p.EventReason != tc.reason || !strings.Contains(p.Fix, tc.fix) || p.Reason == "" {
+			t.Errorf("%v: served %v state %s part %+v; want %s, %s, a fix with %q", tc.args, ex.Served, ex.Service.State, p, tc.state, tc.reason, tc.fix)
+		}
+		txt := plugin(t, tc.args...).want(t, exitNotServed)
+		if !strings.Contains(txt.stdout, "fix: ") || !strings.Contains(txt.stdout, "["+tc.reason+"]") {
+			t.Errorf("%v text:\n%s", tc.args, txt.stdout)
+		}
+	}
+	r := plugin(t, "explain", "svc/nothere").want(t, exitError)
+	if !strings.Contains(r.stderr, "Service demo/nothere not found") {
+		t.Errorf("stderr %q", r.stderr)
+	}
+}
+
+// -o yaml is the same document; -o wide adds columns; a bad -o is a usage error that names the
+// formats.
+// covers: O2
+func TestOutputFormats(t *testing.T) {
+	var l inspect.ServiceStatusList
+	if err := yaml.Unmarshal([]byte(plugin(t, "status", "-o", "yaml").want(t, exitOK).stdout), &l); err != nil {
+		t.Fatal(err)
+	}
+	if l.Kind != "ServiceStatusList" || len(l.Items) != 2 || item(t, l, "demo", "web").State != "Served" {
+		t.Errorf("yaml %+v", l)
+	}
+	plain := plugin(t, "status").want(t, exitOK).stdout
+	wide := plugin(t, "status", "-o", "wide").want(t, exitOK).stdout
+	if !strings.HasPrefix(plain, "SERVICE  ") || !strings.Contains(plain, "WHY NOT") || strings.Contains(plain, "STATE") {
+		t.Errorf("status:\n%s", plain)
+	}
+	if !strings.Contains(wide, "TYPE") || !strings.Contains(wide, "CLUSTER-IP") || !strings.Contains(wide, "RECORD") {
+		t.Errorf("status -o wide:\n%s", wide)
+	}
+	for _, line := range strings.Split(wide, "\n") {
+		if strings.HasPrefix(line, "demo/web ") && (!strings.Contains(line, "LoadBalancer") || !strings.Contains(line, " Served ") || !strings.Contains(line, " Ready ")) {
+			t.Errorf("wide line %q", line)
+		}
+	}
+	for _, args := range [][]string{{"status", "-o", "table"}, {"explain", "svc/web", "-o", "jsonpath"}, {"version", "-o", "wide"}} {
+		r := plugin(t, args...).want(t, exitUsage)
+		if !strings.Contains(r.stderr, "unable to match a printer suitable for the output format") || !strings.Contains(r.stderr, "allowed formats are: json,yaml") {
+			t.Errorf("%v: stderr %q", args, r.stderr)
+		}
+	}
+}
+
+// Usage errors exit 2 with kubectl's hint; --help per verb exits 0.
+// covers: O2
+func TestUsageAndHelp(t *testing.T) {
+	for _, args := range [][]string{
+		{"bogus"}, {"status", "--bogus"}, {"explain"}, {"explain", "web"}, {"explain", "svc/a", "svc/b"}, {"status", "gw/a", "gw/b"},
+		{"status", "pod/x"}, {"ruleset"}, {"version", "extra"}, {"explain", "svc/web", "-A"},
+	} {
+		r := plugin(t, args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "See 'kubectl vpcgw") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and a usage hint", args, r.code, r.stderr)
+		}
+	}
+	for verb, want := range map[string]string{"": "Exit codes:", "status": "kubectl vpcgw status [gw/<gateway>]", "explain": "kubectl vpcgw explain svc/<name>",
+		"ruleset": "kubectl vpcgw ruleset <gateway>", "version": "kubectl vpcgw version"} {
+		args := []string{"--help"}
+		if verb != "" {
+			args = []string{verb, "--help"}
+		}
+		r := plugin(t, args...).want(t, exitOK)
+		if !strings.Contains(r.stdout, want) || !strings.Contains(r.stdout, "--kubeconfig") {
+			t.Errorf("%s --help lacks %q:\n%s", verb, want, r.stdout)
+		}
+	}
+	// Shell completion: the verbs, Services and gateways of the cluster.
+	if r := plugin(t, "__complete", "explain", "svc/").want(t, exitOK); !strings.Contains(r.stdout, "svc/web\tgateway gw1") || !strings.Contains(r.stdout, "svc/plain") {
+		t.Errorf("completion of explain: %q", r.stdout)
+	}
+	if r := plugin(t, "__complete", "status", "gw/").want(t, exitOK); !strings.Contains(r.stdout, "gw/gw1") {
+		t.Errorf("completion of status: %q", r.stdout)
+	}
+	if r := plugin(t, "__complete", "status", "--context", "").want(t, exitOK); !strings.Contains(r.stdout, "other") || !strings.Contains(r.stdout, "plain") {
+		t.Errorf("completion of --context: %q", r.stdout)
+	}
+	if r := plugin(t, "completion", "bash").want(t, exitOK); !strings.Contains(r.stdout, "bash completion") {
+		t.Errorf("completion bash: %.200s", r.stdout)
+	}
+}
+
+// One gateway: its instances, programming, routes and Services.
+// covers: O2, D7, V1
+func TestGatewayStatus(t *testing.T) {
+	gs := decode[inspect.GatewayStatus](t, plugin(t, "status", "gw/gw1", "-o", "json").want(t, exitOK))
+	if gs.Kind != "GatewayStatus" || gs.Name != gwName || !gs.Exists || gs.Programmed == nil || gs.Programmed.Generation != ackedGen ||
+		len(gs.Instances) != 1 || !gs.Instances[0].Current || gs.Routes.Synced == nil || !*gs.Routes.Synced || len(gs.Routes.VIPs) != 3 {
+		t.Errorf("gateway %+v", gs)
+	}
+	var svcs []string
+	for _, s := range gs.Services {
+		svcs = append(svcs, s.Namespace+"/"+s.Name)
+	}
+	if !slices.Equal(svcs, []string{"demo/noeip", "demo/web", "other/web"}) {
+		t.Errorf("gateway's Services %v (every namespace, whatever -n)", svcs)
+	}
+	r := plugin(t, "status", "gateway/gw1").want(t, exitOK)
+	if !strings.Contains(r.stdout, "Gateway gw1 (Vpc vpc1, lanIp "+lanIP+")") || !strings.Contains(r.stdout, "kube-system/"+gwPod) || !strings.Contains(r.stdout, "demo/web") {
+		t.Errorf("status gateway/gw1:\n%s", r.stdout)
+	}
+	plugin(t, "status", "gw/nothere").want(t, exitError)
+}
+
+// Without a running controller the plugin says so, and explains with the gates marked assumed:
+// the last published ones (stale heartbeat), or the defaults when nothing was published.
+// covers: O2, F1
+func TestNoControllerRunning(t *testing.T) {
+	r := plugin(t, "status", "-o", "json", "--controller-namespace", "stale").want(t, exitOK)
+	l := decode[inspect.ServiceStatusList](t, r)
+	if l.Controller.Running || !l.Controller.GatesAssumed || l.Controller.GatesSource != "last-published" || l.Controller.Gates.EnableGwNftableSvcClusterIP {
+		t.Errorf("stale controller %+v", l.Controller)
+	}
+	want := "no vpcgw controller is running (ConfigMap stale/vpcgw-controller: its heartbeat is "
+	if !strings.Contains(r.stderr, "Warning: "+want) || !strings.Contains(l.Controller.Message, want) || len(l.Warnings) == 0 {
+		t.Errorf("stderr %q, message %q", r.stderr, l.Controller.Message)
+	}
+	// With the last published gates (EIP only) the ClusterIP part is off.
+	if web := item(t, l, "demo", "web"); web.ClusterIPPart.State != "Off" || web.EIPPart.State != "Served" {
+		t.Errorf("demo/web under the stale gates %+v", web)
+	}
+	// The staleness threshold is a flag.
+	l = decode[inspect.ServiceStatusList](t, plugin(t, "status", "-o", "json", "--controller-namespace", "stale", "--stale-after", "1h").want(t, exitOK))
+	if !l.Controller.Running {
+		t.Errorf("with --stale-after 1h: %+v", l.Controller)
+	}
+	// Nothing published: the defaults, both gates off, and nothing is served.
+	r = plugin(t, "explain", "svc/web", "--controller-namespace", "nowhere", "-o", "json").want(t, exitNotServed)
+	ex := decode[inspect.ServiceExplanation](t, r)
+	if ex.Controller.Running || ex.Controller.GatesSource != "defaults" || ex.Service.EIPPart.State != "Off" || ex.Service.ClusterIPPart.State != "Off" ||
+		!strings.Contains(ex.Controller.Message, "no vpcgw controller is running (ConfigMap nowhere/vpcgw-controller does not exist") {
+		t.Errorf("no status at all: %+v", ex)
+	}
+	if !strings.Contains(r.stderr, "explained with --enable-gw-nftable-lb-svc off, --enable-gw-nftable-svc-cluster-ip off, --ledger service-record (assumed: the controller's defaults)") {
+		t.Errorf("stderr %q", r.stderr)
+	}
+	v := decode[inspect.VersionInfo](t, plugin(t, "version", "-o", "json", "--controller-namespace", "nowhere").want(t, exitOK))
+	if v.Kind != "Version" || v.Plugin != version.Version || v.Controller.Running {
+		t.Errorf("version %+v", v)
+	}
+}
+
+// version: the plugin's and the running controller's.
+// covers: O2, O5
+func TestVersion(t *testing.T) {
+	v := decode[inspect.VersionInfo](t, plugin(t, "version", "-o", "json").want(t, exitOK))
+	if v.APIVersion != "vpcgw.io/v1alpha1" || v.Kind != "Version" || v.Plugin != version.Version || v.Controller.Version != "v1.2.3-test" || !v.Controller.Running {
+		t.Errorf("version %+v", v)
+	}
+	r := plugin(t, "version").want(t, exitOK)
+	if !strings.Contains(r.stdout, "kubectl-vpcgw: "+version.Version) || !strings.Contains(r.stdout, "controller:    v1.2.3-test") {
+		t.Errorf("version:\n%s", r.stdout)
+	}
+	// --client needs no cluster (as kubectl version --client).
+	v = decode[inspect.VersionInfo](t, plugin(t, "version", "--client", "-o", "json", "--server", "https://127.0.0.1:1").want(t, exitOK))
+	if v.Kind != "Version" || v.Plugin != version.Version || v.Controller != nil {
+		t.Errorf("version --client %+v", v)
+	}
+	// Without a reachable API server every verb that needs it is an error (exit 1).
+	plugin(t, "status", "--server", "https://127.0.0.1:1", "--request-timeout", "2s").want(t, exitError)
+}

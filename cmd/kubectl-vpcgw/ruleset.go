@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/vpcgw/vpcgw/internal/inspect"
+	"github.com/vpcgw/vpcgw/internal/netlab"
+	"github.com/vpcgw/vpcgw/internal/transport"
+)
+
+// ruleset prints `nft list table ip kube-ovn` of every running instance of the gateway: through
+// the Kubernetes exec API in a cluster, or in the instance's network namespace in the benchmark
+// lab (whose gateway pods are network namespaces, not pods of a node).
+func ruleset(ctx context.Context, cfg *rest.Config, v *inspect.View, gw string, out io.Writer) error {
+	gp := v.Plan.Gateway(gw)
+	if gp == nil {
+		return fmt.Errorf("VpcNatGateway %q not found", gw)
+	}
+	if len(gp.Instances) == 0 {
+		return fmt.Errorf("gateway %s has no running instance (or you may not list its pods)", gw)
+	}
+	argv := []string{"nft", "list", "table", "ip", "kube-ovn"}
+	for _, inst := range gp.Instances {
+		fmt.Fprintf(out, "# %s/%s\n", inst.Pod.Namespace, inst.Pod.Name)
+		var b []byte
+		var err error
+		if ns := inst.Pod.Annotations[transport.NetnsAnnotation]; ns != "" {
+			b, err = netlab.Run(append([]string{"ip", "netns", "exec", ns}, argv...)...)
+		} else {
+			b, err = execInPod(ctx, cfg, inst.Pod, transport.DefaultExecContainer, argv)
+		}
+		if err != nil {
+			return fmt.Errorf("%s/%s: %w", inst.Pod.Namespace, inst.Pod.Name, err)
+		}
+		if _, err := out.Write(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func execInPod(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, container string, argv []string) ([]byte, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(pod.Namespace).Name(pod.Name).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: container, Command: argv, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	exec, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
+	if err != nil {
+		return nil, err
+	}
+	var stdout, stderr bytes.Buffer
+	if err := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}); err != nil {
+		return nil, fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.Bytes(), nil
+}

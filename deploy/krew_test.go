@@ -1,0 +1,178 @@
+// covers: O2 (the kubectl plugin's krew manifest and archives)
+package deploy
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/vpcgw/vpcgw/internal/testutil"
+)
+
+// krewPlugin is the part of krew's Plugin manifest (krew.googlecontainertools.github.com/v1alpha2)
+// that krew checks before it installs.
+type krewPlugin struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+	Spec struct {
+		Version          string `json:"version"`
+		Homepage         string `json:"homepage"`
+		ShortDescription string `json:"shortDescription"`
+		Description      string `json:"description"`
+		Caveats          string `json:"caveats"`
+		Platforms        []struct {
+			Selector struct {
+				MatchLabels map[string]string `json:"matchLabels"`
+			} `json:"selector"`
+			URI    string `json:"uri"`
+			SHA256 string `json:"sha256"`
+			Bin    string `json:"bin"`
+			Files  []struct {
+				From string `json:"from"`
+				To   string `json:"to"`
+			} `json:"files"`
+		} `json:"platforms"`
+	} `json:"spec"`
+}
+
+// The template names the four platforms; build.sh makes an archive per platform asked for, with
+// the plugin (of the version asked for) and its completion helper, and a manifest whose sha256
+// is the archive's, with no placeholder left; the same inputs give the same archive.
+// covers: O2
+func TestKrewManifest(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		testutil.Skip(t, "the go command is not on the PATH")
+	}
+	for _, tool := range []string{"bash", "tar", "gzip", "sha256sum", "awk"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			testutil.Skip(t, tool+" is not installed")
+		}
+	}
+	data, err := os.ReadFile("krew/vpcgw.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tmpl krewPlugin
+	if err := yaml.UnmarshalStrict(data, &tmpl); err != nil {
+		t.Fatalf("krew/vpcgw.yaml: %v", err)
+	}
+	var all []string
+	for _, p := range tmpl.Spec.Platforms {
+		all = append(all, p.Selector.MatchLabels["os"]+"/"+p.Selector.MatchLabels["arch"])
+	}
+	if want := []string{"linux/amd64", "linux/arm64", "darwin/amd64", "darwin/arm64"}; !slices.Equal(all, want) {
+		t.Errorf("template platforms %v, want %v", all, want)
+	}
+
+	build := func(dir string) {
+		t.Helper()
+		cmd := exec.Command("bash", "krew/build.sh", dir)
+		cmd.Env = append(os.Environ(), "PLATFORMS=linux/amd64", "VERSION=v0.0.0-krewtest", "BASE_URL=https://example.test/dl", "SOURCE_DATE_EPOCH=1700000000")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("krew/build.sh: %v\n%s", err, out)
+		}
+	}
+	dir := t.TempDir()
+	build(dir)
+	data, err = os.ReadFile(filepath.Join(dir, "vpcgw.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if regexp.MustCompile(`@[A-Za-z0-9_]+@|@platform`).Match(data) {
+		t.Errorf("placeholders left in the manifest:\n%s", data)
+	}
+	var m krewPlugin
+	if err := yaml.UnmarshalStrict(data, &m); err != nil {
+		t.Fatalf("the rendered manifest: %v", err)
+	}
+	if m.APIVersion != "krew.googlecontainertools.github.com/v1alpha2" || m.Kind != "Plugin" || m.Metadata.Name != "vpcgw" || m.Spec.Version != "v0.0.0-krewtest" ||
+		m.Spec.ShortDescription == "" || m.Spec.Homepage == "" || !strings.Contains(m.Spec.Description, "kubectl vpcgw explain svc/<name>") {
+		t.Errorf("manifest %+v", m)
+	}
+	if len(m.Spec.Platforms) != 1 {
+		t.Fatalf("platforms %+v, want linux/amd64 only", m.Spec.Platforms)
+	}
+	p := m.Spec.Platforms[0]
+	archive := filepath.Join(dir, "kubectl-vpcgw_linux_amd64.tar.gz")
+	sum := fileSHA256(t, archive)
+	if p.URI != "https://example.test/dl/kubectl-vpcgw_linux_amd64.tar.gz" || p.SHA256 != sum || p.Bin != "kubectl-vpcgw" ||
+		fmt.Sprint(p.Selector.MatchLabels) != "map[arch:amd64 os:linux]" || len(p.Files) != 2 {
+		t.Errorf("platform %+v (archive sha256 %s)", p, sum)
+	}
+	// The archive holds exactly the files the manifest names, executable.
+	extracted := t.TempDir()
+	var names []string
+	f, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(gz)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, h.Name)
+		if h.Mode&0o111 == 0 || h.Uid != 0 || h.Gid != 0 {
+			t.Errorf("%s: mode %o, owner %d:%d", h.Name, h.Mode, h.Uid, h.Gid)
+		}
+		out, err := os.OpenFile(filepath.Join(extracted, h.Name), os.O_CREATE|os.O_WRONLY, 0o755)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(out, tr); err != nil {
+			t.Fatal(err)
+		}
+		out.Close()
+	}
+	var from []string
+	for _, fl := range p.Files {
+		from = append(from, fl.From)
+	}
+	if !slices.Equal(names, []string{"kubectl-vpcgw", "kubectl_complete-vpcgw"}) || !slices.Equal(from, names) {
+		t.Errorf("archive holds %v, the manifest names %v", names, from)
+	}
+	out, err := exec.Command(filepath.Join(extracted, "kubectl-vpcgw"), "version", "--client").Output()
+	if err != nil || strings.TrimSpace(string(out)) != "kubectl-vpcgw: v0.0.0-krewtest" {
+		t.Errorf("the archived plugin's version --client: %q %v", out, err)
+	}
+	// Reproducible: a second build gives the same archive.
+	again := t.TempDir()
+	build(again)
+	if s := fileSHA256(t, filepath.Join(again, "kubectl-vpcgw_linux_amd64.tar.gz")); s != sum {
+		t.Errorf("a second build's archive has sha256 %s, the first %s", s, sum)
+	}
+}
+
+func fileSHA256(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}

@@ -1,0 +1,100 @@
+package controller
+
+import (
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/vpcgw/vpcgw/internal/model"
+	"github.com/vpcgw/vpcgw/internal/status"
+	"github.com/vpcgw/vpcgw/internal/transport"
+	"github.com/vpcgw/vpcgw/internal/version"
+)
+
+// StatusRecorder learns what the reconciler and the agent sessions know of each gateway's
+// programming (SPEC O2). Its methods run on the sync path: in memory, cheap, never an API call;
+// the status publisher writes what it holds, rate-limited (SPEC P6). *status.Recorder is one.
+type StatusRecorder interface {
+	InstanceAcked(gateway string, inst status.InstanceRef, generation int64, agentVersion string)
+	InstanceFailed(gateway string, inst status.InstanceRef, text string)
+	GatewaySynced(gateway string, s status.Sync)
+	RoutesSynced(gateway string, r status.RouteSync)
+	GatewayRemoved(gateway string)
+}
+
+// statusPublisher is the leader's writer of ConfigMap <StatusNamespace>/vpcgw-controller.
+func statusPublisher(mgr ctrl.Manager, opts Options, rec *status.Recorder, routes bool, log logr.Logger) *status.Publisher {
+	f := opts.Flags
+	keepalive := opts.AgentKeepalive
+	switch {
+	case keepalive == 0:
+		keepalive = DefaultAgentKeepalive
+	case keepalive < 0:
+		keepalive = 0
+	}
+	orDefault := func(v, def int) int {
+		if v > 0 {
+			return v
+		}
+		return def
+	}
+	return &status.Publisher{
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
+		Namespace: opts.StatusNamespace, Holder: opts.StatusHolder, Version: version.Version,
+		Gates: status.Gates{EnableGwNftableLbSvc: f.EnableGwNftableLbSvc, EnableGwNftableSvcClusterIP: f.EnableGwNftableSvcClusterIP,
+			EnableLb: f.EnableLb, EnableLbSvc: f.EnableLbSvc, Ledger: string(f.Gates().Ledger)},
+		Flags: status.Flags{
+			KubeOVNNamespace: f.kubeOVNNamespace(), AllowEndpointsWithoutPods: f.EndpointsWithoutPods,
+			MaxPortsPerService:      orDefault(f.MaxPortsPerService, model.DefaultMaxPortsPerService),
+			MaxBackendsPerIdentity:  orDefault(f.MaxBackendsPerIdentity, model.DefaultMaxBackendsPerIdentity),
+			MaxIdentitiesPerGateway: orDefault(f.MaxIdentitiesPerGateway, model.DefaultMaxIdentitiesPerGateway),
+			AgentKeepalive:          keepalive.String(), MinSyncInterval: opts.MinSyncInterval.String(),
+			VIPRoutes: routes, LeaderElection: opts.LeaderElection,
+		},
+		Recorder: rec, MinInterval: opts.StatusMinInterval, Heartbeat: opts.StatusHeartbeat,
+		Log: log.WithName("status"),
+	}
+}
+
+func instanceRef(inst transport.Instance) status.InstanceRef {
+	return status.InstanceRef{Pod: inst.Namespace + "/" + inst.Pod, UID: string(inst.UID)}
+}
+
+// noteSync tells the status recorder how a sync of gateway key ended: programmed (every
+// instance acknowledged), failed with err, or neither (no running instance).
+func (r *GatewayReconciler) noteSync(key string, gp *model.GatewayPlan, programmed bool, err error) {
+	if r.Status == nil {
+		return
+	}
+	s := status.Sync{Programmed: programmed, Identities: len(gp.State.Identities)}
+	for _, inst := range transportInstances(gp) {
+		s.Instances = append(s.Instances, instanceRef(inst))
+	}
+	if programmed {
+		acked, _ := r.sessions.lastAcked(key)
+		s.Generation = acked.Generation
+	}
+	if err != nil {
+		s.Error = transport.EventText(err) // bounded and sanitized: every reader may see it (SPEC N6, N8)
+	}
+	r.Status.GatewaySynced(key, s)
+}
+
+// noteRoutes tells the status recorder how a write of gateway key's VIP routes ended. The
+// error's details stay in the log: they may name other tenants' addresses (SPEC N8).
+func (r *GatewayReconciler) noteRoutes(key string, want model.VIPRoutes, err error) {
+	if r.Status == nil {
+		return
+	}
+	rs := status.RouteSync{NextHops: want.NextHops, VIPs: len(want.VIPs)}
+	if err != nil {
+		rs.Error = "writing the VIP routes failed (the controller's log has the details); retrying"
+	}
+	r.Status.RoutesSynced(key, rs)
+}
+
+// noteGone tells the status recorder that gateway key no longer exists.
+func (r *GatewayReconciler) noteGone(key string) {
+	if r.Status != nil && key != unboundKey {
+		r.Status.GatewayRemoved(key)
+	}
+}
