@@ -3,7 +3,6 @@ package cluster
 import (
 	"bytes"
 	"fmt"
-	"github.com/vpcgw/vpcgw/internal/childproc"
 	"os/exec"
 	"sync"
 	"syscall"
@@ -40,7 +39,8 @@ func (p *process) start() error {
 	cmd := exec.Command(p.argv[0], p.argv[1:]...)
 	cmd.Env = p.env
 	cmd.Stdout, cmd.Stderr = p, p
-	if err := childproc.Start(cmd); err != nil {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s: %w", p.name, err)
 	}
 	done := make(chan struct{})

@@ -7,7 +7,6 @@ package kcm
 import (
 	"bytes"
 	"context"
-	"github.com/vpcgw/vpcgw/internal/childproc"
 
 	"fmt"
 	"os"
@@ -89,7 +88,11 @@ func StartWith(assetsDir string, kubeconfig []byte, dir string, opts Options) (*
 		"--concurrent-service-endpoint-syncs=10",
 	)
 	p.cmd.Stdout, p.cmd.Stderr = &lockedWriter{p: p}, &lockedWriter{p: p}
-	if err := childproc.Start(p.cmd); err != nil {
+	// No Pdeathsig: it fires when the forking *thread* ends, and the bench's baseline ends the
+	// threads it locks into a namespace (internal/bench/baseline.go), which killed this process
+	// whenever that thread was the one that had started it. Stop ends it.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", Binary, err)
 	}
 	go func() { _ = p.cmd.Wait(); close(p.done) }()

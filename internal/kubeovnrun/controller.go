@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/vpcgw/vpcgw/internal/childproc"
 	"net"
 	"net/http"
 	"os"
@@ -185,12 +184,13 @@ func (c *Controller) launchOnce() error {
 	)
 	w := &logWriter{c: c}
 	cmd.Stdout, cmd.Stderr = w, w
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	c.mu.Lock()
 	fmt.Fprintf(&c.logs, "=== kubeovnrun: starting %s (pod %s, port %d) at %s\n", ControllerBinary, c.opts.PodName, c.port, time.Now().UTC().Format(time.RFC3339Nano))
 	c.mu.Unlock()
 	// Lease times have microsecond precision.
 	started := time.Now().Truncate(time.Microsecond)
-	if err := childproc.Start(cmd); err != nil {
+	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("kubeovnrun: starting %s: %w", ControllerBinary, err)
 	}
 	done := make(chan struct{})

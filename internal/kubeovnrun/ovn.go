@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/vpcgw/vpcgw/internal/childproc"
 	"net"
 	"os"
 	"os/exec"
@@ -210,7 +209,8 @@ func startChild(bin string, env []string, args ...string) (*child, error) {
 	c := &child{cmd: exec.Command(bin, args...), done: make(chan struct{})}
 	c.cmd.Env = env
 	c.cmd.Stdout, c.cmd.Stderr = c, c
-	if err := childproc.Start(c.cmd); err != nil {
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := c.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
 	}
 	go func() { _ = c.cmd.Wait(); close(c.done) }()

@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vpcgw/vpcgw/internal/childproc"
 	"github.com/vpcgw/vpcgw/internal/netlab"
 )
 
@@ -45,7 +44,11 @@ func startNB(dir string) (*nbServer, error) {
 		"--log-file="+filepath.Join(dir, "nb.log"),
 		"--no-chdir", "-vconsole:off")
 	s.cmd.Stdout, s.cmd.Stderr = &s.stderr, &s.stderr
-	if err := childproc.Start(s.cmd); err != nil {
+	// No Pdeathsig: it fires when the forking *thread* ends, and the bench's baseline ends the
+	// threads it locks into a namespace (internal/bench/baseline.go), which killed this process
+	// whenever that thread was the one that had started it. Stop ends it.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting ovsdb-server: %w", err)
 	}
 	s.done = make(chan struct{})
