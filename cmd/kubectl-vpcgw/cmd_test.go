@@ -29,7 +29,6 @@ import (
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
-	"github.com/vpcgw/vpcgw/config/crd"
 	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/inspect"
 	"github.com/vpcgw/vpcgw/internal/model"
@@ -57,26 +56,16 @@ const (
 func TestMain(m *testing.M) { os.Exit(testMain(m)) }
 
 func testMain(m *testing.M) int {
-	if _, missing := testutil.EnvtestAssets("kube-apiserver", "etcd"); missing != "" {
-		envSkip = missing
+	env, _, skip, err := testutil.StartKubeOVNEnvtest()
+	if skip != "" {
+		envSkip = skip
 		return m.Run()
 	}
-	kubeOVN, missing := testutil.KubeOVNAssets(crd.KubeOVNFiles...)
-	if missing != "" {
-		envSkip = missing
-		return m.Run()
-	}
-	crds, err := crd.WithKubeOVN(kubeOVN)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	env := &envtest.Environment{CRDInstallOptions: envtest.CRDInstallOptions{CRDs: crds}}
-	cfg, err := env.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting envtest:", err)
-		return 1
-	}
+	cfg := env.Config
 	defer func() { _ = env.Stop() }()
 	scheme, err := controller.Scheme()
 	if err != nil {

@@ -32,7 +32,6 @@ import (
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
-	"github.com/vpcgw/vpcgw/config/crd"
 	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/kcm"
 	"github.com/vpcgw/vpcgw/internal/model"
@@ -56,27 +55,16 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
-	assets, missing := testutil.EnvtestAssets("kube-apiserver", "etcd", kcm.Binary)
-	if missing != "" {
-		envSkip = missing
+	env, assets, skip, err := testutil.StartKubeOVNEnvtest(kcm.Binary)
+	if skip != "" {
+		envSkip = skip
 		return m.Run()
 	}
-	kubeOVN, missing := testutil.KubeOVNAssets(crd.KubeOVNFiles...)
-	if missing != "" {
-		envSkip = missing
-		return m.Run()
-	}
-	// kube-ovn's own CRDs, as a cluster running kube-ovn has them, and vpcgw's (SPEC K1).
-	crds, err := crd.WithKubeOVN(kubeOVN)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	env := &envtest.Environment{CRDInstallOptions: envtest.CRDInstallOptions{CRDs: crds}}
-	if cfg, err = env.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, "starting envtest:", err)
-		return 1
-	}
+	cfg = env.Config
 	defer func() { _ = env.Stop() }()
 	// EndpointSlices come from the real EndpointSlice controller.
 	user, err := env.AddUser(envtest.User{Name: "kcm", Groups: []string{"system:masters"}}, nil)
