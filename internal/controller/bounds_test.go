@@ -128,3 +128,37 @@ func TestRejectedServiceQuarantined(t *testing.T) {
 		})
 	})
 }
+
+// covers: L9
+// One gateway's trouble is its own: while gateway A's agent hangs (a state sent to it is never
+// answered), a Service of gateway B is programmed, its ingress and records written, and A's state
+// is still waiting for its agent when that happens. With one worker for every gateway, B would
+// wait behind A until A's apply timed out. Once A's agent answers again, A is served too.
+func TestFrozenAgentDelaysNoOtherGateway(t *testing.T) {
+	a := newFixture(t, "gw-frozen", 1)
+	b := a.sibling("gw-thawed", 1)
+	a.eip("eip-frozen", "172.18.23.10", true)
+	b.eip("eip-thawed", "172.18.24.10", true)
+	a.service("before", "eip-frozen", 80, "10.0.1.11")
+	a.eventually("A served before the freeze", func() bool { return ingressIs(a.get("before"), "172.18.23.10") })
+
+	thaw := a.agents.freeze(a.pods[0])
+	defer thaw()
+	a.service("stuck", "eip-frozen", 81, "10.0.1.12")
+	a.eventually("A's sync waiting for its frozen agent", func() bool { return a.agents.waiting(a.pods[0]) > 0 })
+
+	b.service("web", "eip-thawed", 80, "10.0.1.21")
+	b.eventually("B served while A's agent hangs", func() bool {
+		return ingressIs(b.get("web"), "172.18.24.10") && allReady(b.records("web"), "172.18.24.10") && b.data.serves(b.pods[0], "172.18.24.10:80:tcp")
+	})
+	if a.agents.waiting(a.pods[0]) == 0 {
+		t.Fatal("A's sync ended before B was served: B may have waited for it")
+	}
+	if ingressIs(a.get("stuck"), "172.18.23.10") {
+		t.Fatal("A's new Service was published while A's agent had not acknowledged it")
+	}
+	thaw()
+	a.eventually("A served once its agent answers", func() bool {
+		return ingressIs(a.get("stuck"), "172.18.23.10") && a.data.serves(a.pods[0], "172.18.23.10:81:tcp")
+	})
+}

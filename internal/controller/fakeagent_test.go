@@ -24,28 +24,61 @@ type fakeAgents struct {
 	applies  map[types.UID]int
 	streams  map[types.UID]func() // ends each instance's current agent
 	failWith string
-	// rejectKey makes the agents refuse any state that has this identity, as a kernel refuses a
-	// transaction one rule of which it cannot take.
+	// frozen holds the instances whose agent does not answer (a SIGSTOPped agent): a state sent
+	// to one waits until its channel is closed; inFlight counts those waiting.
+	frozen   map[types.UID]chan struct{}
+	inFlight map[types.UID]int
+	// rejectKey makes the agents refuse this identity by name, as the real agent does with one
+	// its kernel or its validation refuses (SPEC D8): they keep the version they had of it (or
+	// none) and take the rest of the state.
 	rejectKey string
 }
 
 func newFakeAgents() *fakeAgents {
-	return &fakeAgents{states: map[types.UID]gwstate.State{}, dials: map[types.UID]int{}, applies: map[types.UID]int{}, streams: map[types.UID]func(){}}
+	return &fakeAgents{states: map[types.UID]gwstate.State{}, dials: map[types.UID]int{}, applies: map[types.UID]int{}, streams: map[types.UID]func(){},
+		frozen: map[types.UID]chan struct{}{}, inFlight: map[types.UID]int{}}
 }
 
 func (f *fakeAgents) Dial(_ context.Context, inst transport.Instance) (*transport.Conn, error) {
 	conn, stop := agenttest.Pipe(func(st gwstate.State) gwstate.Ack {
 		f.mu.Lock()
+		if wake := f.frozen[inst.UID]; wake != nil {
+			f.inFlight[inst.UID]++
+			f.mu.Unlock()
+			<-wake
+			f.mu.Lock()
+			f.inFlight[inst.UID]--
+		}
 		defer f.mu.Unlock()
 		if f.failWith != "" {
 			return gwstate.Ack{Error: f.failWith}
 		}
-		if f.rejectKey != "" && slices.ContainsFunc(st.Identities, func(id gwstate.Identity) bool { return id.Key() == f.rejectKey }) {
-			return gwstate.Ack{Error: "applying the ruleset: netlink receive: no space left on device"}
+		var ack gwstate.Ack
+		if i := slices.IndexFunc(st.Identities, func(id gwstate.Identity) bool { return f.rejectKey != "" && id.Key() == f.rejectKey }); i >= 0 {
+			// The refused identity and the rest of its group (its Service) keep what the agent
+			// had for them; the rest of the state is taken.
+			bad := st.Identities[i]
+			prev := map[gwstate.IdentityKey]gwstate.Identity{}
+			for _, id := range f.states[inst.UID].Identities {
+				prev[id.ID()] = id
+			}
+			var kept []gwstate.Identity
+			for _, id := range st.Identities {
+				if id.Group != bad.Group {
+					kept = append(kept, id)
+					continue
+				}
+				ack.Refused = append(ack.Refused, gwstate.Refusal{IdentityKey: id.ID(), Reason: "the kernel refused identity " + bad.Key() + ": message 7 of 9 (add element): no space left on device"})
+				if old, ok := prev[id.ID()]; ok {
+					kept = append(kept, old)
+				}
+			}
+			st.Identities = kept
+			st.Normalize()
 		}
 		f.states[inst.UID] = st
 		f.applies[inst.UID]++
-		return gwstate.Ack{}
+		return ack
 	})
 	f.mu.Lock()
 	f.dials[inst.UID]++
@@ -105,4 +138,28 @@ func (f *fakeAgents) serves(uid types.UID, key string) bool {
 		}
 	}
 	return false
+}
+
+// freeze makes the instance's agent stop answering, as a SIGSTOPped agent; the returned func
+// thaws it.
+func (f *fakeAgents) freeze(uid types.UID) (thaw func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	wake := make(chan struct{})
+	f.frozen[uid] = wake
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.frozen[uid] == wake {
+			delete(f.frozen, uid)
+			close(wake)
+		}
+	}
+}
+
+// waiting is how many states sent to the instance wait for its frozen agent.
+func (f *fakeAgents) waiting(uid types.UID) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.inFlight[uid]
 }

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -163,6 +164,9 @@ type GatewayReconciler struct {
 	ApplyTimeout time.Duration
 	// AgentKeepalive: see Options.AgentKeepalive.
 	AgentKeepalive time.Duration
+	// Workers is how many gateways are synced at once (0: DefaultGatewayWorkers). The work queue
+	// never hands one gateway to two workers (SPEC L9).
+	Workers int
 	// MinSyncInterval is the least time between two syncs of one gateway: a burst of changes is
 	// coalesced into one sync, a lone change is synced at once (kube-proxy's minSyncPeriod).
 	MinSyncInterval time.Duration
@@ -181,7 +185,6 @@ type GatewayReconciler struct {
 
 	sessions   *sessions
 	plans      *planCache
-	quarantine *quarantine
 	// ownDeletes holds the UIDs of records this controller is deleting, so that their delete
 	// events are not taken for someone else's (SPEC R4).
 	ownDeletes sync.Map
@@ -222,7 +225,6 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 	r.sessions.status = r.Status
 	r.lastEvent = map[types.UID]map[string]string{}
 	r.plans = newPlanCache()
-	r.quarantine = newQuarantine()
 	r.lastSync = map[string]time.Time{}
 	go func() { <-ctx.Done(); r.sessions.closeAll() }()
 
@@ -249,8 +251,13 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 		}
 	}
 
+	workers := r.Workers
+	if workers <= 0 {
+		workers = DefaultGatewayWorkers
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("vpcgw-gateway").
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		For(&kubeovnv1.VpcNatGateway{}).
 		Watches(&corev1.Service{}, handler.Funcs{
 			CreateFunc: func(_ context.Context, e handlerCreate, q reqQueue) { enqueue(q, r.serviceChanged(e.Object)) },

@@ -260,6 +260,17 @@ func newFixtureWith(t *testing.T, mode agentMode, gw string, instances int, opti
 		f.data = f.real
 		f.dialer = &transport.LocalNetns{AgentCommand: []string{agentExe}, Log: logr.Discard()}
 	}
+	f.makeGateway(gw, instances)
+	f.start(model.Gates{LoadBalancer: true, ClusterIP: true})
+	t.Cleanup(f.stopController)
+	return f
+}
+
+// makeGateway creates, as a kube-ovn user and kube-ovn would, namespace ns-<gw> bound to Vpc
+// <gw>-vpc, its Subnet, VpcNatGateway gw and its running instance Pods, and points f at them.
+func (f *fixture) makeGateway(gw string, instances int) {
+	t := f.t
+	t.Helper()
 	f.ns, f.gw = "ns-"+gw, gw
 	ctx := context.Background()
 	must(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}}))
@@ -289,9 +300,18 @@ func newFixtureWith(t *testing.T, mode agentMode, gw string, instances int, opti
 			f.real.alias(pod.UID, pod.Annotations[transport.NetnsAnnotation])
 		}
 	}
-	f.start(model.Gates{LoadBalancer: true, ClusterIP: true})
-	t.Cleanup(f.stopController)
-	return f
+}
+
+// sibling is a second gateway served by f's controller and agents (in memory), with its own
+// namespace, Vpc, Subnet and instances.
+func (f *fixture) sibling(gw string, instances int) *fixture {
+	f.t.Helper()
+	if f.agents == nil {
+		f.t.Fatal("sibling gateways are for in-memory agents")
+	}
+	g := &fixture{t: f.t, agents: f.agents, data: f.data, dialer: f.dialer}
+	g.makeGateway(gw, instances)
+	return g
 }
 
 func (f *fixture) start(gates model.Gates) {

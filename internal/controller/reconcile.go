@@ -35,11 +35,6 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	if wait := r.throttle(key); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
-	if r.quarantine.expire(key, time.Now()) {
-		// A quarantined change is tried again: every Service is replanned, so that the one whose
-		// change now goes through gets its records and ingress written.
-		r.plans.invalidate(key)
-	}
 	plan, gp, endpointSlices, err := r.plan(ctx, key)
 	if err != nil {
 		// The marks this pass consumed are lost: the next pass plans the whole gateway.
@@ -87,52 +82,31 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	}
 
 	// 2. The gateway's instances, then its VIP routes. held are the Services quarantined (SPEC
-	// N4): nothing of their new plan is confirmed.
+	// N4): an agent refused one of their identities, so nothing of their new plan is confirmed.
 	programmed := false
 	held := map[types.NamespacedName]bool{}
 	if gp == nil {
-		r.quarantine.forget(key)
 		r.noteGone(key)
 	} else {
 		switch {
 		case len(gp.Instances) == 0:
 			log.Info("gateway has no running instance: nothing programmed until one runs")
-			r.noteSync(key, gp, false, nil)
+			r.noteSync(key, gp, 0, nil)
 		default:
 			changed := r.latency.pending(endpointSlices)
 			start := time.Now()
-			// Quarantined Services keep what the gateway served for them (SPEC N4).
-			var contribs map[types.NamespacedName]model.Contribution
-			var uids map[types.NamespacedName]types.UID
-			if r.quarantine.any(key) {
-				contribs, uids = r.plans.contributions(key)
-				if hs := r.quarantine.active(key, contribs, start); len(hs) > 0 {
-					for k := range hs {
-						held[k] = true
-					}
-					acked, _ := r.sessions.lastAcked(key)
-					gp = substitute(gp, contribs, hs, acked)
-				}
-			}
-			err := r.sessions.apply(ctx, key, transportInstances(gp), gp.State)
-			if reason, ok := rejected(err); ok {
-				if contribs == nil {
-					contribs, uids = r.plans.contributions(key)
-				}
-				log.Info("an agent rejected the gateway's state; isolating the Services whose change it rejects", "reason", reason)
-				isolated, quarantined, ierr := r.isolate(ctx, key, gp, contribs, err)
-				for _, k := range quarantined {
+			acked, err := r.sessions.apply(ctx, key, transportInstances(gp), gp.State)
+			if len(acked.Refused) > 0 && err == nil {
+				contribs, uids := r.plans.contributions(key)
+				hs := heldServices(contribs, acked.Refused)
+				log.Info("the gateway refused identities; their Services are quarantined, the others programmed", "refused", len(acked.Refused), "services", len(hs))
+				for k, reason := range hs {
 					held[k] = true
+					r.plans.markOwner(key, k, uids[k]) // replanned on the next pass: its writes are decided again
 					sp := &model.ServicePlan{Key: k, UID: uids[k]}
 					r.emitOnce(sp, model.Event{Type: corev1.EventTypeWarning, Reason: model.ReasonQuarantined, Message: fmt.Sprintf(
-						"gateway %s refused this Service's change (%s): it is quarantined, the gateway keeps serving what it served for it before and the gateway's other Services are programmed; change the Service to try again (or wait %s)",
-						key, transport.EventText(&transport.AgentError{Message: reason}), quarantineRetry)})
-				}
-				if ierr != nil {
-					err = ierr
-				} else {
-					err, gp = nil, isolated
-					log.Info("gateway programmed without the quarantined Services", "quarantined", len(quarantined))
+						"gateway %s refused this Service's change (%s): it is quarantined, the gateway keeps serving what it served for it before and the gateway's other Services are programmed; change the Service to try again (it is tried again every %s)",
+						key, transport.RefusalText(reason), quarantineRetry)})
 				}
 			}
 			if err != nil {
@@ -147,7 +121,7 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 						r.emitOnce(sp, model.Event{Type: corev1.EventTypeWarning, Reason: model.ReasonProgrammingFailed, Message: msg})
 					}
 				}
-				r.noteSync(key, gp, false, err)
+				r.noteSync(key, gp, 0, err)
 				return reconcile.Result{}, errors.Join(append(errs, fmt.Errorf("programming gateway %s: %w", key, err))...)
 			}
 			now := time.Now()
@@ -162,7 +136,7 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 			}
 			backends.WithLabelValues(key).Set(float64(n))
 			programmed = true
-			r.noteSync(key, gp, true, nil)
+			r.noteSync(key, gp, acked.Generation, nil)
 			log.V(1).Info("gateway programmed", "instances", len(gp.Instances), "identities", len(gp.State.Identities), "clusterIPs", len(gp.State.ClusterIPs))
 		}
 		if r.Routes != nil {
@@ -211,8 +185,8 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		}
 	}
 	var res reconcile.Result
-	if retry := r.quarantine.nextRetry(key); !retry.IsZero() {
-		res.RequeueAfter = max(time.Until(retry), time.Second)
+	if len(held) > 0 {
+		res.RequeueAfter = quarantineRetry
 	}
 	return res, errors.Join(errs...)
 }

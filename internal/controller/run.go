@@ -39,6 +39,9 @@ type Options struct {
 	// its certificate (empty or without tls.crt/tls.key: self-signed).
 	// MinSyncInterval is the least time between two syncs of one gateway (0: no limit).
 	MinSyncInterval time.Duration
+	// GatewayWorkers is how many gateways are synced at once (0: DefaultGatewayWorkers). One
+	// gateway is never synced twice at once (SPEC L9).
+	GatewayWorkers int
 	// OnProgrammed: see GatewayReconciler.OnProgrammed.
 	OnProgrammed func(gateway string, latencies []time.Duration)
 	// VerifyPartialPlans checks every partial plan against a full one (tests and debugging: it
@@ -64,6 +67,12 @@ type Options struct {
 	StatusNamespace, StatusHolder      string
 	StatusMinInterval, StatusHeartbeat time.Duration
 }
+
+// DefaultGatewayWorkers is --gateway-workers' default: each gateway is synced by one worker at a
+// time, so a gateway whose agent hangs (until its keepalive or apply timeout) holds one worker,
+// not the others' syncs (SPEC L9). A sync mostly waits on its agents and the API server, so more
+// workers than cores pay.
+const DefaultGatewayWorkers = 8
 
 // DefaultAgentKeepalive is --agent-keepalive's default: far below the idle timeouts of proxies
 // (tens of seconds and up) and the kubelet's (4 h), and a dead stream is noticed within 10 s.
@@ -132,6 +141,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 	r := &GatewayReconciler{
 		Routes:             routes,
 		MinSyncInterval:    opts.MinSyncInterval,
+		Workers:            opts.GatewayWorkers,
 		OnProgrammed:       opts.OnProgrammed,
 		VerifyPartialPlans: opts.VerifyPartialPlans,
 		AgentKeepalive:     opts.AgentKeepalive,

@@ -29,9 +29,6 @@ type sessions struct {
 	mu    sync.Mutex
 	byGw  map[string]map[types.UID]*session
 	nextG int64 // generations are unique across all streams, which keeps logs unambiguous
-	// acked is, per gateway, the last state every instance acknowledged: what the gateway serves
-	// (the quarantine's known-good state, SPEC N4).
-	acked map[string]gwstate.State
 	// status, when set, learns each instance's acknowledgements and agent version (SPEC O2).
 	status StatusRecorder
 }
@@ -42,12 +39,22 @@ type session struct {
 }
 
 func newSessions(d transport.Dialer, applyTimeout time.Duration, log logr.Logger, onEnded func(string)) *sessions {
-	return &sessions{dialer: d, applyTimeout: applyTimeout, log: log, onEnded: onEnded, byGw: map[string]map[types.UID]*session{}, acked: map[string]gwstate.State{}}
+	return &sessions{dialer: d, applyTimeout: applyTimeout, log: log, onEnded: onEnded, byGw: map[string]map[types.UID]*session{}}
+}
+
+// applied is what the instances of a gateway acknowledged for one state.
+type applied struct {
+	// Generation is the state's generation.
+	Generation int64
+	// Refused are the identities some instance did not program, with the first instance's
+	// reason (SPEC D8): their Services are held back (quarantine.go).
+	Refused map[gwstate.IdentityKey]string
 }
 
 // apply sends st to every instance of gateway gw and waits for all acknowledgements (SPEC D7).
+// The error is nil when every instance programmed the state, its refused identities aside.
 // Streams of instances that are gone are closed.
-func (s *sessions) apply(ctx context.Context, gw string, instances []transport.Instance, st gwstate.State) error {
+func (s *sessions) apply(ctx context.Context, gw string, instances []transport.Instance, st gwstate.State) (applied, error) {
 	s.mu.Lock()
 	live := s.byGw[gw]
 	if live == nil {
@@ -79,21 +86,23 @@ func (s *sessions) apply(ctx context.Context, gw string, instances []transport.I
 		wg.Go(func() { errs[i] = s.applyOne(ctx, gw, inst, st) })
 	}
 	wg.Wait()
-	err := errors.Join(errs...)
-	if err == nil {
-		s.mu.Lock()
-		s.acked[gw] = st
-		s.mu.Unlock()
+	out := applied{Generation: st.Generation}
+	for i, err := range errs {
+		var re *transport.RefusedError
+		if !errors.As(err, &re) {
+			continue
+		}
+		errs[i] = nil
+		if out.Refused == nil {
+			out.Refused = map[gwstate.IdentityKey]string{}
+		}
+		for _, r := range re.Refused {
+			if _, seen := out.Refused[r.IdentityKey]; !seen {
+				out.Refused[r.IdentityKey] = r.Reason
+			}
+		}
 	}
-	return err
-}
-
-// lastAcked is the last state every instance of gw acknowledged.
-func (s *sessions) lastAcked(gw string) (gwstate.State, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st, ok := s.acked[gw]
-	return st, ok
+	return out, errors.Join(errs...)
 }
 
 func (s *sessions) applyOne(ctx context.Context, gw string, inst transport.Instance, st gwstate.State) error {
@@ -104,7 +113,9 @@ func (s *sessions) applyOne(ctx context.Context, gw string, inst transport.Insta
 	}
 	actx, cancel := context.WithTimeout(ctx, s.applyTimeout)
 	defer cancel()
-	if err := conn.Apply(actx, st); err != nil {
+	err = conn.Apply(actx, st)
+	var refused *transport.RefusedError
+	if err != nil && !errors.As(err, &refused) {
 		if conn.Broken() {
 			s.drop(gw, inst.UID, conn)
 		}
@@ -113,6 +124,9 @@ func (s *sessions) applyOne(ctx context.Context, gw string, inst transport.Insta
 	}
 	if s.status != nil {
 		s.status.InstanceAcked(gw, instanceRef(inst), st.Generation, conn.AgentVersion())
+	}
+	if refused != nil {
+		return refused
 	}
 	return nil
 }

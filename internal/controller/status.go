@@ -59,19 +59,16 @@ func instanceRef(inst transport.Instance) status.InstanceRef {
 	return status.InstanceRef{Pod: inst.Namespace + "/" + inst.Pod, UID: string(inst.UID)}
 }
 
-// noteSync tells the status recorder how a sync of gateway key ended: programmed (every
-// instance acknowledged), failed with err, or neither (no running instance).
-func (r *GatewayReconciler) noteSync(key string, gp *model.GatewayPlan, programmed bool, err error) {
+// noteSync tells the status recorder how a sync of gateway key ended: programmed as generation
+// (every instance acknowledged it; 0: not programmed), failed with err, or neither (no running
+// instance).
+func (r *GatewayReconciler) noteSync(key string, gp *model.GatewayPlan, generation int64, err error) {
 	if r.Status == nil {
 		return
 	}
-	s := status.Sync{Programmed: programmed, Identities: len(gp.State.Identities)}
+	s := status.Sync{Programmed: generation > 0, Generation: generation, Identities: len(gp.State.Identities)}
 	for _, inst := range transportInstances(gp) {
 		s.Instances = append(s.Instances, instanceRef(inst))
-	}
-	if programmed {
-		acked, _ := r.sessions.lastAcked(key)
-		s.Generation = acked.Generation
 	}
 	if err != nil {
 		s.Error = transport.EventText(err) // bounded and sanitized: every reader may see it (SPEC N6, N8)

@@ -45,9 +45,9 @@ type Agent struct {
 
 	mu sync.Mutex
 	// applied holds the committed identities that have at least one backend.
-	applied map[idKey]gwstate.Identity
+	applied map[gwstate.IdentityKey]gwstate.Identity
 	// present holds every identity of the committed state, with or without backends.
-	present map[idKey]gwstate.Identity
+	present map[gwstate.IdentityKey]gwstate.Identity
 	// vipRefs counts the applied identities per VIP: VIPSet holds the VIPs counted here.
 	vipRefs map[string]int
 	// last, with pending applied over it, is the last valid desired state, committed or not:
@@ -57,7 +57,7 @@ type Agent struct {
 	// needed (a retry, a repair, a delta the fast path does not take).
 	last *gwstate.State
 	// pending holds identities upserted (removed: false) or removed since last, by key.
-	pending map[idKey]pendingID
+	pending map[gwstate.IdentityKey]pendingID
 	// lastGen and lastClusterIPs are the generation and the ClusterIPs of the desired state.
 	lastGen        int64
 	lastClusterIPs []string
@@ -71,9 +71,15 @@ type Agent struct {
 	// succeeded: they are in the kernel, with exactly this content, but no service-ips element
 	// points at them. A full sync reuses them (only the element is missing) or deletes them. It
 	// is empty whenever synced is true.
-	staged map[idKey]gwstate.Identity
+	staged map[gwstate.IdentityKey]gwstate.Identity
 	// stageChunk is the number of new identities per staging transaction; 0 disables staging.
 	stageChunk int
+	// refused are the identities of the desired state that are not programmed (admit.go): the
+	// kernel holds their committed version in applied and present, or nothing.
+	refused map[gwstate.IdentityKey]refusal
+	// kernelRounds bounds the transactions of one message when the kernel refuses identities
+	// (converge); 1 makes any refusal fail the message whole.
+	kernelRounds int
 	// commitTime is how long the last Apply's kernel transactions took (benchmarks, logs).
 	commitTime time.Duration
 }
@@ -95,8 +101,8 @@ func newAgent(be backend, log logr.Logger, iface string, vips vipHolder, ct flow
 	if iface == "" {
 		iface = DefaultVPCInterface
 	}
-	return &Agent{be: be, log: log, iface: iface, vips: vips, ct: ct, stageChunk: defaultStageChunk,
-		applied: map[idKey]gwstate.Identity{}, present: map[idKey]gwstate.Identity{}, vipRefs: map[string]int{}}
+	return &Agent{be: be, log: log, iface: iface, vips: vips, ct: ct, stageChunk: defaultStageChunk, kernelRounds: defaultKernelRounds,
+		applied: map[gwstate.IdentityKey]gwstate.Identity{}, present: map[gwstate.IdentityKey]gwstate.Identity{}, vipRefs: map[string]int{}}
 }
 
 // Config says how an agent reaches the kernel of the network namespace it runs in.
@@ -162,48 +168,14 @@ func (a *Agent) TakeConntrackDeleted() int {
 	return n
 }
 
-// Apply converges the kernel to st, which must be normalized and valid. On error the table and
-// the agent's memory keep the previous state; the error carries the kernel's message.
+// Apply converges the kernel to st, which must be normalized. Identities that the agent's
+// validation or the kernel refuses are not programmed (see admit.go; Refusals names them). On
+// error the table and the agent's memory keep the previous state; the error carries the kernel's
+// message.
 func (a *Agent) Apply(ctx context.Context, st gwstate.State) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := a.validate(st); err != nil {
-		return fmt.Errorf("invalid state: %w", err)
-	}
-	a.setLast(&st)
-	return a.applyLocked(ctx, st)
-}
-
-// idKey identifies an identity without formatting a string (Key() costs a Sprintf, and a
-// state has 10,000 identities).
-type idKey struct {
-	vip   string
-	port  int32
-	proto gwstate.Protocol
-}
-
-func keyOf(id gwstate.Identity) idKey { return idKey{id.VIP, id.Port, id.Protocol} }
-
-// validate is st.Validate, and the refusal of the gateway's own addresses as backends
-// (refuseOwnAddrs), for the identities that differ from the committed ones: those were
-// validated when they were committed, and validating 10,000 identities × 10 backends costs
-// more than applying a change to one of them (SPEC P1). Duplicates are checked on all (a
-// normalized state has them side by side).
-func (a *Agent) validate(st gwstate.State) error {
-	changed := gwstate.State{Generation: st.Generation, ClusterIPs: st.ClusterIPs}
-	for i, id := range st.Identities {
-		if i > 0 && keyOf(st.Identities[i-1]) == keyOf(id) {
-			return fmt.Errorf("identity %s appears twice", id.Key())
-		}
-		if old, ok := a.present[keyOf(id)]; ok && identityEqual(old, id) {
-			continue
-		}
-		changed.Identities = append(changed.Identities, id)
-	}
-	if err := changed.Validate(); err != nil {
-		return err
-	}
-	return a.refuseOwnAddrs(changed.Identities)
+	return a.converge(ctx, st, true, nil)
 }
 
 // Retry re-applies the last desired state if it is not committed (after a failed Apply). It
@@ -214,7 +186,7 @@ func (a *Agent) Retry(ctx context.Context) (bool, error) {
 	if a.last == nil || (a.synced && a.vipsSynced) {
 		return false, nil
 	}
-	return true, a.applyLocked(ctx, *a.desired())
+	return true, a.converge(ctx, *a.desired(), false, nil)
 }
 
 // Verify looks for drift: the agent's objects in the table have the content it committed
@@ -232,7 +204,7 @@ func (a *Agent) Verify(ctx context.Context) (string, error) {
 		return "", nil
 	}
 	if !a.synced || !a.vipsSynced {
-		return "", a.applyLocked(ctx, *a.desired())
+		return "", a.converge(ctx, *a.desired(), false, nil)
 	}
 	drift, err := a.be.check(ctx, a.expectation())
 	if err != nil {
@@ -253,7 +225,7 @@ func (a *Agent) Verify(ctx context.Context) (string, error) {
 	a.log.Info("drift detected, repairing with a full reconcile", "drift", drift)
 	a.synced = false
 	a.vipsSynced = false
-	if err := a.applyLocked(ctx, *a.desired()); err != nil {
+	if err := a.converge(ctx, *a.desired(), false, nil); err != nil {
 		return drift, fmt.Errorf("repairing drift (%s): %w", drift, err)
 	}
 	a.log.Info("drift repaired", "drift", drift, "generation", a.lastGen)
@@ -274,10 +246,10 @@ func wantVIPs(ips []string) []netip.Addr {
 }
 
 func (a *Agent) applyLocked(ctx context.Context, st gwstate.State) error {
-	desired := make(map[idKey]gwstate.Identity, len(st.Identities))
-	present := make(map[idKey]gwstate.Identity, len(st.Identities))
+	desired := make(map[gwstate.IdentityKey]gwstate.Identity, len(st.Identities))
+	present := make(map[gwstate.IdentityKey]gwstate.Identity, len(st.Identities))
 	for _, id := range st.Identities {
-		k := keyOf(id)
+		k := id.ID()
 		present[k] = id
 		if len(id.Backends) > 0 {
 			desired[k] = id
@@ -351,7 +323,7 @@ func (a *Agent) applyLocked(ctx context.Context, st gwstate.State) error {
 
 // cleanTargets says which conntrack entries must go after committing desired (SPEC D6, N7):
 // flowTarget's for every identity of the state, and all the flows of an identity that left it.
-func (a *Agent) cleanTargets(full bool, desired, present map[idKey]gwstate.Identity) []cleanTarget {
+func (a *Agent) cleanTargets(full bool, desired, present map[gwstate.IdentityKey]gwstate.Identity) []cleanTarget {
 	if a.ct == nil {
 		return nil
 	}
@@ -393,14 +365,14 @@ func (a *Agent) Applied() []gwstate.Identity {
 //
 // Only objects that no element points at are written ahead, so nothing new is reachable before
 // the final transaction commits, and a failed final transaction leaves what traffic sees whole.
-func (a *Agent) planStaging(inv *inventory, ids []gwstate.Identity, desired map[idKey]gwstate.Identity) (ready map[idKey]bool, stage []gwstate.Identity) {
-	ready = map[idKey]bool{}
+func (a *Agent) planStaging(inv *inventory, ids []gwstate.Identity, desired map[gwstate.IdentityKey]gwstate.Identity) (ready map[gwstate.IdentityKey]bool, stage []gwstate.Identity) {
+	ready = map[gwstate.IdentityKey]bool{}
 	if inv == nil {
 		for _, id := range ids {
 			if len(id.Backends) == 0 {
 				continue
 			}
-			if _, ok := a.applied[keyOf(id)]; !ok {
+			if _, ok := a.applied[id.ID()]; !ok {
 				stage = append(stage, id)
 			}
 		}
@@ -421,8 +393,8 @@ func (a *Agent) planStaging(inv *inventory, ids []gwstate.Identity, desired map[
 				stage = append(stage, id)
 				continue
 			}
-			if old, ok := a.staged[keyOf(id)]; ok && identityEqual(old, id) && !referenced[idc] && present(id, chains, sets) {
-				ready[keyOf(id)] = true
+			if old, ok := a.staged[id.ID()]; ok && identityEqual(old, id) && !referenced[idc] && present(id, chains, sets) {
+				ready[id.ID()] = true
 			}
 		}
 	}
@@ -467,12 +439,12 @@ func present(id gwstate.Identity, chains, sets map[string]bool) bool {
 // rule to an anonymous map walks the whole transaction), so one transaction of 10,000 identities
 // is quadratic; in chunks of K it is O(K) per map. What stays quadratic is the kernel's walk of
 // the table's list of sets by name (three per map), see addAnonymousMap (SPEC P2).
-func (a *Agent) stage(ctx context.Context, stage []gwstate.Identity, ready map[idKey]bool) (ops, transactions int, err error) {
+func (a *Agent) stage(ctx context.Context, stage []gwstate.Identity, ready map[gwstate.IdentityKey]bool) (ops, transactions int, err error) {
 	if len(stage) == 0 {
 		return 0, 0, nil
 	}
 	if a.staged == nil {
-		a.staged = make(map[idKey]gwstate.Identity, len(stage))
+		a.staged = make(map[gwstate.IdentityKey]gwstate.Identity, len(stage))
 	}
 	chunks := (len(stage) + a.stageChunk - 1) / a.stageChunk
 	for i := 0; i < len(stage); i += a.stageChunk {
@@ -491,6 +463,7 @@ func (a *Agent) stage(ctx context.Context, stage []gwstate.Identity, ready map[i
 		for j := range chunk {
 			writeObjects(tx, nil, &chunk[j])
 		}
+		tx.identity(nil)
 		ops += tx.size()
 		start := time.Now()
 		err := a.be.commit(ctx, tx)
@@ -500,8 +473,8 @@ func (a *Agent) stage(ctx context.Context, stage []gwstate.Identity, ready map[i
 		}
 		transactions++
 		for _, id := range chunk {
-			a.staged[keyOf(id)] = id
-			ready[keyOf(id)] = true
+			a.staged[id.ID()] = id
+			ready[id.ID()] = true
 		}
 	}
 	return ops, transactions, nil
@@ -510,7 +483,7 @@ func (a *Agent) stage(ctx context.Context, stage []gwstate.Identity, ready map[i
 // incremental writes only what differs between a.applied and desired, in the order of the
 // (normalized) states. Identities in ready only get their element. It returns the change of
 // the identities per VIP (vipChanges).
-func (a *Agent) incremental(tx txn, ids []gwstate.Identity, desired map[idKey]gwstate.Identity, ready map[idKey]bool) map[string]int {
+func (a *Agent) incremental(tx txn, ids []gwstate.Identity, desired map[gwstate.IdentityKey]gwstate.Identity, ready map[gwstate.IdentityKey]bool) map[string]int {
 	// Removals first, in the states' order: a removed identity's objects never share names
 	// with a desired one.
 	var gone []gwstate.Identity
@@ -519,7 +492,7 @@ func (a *Agent) incremental(tx txn, ids []gwstate.Identity, desired map[idKey]gw
 			gone = append(gone, old)
 		}
 	}
-	slices.SortFunc(gone, func(x, y gwstate.Identity) int { return compareKeys(keyOf(x), keyOf(y)) })
+	slices.SortFunc(gone, func(x, y gwstate.Identity) int { return gwstate.CompareKeys(x.ID(), y.ID()) })
 	for i := range gone {
 		writeIdentity(tx, &gone[i], nil)
 	}
@@ -528,13 +501,13 @@ func (a *Agent) incremental(tx txn, ids []gwstate.Identity, desired map[idKey]gw
 		if len(id.Backends) == 0 {
 			continue
 		}
-		old, ok := a.applied[keyOf(id)]
+		old, ok := a.applied[id.ID()]
 		if !ok {
 			added = append(added, id)
 		}
 		switch {
-		case !ok && ready[keyOf(id)]:
-			tx.addElement(id)
+		case !ok && ready[id.ID()]:
+			addReadyElement(tx, id)
 		case !ok:
 			writeIdentity(tx, nil, &id)
 		case !identityEqual(old, id):
@@ -551,7 +524,7 @@ func (a *Agent) incremental(tx txn, ids []gwstate.Identity, desired map[idKey]gw
 // desired): other elements and their dnat-, ep- and aff- objects are kube-ovn's share DNAT
 // identities (or someone else's) and stay as they are (SPEC D8, K8). A table of an agent from
 // before OwnedSet (legacyHairpinChain present) is adopted by object names, as it did.
-func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired map[idKey]gwstate.Identity, ready map[idKey]bool) {
+func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired map[gwstate.IdentityKey]gwstate.Identity, ready map[gwstate.IdentityKey]bool) {
 	writeBase(tx, a.iface)
 	legacy := slices.Contains(inv.chains, legacyHairpinChain)
 	if legacy {
@@ -568,10 +541,10 @@ func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired
 		ownedKeys[strings.Join(k, " . ")] = true
 	}
 	for k := range a.staged {
-		mine[IdentityHash(k.vip, k.port, k.proto)] = true
+		mine[IdentityHash(k.VIP, k.Port, k.Protocol)] = true
 	}
 	for k := range desired {
-		mine[IdentityHash(k.vip, k.port, k.proto)] = true
+		mine[IdentityHash(k.VIP, k.Port, k.Protocol)] = true
 	}
 	isMine := func(name string) bool {
 		h, ok := objectHash(name)
@@ -603,7 +576,7 @@ func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired
 	// VIPSet: exactly the desired identities' VIPs.
 	wantVIPs := make(map[string]bool, len(desired))
 	for k := range desired {
-		wantVIPs[k.vip] = true
+		wantVIPs[k.VIP] = true
 	}
 	for _, v := range inv.vips {
 		if !wantVIPs[v] {
@@ -614,7 +587,7 @@ func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired
 	for v := range wantVIPs {
 		vips = append(vips, v)
 	}
-	slices.SortFunc(vips, compareAddrs)
+	slices.SortFunc(vips, gwstate.CompareAddrs)
 	for _, v := range vips {
 		tx.addVIP(v) // a no-op for those present
 	}
@@ -632,10 +605,10 @@ func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired
 		if len(id.Backends) == 0 {
 			continue
 		}
-		old, staged := a.staged[keyOf(id)]
+		old, staged := a.staged[id.ID()]
 		switch {
-		case ready[keyOf(id)]:
-			tx.addElement(id)
+		case ready[id.ID()]:
+			addReadyElement(tx, id)
 		case staged && present(old, chains, sets):
 			// A leftover of a failed staged sync with other content: rewrite it from what it
 			// is, so that affinity sets whose timeout changed are recreated (SPEC D3).

@@ -197,8 +197,14 @@ func TestValidateOnlyChangedButAlwaysDuplicates(t *testing.T) {
 	ok := ident("10.0.0.1", 80, gwstate.TCP, be("10.0.1.1", 8080))
 	mustApply(t, a, state(1, ok))
 	bad := ident("10.0.0.2", 80, gwstate.TCP, be("10.0.1.1", 0))
-	if err := a.Apply(context.Background(), state(2, ok, bad)); err == nil || !strings.Contains(err.Error(), "port 0") {
-		t.Errorf("changed invalid identity: %v", err)
+	if err := a.Apply(context.Background(), state(2, ok, bad)); err != nil {
+		t.Errorf("a state with one invalid identity: %v, want it refused alone", err)
+	}
+	if r := a.Refusals(); len(r) != 1 || r[0].IdentityKey != bad.ID() || !strings.Contains(r[0].Reason, "port 0") {
+		t.Errorf("refusals %+v, want %s refused for its port 0", r, bad.Key())
+	}
+	if got := a.Applied(); len(got) != 1 || !got[0].Equal(ok) {
+		t.Errorf("applied %+v, want the valid identity only", got)
 	}
 	dup := gwstate.State{Generation: 3, Identities: []gwstate.Identity{ok, ok}}
 	if err := a.Apply(context.Background(), dup); err == nil || !strings.Contains(err.Error(), "twice") {
@@ -269,5 +275,37 @@ func TestAdoptsTableOfOlderAgent(t *testing.T) {
 	}
 	if drift, err := a.Verify(context.Background()); drift != "" || err != nil {
 		t.Errorf("verify after adoption: drift %q, err %v", drift, err)
+	}
+}
+
+// An identity refused holds back the other changed identities of its group (one Service's EIP
+// and ClusterIP identities): the gateway keeps serving the group's previous version, all of it,
+// and programs the identities of other groups (SPEC D8, N4).
+// covers: D8, N4
+func TestRefusalHoldsItsGroup(t *testing.T) {
+	a := NewAgent(newFake(), logr.Discard())
+	grouped := func(id gwstate.Identity, g string) gwstate.Identity { id.Group = g; return id }
+	eip := grouped(ident("172.18.0.10", 80, gwstate.TCP, be("10.0.1.1", 8080)), "svc-a")
+	cip := grouped(ident("10.96.0.10", 80, gwstate.TCP, be("10.0.1.1", 8080)), "svc-a")
+	other := grouped(ident("10.96.0.20", 80, gwstate.TCP, be("10.0.1.5", 8080)), "svc-b")
+	mustApply(t, a, state(1, eip, cip, other))
+
+	eip2 := grouped(ident("172.18.0.10", 80, gwstate.TCP, be("10.0.1.1", 8080), be("10.0.1.2", 0)), "svc-a") // port 0: invalid
+	cip2 := grouped(ident("10.96.0.10", 80, gwstate.TCP, be("10.0.1.1", 8080), be("10.0.1.3", 8080)), "svc-a")
+	other2 := grouped(ident("10.96.0.20", 80, gwstate.TCP, be("10.0.1.6", 8080)), "svc-b")
+	for _, msg := range []gwstate.State{state(2, eip2, cip2, other2), {Generation: 3, Base: 2, Identities: []gwstate.Identity{eip2, cip2}}} {
+		if err := a.ApplyMessage(context.Background(), msg); err != nil {
+			t.Fatalf("generation %d: %v", msg.Generation, err)
+		}
+		r := a.Refusals()
+		if len(r) != 2 || r[0].IdentityKey != cip.ID() || r[1].IdentityKey != eip.ID() ||
+			!strings.Contains(r[0].Reason, "held back with identity 172.18.0.10:80:tcp") || !strings.Contains(r[1].Reason, "port 0") {
+			t.Fatalf("generation %d: refusals %+v, want the invalid EIP identity and its group's ClusterIP identity", msg.Generation, r)
+		}
+		got := a.Applied()
+		want := []gwstate.Identity{cip, other2, eip} // sorted by key string
+		if len(got) != 3 || !identityEqual(got[0], want[0]) || !identityEqual(got[1], want[1]) || !identityEqual(got[2], want[2]) {
+			t.Fatalf("generation %d: applied %+v, want svc-a as before and svc-b's change", msg.Generation, got)
+		}
 	}
 }

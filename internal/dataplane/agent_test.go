@@ -444,16 +444,21 @@ func TestRunAgentAcks(t *testing.T) {
 	}
 	f := newFake()
 	acks := runLines(t, f, lines...)
+	// A malformed message is refused whole (err); an invalid identity alone, by name (refused).
 	want := []struct {
-		gen int64
-		err string
-	}{{1, "not an IPv4 address"}, {2, "port 0"}, {3, `"sctp"`}, {4, "appears twice"}, {0, "cannot decode"}, {6, "port 70000"}, {7, ""}}
+		gen          int64
+		err, refused string
+	}{{1, "", "not an IPv4 address"}, {2, "", "port 0"}, {3, "", `"sctp"`}, {4, "appears twice", ""}, {0, "cannot decode", ""}, {6, "", "port 70000"}, {7, "", ""}}
 	if len(acks) != len(want) {
 		t.Fatalf("got %d acks %+v, want %d", len(acks), acks, len(want))
 	}
 	for i, w := range want {
-		if acks[i].Generation != w.gen || (w.err == "") != (acks[i].Error == "") || !strings.Contains(acks[i].Error, w.err) {
-			t.Errorf("ack %d = %+v, want generation %d and error containing %q", i, acks[i], w.gen, w.err)
+		a := acks[i]
+		if a.Generation != w.gen || (w.err == "") != (a.Error == "") || !strings.Contains(a.Error, w.err) {
+			t.Errorf("ack %d = %+v, want generation %d and error containing %q", i, a, w.gen, w.err)
+		}
+		if (w.refused == "") != (len(a.Refused) == 0) || (w.refused != "" && (len(a.Refused) != 1 || !strings.Contains(a.Refused[0].Reason, w.refused))) {
+			t.Errorf("ack %d = %+v, want one identity refused for %q", i, a, w.refused)
 		}
 	}
 	var st gwstate.State

@@ -1,11 +1,10 @@
 package dataplane
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
+	"maps"
 	"slices"
 	"time"
 
@@ -20,10 +19,13 @@ import (
 // A delta to a synced agent takes the fast path (applyDelta): O(changed) work, the same
 // transaction the full path would write. Anything the agent does not trust (no full sync yet, a
 // failed apply or lo convergence, staged leftovers, more new identities than one staging chunk)
-// sends it through the full path: merge into the complete state, validate, applyLocked.
+// sends it through the full path: merge into the complete state and converge.
 func (a *Agent) ApplyMessage(ctx context.Context, msg gwstate.State) error {
 	if !msg.IsDelta() {
 		return a.Apply(ctx, msg)
+	}
+	if err := msg.ValidateShape(); err != nil {
+		return fmt.Errorf("invalid state: %w", err)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -35,18 +37,20 @@ func (a *Agent) ApplyMessage(ctx context.Context, msg gwstate.State) error {
 	}
 	if a.synced && a.vipsSynced && len(a.staged) == 0 {
 		if done, err := a.applyDelta(ctx, msg); done {
-			return err
+			var kr *kernelRefusal
+			if !errors.As(err, &kr) {
+				return err
+			}
+			// The delta is the desired state now; program it without what the kernel refused.
+			a.log.Info("the kernel refused identities; programming the state without them", "refused", len(kr.reasons), "generation", msg.Generation, "error", kr.err.Error())
+			return a.converge(ctx, *a.desired(), false, kr.reasons)
 		}
 	}
 	st, err := a.desired().Merge(msg)
 	if err != nil {
 		return fmt.Errorf("%w: send a complete state", err)
 	}
-	if err := a.validate(st); err != nil {
-		return fmt.Errorf("invalid state: %w", err)
-	}
-	a.setLast(&st)
-	return a.applyLocked(ctx, st)
+	return a.converge(ctx, st, true, nil)
 }
 
 // pendingID is one entry of Agent.pending: an identity upserted or removed by a delta since
@@ -71,7 +75,7 @@ func (a *Agent) desired() *gwstate.State {
 	d := gwstate.State{Generation: a.lastGen, Base: a.last.Generation, ClusterIPs: a.lastClusterIPs}
 	for k, p := range a.pending {
 		if p.removed {
-			d.Removed = append(d.Removed, gwstate.IdentityKey{VIP: k.vip, Port: k.port, Protocol: k.proto})
+			d.Removed = append(d.Removed, k)
 		} else {
 			d.Identities = append(d.Identities, p.id)
 		}
@@ -88,13 +92,13 @@ func (a *Agent) desired() *gwstate.State {
 // recordDelta records the accepted delta msg in the desired state in O(len(msg)).
 func (a *Agent) recordDelta(msg gwstate.State) {
 	if a.pending == nil {
-		a.pending = make(map[idKey]pendingID, len(msg.Identities)+len(msg.Removed))
+		a.pending = make(map[gwstate.IdentityKey]pendingID, len(msg.Identities)+len(msg.Removed))
 	}
 	for _, k := range msg.Removed {
-		a.pending[idKey{k.VIP, k.Port, k.Protocol}] = pendingID{removed: true}
+		a.pending[k] = pendingID{removed: true}
 	}
 	for _, id := range msg.Identities {
-		a.pending[keyOf(id)] = pendingID{id: id}
+		a.pending[id.ID()] = pendingID{id: id}
 	}
 	a.lastGen, a.lastClusterIPs = msg.Generation, msg.ClusterIPs
 }
@@ -112,14 +116,54 @@ func (a *Agent) recordDelta(msg gwstate.State) {
 // as the desired state and marks the agent unsynced: Retry, or the next message through the full
 // path, converges (SPEC D8).
 func (a *Agent) applyDelta(ctx context.Context, msg gwstate.State) (done bool, err error) {
-	var changed []gwstate.Identity // upserts that differ from the committed identities
+	// Identities refused before are tried again with every message, unless this one changes or
+	// removes them (admit.go).
+	upserts := msg.Identities
+	refused := a.refused
+	if len(refused) > 0 {
+		refused = maps.Clone(refused)
+		for _, k := range msg.Removed {
+			delete(refused, k)
+		}
+		for _, id := range msg.Identities {
+			delete(refused, id.ID())
+		}
+		if len(refused) > 0 {
+			upserts = slices.Clone(upserts)
+			for _, r := range refused {
+				upserts = append(upserts, r.id)
+			}
+			slices.SortFunc(upserts, func(x, y gwstate.Identity) int { return gwstate.CompareKeys(x.ID(), y.ID()) })
+			clear(refused)
+		}
+	}
+	var candidates []gwstate.Identity // upserts that differ from the committed identities
+	for _, id := range upserts {
+		if old, ok := a.present[id.ID()]; ok && identityEqual(old, id) {
+			continue
+		}
+		candidates = append(candidates, id)
+	}
+	reasons, err := a.screen(candidates)
+	if err == nil {
+		err = holdGroups(candidates, reasons)
+	}
+	if err != nil {
+		return true, fmt.Errorf("invalid state: %w", err)
+	}
+
+	var changed []gwstate.Identity // candidates the agent programs
 	var gone []gwstate.Identity    // committed identities with backends that lose their objects
 	var removed []gwstate.Identity // committed identities that leave the state
 	var added []gwstate.Identity   // upserts with backends that were not applied
 	newChains := 0
-	for _, id := range msg.Identities {
-		k := keyOf(id)
-		if old, ok := a.present[k]; ok && identityEqual(old, id) {
+	for _, id := range candidates {
+		k := id.ID()
+		if reason, no := reasons[k]; no {
+			if refused == nil {
+				refused = map[gwstate.IdentityKey]refusal{}
+			}
+			refused[k] = refusal{id: id, reason: reason}
 			continue
 		}
 		changed = append(changed, id)
@@ -132,8 +176,7 @@ func (a *Agent) applyDelta(ctx context.Context, msg gwstate.State) (done bool, e
 			added = append(added, id)
 		}
 	}
-	for _, rk := range msg.Removed {
-		k := idKey{rk.VIP, rk.Port, rk.Protocol}
+	for _, k := range msg.Removed {
 		if old, ok := a.present[k]; ok {
 			removed = append(removed, old)
 			if len(old.Backends) > 0 {
@@ -144,17 +187,12 @@ func (a *Agent) applyDelta(ctx context.Context, msg gwstate.State) (done bool, e
 	if a.stageChunk > 0 && newChains > a.stageChunk {
 		return false, nil
 	}
-	if err := (gwstate.State{Generation: msg.Generation, Identities: changed, ClusterIPs: msg.ClusterIPs}).Validate(); err != nil {
-		return true, fmt.Errorf("invalid state: %w", err)
-	}
-	if err := a.refuseOwnAddrs(changed); err != nil {
-		return true, fmt.Errorf("invalid state: %w", err)
-	}
+	a.refused = refused
 	prevClusterIPs := a.lastClusterIPs
 	a.recordDelta(msg)
 
 	tx := a.be.begin()
-	slices.SortFunc(gone, func(x, y gwstate.Identity) int { return compareKeys(keyOf(x), keyOf(y)) })
+	slices.SortFunc(gone, func(x, y gwstate.Identity) int { return gwstate.CompareKeys(x.ID(), y.ID()) })
 	for i := range gone {
 		writeIdentity(tx, &gone[i], nil)
 	}
@@ -164,7 +202,7 @@ func (a *Agent) applyDelta(ctx context.Context, msg gwstate.State) (done bool, e
 		if len(id.Backends) == 0 {
 			continue
 		}
-		if old, ok := a.applied[keyOf(*id)]; ok {
+		if old, ok := a.applied[id.ID()]; ok {
 			writeIdentity(tx, &old, id)
 		} else {
 			writeIdentity(tx, nil, id)
@@ -185,12 +223,12 @@ func (a *Agent) applyDelta(ctx context.Context, msg gwstate.State) (done bool, e
 	targets := a.deltaCleanTargets(changed, removed)
 	applyVIPDelta(a.vipRefs, vipDelta)
 	for _, old := range removed {
-		k := keyOf(old)
+		k := old.ID()
 		delete(a.present, k)
 		delete(a.applied, k)
 	}
 	for _, id := range changed {
-		k := keyOf(id)
+		k := id.ID()
 		a.present[k] = id
 		if len(id.Backends) > 0 {
 			a.applied[k] = id
@@ -225,7 +263,7 @@ func (a *Agent) deltaCleanTargets(changed, removed []gwstate.Identity) []cleanTa
 	}
 	var out []cleanTarget
 	for _, id := range changed {
-		old, had := a.applied[keyOf(id)]
+		old, had := a.applied[id.ID()]
 		if t, ok := flowTarget(false, id, old, had); ok {
 			out = append(out, t)
 		}
@@ -250,19 +288,4 @@ func (a *Agent) cleanConntrack(targets []cleanTarget) {
 	if err != nil {
 		a.log.Error(err, "conntrack cleanup")
 	}
-}
-
-// compareKeys orders identity keys as gwstate.State.Normalize orders identities: VIP
-// numerically, then port, then protocol.
-func compareKeys(x, y idKey) int {
-	return cmp.Or(compareAddrs(x.vip, y.vip), cmp.Compare(x.port, y.port), cmp.Compare(x.proto, y.proto))
-}
-
-func compareAddrs(x, y string) int {
-	px, errX := netip.ParseAddr(x)
-	py, errY := netip.ParseAddr(y)
-	if errX != nil || errY != nil {
-		return cmp.Compare(x, y)
-	}
-	return px.Compare(py)
 }

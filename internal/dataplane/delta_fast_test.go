@@ -284,13 +284,27 @@ func TestDeltaFallsBackToStaging(t *testing.T) {
 		t.Errorf("table:\n%s\nwant:\n%s", got, want)
 	}
 
+	// A delta with an invalid identity: that identity is refused by name, and it keeps what was
+	// committed for it; the table does not change.
 	before := f.Dump()
 	bad := gwstate.State{Generation: 3, Base: 2, Identities: []gwstate.Identity{ident("10.0.0.1", 80, gwstate.TCP, be("10.0.1.300", 80))}}
-	if err := a.ApplyMessage(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "invalid state") {
-		t.Fatalf("invalid delta: %v", err)
+	if err := a.ApplyMessage(context.Background(), bad); err != nil {
+		t.Fatalf("a delta with one invalid identity: %v, want it refused by name", err)
 	}
-	if f.Dump() != before || a.lastGen != 2 {
-		t.Fatal("an invalid delta changed the table or the desired state")
+	if r := a.Refusals(); len(r) != 1 || r[0].IdentityKey != bad.Identities[0].ID() || !strings.Contains(r[0].Reason, "not an IPv4 address") {
+		t.Fatalf("refusals %+v, want %s refused", r, bad.Identities[0].Key())
+	}
+	if f.Dump() != before || a.lastGen != 3 {
+		t.Fatal("a delta whose only identity is refused changed the table, or was not taken as the desired state")
+	}
+	// A malformed delta (an identity both set and removed) is refused whole: the desired state
+	// stays generation 3.
+	malformed := gwstate.State{Generation: 4, Base: 3, Identities: []gwstate.Identity{s2.Identities[0]}, Removed: []gwstate.IdentityKey{s2.Identities[0].ID()}}
+	if err := a.ApplyMessage(context.Background(), malformed); err == nil || !strings.Contains(err.Error(), "both set and removed") {
+		t.Fatalf("malformed delta: %v", err)
+	}
+	if f.Dump() != before || a.lastGen != 3 {
+		t.Fatal("a malformed delta changed the table or the desired state")
 	}
 }
 

@@ -116,10 +116,10 @@ func chainDrift(ts tableState, chains map[string]bool, name string, n int) strin
 }
 
 // countVIPs counts the identities per VIP.
-func countVIPs(ids map[idKey]gwstate.Identity) map[string]int {
+func countVIPs(ids map[gwstate.IdentityKey]gwstate.Identity) map[string]int {
 	out := make(map[string]int, len(ids))
 	for k := range ids {
-		out[k.vip]++
+		out[k.VIP]++
 	}
 	return out
 }
@@ -141,7 +141,7 @@ func vipChanges(tx txn, refs map[string]int, gone, added []gwstate.Identity) map
 	for v := range delta {
 		vips = append(vips, v)
 	}
-	slices.SortFunc(vips, compareAddrs)
+	slices.SortFunc(vips, gwstate.CompareAddrs)
 	for _, v := range vips {
 		before := refs[v]
 		after := before + delta[v]

@@ -332,10 +332,11 @@ func edgeAddrs(ranges []string) []netip.Addr {
 	return out
 }
 
-// The agent refuses a state whose backend is one of the gateway's own addresses (SPEC N2): its
-// net1 address, the EIP on net1, its eth0 address, a ClusterIP it holds on lo, an address
-// someone else put on lo, an address added while the agent runs. The Ack says why; the table, lo and what traffic sees stay as they
-// were; through a delta too.
+// The agent refuses an identity whose backend is one of the gateway's own addresses (SPEC N2):
+// its net1 address, the EIP on net1, its eth0 address, a ClusterIP it holds on lo, an address
+// someone else put on lo, an address added while the agent runs. The Ack names the identity and
+// says why; the table, lo and what traffic sees stay as they were for it, through a delta too;
+// and a good identity sent beside it is programmed and served in the same round trip (SPEC D8).
 func TestRealOwnAddressBackendRefused(t *testing.T) {
 	// covers: N2, D8
 	g := newGWLab(t, 1)
@@ -365,13 +366,20 @@ func TestRealOwnAddressBackendRefused(t *testing.T) {
 		st := withClusterIPs(state(gen, evil, ident(clusterIP, 80, gwstate.TCP, g.bes(8080, 0)...)), clusterIP)
 		ack := send(t, a, st)
 		wantErr := fmt.Sprintf("backend %s:8080 is an address of the gateway itself (on %s)", bad.ip, bad.on)
-		if !strings.Contains(ack.Error, wantErr) {
-			t.Errorf("backend %s: ack %+v, want the error %q", bad.ip, ack, wantErr)
+		refusedAlone := func(ack gwstate.Ack) bool {
+			return ack.Error == "" && len(ack.Refused) == 1 && ack.Refused[0].IdentityKey == evil.ID() && strings.Contains(ack.Refused[0].Reason, wantErr)
 		}
+		if !refusedAlone(ack) {
+			t.Errorf("backend %s: ack %+v, want %s refused with %q", bad.ip, ack, evil.Key(), wantErr)
+		}
+		// A delta against the state just accepted, with the refused identity changed again.
+		base := gen
 		gen++
-		delta := gwstate.State{Generation: gen, Base: 1, Identities: []gwstate.Identity{evil}, ClusterIPs: []string{clusterIP}}
-		if ack := send(t, a, delta); !strings.Contains(ack.Error, wantErr) {
-			t.Errorf("backend %s in a delta: ack %+v, want the error %q", bad.ip, ack, wantErr)
+		evil2 := ident(eip, 80, gwstate.TCP, be(bad.ip, 8080))
+		evil = evil2 // what refusedAlone checks now
+		delta := gwstate.State{Generation: gen, Base: base, Identities: []gwstate.Identity{evil2}, ClusterIPs: []string{clusterIP}}
+		if ack := send(t, a, delta); !refusedAlone(ack) {
+			t.Errorf("backend %s in a delta: ack %+v, want %s refused with %q", bad.ip, ack, evil2.Key(), wantErr)
 		}
 		if got := nftList(t, g.l, g.gw, "list", "table", "ip", TableName); got != want {
 			t.Errorf("backend %s: the refused state changed the table:\n%s\nwant:\n%s", bad.ip, got, want)
@@ -380,6 +388,19 @@ func TestRealOwnAddressBackendRefused(t *testing.T) {
 		wantContains(t, "lo after a refused state", lo, "inet "+clusterIP+"/32 scope global "+VIPLabel)
 		served("after refusing " + bad.ip)
 	}
+	// Next to a good new identity: the good one is programmed and served in the same round trip.
+	gen++
+	evil := ident(eip, 80, gwstate.TCP, be(g.backendIPs[0], 8080), be(gwLanIP, 8080))
+	fresh := ident(eip, 83, gwstate.TCP, g.bes(8080, 0)...)
+	ack := send(t, a, withClusterIPs(state(gen, evil, fresh, ident(clusterIP, 80, gwstate.TCP, g.bes(8080, 0)...)), clusterIP))
+	if ack.Error != "" || len(ack.Refused) != 1 || ack.Refused[0].IdentityKey != evil.ID() {
+		t.Errorf("beside a good identity: ack %+v, want %s alone refused", ack, evil.Key())
+	}
+	if res := g.probe(t, g.ext, netlab.ProbeOptions{Target: eip + ":83", Count: 4, Timeout: 2 * time.Second}); res.Answers["be1"] != 4 {
+		t.Errorf("the good identity beside the refused one: %+v, want 4 answers from be1", res)
+	}
+	served("beside the good identity")
+
 	// The address leaves the gateway: it is no longer refused.
 	mustExec(t, g.l, g.gw, "ip", "addr", "del", "172.31.0.101/24", "dev", "net1")
 	gen++

@@ -305,12 +305,13 @@ func (f *fakeOwnAddrs) lookup(a netip.Addr) (string, bool) {
 	return l, ok
 }
 
-// A backend that is one of the gateway's own addresses makes the whole state invalid, through
-// Apply, the delta fast path and the stream (the Ack says why); nothing of it is applied, and
-// the previous state stays the desired one. The addresses are read once per apply, and not at
-// all when no identity changed.
+// A backend that is one of the gateway's own addresses gets its identity refused by name,
+// through Apply, the delta fast path and the stream (the Ack names it and says why): the gateway
+// keeps what it had committed for that identity, and the state's other identities are applied
+// in the same round trip. The addresses are read once per apply, and not at all when no
+// identity changed.
 func TestOwnAddressBackendRefused(t *testing.T) {
-	// covers: N2
+	// covers: N2, D8
 	f := newFake()
 	a := NewAgent(f, logr.Discard())
 	own := &fakeOwnAddrs{have: map[netip.Addr]string{
@@ -321,33 +322,49 @@ func TestOwnAddressBackendRefused(t *testing.T) {
 	a.own = own
 	ctx := context.Background()
 	web := ident("172.31.0.100", 80, gwstate.TCP, be("10.77.1.11", 8080), be("10.77.1.12", 8080))
-	first := state(1, web, ident("172.31.0.100", 81, gwstate.TCP, be("10.77.1.13", 8080)))
-	mustApply(t, a, first)
+	other := ident("172.31.0.100", 81, gwstate.TCP, be("10.77.1.13", 8080))
+	late := ident("172.31.0.100", 82, gwstate.TCP, be("10.77.1.14", 8080))
+	mustApply(t, a, state(1, web, other))
 	if own.reads != 1 {
 		t.Errorf("addresses read %d times for one apply, want 1", own.reads)
 	}
-	before := f.Dump()
-	mustApply(t, a, func() gwstate.State { st := first; st.Generation = 2; return st }())
+	mustApply(t, a, state(2, web, other))
 	if own.reads != 1 {
 		t.Errorf("addresses read for an unchanged state (%d reads)", own.reads)
 	}
+	// What the gateway must hold after each refusal: web as committed before, other gone, late new.
+	want := sortElements(freshDump(t, state(1, web, late)))
+	gen := int64(2)
 	for _, bad := range []string{"10.77.1.254", "172.31.0.100", "10.96.0.10"} {
 		evil := ident("172.31.0.100", 80, gwstate.TCP, be("10.77.1.11", 8080), be(bad, 8080))
-		st := state(3, evil, ident("172.31.0.100", 82, gwstate.TCP, be("10.77.1.14", 8080)))
-		err := a.Apply(ctx, st)
-		if err == nil || !strings.Contains(err.Error(), "backend "+bad+":8080 is an address of the gateway itself") {
-			t.Errorf("backend %s: Apply error %v, want the gateway's own address refused", bad, err)
+		check := func(how string, refused []gwstate.Refusal) {
+			t.Helper()
+			if len(refused) != 1 || refused[0].IdentityKey != evil.ID() || !strings.Contains(refused[0].Reason, "backend "+bad+":8080 is an address of the gateway itself") {
+				t.Errorf("backend %s (%s): refused %+v, want %s refused for the gateway's own address", bad, how, refused, evil.Key())
+			}
+			if got := sortElements(f.Dump()); got != want {
+				t.Errorf("backend %s (%s): table\n%s\nwant the previous web beside the new identity:\n%s", bad, how, got, want)
+			}
+			if d := a.desired(); d.Generation != gen || len(d.Identities) != 2 || !d.Identities[0].Equal(evil) {
+				t.Errorf("backend %s (%s): desired state is generation %d with %+v, want generation %d as sent", bad, how, d.Generation, d.Identities, gen)
+			}
 		}
-		prev := state(2, web, ident("172.31.0.100", 81, gwstate.TCP, be("10.77.1.13", 8080)))
-		ack := handleLine(ctx, a, deltaLine(t, prev, st), logr.Discard())
-		if !strings.Contains(ack.Error, "is an address of the gateway itself") || ack.Generation != 3 {
-			t.Errorf("backend %s: delta ack %+v, want the gateway's own address refused", bad, ack)
+		gen++
+		if err := a.Apply(ctx, state(gen, evil, late)); err != nil {
+			t.Errorf("backend %s: Apply: %v, want the identity refused alone", bad, err)
 		}
-		if got := f.Dump(); got != before {
-			t.Errorf("backend %s: the refused state changed the table:\n%s\nwant:\n%s", bad, got, before)
+		check("complete state", a.Refusals())
+
+		gen++
+		prev := state(gen, web, other)
+		mustApply(t, a, prev)
+		gen++
+		ack := handleLine(ctx, a, deltaLine(t, prev, state(gen, evil, late)), logr.Discard())
+		if ack.Error != "" || ack.Generation != gen {
+			t.Errorf("backend %s: delta ack %+v, want generation %d applied", bad, ack, gen)
 		}
-		if d := a.desired(); d.Generation != 2 || len(d.Identities) != 2 {
-			t.Errorf("backend %s: desired state is now generation %d with %d identities, want generation 2", bad, d.Generation, len(d.Identities))
-		}
+		check("delta", ack.Refused)
+		gen++
+		mustApply(t, a, state(gen, web, other))
 	}
 }

@@ -44,8 +44,8 @@ type element struct {
 
 // expectation is what the agent committed, for the drift check.
 type expectation struct {
-	ids  map[idKey]gwstate.Identity // applied: identities with backends
-	vips map[string]int             // identities per VIP
+	ids  map[gwstate.IdentityKey]gwstate.Identity // applied: identities with backends
+	vips map[string]int                           // identities per VIP
 }
 
 // ruleMarks counts a chain's rules and those carrying RuleComment.
@@ -72,6 +72,11 @@ func (b *knftBackend) begin() txn   { return &knftTxn{tx: b.nft.NewTransaction()
 func (t *knftTxn) size() int        { return t.tx.NumOperations() }
 func (t *knftTxn) addTable()        { t.tx.Add(&knftables.Table{}) }
 func (t *knftTxn) addServiceMap()   { t.tx.Add(&knftables.Map{Name: ServiceMap, Type: ServiceMapType}) }
+
+// identity is a no-op: nft reports a failed transaction as a whole, so the text path refuses
+// states whole.
+func (t *knftTxn) identity(*gwstate.Identity) {}
+
 func (t *knftTxn) addOwnershipSets() {
 	t.tx.Add(&knftables.Set{Name: OwnedSet, Type: OwnedSetType})
 	t.tx.Add(&knftables.Set{Name: VIPSet, Type: "ipv4_addr"})

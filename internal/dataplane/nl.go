@@ -2,18 +2,18 @@ package dataplane
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
-	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -55,6 +55,9 @@ const socketBuffer = 256 << 20
 
 // newNLBackend opens a lasting netlink socket in the calling thread's network namespace.
 func newNLBackend() (*nlBackend, error) {
+	if err := checkConnLayout(); err != nil {
+		return nil, err
+	}
 	conn, err := nftables.New(nftables.AsLasting(), nftables.WithSockOptions(func(c *netlink.Conn) error {
 		raw, err := c.SyscallConn()
 		if err != nil {
@@ -120,9 +123,64 @@ type nlTxn struct {
 	b   *nlBackend
 	n   int
 	err error
+	// owners says which identity queued which messages: owners[i] owns the messages from
+	// owners[i].from on, up to the next entry. The kernel names the failed messages of a batch,
+	// so a refusal can be put on the identities that made them (SPEC D8).
+	owners []msgOwner
+}
+
+// msgOwner marks where the messages of one identity (or of none: shared objects) begin.
+type msgOwner struct {
+	from int
+	key  gwstate.IdentityKey
+	none bool
+}
+
+func (t *nlTxn) identity(id *gwstate.Identity) {
+	o := msgOwner{from: len(*queuedMessages(t.b.conn)), none: id == nil}
+	if id != nil {
+		o.key = id.ID()
+	}
+	if n := len(t.owners); n > 0 && t.owners[n-1].from == o.from {
+		t.owners[n-1] = o
+		return
+	}
+	t.owners = append(t.owners, o)
+}
+
+// ownerOf is the identity that queued message i, if any.
+func (t *nlTxn) ownerOf(i int) (gwstate.IdentityKey, bool) {
+	j, found := slices.BinarySearchFunc(t.owners, i, func(o msgOwner, i int) int { return cmp.Compare(o.from, i) })
+	if !found {
+		j-- // the last mark before i
+	}
+	if j < 0 || t.owners[j].none {
+		return gwstate.IdentityKey{}, false
+	}
+	return t.owners[j].key, true
 }
 
 func (b *nlBackend) begin() txn { return &nlTxn{b: b} }
+
+// attribute turns a batch whose every failed message an identity queued into a *kernelRefusal of
+// those identities; any other failure stays as it is.
+func (t *nlTxn) attribute(err error) error {
+	var bf *batchFailure
+	if !errors.As(err, &bf) || len(bf.failed) == 0 {
+		return err
+	}
+	reasons := map[gwstate.IdentityKey]string{}
+	for _, f := range bf.failed {
+		k, ok := t.ownerOf(f.index)
+		if !ok {
+			return err
+		}
+		if _, seen := reasons[k]; !seen {
+			reasons[k] = fmt.Sprintf("the kernel refused identity %s: %v", k, f.err)
+		}
+	}
+	return &kernelRefusal{reasons: reasons, err: err}
+}
 
 func (b *nlBackend) commit(_ context.Context, tx txn) error {
 	t := tx.(*nlTxn)
@@ -142,7 +200,7 @@ func (b *nlBackend) commit(_ context.Context, tx txn) error {
 	}
 	if err := b.sendBatch(msgs); err != nil {
 		b.trusted = false
-		return err
+		return t.attribute(err)
 	}
 	if b.trusted {
 		// Only the agent committed since the table was found whole if this commit moved the
@@ -206,6 +264,7 @@ func (b *nlBackend) sendBatch(msgs []netlink.Message) error {
 	var errs []error
 	failed := 0
 	acked := false
+	bf := &batchFailure{}
 	rbuf := make([]byte, 1<<16)
 	for !acked {
 		n, _, err := unix.Recvfrom(b.fd, rbuf, unix.MSG_DONTWAIT)
@@ -247,8 +306,14 @@ func (b *nlBackend) sendBatch(msgs []netlink.Message) error {
 			}
 			if code != 0 {
 				// The first errors name the cause; later messages often fail because of it.
+				e := batchError(msgs, first, seq, syscall.Errno(-code))
 				if failed++; failed <= 3 {
-					errs = append(errs, batchError(msgs, first, seq, syscall.Errno(-code)))
+					errs = append(errs, e)
+				}
+				if i := int(seq) - int(first) - 1; i >= 0 && i < len(msgs) {
+					bf.failed = append(bf.failed, failedMsg{index: i, err: e})
+				} else {
+					bf.whole = true // the batch itself failed (its commit): no message is the cause
 				}
 			}
 			if seq == last {
@@ -259,8 +324,31 @@ func (b *nlBackend) sendBatch(msgs []netlink.Message) error {
 	if failed > 3 {
 		errs = append(errs, fmt.Errorf("and %d more failed messages", failed-3))
 	}
-	return errors.Join(errs...)
+	if failed == 0 {
+		return nil
+	}
+	bf.err = errors.Join(errs...)
+	if bf.whole {
+		bf.failed = nil
+	}
+	return bf
 }
+
+// batchFailure is a batch the kernel refused: failed are its refused messages (by index into
+// the batch's messages), empty when the batch as a whole failed.
+type batchFailure struct {
+	failed []failedMsg
+	whole  bool
+	err    error
+}
+
+type failedMsg struct {
+	index int
+	err   error
+}
+
+func (e *batchFailure) Error() string { return e.err.Error() }
+func (e *batchFailure) Unwrap() error { return e.err }
 
 // batchError names the message of a batch that an error answers.
 func batchError(msgs []netlink.Message, first, seq uint32, errno syscall.Errno) error {
@@ -776,18 +864,6 @@ func anonNumber(name string) (n uint64, ok bool) {
 		n = n*36 + uint64(d)
 	}
 	return n, true
-}
-
-// queuedMessages exposes the messages google/nftables has queued for the next Flush.
-func queuedMessages(c *nftables.Conn) *[]netlink.Message {
-	f := reflect.ValueOf(c).Elem().FieldByName("messages")
-	return (*[]netlink.Message)(unsafe.Pointer(f.UnsafeAddr()))
-}
-
-// connError exposes the serialisation error google/nftables keeps for the next Flush.
-func connError(c *nftables.Conn) *error {
-	f := reflect.ValueOf(c).Elem().FieldByName("err")
-	return (*error)(unsafe.Pointer(f.UnsafeAddr()))
 }
 
 func isNotFound(err error) bool {

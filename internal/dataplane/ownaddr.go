@@ -206,34 +206,43 @@ func (r *rtnlAddrs) apply(b []byte, seq uint32) (done bool, err error) {
 	return false, nil
 }
 
-// refuseOwnAddrs refuses a backend that is one of the gateway's own addresses (SPEC N2): a DNAT
-// to itself would publish the gateway's own services (kube-ovn's, anything listening in its
-// namespace) on a VIP. The addresses are refreshed once, and only when some identity has
-// backends; ids are valid (gwstate.State.Validate).
-func (a *Agent) refuseOwnAddrs(ids []gwstate.Identity) error {
+// ownAddrRefusals names the identities with a backend that is one of the gateway's own
+// addresses (SPEC N2): a DNAT to itself would publish the gateway's own services (kube-ovn's,
+// anything listening in its namespace) on a VIP. The addresses are refreshed once, and only when
+// some identity has backends; ids are valid (gwstate.Identity.Validate). An error means the
+// addresses could not be read, which refuses the whole state.
+func (a *Agent) ownAddrRefusals(ids []gwstate.Identity) (map[gwstate.IdentityKey]string, error) {
 	if a.own == nil {
-		return nil
+		return nil, nil
 	}
 	n := 0
 	for _, id := range ids {
 		n += len(id.Backends)
 	}
 	if n == 0 {
-		return nil
+		return nil, nil
 	}
 	if err := a.own.refresh(); err != nil {
-		return fmt.Errorf("reading the gateway's own addresses: %w", err)
+		return nil, fmt.Errorf("reading the gateway's own addresses: %w", err)
 	}
+	var out map[gwstate.IdentityKey]string
 	for _, id := range ids {
 		for _, b := range id.Backends {
 			ip, err := netip.ParseAddr(b.IP)
+			reason := ""
 			if err != nil {
-				return fmt.Errorf("identity %s: backend %s: %q is not an IPv4 address", id.Key(), b, b.IP)
+				reason = fmt.Sprintf("identity %s: backend %s: %q is not an IPv4 address", id.Key(), b, b.IP)
+			} else if label, ok := a.own.lookup(ip); ok {
+				reason = fmt.Sprintf("identity %s: backend %s is an address of the gateway itself (on %s)", id.Key(), b, label)
 			}
-			if label, ok := a.own.lookup(ip); ok {
-				return fmt.Errorf("identity %s: backend %s is an address of the gateway itself (on %s)", id.Key(), b, label)
+			if reason != "" {
+				if out == nil {
+					out = map[gwstate.IdentityKey]string{}
+				}
+				out[id.ID()] = reason
+				break
 			}
 		}
 	}
-	return nil
+	return out, nil
 }

@@ -156,45 +156,99 @@ add element ip kube-ovn service-ips { 10.96.0.99 . tcp . 80 : goto `+kubeOVN+` }
 	}
 }
 
-func TestRealKernelRejectionKeepsPreviousTable(t *testing.T) {
+// The kernel refuses one identity of a state (a foreign object takes its chain's name): the agent
+// names exactly that identity in its acknowledgement, and programs the state's other identities,
+// old and new, in the same round trip (SPEC D8, N4). Once the cause is gone, the next message
+// programs it. The text path (nft) cannot tell which identity failed: it refuses the state whole
+// and leaves the table as it was.
+// covers: D8, N4
+func TestRealKernelRefusalNamesIdentities(t *testing.T) {
 	l := newLab(t)
-	gw, err := l.AddNetns("gw")
-	if err != nil {
-		t.Fatal(err)
-	}
 	web := ident("10.96.0.10", 80, gwstate.TCP, be("10.0.1.11", 8080), be("10.0.1.12", 8080))
 	next := ident("10.96.0.20", 80, gwstate.TCP, be("10.0.1.13", 8080))
-	a := startAgent(t, l, gw)
-	mustSend(t, a, state(1, web))
-
-	// A foreign object named like the chain the next identity needs, but of an incompatible
-	// type: a filter base chain cannot hold dnat and cannot be a goto target. Validate accepts
-	// the state; the kernel rejects the transaction.
+	late := ident("10.96.0.30", 80, gwstate.TCP, be("10.0.1.14", 8080))
 	clash := IdentityChain(next.VIP, next.Port, next.Protocol)
-	if _, err := l.Exec(gw, "nft", "add", "chain", "ip", "kube-ovn", clash, "{", "type", "filter", "hook", "input", "priority", "0", ";", "}"); err != nil {
-		t.Fatal(err)
+	addClash := func(gw string) {
+		// A foreign object named like the chain the next identity needs, but of an incompatible
+		// type: a filter base chain cannot hold dnat and cannot be a goto target. The state is
+		// valid; the kernel refuses the identity's messages.
+		if _, err := l.Exec(gw, "nft", "add", "chain", "ip", "kube-ovn", clash, "{", "type", "filter", "hook", "input", "priority", "0", ";", "}"); err != nil {
+			t.Fatal(err)
+		}
 	}
-	before := nftList(t, l, gw, "list", "ruleset")
-	ack := send(t, a, state(2, web, next))
-	if ack.Error == "" || !strings.Contains(strings.ToLower(ack.Error), "operation not supported") {
-		t.Fatalf("ack %+v, want nft's 'Operation not supported'", ack)
-	}
-	if after := nftList(t, l, gw, "list", "ruleset"); after != before {
-		t.Errorf("rejected transaction changed the ruleset:\n%s\nbefore:\n%s", after, before)
-	}
-	// The agent keeps working: a state it can apply is applied (after a full re-list).
-	web.Backends = web.Backends[:1]
-	mustSend(t, a, state(3, web))
-	wantContains(t, "table after recovery", nftList(t, l, gw, "list", "table", "ip", "kube-ovn"),
-		"chain "+IdentityChain(web.VIP, web.Port, web.Protocol)+" {\n\t\tmeta l4proto tcp dnat to 10.0.1.11:8080")
-	// A bad line in between does not kill it.
-	if ack, err := a.SendLine([]byte("{not json"), 10*time.Second); err != nil || ack.Error == "" || ack.Generation != 0 {
-		t.Errorf("bad line: ack %+v, err %v", ack, err)
-	}
-	mustSend(t, a, state(4, web))
-	if err := a.Close(); err != nil {
-		t.Fatalf("agent at EOF: %v", err)
-	}
+
+	t.Run("netlink", func(t *testing.T) {
+		gw, err := l.AddNetns("gw")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := startAgent(t, l, gw)
+		mustSend(t, a, state(1, web))
+		addClash(gw)
+		web2 := web
+		web2.Backends = web.Backends[:1]
+		ack := send(t, a, state(2, web2, next, late))
+		if ack.Error != "" || len(ack.Refused) != 1 || ack.Refused[0].IdentityKey != next.ID() ||
+			!strings.Contains(strings.ToLower(ack.Refused[0].Reason), "operation not supported") || ack.Protocol != gwstate.ProtocolVersion {
+			t.Fatalf("ack %+v, want %s alone refused with the kernel's 'operation not supported'", ack, next.Key())
+		}
+		table := nftList(t, l, gw, "list", "table", "ip", "kube-ovn")
+		wantContains(t, "table beside the refused identity", table,
+			"chain "+IdentityChain(web.VIP, web.Port, web.Protocol)+" {\n\t\tmeta l4proto tcp dnat to 10.0.1.11:8080",
+			"chain "+IdentityChain(late.VIP, late.Port, late.Protocol)+" {\n\t\tmeta l4proto tcp dnat to 10.0.1.14:8080",
+			"chain "+clash+" {\n\t\ttype filter hook input priority filter; policy accept;\n\t}")
+		if strings.Contains(table, "10.96.0.20 . tcp . 80") || strings.Contains(table, "10.0.1.13") {
+			t.Errorf("the refused identity is programmed:\n%s", table)
+		}
+		// Unchanged, it is named again with the next message (a delta that changes another).
+		late2 := late
+		late2.Backends = append(late2.Backends, be("10.0.1.15", 8080))
+		if ack := send(t, a, state(3, web2, next, late2)); ack.Error != "" || len(ack.Refused) != 1 || ack.Refused[0].IdentityKey != next.ID() {
+			t.Fatalf("ack %+v, want %s refused again", ack, next.Key())
+		}
+		wantContains(t, "table after the next change", nftList(t, l, gw, "list", "table", "ip", "kube-ovn"), "10.0.1.15 . 8080")
+		// The cause goes: the next message programs it (an unchanged state).
+		if _, err := l.Exec(gw, "nft", "delete", "chain", "ip", "kube-ovn", clash); err != nil {
+			t.Fatal(err)
+		}
+		if ack := send(t, a, state(4, web2, next, late2)); ack.Error != "" || len(ack.Refused) != 0 {
+			t.Fatalf("ack %+v, want nothing refused once the clash is gone", ack)
+		}
+		wantContains(t, "table once the cause is gone", nftList(t, l, gw, "list", "table", "ip", "kube-ovn"),
+			"chain "+clash+" {\n\t\tmeta l4proto tcp dnat to 10.0.1.13:8080", "10.96.0.20 . tcp . 80 : goto "+clash)
+		// A bad line in between does not kill it.
+		if ack, err := a.SendLine([]byte("{not json"), 10*time.Second); err != nil || ack.Error == "" || ack.Generation != 0 {
+			t.Errorf("bad line: ack %+v, err %v", ack, err)
+		}
+		mustSend(t, a, state(5, web2))
+		if err := a.Close(); err != nil {
+			t.Fatalf("agent at EOF: %v", err)
+		}
+	})
+
+	t.Run("text path", func(t *testing.T) {
+		gw, err := l.AddNetns("gwt")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := startAgentArgs(t, l, gw, "--text-path")
+		mustSend(t, a, state(1, web))
+		addClash(gw)
+		before := nftList(t, l, gw, "list", "ruleset")
+		ack := send(t, a, state(2, web, next))
+		if ack.Error == "" || !strings.Contains(strings.ToLower(ack.Error), "operation not supported") {
+			t.Fatalf("ack %+v, want nft's 'Operation not supported' for the whole state", ack)
+		}
+		if after := nftList(t, l, gw, "list", "ruleset"); after != before {
+			t.Errorf("rejected transaction changed the ruleset:\n%s\nbefore:\n%s", after, before)
+		}
+		// The agent keeps working: a state it can apply is applied (after a full re-list).
+		web2 := web
+		web2.Backends = web.Backends[:1]
+		mustSend(t, a, state(3, web2))
+		wantContains(t, "table after recovery", nftList(t, l, gw, "list", "table", "ip", "kube-ovn"),
+			"chain "+IdentityChain(web.VIP, web.Port, web.Protocol)+" {\n\t\tmeta l4proto tcp dnat to 10.0.1.11:8080")
+	})
 }
 
 // topology builds client -- gateway -- {be1, be2}: the client routes everything to the gateway,

@@ -347,6 +347,9 @@ type txn interface {
 	deleteVIP(vip string)
 	// size is the number of operations so far.
 	size() int
+	// identity says that the operations that follow are id's (nil: shared objects), so that a
+	// refusal by the kernel can be put on the identities whose operations failed (SPEC D8).
+	identity(id *gwstate.Identity)
 }
 
 // writeBase adds the table, the map, the ownership sets, and the base chains with their single
@@ -368,7 +371,9 @@ func writeBase(tx txn, vpcInterface string) {
 // when set, have at least one backend. Objects are flushed before they are deleted and
 // references are removed before their targets, so the kernel accepts the order.
 func writeIdentity(tx txn, old, new *gwstate.Identity) {
+	defer tx.identity(nil)
 	if new == nil {
+		tx.identity(old)
 		idc := IdentityChain(old.VIP, old.Port, old.Protocol)
 		tx.deleteElement(*old)
 		tx.flushChain(idc)
@@ -384,12 +389,20 @@ func writeIdentity(tx txn, old, new *gwstate.Identity) {
 	tx.addElement(*new)
 }
 
+// addReadyElement adds the element of an identity whose objects are staged already.
+func addReadyElement(tx txn, id gwstate.Identity) {
+	tx.identity(&id)
+	tx.addElement(id)
+	tx.identity(nil)
+}
+
 // writeObjects is writeIdentity(old, new) without the service-ips element: the identity chain
 // and, with affinity, the endpoint chains and sets. A staged cold sync writes these ahead, while
 // no element points at the identity chain yet, so they carry no traffic. The key of an
 // identity not known to be installed (old nil) goes into OwnedSet first, so that objects staged
 // by an agent that died are still known as its own; an installed one's is there already.
 func writeObjects(tx txn, old, new *gwstate.Identity) {
+	tx.identity(new)
 	idc := IdentityChain(new.VIP, new.Port, new.Protocol)
 	if old == nil {
 		tx.addOwnedKey(elementKey(*new))

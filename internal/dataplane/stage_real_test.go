@@ -172,7 +172,8 @@ func TestRealStagedColdSyncMatchesOneTransaction(t *testing.T) {
 }
 
 // The final transaction of a staged sync fails (a foreign object named like an identity chain,
-// of an incompatible type, as in TestRealKernelRejectionKeepsPreviousTable): everything that was
+// of an incompatible type, as in TestRealKernelRefusalNamesIdentities, with the agent told to
+// take the kernel's refusal as the whole message's, as a failure of shared objects is): everything that was
 // there stays exactly as it was and no element points at the staged chains. Once the kernel
 // accepts, the next sync reuses the staged chains (one transaction, rule handles unchanged) and
 // converges to the one-transaction ruleset with no leftover chain or set.
@@ -202,6 +203,7 @@ func TestRealStagedFinalFailureKeepsPreviousAndConverges(t *testing.T) {
 	// the final one (which rewrites the clashing chain) is rejected.
 	s2 := state(2, append(slices.Clone(ids), clash)...)
 	a2, count := kernelAgentIn(t, gw, 100)
+	a2.kernelRounds = 1
 	err = a2.Apply(ctx, s2)
 	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "operation not supported") || !strings.Contains(err.Error(), "after 3 staging transactions") {
 		t.Fatalf("apply: %v, want the kernel's 'operation not supported' after 3 staging transactions", err)
@@ -279,5 +281,43 @@ func TestRealStagedFinalFailureKeepsPreviousAndConverges(t *testing.T) {
 	}
 	if len(a2.staged) != 0 {
 		t.Errorf("staged bookkeeping not cleared: %d", len(a2.staged))
+	}
+}
+
+// The same staged sync with the agent's default: the kernel names the clashing identity, and the
+// next round programs every other identity, staged chains included, without it (SPEC D8, P2).
+// covers: D8, P2
+func TestRealStagedSyncRefusesOnlyTheClash(t *testing.T) {
+	l := newLab(t)
+	gw, err := l.AddNetns("gw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ids := mixedIdentities(305, 0)
+	a1, _ := kernelAgentIn(t, gw, 100)
+	mustApply(t, a1, state(1, ids[:5]...))
+	clash := ident("10.220.0.1", 80, gwstate.TCP, be("10.1.0.1", 80), be("10.1.0.2", 80))
+	clashChain := IdentityChain(clash.VIP, clash.Port, clash.Protocol)
+	mustExec(t, l, gw, "nft", "add", "chain", "ip", TableName, clashChain, "{", "type", "filter", "hook", "input", "priority", "0", ";", "}")
+
+	a2, _ := kernelAgentIn(t, gw, 100)
+	if err := a2.Apply(ctx, state(2, append(slices.Clone(ids), clash)...)); err != nil {
+		t.Fatalf("apply: %v, want the clashing identity refused alone", err)
+	}
+	if r := a2.Refusals(); len(r) != 1 || r[0].IdentityKey != clash.ID() || !strings.Contains(strings.ToLower(r[0].Reason), "operation not supported") {
+		t.Fatalf("refusals %+v, want %s alone, refused by the kernel", r, clash.Key())
+	}
+	table := nftList(t, l, gw, "list", "table", "ip", TableName)
+	for _, id := range ids {
+		if !strings.Contains(table, "goto "+IdentityChain(id.VIP, id.Port, id.Protocol)) {
+			t.Fatalf("identity %s is not dispatched beside the refused one", id.Key())
+		}
+	}
+	if strings.Contains(table, "goto "+clashChain) {
+		t.Error("the refused identity is dispatched")
+	}
+	if drift, err := a2.Verify(ctx); drift != "" || err != nil {
+		t.Errorf("verify beside the refused identity: drift %q, err %v", drift, err)
 	}
 }

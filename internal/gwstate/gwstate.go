@@ -57,11 +57,15 @@ type Identity struct {
 	// that may reach the identity; others are dropped (a Service's loadBalancerSourceRanges on its
 	// EIP identities, SPEC N7).
 	SourceRanges []string `json:"sourceRanges,omitempty"`
+	// Group names the identities that are programmed or refused together (those of one Service,
+	// SPEC D8): when the agent refuses one identity of a group, it holds back the group's other
+	// changed identities of the same message too. Empty: the identity is its own group.
+	Group string `json:"group,omitempty"`
 }
 
 // Equal reports whether two identities program the same thing.
 func (id Identity) Equal(o Identity) bool {
-	return id.ID() == o.ID() && id.AffinityTimeoutSeconds == o.AffinityTimeoutSeconds &&
+	return id.ID() == o.ID() && id.AffinityTimeoutSeconds == o.AffinityTimeoutSeconds && id.Group == o.Group &&
 		slices.Equal(id.Backends, o.Backends) && slices.Equal(id.SourceRanges, o.SourceRanges)
 }
 
@@ -86,10 +90,38 @@ type Ack struct {
 	// AgentVersion is the agent's build (internal/version), in the first acknowledgement of a
 	// stream only. Agents older than the field leave it out; readers must accept that.
 	AgentVersion string `json:"agentVersion,omitempty"`
+	// Protocol is the version of this contract the agent speaks (ProtocolVersion); agents older
+	// than named refusals leave it out (version 1).
+	Protocol int `json:"protocol,omitempty"`
+	// Refused names the identities of the state the agent did not program, and why: its
+	// validation or the kernel refused them (SPEC D8, N2, N4). For each, the gateway keeps what
+	// this agent had committed for that key before (or nothing); every other identity of the state
+	// is programmed, in the same round trip. The list is complete on every acknowledgement of a
+	// state: an identity refused before and still in the state is named again (the agent tries it
+	// again with every message). Sorted by key, at most MaxRefusals entries.
+	Refused []Refusal `json:"refused,omitempty"`
+}
+
+// ProtocolVersion is the version of the state/acknowledgement contract this package defines:
+// 1 complete states, deltas (Ack.Deltas) and keepalives (Ack.Keepalive); 2 adds named refusals
+// (Ack.Refused). An agent of version 1 refuses a state as a whole (Ack.Error).
+const ProtocolVersion = 2
+
+// MaxRefusals bounds Ack.Refused (with MaxRefusalReason, an acknowledgement stays far under the
+// controller's line bound, SPEC N6). An agent that would refuse more refuses the state whole.
+const MaxRefusals = 2048
+
+// MaxRefusalReason bounds the bytes of one Refusal.Reason.
+const MaxRefusalReason = 240
+
+// Refusal is one identity the agent refused, with the validation's or the kernel's words.
+type Refusal struct {
+	IdentityKey
+	Reason string `json:"reason"`
 }
 
 // Key identifies an identity in maps and logs: "<vip>:<port>:<proto>".
-func (id Identity) Key() string { return fmt.Sprintf("%s:%d:%s", id.VIP, id.Port, id.Protocol) }
+func (id Identity) Key() string { return id.ID().String() }
 
 func (b Backend) String() string { return fmt.Sprintf("%s:%d", b.IP, b.Port) }
 
@@ -102,7 +134,7 @@ func (s *State) Normalize() {
 		id.Backends = slices.Compact(id.Backends)
 	}
 	s.SortIdentities()
-	slices.SortFunc(s.Removed, compareIdentityKeys)
+	slices.SortFunc(s.Removed, CompareKeys)
 	s.Removed = slices.Compact(s.Removed)
 }
 
@@ -161,43 +193,31 @@ func SortAddrs(addrs []string) []string {
 	return slices.Compact(addrs)
 }
 
-// Validate reports the first problem that would make the state unsafe to apply.
+// Validate reports the first problem that would make the state unsafe to apply: its shape
+// (ValidateShape) or one of its identities (Identity.Validate).
 func (s State) Validate() error {
-	seen := make(map[string]bool, len(s.Identities))
+	if err := s.ValidateShape(); err != nil {
+		return err
+	}
 	for _, id := range s.Identities {
-		if err := validIPv4(id.VIP); err != nil {
-			return fmt.Errorf("identity %s: vip: %w", id.Key(), err)
+		if err := id.Validate(); err != nil {
+			return err
 		}
-		if err := validPort(id.Port); err != nil {
-			return fmt.Errorf("identity %s: %w", id.Key(), err)
-		}
-		if id.Protocol != TCP && id.Protocol != UDP {
-			return fmt.Errorf("identity %s: protocol %q is not tcp or udp", id.Key(), id.Protocol)
-		}
-		if id.AffinityTimeoutSeconds < 0 || id.AffinityTimeoutSeconds > 86400 {
-			return fmt.Errorf("identity %s: affinity timeout %d is outside 0..86400", id.Key(), id.AffinityTimeoutSeconds)
-		}
-		if seen[id.Key()] {
+	}
+	return nil
+}
+
+// ValidateShape reports what makes the message as a whole unusable: an identity key twice, a
+// malformed ClusterIP, a bad base generation or removed key. Identities themselves are checked
+// one by one (Identity.Validate), so that an agent refuses only the identities that are wrong
+// and programs the others (SPEC D8, N4).
+func (s State) ValidateShape() error {
+	seen := make(map[IdentityKey]bool, len(s.Identities))
+	for _, id := range s.Identities {
+		if seen[id.ID()] {
 			return fmt.Errorf("identity %s appears twice", id.Key())
 		}
-		seen[id.Key()] = true
-		for _, b := range id.Backends {
-			if err := ValidBackendAddr(b.IP); err != nil {
-				return fmt.Errorf("identity %s: backend %s: %w", id.Key(), b, err)
-			}
-			if err := validPort(b.Port); err != nil {
-				return fmt.Errorf("identity %s: backend %s: %w", id.Key(), b, err)
-			}
-		}
-		for i, r := range id.SourceRanges {
-			p, err := netip.ParsePrefix(r)
-			if err != nil || !p.Addr().Is4() || p.Masked() != p {
-				return fmt.Errorf("identity %s: source range %q is not a canonical IPv4 CIDR", id.Key(), r)
-			}
-			if i > 0 && id.SourceRanges[i-1] >= r {
-				return fmt.Errorf("identity %s: source ranges are not sorted (as strings) and unique", id.Key())
-			}
-		}
+		seen[id.ID()] = true
 	}
 	for _, ip := range s.ClusterIPs {
 		if err := validIPv4(ip); err != nil {
@@ -211,22 +231,59 @@ func (s State) Validate() error {
 		return fmt.Errorf("a complete state (no base generation) cannot remove identities")
 	}
 	for _, k := range s.Removed {
-		id := Identity{VIP: k.VIP, Port: k.Port, Protocol: k.Protocol}
-		if err := validIPv4(k.VIP); err != nil {
-			return fmt.Errorf("removed identity %s: vip: %w", id.Key(), err)
+		if err := k.validate(); err != nil {
+			return fmt.Errorf("removed identity %s: %w", k, err)
 		}
-		if err := validPort(k.Port); err != nil {
-			return fmt.Errorf("removed identity %s: %w", id.Key(), err)
-		}
-		if k.Protocol != TCP && k.Protocol != UDP {
-			return fmt.Errorf("removed identity %s: protocol %q is not tcp or udp", id.Key(), k.Protocol)
-		}
-		if seen[id.Key()] {
-			return fmt.Errorf("identity %s is both set and removed", id.Key())
+		if seen[k] {
+			return fmt.Errorf("identity %s is both set and removed", k)
 		}
 	}
 	return nil
 }
+
+// Validate reports the first problem that would make the identity unsafe to program.
+func (id Identity) Validate() error {
+	if err := id.ID().validate(); err != nil {
+		return fmt.Errorf("identity %s: %w", id.Key(), err)
+	}
+	if id.AffinityTimeoutSeconds < 0 || id.AffinityTimeoutSeconds > 86400 {
+		return fmt.Errorf("identity %s: affinity timeout %d is outside 0..86400", id.Key(), id.AffinityTimeoutSeconds)
+	}
+	for _, b := range id.Backends {
+		if err := ValidBackendAddr(b.IP); err != nil {
+			return fmt.Errorf("identity %s: backend %s: %w", id.Key(), b, err)
+		}
+		if err := validPort(b.Port); err != nil {
+			return fmt.Errorf("identity %s: backend %s: %w", id.Key(), b, err)
+		}
+	}
+	for i, r := range id.SourceRanges {
+		p, err := netip.ParsePrefix(r)
+		if err != nil || !p.Addr().Is4() || p.Masked() != p {
+			return fmt.Errorf("identity %s: source range %q is not a canonical IPv4 CIDR", id.Key(), r)
+		}
+		if i > 0 && id.SourceRanges[i-1] >= r {
+			return fmt.Errorf("identity %s: source ranges are not sorted (as strings) and unique", id.Key())
+		}
+	}
+	return nil
+}
+
+func (k IdentityKey) validate() error {
+	if err := validIPv4(k.VIP); err != nil {
+		return fmt.Errorf("vip: %w", err)
+	}
+	if err := validPort(k.Port); err != nil {
+		return err
+	}
+	if k.Protocol != TCP && k.Protocol != UDP {
+		return fmt.Errorf("protocol %q is not tcp or udp", k.Protocol)
+	}
+	return nil
+}
+
+// String is the key as Identity.Key spells it: "<vip>:<port>:<proto>".
+func (k IdentityKey) String() string { return fmt.Sprintf("%s:%d:%s", k.VIP, k.Port, k.Protocol) }
 
 // ValidBackendAddr refuses what must never be a DNAT target (SPEC N2): anything but a unicast
 // IPv4 address, and loopback, link-local (the metadata address among them), multicast, broadcast
@@ -266,12 +323,12 @@ func validPort(p int32) error {
 }
 
 func compareBackends(a, b Backend) int {
-	return cmp.Or(compareAddrs(a.IP, b.IP), cmp.Compare(a.Port, b.Port))
+	return cmp.Or(CompareAddrs(a.IP, b.IP), cmp.Compare(a.Port, b.Port))
 }
 
-// compareAddrs orders IPv4 addresses numerically, falling back to string order for garbage so
+// CompareAddrs orders IPv4 addresses numerically, falling back to string order for garbage so
 // that sorting never panics on input Validate will reject.
-func compareAddrs(a, b string) int {
+func CompareAddrs(a, b string) int {
 	pa, errA := netip.ParseAddr(a)
 	pb, errB := netip.ParseAddr(b)
 	if errA != nil || errB != nil {
@@ -292,8 +349,8 @@ func (id Identity) ID() IdentityKey {
 	return IdentityKey{VIP: id.VIP, Port: id.Port, Protocol: id.Protocol}
 }
 
-func compareIdentityKeys(a, b IdentityKey) int {
-	return cmp.Or(compareAddrs(a.VIP, b.VIP), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Protocol, b.Protocol))
+func CompareKeys(a, b IdentityKey) int {
+	return cmp.Or(CompareAddrs(a.VIP, b.VIP), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Protocol, b.Protocol))
 }
 
 // IsDelta reports whether the message is a delta (Base > 0) rather than a complete state.
@@ -319,7 +376,7 @@ func Delta(old, new State) State {
 		case old.Identities[i].ID() == new.Identities[j].ID():
 			c = 0
 		default:
-			c = compareIdentityKeys(old.Identities[i].ID(), new.Identities[j].ID())
+			c = CompareKeys(old.Identities[i].ID(), new.Identities[j].ID())
 		}
 		switch {
 		case c < 0:
@@ -360,7 +417,7 @@ func (s State) Merge(d State) (State, error) {
 		switch {
 		case i < len(s.Identities) && drop[s.Identities[i].ID()]:
 			i++
-		case j >= len(d.Identities) || (i < len(s.Identities) && compareIdentityKeys(s.Identities[i].ID(), d.Identities[j].ID()) < 0):
+		case j >= len(d.Identities) || (i < len(s.Identities) && CompareKeys(s.Identities[i].ID(), d.Identities[j].ID()) < 0):
 			out.Identities = append(out.Identities, s.Identities[i])
 			i++
 		default:

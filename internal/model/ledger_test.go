@@ -2,16 +2,20 @@
 package model
 
 import (
+	"net/netip"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
+	"github.com/vpcgw/vpcgw/internal/gwstate"
 )
 
 // converge applies plans until nothing is left to write (at most a few rounds).
@@ -163,7 +167,7 @@ func TestParseLedgerForm(t *testing.T) {
 // covers: R6, N4
 // The ServiceRecords say exactly what the gateway serves: read back, they give the gateway's
 // state (identities with backends, affinity and source ranges, and the ClusterIPs held), which
-// is what the controller falls back on as known good after a restart.
+// is what the ledger promises (SPEC R3: the records follow the data plane).
 func TestRecordedStateIsTheGatewayState(t *testing.T) {
 	web := service("web", t0, func(s *corev1.Service) {
 		s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.0/24"}
@@ -182,11 +186,53 @@ func TestRecordedStateIsTheGatewayState(t *testing.T) {
 		t.Fatalf("fixture: want 5 identities and 2 ClusterIPs, have %+v", want)
 	}
 	s = applyPlan(s, p)
-	got := RecordedState(s.ServiceRecords, "gw1")
+	got := recordedState(s.ServiceRecords, "gw1")
 	if !reflect.DeepEqual(got.Identities, want.Identities) || !slices.Equal(got.ClusterIPs, want.ClusterIPs) {
 		t.Fatalf("records read back:\n%+v\nthe gateway's state:\n%+v", got, want)
 	}
-	if n := len(RecordedState(s.ServiceRecords, "gw2").Identities); n != 0 {
+	if n := len(recordedState(s.ServiceRecords, "gw2").Identities); n != 0 {
 		t.Fatalf("another gateway's records gave %d identities", n)
 	}
+}
+
+// recordedState is what the ServiceRecords of gateway gw say it serves: every port of each
+// record on its EIP address (with the record's source ranges) and on its ClusterIP, and the
+// ClusterIPs held. Records that are not the controller's, name another gateway or do not parse are
+// left out. Each identity's group is its owner's (IdentityGroup of the record's UID label).
+func recordedState(recs []vpcgwv1alpha1.ServiceRecord, gw string) gwstate.State {
+	st := gwstate.State{Identities: []gwstate.Identity{}}
+	for i := range recs {
+		r := &recs[i]
+		if !IsServiceRecord(r) || r.Spec.Gateway != gw {
+			continue
+		}
+		group := IdentityGroup(types.UID(r.Labels[LabelRecordUID]))
+		for _, p := range r.Spec.Ports {
+			proto, ok := ServedProtocol(corev1.Protocol(strings.ToUpper(p.Protocol)))
+			if !ok {
+				continue
+			}
+			var backends []gwstate.Backend
+			for _, be := range p.Backends {
+				ap, err := netip.ParseAddrPort(be)
+				if err != nil {
+					continue
+				}
+				backends = append(backends, gwstate.Backend{IP: ap.Addr().String(), Port: int32(ap.Port())})
+			}
+			if r.Spec.EIPAddress != "" {
+				st.Identities = append(st.Identities, gwstate.Identity{VIP: r.Spec.EIPAddress, Port: p.Port, Protocol: proto, Backends: backends,
+					AffinityTimeoutSeconds: r.Spec.SessionAffinityTimeoutSeconds, SourceRanges: r.Spec.SourceRanges, Group: group})
+			}
+			if r.Spec.ClusterIP != "" {
+				st.Identities = append(st.Identities, gwstate.Identity{VIP: r.Spec.ClusterIP, Port: p.Port, Protocol: proto, Backends: slices.Clone(backends),
+					AffinityTimeoutSeconds: r.Spec.SessionAffinityTimeoutSeconds, Group: group})
+			}
+		}
+		if r.Spec.ClusterIP != "" {
+			st.ClusterIPs = append(st.ClusterIPs, r.Spec.ClusterIP)
+		}
+	}
+	st.Normalize()
+	return st
 }

@@ -31,9 +31,10 @@ func TestServedLoadBalancerWithBothGates(t *testing.T) {
 		t.Fatalf("finalizer/ingress: %+v", sp)
 	}
 	gp := p.Gateway("gw1")
+	g := IdentityGroup(sp.UID) // one Service: programmed or refused together (SPEC D8)
 	want := []gwstate.Identity{
-		{VIP: "10.96.0.10", Port: 80, Protocol: gwstate.TCP, Backends: twoBackends},
-		{VIP: "172.18.0.10", Port: 80, Protocol: gwstate.TCP, Backends: twoBackends},
+		{VIP: "10.96.0.10", Port: 80, Protocol: gwstate.TCP, Backends: twoBackends, Group: g},
+		{VIP: "172.18.0.10", Port: 80, Protocol: gwstate.TCP, Backends: twoBackends, Group: g},
 	}
 	if !reflect.DeepEqual(gp.State.Identities, want) || !reflect.DeepEqual(gp.State.ClusterIPs, []string{"10.96.0.10"}) {
 		t.Fatalf("gateway state = %+v, want %+v and ClusterIP held", gp.State, want)
@@ -228,10 +229,12 @@ func TestEndpointSelection(t *testing.T) {
 		slice("web", "web-d", discoveryv1.AddressTypeIPv4, 5353, "dns", corev1.ProtocolUDP, ep{ip: "10.0.1.30"}),
 		slice("other", "other-a", discoveryv1.AddressTypeIPv4, 8080, "http", corev1.ProtocolTCP, ep{ip: "10.0.1.40"}),
 	)
-	st := Compute(s, lbGates).Gateway("gw1").State
+	p := Compute(s, lbGates)
+	st := p.Gateway("gw1").State
+	g := IdentityGroup(servicePlan(p, "web").UID)
 	want := []gwstate.Identity{
-		{VIP: "172.18.0.10", Port: 53, Protocol: gwstate.UDP, Backends: []gwstate.Backend{{IP: "10.0.1.30", Port: 5353}}},
-		{VIP: "172.18.0.10", Port: 80, Protocol: gwstate.TCP, Backends: twoBackends},
+		{VIP: "172.18.0.10", Port: 53, Protocol: gwstate.UDP, Backends: []gwstate.Backend{{IP: "10.0.1.30", Port: 5353}}, Group: g},
+		{VIP: "172.18.0.10", Port: 80, Protocol: gwstate.TCP, Backends: twoBackends, Group: g},
 	}
 	if !reflect.DeepEqual(st.Identities, want) {
 		t.Fatalf("identities = %+v\nwant %+v", st.Identities, want)

@@ -5,7 +5,14 @@
 // writes the Plan; no rule of SPEC.md is decided anywhere else.
 package model
 
-import kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+)
 
 // Annotations on Services (SPEC S1, S2, S6).
 const (
@@ -109,3 +116,12 @@ const (
 	ReasonLimit             = "NftableLbSvcLimit"
 	ReasonQuarantined       = "NftableLbSvcQuarantined"
 )
+
+// IdentityGroup names the identities of the Service with uid on the wire (gwstate.Identity.Group):
+// an agent that refuses one of them holds back the Service's other changed identities too, so a
+// quarantined Service keeps what the gateway served for it, all of it (SPEC D8, N4). Twelve hex
+// digits of the UID's SHA-256: short on the wire, and never a name (SPEC I3).
+func IdentityGroup(uid types.UID) string {
+	sum := sha256.Sum256([]byte(uid))
+	return hex.EncodeToString(sum[:6])
+}

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -257,44 +256,3 @@ func ingressEqual(a, b []corev1.LoadBalancerIngress) bool {
 	return slices.EqualFunc(a, b, func(x, y corev1.LoadBalancerIngress) bool { return x.IP == y.IP && x.Hostname == y.Hostname })
 }
 
-// RecordedState is what the ServiceRecords of gateway gw say it serves: every port of each
-// record on its EIP address (with the record's source ranges) and on its ClusterIP, and the
-// ClusterIPs held. Records that are not the controller's, name another gateway or do not parse are
-// left out. It is the known-good state the controller falls back on when it has no
-// acknowledgement of its own yet (SPEC N4's quarantine after a restart).
-func RecordedState(recs []vpcgwv1alpha1.ServiceRecord, gw string) gwstate.State {
-	st := gwstate.State{Identities: []gwstate.Identity{}}
-	for i := range recs {
-		r := &recs[i]
-		if !IsServiceRecord(r) || r.Spec.Gateway != gw {
-			continue
-		}
-		for _, p := range r.Spec.Ports {
-			proto, ok := ServedProtocol(corev1.Protocol(strings.ToUpper(p.Protocol)))
-			if !ok {
-				continue
-			}
-			var backends []gwstate.Backend
-			for _, be := range p.Backends {
-				ap, err := netip.ParseAddrPort(be)
-				if err != nil {
-					continue
-				}
-				backends = append(backends, gwstate.Backend{IP: ap.Addr().String(), Port: int32(ap.Port())})
-			}
-			if r.Spec.EIPAddress != "" {
-				st.Identities = append(st.Identities, gwstate.Identity{VIP: r.Spec.EIPAddress, Port: p.Port, Protocol: proto, Backends: backends,
-					AffinityTimeoutSeconds: r.Spec.SessionAffinityTimeoutSeconds, SourceRanges: r.Spec.SourceRanges})
-			}
-			if r.Spec.ClusterIP != "" {
-				st.Identities = append(st.Identities, gwstate.Identity{VIP: r.Spec.ClusterIP, Port: p.Port, Protocol: proto, Backends: slices.Clone(backends),
-					AffinityTimeoutSeconds: r.Spec.SessionAffinityTimeoutSeconds})
-			}
-		}
-		if r.Spec.ClusterIP != "" {
-			st.ClusterIPs = append(st.ClusterIPs, r.Spec.ClusterIP)
-		}
-	}
-	st.Normalize()
-	return st
-}

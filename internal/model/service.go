@@ -345,6 +345,7 @@ func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan)
 		}
 	}
 	resolver := ix.newResolver(svc, b.gw)
+	group := IdentityGroup(svc.UID)
 	sp.Identities = make([]gwstate.Identity, 0, 2*len(svc.Spec.Ports))
 	for _, p := range svc.Spec.Ports {
 		proto, ok := ServedProtocol(p.Protocol)
@@ -361,10 +362,10 @@ func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan)
 		if sp.EIP != "" {
 			// Only the listed sources reach the EIP identity (SPEC N7); as with kube-proxy, the
 			// ClusterIP stays open to the VPC.
-			sp.Identities = append(sp.Identities, gwstate.Identity{VIP: sp.EIP, Port: p.Port, Protocol: proto, Backends: backends, AffinityTimeoutSeconds: timeout, SourceRanges: ranges})
+			sp.Identities = append(sp.Identities, gwstate.Identity{VIP: sp.EIP, Port: p.Port, Protocol: proto, Backends: backends, AffinityTimeoutSeconds: timeout, SourceRanges: ranges, Group: group})
 		}
 		if sp.ClusterIP != "" {
-			sp.Identities = append(sp.Identities, gwstate.Identity{VIP: sp.ClusterIP, Port: p.Port, Protocol: proto, Backends: backends, AffinityTimeoutSeconds: timeout})
+			sp.Identities = append(sp.Identities, gwstate.Identity{VIP: sp.ClusterIP, Port: p.Port, Protocol: proto, Backends: backends, AffinityTimeoutSeconds: timeout, Group: group})
 		}
 		if !ix.gates.dnatRuleLedger() {
 			continue

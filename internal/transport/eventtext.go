@@ -28,6 +28,12 @@ func EventText(err error) string {
 	return "the gateway agent cannot be reached (the controller's log has the details)"
 }
 
+// RefusalText is an agent's reason for refusing one identity (gwstate.Refusal.Reason), fit for
+// an Event message on that identity's Service: one line, bounded, as EventText makes it.
+func RefusalText(reason string) string {
+	return sanitizeLine(reason, MaxEventText)
+}
+
 func sanitizeLine(s string, max int) string {
 	const ellipsis = "…"
 	var b strings.Builder

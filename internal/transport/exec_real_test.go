@@ -122,9 +122,15 @@ func TestExecProgramsRealNftablesInANetns(t *testing.T) {
 
 	bad := testState(2, 1, 1, 80)
 	bad.Identities[0].Port = 0
+	var refused *RefusedError
+	if err := c.Apply(context.Background(), bad); !errors.As(err, &refused) || len(refused.Refused) != 1 || c.Broken() {
+		t.Fatalf("invalid identity: %v (broken %v), want a RefusedError naming it on a usable stream", err, c.Broken())
+	}
+	dup := testState(3, 1, 1, 80)
+	dup.Identities = append(dup.Identities, dup.Identities[0])
 	var agentErr *AgentError
-	if err := c.Apply(context.Background(), bad); !errors.As(err, &agentErr) || c.Broken() {
-		t.Fatalf("invalid state: %v (broken %v), want an AgentError on a usable stream", err, c.Broken())
+	if err := c.Apply(context.Background(), dup); !errors.As(err, &agentErr) || c.Broken() {
+		t.Fatalf("malformed state: %v (broken %v), want an AgentError on a usable stream", err, c.Broken())
 	}
 
 	// A large gateway through the stream into the kernel. (2,000 identities: the first apply of

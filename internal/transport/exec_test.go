@@ -182,12 +182,22 @@ func TestExecStreamsStatesToTheAgent(t *testing.T) {
 			mustApplyConn(t, c, st1)
 			e.wantTable(t, st1)
 
+			// An invalid identity is refused by name (SPEC D8), the rest of the state applied.
 			bad := testState(2, 1, 1, 80)
 			bad.Identities[0].VIP = "10.96.0.300"
 			err := c.Apply(context.Background(), bad)
+			var refused *RefusedError
+			if !errors.As(err, &refused) || refused.Generation != 2 || len(refused.Refused) != 1 || refused.Refused[0].VIP != "10.96.0.300" {
+				t.Fatalf("invalid identity: got %v, want a RefusedError naming it for generation 2", err)
+			}
+			// A malformed state is refused whole.
+			dup := testState(2, 1, 1, 80)
+			dup.Generation = 3
+			dup.Identities = append(dup.Identities, dup.Identities[0])
+			err = c.Apply(context.Background(), dup)
 			var agentErr *AgentError
-			if !errors.As(err, &agentErr) || agentErr.Generation != 2 || !strings.Contains(err.Error(), "invalid state") {
-				t.Fatalf("invalid state: got %v, want an AgentError for generation 2", err)
+			if !errors.As(err, &agentErr) || agentErr.Generation != 3 || !strings.Contains(err.Error(), "invalid state") {
+				t.Fatalf("malformed state: got %v, want an AgentError for generation 3", err)
 			}
 			if c.Broken() {
 				t.Fatal("an error reported by the agent broke the stream")
@@ -195,7 +205,7 @@ func TestExecStreamsStatesToTheAgent(t *testing.T) {
 			e.logs.waitFor(t, "agent: ", 5*time.Second)
 			e.logs.waitFor(t, "invalid state", 5*time.Second) // the agent's stderr reached the logger
 
-			st3 := testState(3, 5, 3, 443)
+			st3 := testState(4, 5, 3, 443)
 			mustApplyConn(t, c, st3)
 			e.wantTable(t, st3)
 

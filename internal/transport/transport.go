@@ -151,7 +151,8 @@ func (c *Conn) read(r io.Reader) {
 }
 
 // Apply sends one complete, normalized state and waits for the acknowledgement of its
-// generation. To an agent that accepts deltas it sends only the difference from the state it
+// generation. An agent that programmed the state without some identities answers with their
+// names: Apply then returns a *RefusedError, and the state is applied otherwise. To an agent that accepts deltas it sends only the difference from the state it
 // acknowledged last; st must not be modified afterwards (it is kept as that reference). A transport failure
 // breaks the Conn for good (the caller redials and resends the full state); an error the agent
 // reports in its Ack is returned as *AgentError and leaves the Conn usable.
@@ -197,7 +198,12 @@ func (c *Conn) Apply(ctx context.Context, st gwstate.State) error {
 			if ack.Error != "" {
 				return &AgentError{Generation: st.Generation, Message: ack.Error}
 			}
+			// A state with refused identities is the agent's desired state all the same (the
+			// next delta is against it); the agent keeps trying the refused ones.
 			c.last, c.deltas = &st, ack.Deltas
+			if len(ack.Refused) > 0 {
+				return &RefusedError{Generation: st.Generation, Refused: ack.Refused}
+			}
 			return nil
 		case err := <-c.readErr:
 			return c.fail(err)
@@ -339,6 +345,21 @@ type AgentError struct {
 
 func (e *AgentError) Error() string {
 	return fmt.Sprintf("agent rejected generation %d: %s", e.Generation, e.Message)
+}
+
+// RefusedError says that the agent programmed a state except the identities it names (its
+// validation or its kernel refused them, SPEC D8): for those it keeps what it had. It is not a
+// failure of the state as a whole.
+type RefusedError struct {
+	Generation int64
+	Refused    []gwstate.Refusal
+}
+
+func (e *RefusedError) Error() string {
+	if len(e.Refused) == 1 {
+		return fmt.Sprintf("agent programmed generation %d without identity %s: %s", e.Generation, e.Refused[0].IdentityKey, e.Refused[0].Reason)
+	}
+	return fmt.Sprintf("agent programmed generation %d without %d identities, the first %s: %s", e.Generation, len(e.Refused), e.Refused[0].IdentityKey, e.Refused[0].Reason)
 }
 
 func truncate(b []byte) []byte {
