@@ -183,8 +183,8 @@ type GatewayReconciler struct {
 	lastSync map[string]time.Time
 	latency  latencyTracker
 
-	sessions   *sessions
-	plans      *planCache
+	sessions *sessions
+	plans    *planCache
 	// ownDeletes holds the UIDs of records this controller is deleting, so that their delete
 	// events are not taken for someone else's (SPEC R4).
 	ownDeletes sync.Map

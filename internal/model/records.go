@@ -255,4 +255,3 @@ func labelsInclude(have, want map[string]string) bool {
 func ingressEqual(a, b []corev1.LoadBalancerIngress) bool {
 	return slices.EqualFunc(a, b, func(x, y corev1.LoadBalancerIngress) bool { return x.IP == y.IP && x.Hostname == y.Hostname })
 }
-
