@@ -271,7 +271,8 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 			},
 			GenericFunc: func(_ context.Context, e handlerGeneric, q reqQueue) { enqueue(q, r.serviceChanged(e.Object)) },
 		}).
-		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfSlice)).
+		// A deleted slice's trigger time is forgotten: the tracker holds live slices only (SPEC N4).
+		Watches(&discoveryv1.EndpointSlice{}, forgetOnDelete{handler.EnqueueRequestsFromMapFunc(r.gatewayOfSlice), r.latency.forget}).
 		Watches(&kubeovnv1.IptablesEIP{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfEIP)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfPod)).
 		Watches(&kubeovnv1.IptablesDnatRule{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfRecord), builder.WithPredicates(r.recordChangedByOthers())).
@@ -330,7 +331,7 @@ func serviceClaims(o client.Object) []string {
 }
 
 func claimKey(eip string, p corev1.ServicePort) string {
-	return eip + "/" + strconv.Itoa(int(p.Port)) + "/" + string(protocolOf(p))
+	return eip + "/" + strconv.Itoa(int(p.Port)) + "/" + string(model.PortProtocol(p.Protocol))
 }
 
 func slicePods(o client.Object) []string {

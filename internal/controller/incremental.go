@@ -225,13 +225,6 @@ func keep(sp *model.ServicePlan, svc *corev1.Service) *kept {
 	return k
 }
 
-func protocolOf(p corev1.ServicePort) corev1.Protocol {
-	if p.Protocol == "" {
-		return corev1.ProtocolTCP
-	}
-	return p.Protocol
-}
-
 // gatewayFingerprint names the versions of what every Service of gateway gw depends on: the
 // gateway, its EIPs, the Subnets' specs (NIC resolution, SPEC B2) and the gateway's pods. Other
 // gateways and their EIPs are left out: a change there concerns only the Services that name them,

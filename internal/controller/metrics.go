@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"net"
@@ -10,9 +11,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 // DefaultMetricsAddr is --metrics-bind-address's default: plain HTTP on the pod's loopback only,
@@ -152,6 +157,24 @@ func (l *latencyTracker) pending(slices []discoveryv1.EndpointSlice) map[types.U
 		out[es.UID] = t
 	}
 	return out
+}
+
+// forget drops what the tracker knows of a deleted slice.
+func (l *latencyTracker) forget(uid types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.seen, uid)
+}
+
+// forgetOnDelete is an event handler that also tells forget about each deleted object.
+type forgetOnDelete struct {
+	handler.EventHandler
+	forget func(types.UID)
+}
+
+func (h forgetOnDelete) Delete(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	h.forget(e.Object.GetUID())
+	h.EventHandler.Delete(ctx, e, q)
 }
 
 // observe records the latency of the changes that a sync acknowledged at now, and returns them.

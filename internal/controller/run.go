@@ -7,17 +7,15 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 
-	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
-	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/ovn"
+	vpcgwscheme "github.com/vpcgw/vpcgw/internal/scheme"
 	"github.com/vpcgw/vpcgw/internal/status"
 	"github.com/vpcgw/vpcgw/internal/transport"
 )
@@ -78,16 +76,8 @@ const DefaultGatewayWorkers = 8
 // (tens of seconds and up) and the kubelet's (4 h), and a dead stream is noticed within 10 s.
 const DefaultAgentKeepalive = 5 * time.Second
 
-// Scheme knows the Kubernetes built-ins, kube-ovn's types and vpcgw's own.
-func Scheme() (*runtime.Scheme, error) {
-	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, kubeovnv1.AddToScheme, vpcgwv1alpha1.AddToScheme} {
-		if err := add(s); err != nil {
-			return nil, err
-		}
-	}
-	return s, nil
-}
+// Scheme knows the Kubernetes built-ins, kube-ovn's types and vpcgw's own (internal/scheme).
+func Scheme() (*runtime.Scheme, error) { return vpcgwscheme.New() }
 
 // Run starts the controller and blocks until ctx ends.
 func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) error {

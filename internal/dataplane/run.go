@@ -204,11 +204,6 @@ func NewLogger(w io.Writer, verbosity int) logr.Logger {
 	}, funcr.Options{Verbosity: verbosity}).WithName("agent")
 }
 
-// Main is the agent's entry point (`vpcgw-agent`) with default flags.
-func Main(ctx context.Context, in io.Reader, out io.Writer) error {
-	return MainWithArgs(ctx, nil, in, out)
-}
-
 // MainWithArgs is `vpcgw-agent [flags]` (cmd/vpcgw-agent): it reads states on in, writes acks on
 // out and logs to stderr. Flags:
 //

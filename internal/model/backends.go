@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	"github.com/vpcgw/vpcgw/internal/gwstate"
@@ -54,19 +55,13 @@ func (ix *Index) backendsFor(svc *corev1.Service, port corev1.ServicePort, r *re
 }
 
 func slicePort(es *discoveryv1.EndpointSlice, port corev1.ServicePort) (int32, bool) {
-	want := port.Protocol
-	if want == "" {
-		want = corev1.ProtocolTCP
-	}
+	want := PortProtocol(port.Protocol)
 	for _, p := range es.Ports {
 		name := ""
 		if p.Name != nil {
 			name = *p.Name
 		}
-		proto := corev1.ProtocolTCP
-		if p.Protocol != nil {
-			proto = *p.Protocol
-		}
+		proto := PortProtocol(ptr.Deref(p.Protocol, ""))
 		if name == port.Name && proto == want && p.Port != nil && *p.Port > 0 && *p.Port <= 65535 {
 			return *p.Port, true
 		}

@@ -225,12 +225,6 @@ func Admitted(namespace string, gw *kubeovnv1.VpcNatGateway, vpc *kubeovnv1.Vpc)
 	return listAdmits(gw.Annotations, namespace, false)
 }
 
-// EIPAdmits is the EIP's allow-list rule of SPEC N1: without the annotation every admitted
-// namespace may use the EIP.
-func EIPAdmits(eip *kubeovnv1.IptablesEIP, namespace string) bool {
-	return listAdmits(eip.Annotations, namespace, true)
-}
-
 // listAdmits reads the allow-list annotation of an object: whether it names namespace (or "*").
 // Without the annotation the answer is absent.
 func listAdmits(annotations map[string]string, namespace string, absent bool) bool {
@@ -429,7 +423,7 @@ func (ix *Index) holdsAll(svc *corev1.Service, sp *ServicePlan, vip, what string
 				who = "Service " + holder.String()
 			}
 			ev := warning(ReasonConflict, "%s port %d/%s is held by %s: this Service does not serve it and takes over when that Service releases it",
-				what, p.Port, claimProtocol(p.Protocol), who)
+				what, p.Port, PortProtocol(p.Protocol), who)
 			*reason = ev.Message
 			sp.Events = append(sp.Events, *ev)
 			return false
@@ -480,10 +474,19 @@ func servedPorts(svc *corev1.Service) int {
 	return n
 }
 
+// PortProtocol is the protocol of a Service or EndpointSlice port: unset is TCP, the API's
+// default. The one place that says so.
+func PortProtocol(p corev1.Protocol) corev1.Protocol {
+	if p == "" {
+		return corev1.ProtocolTCP
+	}
+	return p
+}
+
 // ServedProtocol maps a Service port protocol to a served one (SPEC S5: TCP and UDP; "" is TCP).
 func ServedProtocol(p corev1.Protocol) (gwstate.Protocol, bool) {
-	switch p {
-	case corev1.ProtocolTCP, "":
+	switch PortProtocol(p) {
+	case corev1.ProtocolTCP:
 		return gwstate.TCP, true
 	case corev1.ProtocolUDP:
 		return gwstate.UDP, true

@@ -291,7 +291,7 @@ func (ix *Index) addClaims(svc *corev1.Service) {
 			if _, ok := ServedProtocol(p.Protocol); !ok {
 				continue
 			}
-			k := claimKey{vip: vip, port: p.Port, protocol: claimProtocol(p.Protocol)}
+			k := claimKey{vip: vip, port: p.Port, protocol: PortProtocol(p.Protocol)}
 			if !seen[k] {
 				seen[k] = true
 				ck := c
@@ -302,18 +302,10 @@ func (ix *Index) addClaims(svc *corev1.Service) {
 	}
 }
 
-// claimProtocol spells a Service port's protocol as claims compare it ("" is TCP).
-func claimProtocol(p corev1.Protocol) corev1.Protocol {
-	if p == "" {
-		return corev1.ProtocolTCP
-	}
-	return p
-}
-
 // holder is the Service that holds an identity (SPEC I2, N3): the one whose records say it is
 // programmed for it, else the first created, then by name.
 func (ix *Index) holder(vip string, p corev1.ServicePort, self types.NamespacedName) types.NamespacedName {
-	if cs := ix.claims[claimKey{vip: vip, port: p.Port, protocol: claimProtocol(p.Protocol)}]; len(cs) > 0 {
+	if cs := ix.claims[claimKey{vip: vip, port: p.Port, protocol: PortProtocol(p.Protocol)}]; len(cs) > 0 {
 		return cs[0].key
 	}
 	return self // a Service planned outside its snapshot claims for itself

@@ -1,7 +1,10 @@
 // Package transport carries desired gateway states from the controller to the agent that runs in
-// each gateway instance, and the agent's acknowledgements back. The protocol is one JSON
-// gwstate.State per line towards the agent and one JSON gwstate.Ack per line back; how the bytes
-// travel (a local `ip netns exec` subprocess, or later the Kubernetes exec API) is a Dialer.
+// each gateway instance, and the agent's acknowledgements back. The protocol (gwstate, version
+// gwstate.ProtocolVersion) is one JSON gwstate.State per line towards the agent, complete or a
+// delta, and one JSON gwstate.Ack per line back, naming the identities the agent refused. How the
+// bytes travel is a Dialer: the Kubernetes exec API into kube-ovn's gateway container (Exec, the
+// product's way, which also delivers the agent), or a local `ip netns exec` subprocess
+// (LocalNetns, for tests of the controller against real agents in network namespaces).
 package transport
 
 import (

@@ -38,8 +38,8 @@ import (
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 	"github.com/vpcgw/vpcgw/config/crd"
 	deploywebhook "github.com/vpcgw/vpcgw/deploy/webhook"
-	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/model"
+	vpcgwscheme "github.com/vpcgw/vpcgw/internal/scheme"
 	"github.com/vpcgw/vpcgw/internal/testutil"
 	"github.com/vpcgw/vpcgw/internal/webhook"
 )
@@ -101,7 +101,7 @@ func newEnv(assets, kubeOVN string) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	scheme, err := controller.Scheme()
+	scheme, err := vpcgwscheme.New()
 	if err != nil {
 		return nil, err
 	}

@@ -23,8 +23,8 @@ import (
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
-	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/model"
+	vpcgwscheme "github.com/vpcgw/vpcgw/internal/scheme"
 )
 
 // builderIndexer registers IndexFields' indexes on a fake client builder.
@@ -37,7 +37,7 @@ func (i builderIndexer) IndexField(_ context.Context, obj client.Object, field s
 
 func newTestHandlers(t *testing.T, objs ...client.Object) *Handlers {
 	t.Helper()
-	scheme, err := controller.Scheme()
+	scheme, err := vpcgwscheme.New()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,8 +26,8 @@ import (
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
-	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/model"
+	"github.com/vpcgw/vpcgw/internal/scheme"
 )
 
 // DefaultControllerUser is the controller's service account user name in deploy/.
@@ -72,13 +72,13 @@ func NewManager(ctx context.Context, cfg *rest.Config, opts Options, log logr.Lo
 	if opts.ControllerUser == "" {
 		return nil, errors.New("the controller's user name is required (--controller-user): without it nobody could write Service records")
 	}
-	scheme, err := controller.Scheme()
+	sch, err := scheme.New()
 	if err != nil {
 		return nil, fmt.Errorf("building scheme: %w", err)
 	}
 	srv := webhook.NewServer(ServerOptions(opts))
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
+		Scheme:                 sch,
 		Logger:                 log,
 		Cache:                  CacheOptions(),
 		WebhookServer:          srv,

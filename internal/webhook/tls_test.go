@@ -23,7 +23,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/vpcgw/vpcgw/internal/controller"
+	vpcgwscheme "github.com/vpcgw/vpcgw/internal/scheme"
 )
 
 func writeCert(t *testing.T, dir, cn string) {
@@ -74,7 +74,7 @@ func TestServingCertificateReload(t *testing.T) {
 	l.Close()
 
 	srv := webhook.NewServer(ServerOptions(Options{Host: "127.0.0.1", Port: port, CertDir: dir}))
-	scheme, err := controller.Scheme()
+	scheme, err := vpcgwscheme.New()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/vpcgw/vpcgw/internal/controller"
+	vpcgwscheme "github.com/vpcgw/vpcgw/internal/scheme"
 )
 
 // covers: N6
@@ -25,7 +25,7 @@ func TestWebhookRefusesTLSBelow1_2(t *testing.T) {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	srv := webhook.NewServer(ServerOptions(Options{Host: "127.0.0.1", Port: port, CertDir: dir}))
-	scheme, err := controller.Scheme()
+	scheme, err := vpcgwscheme.New()
 	if err != nil {
 		t.Fatal(err)
 	}

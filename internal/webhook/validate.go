@@ -244,10 +244,7 @@ func protocolOf(p corev1.Protocol) (corev1.Protocol, bool) {
 	if _, ok := model.ServedProtocol(p); !ok {
 		return "", false
 	}
-	if p == "" {
-		return corev1.ProtocolTCP, true
-	}
-	return p, true
+	return model.PortProtocol(p), true
 }
 
 func holdsPort(svc *corev1.Service, port int32, proto corev1.Protocol) bool {
