@@ -8,7 +8,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/vpcgw/vpcgw/internal/gwstate"
 	"github.com/vpcgw/vpcgw/internal/model"
+	"github.com/vpcgw/vpcgw/internal/transport/lineio"
 )
 
 // Flags are the controller's mode switches (SPEC F1, F2).
@@ -24,8 +26,9 @@ type Flags struct {
 	EndpointsWithoutPods bool
 	// MaxPortsPerService and MaxBackendsPerIdentity bound one Service's demands (SPEC N4).
 	MaxPortsPerService, MaxBackendsPerIdentity int
-	// MaxIdentitiesPerGateway bounds what all Services together ask of one gateway (SPEC N4).
-	MaxIdentitiesPerGateway int
+	// MaxIdentitiesPerGateway and MaxBackendsPerGateway bound what all Services together ask of
+	// one gateway (SPEC N4).
+	MaxIdentitiesPerGateway, MaxBackendsPerGateway int
 	// KubeOVNNamespace is kube-ovn-controller's namespace: its ovn-vpc-nat-config ConfigMap and,
 	// unless a gateway's spec.namespace says otherwise, its gateway pods (SPEC K5).
 	KubeOVNNamespace string
@@ -48,7 +51,9 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&f.MaxPortsPerService, "max-ports-per-service", model.DefaultMaxPortsPerService, "a Service with more TCP/UDP ports is not served (event)")
 	fs.IntVar(&f.MaxBackendsPerIdentity, "max-backends-per-identity", model.DefaultMaxBackendsPerIdentity, "at most this many ready backends of a Service port are used (event)")
 	fs.IntVar(&f.MaxIdentitiesPerGateway, "max-identities-per-gateway", model.DefaultMaxIdentitiesPerGateway,
-		"a gateway serves at most this many identities (EIP or ClusterIP, port, protocol); Services past it are not served (event), those already served first")
+		"a gateway serves at most this many identities (EIP or ClusterIP, port, protocol); Services past it are not served (event), those already served first, then a fair share per namespace")
+	fs.IntVar(&f.MaxBackendsPerGateway, "max-backends-per-gateway", model.DefaultMaxBackendsPerGateway,
+		"a gateway serves at most this many backends (source ranges count too), with the same order and fair share")
 	fs.StringVar(&f.KubeOVNNamespace, "kube-ovn-namespace", model.DefaultGatewayNamespace,
 		"kube-ovn-controller's namespace: where its "+model.GatewayConfigMap+" ConfigMap is and where it runs gateway pods without spec.namespace")
 }
@@ -68,8 +73,13 @@ func (f Flags) Validate() error {
 	if errs2 := validation.IsDNS1123Label(f.kubeOVNNamespace()); len(errs2) > 0 {
 		errs = append(errs, fmt.Errorf("--kube-ovn-namespace=%q is not a namespace name: %s", f.KubeOVNNamespace, errs2[0]))
 	}
-	if f.MaxPortsPerService < 0 || f.MaxBackendsPerIdentity < 0 || f.MaxIdentitiesPerGateway < 0 {
-		errs = append(errs, errors.New("--max-ports-per-service, --max-backends-per-identity and --max-identities-per-gateway must not be negative (0: the defaults)"))
+	if f.MaxPortsPerService < 0 || f.MaxBackendsPerIdentity < 0 || f.MaxIdentitiesPerGateway < 0 || f.MaxBackendsPerGateway < 0 {
+		errs = append(errs, errors.New("--max-ports-per-service, --max-backends-per-identity, --max-identities-per-gateway and --max-backends-per-gateway must not be negative (0: the defaults)"))
+	} else if g := f.Gates(); gwstate.MaxEncodedSize(g.Bounds().Identities, g.Bounds().Backends) > lineio.MaxStateLine/2 {
+		// A gateway's complete state must stay well under the agent's line bound, or a restarted
+		// gateway would get no state at all (SPEC N4).
+		errs = append(errs, fmt.Errorf("--max-identities-per-gateway=%d with --max-backends-per-gateway=%d allow a gateway state of up to %d MiB, more than half the agent's %d MiB line: lower them",
+			g.Bounds().Identities, g.Bounds().Backends, gwstate.MaxEncodedSize(g.Bounds().Identities, g.Bounds().Backends)>>20, lineio.MaxStateLine>>20))
 	}
 	if _, err := model.ParseLedgerForm(f.Ledger); err != nil {
 		errs = append(errs, fmt.Errorf("--ledger: %w", err))
@@ -81,7 +91,7 @@ func (f Flags) Validate() error {
 func (f Flags) Gates() model.Gates {
 	ledger, _ := model.ParseLedgerForm(f.Ledger) // Validate reported an unknown form
 	return model.Gates{LoadBalancer: f.EnableGwNftableLbSvc, ClusterIP: f.EnableGwNftableSvcClusterIP, Ledger: ledger, EndpointsWithoutPods: f.EndpointsWithoutPods,
-		MaxPortsPerService: f.MaxPortsPerService, MaxBackendsPerIdentity: f.MaxBackendsPerIdentity, MaxIdentitiesPerGateway: f.MaxIdentitiesPerGateway}
+		MaxPortsPerService: f.MaxPortsPerService, MaxBackendsPerIdentity: f.MaxBackendsPerIdentity, MaxIdentitiesPerGateway: f.MaxIdentitiesPerGateway, MaxBackendsPerGateway: f.MaxBackendsPerGateway}
 }
 
 func (f Flags) kubeOVNNamespace() string {

@@ -22,6 +22,10 @@ func TestFlagsValidate(t *testing.T) {
 		{"LB pods without ClusterIP owner", Flags{EnableLbSvc: true}, "needs ClusterIPs to be served"},
 		{"LB pods with OVN LB", Flags{EnableLbSvc: true, EnableLb: true}, ""},
 		{"LB pods with ClusterIP gate", Flags{EnableLbSvc: true, EnableGwNftableSvcClusterIP: true}, ""},
+		// SPEC N4: a gateway's complete state stays well under the agent's line bound.
+		{"gateway bounds at their defaults", Flags{MaxIdentitiesPerGateway: 65536, MaxBackendsPerGateway: 500000}, ""},
+		{"gateway bounds past half the agent's line", Flags{MaxBackendsPerGateway: 2_000_000}, "more than half the agent's 64 MiB line"},
+		{"negative gateway bound", Flags{MaxBackendsPerGateway: -1}, "must not be negative"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

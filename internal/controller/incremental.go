@@ -191,15 +191,16 @@ func (c *planCache) contributions(gw string) (map[types.NamespacedName]model.Con
 	return out, uids
 }
 
-// load is how many identities the kept Services of gw outside replanned have there: what a
-// partial plan's Services count against the gateway's bound (SPEC N4).
-func (c *planCache) load(gw string, replanned map[types.NamespacedName]bool) int {
+// load is what the kept Services of gw outside replanned have there: what a partial plan's
+// Services count against the gateway's bounds (SPEC N4).
+func (c *planCache) load(gw string, replanned map[types.NamespacedName]bool) model.Load {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := 0
+	var n model.Load
 	for k, p := range c.gateway(gw).services {
 		if !replanned[k] {
-			n += len(p.part.Identities)
+			l := model.LoadOf(p.part.Identities)
+			n.Identities, n.Backends = n.Identities+l.Identities, n.Backends+l.Backends
 		}
 	}
 	return n

@@ -226,7 +226,7 @@ func (r *GatewayReconciler) plan(ctx context.Context, key string) (model.Plan, *
 	if err != nil {
 		return model.Plan{}, nil, nil, err
 	}
-	snap.GatewayLoad = map[string]int{key: r.plans.load(key, replanned)}
+	snap.GatewayLoad = map[string]model.Load{key: r.plans.load(key, replanned)}
 	plan := model.Compute(snap, gates)
 	r.plans.update(key, replanned, plan.Services, servicesByKey(snap.Services))
 	gp := plan.Gateway(key)

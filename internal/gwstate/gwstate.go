@@ -427,3 +427,19 @@ func (s State) Merge(d State) (State, error) {
 	}
 	return out, nil
 }
+
+// The most bytes one identity (with its ClusterIP in State.ClusterIPs) and one backend or source
+// range take in a complete state's JSON, whatever their values: every field at its longest
+// (TestMaxEncodedSize checks them against the encoder).
+const (
+	maxIdentityBytes = 192
+	maxEntryBytes    = 40
+)
+
+// MaxEncodedSize bounds the JSON of a complete state of at most identities identities with at
+// most entries backends and source ranges in all. The controller keeps a gateway's bounds such
+// that this stays well under the agent's line bound, so that every gateway's complete state can
+// be sent (SPEC N4).
+func MaxEncodedSize(identities, entries int) int {
+	return 256 + identities*maxIdentityBytes + entries*maxEntryBytes
+}

@@ -1,6 +1,8 @@
 package gwstate
 
 import (
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -52,5 +54,34 @@ func TestDeltaSeesSourceRanges(t *testing.T) {
 	d := Delta(old, State{Identities: []Identity{id}})
 	if len(d.Identities) != 1 || len(d.Identities[0].SourceRanges) != 1 {
 		t.Fatalf("delta %+v", d)
+	}
+}
+
+// covers: N4, N6
+// MaxEncodedSize is a true bound: a complete state whose every identity, backend and source
+// range takes the longest form the contract allows encodes to no more than it says.
+func TestMaxEncodedSize(t *testing.T) {
+	const ids, perID = 200, 7
+	st := State{Generation: 1<<62 + 1, Identities: make([]Identity, 0, ids)}
+	for i := range ids {
+		id := Identity{VIP: fmt.Sprintf("255.255.%d.%d", 100+i/100, 100+i%100), Port: 65535, Protocol: UDP,
+			AffinityTimeoutSeconds: 86400, Group: "ffffffffffff"}
+		for j := range perID {
+			id.Backends = append(id.Backends, Backend{IP: fmt.Sprintf("255.255.%d.%d", 100+j, 100+i%100), Port: 65535})
+			id.SourceRanges = append(id.SourceRanges, fmt.Sprintf("255.255.%d.%d/32", 100+j, 100+i%100))
+		}
+		st.Identities = append(st.Identities, id)
+		st.ClusterIPs = append(st.ClusterIPs, id.VIP)
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if max := MaxEncodedSize(ids, ids*2*perID); len(b) > max {
+		t.Fatalf("a worst-case state encodes to %d bytes, more than MaxEncodedSize's %d", len(b), max)
+	}
+	// And the bound is not loose by more than a third (it sizes the controller's defaults).
+	if max := MaxEncodedSize(ids, ids*2*perID); len(b) < max*2/3 {
+		t.Errorf("a worst-case state encodes to %d bytes, far under MaxEncodedSize's %d", len(b), max)
 	}
 }

@@ -68,10 +68,26 @@ func Compute(s Snapshot, gates Gates) Plan {
 			states[name] = &gp
 		}
 	}
-	for _, i := range ix.budgetOrder(s.Services) {
-		svc := &s.Services[i]
+	order := ix.budgetOrder(s.Services)
+	plans := make([]ServicePlan, len(order))
+	for j, i := range order {
+		plans[j] = ix.PlanService(&s.Services[i])
+	}
+	// A full gateway is shared fairly between its namespaces: its Services are planned again
+	// with a share for each (bounds.go). A partial snapshot cannot know every namespace's
+	// demand; the controller plans a gateway in full while any of its Services is limited.
+	if s.GatewayLoad == nil {
+		if full := ix.shareFullGateways(s.Services, order, plans); len(full) > 0 {
+			for j, i := range order {
+				if full[plans[j].Gateway] {
+					plans[j] = ix.PlanService(&s.Services[i])
+				}
+			}
+		}
+	}
+	for j, i := range order {
+		svc, sp := &s.Services[i], plans[j]
 		live[svc.UID] = true
-		sp := ix.PlanService(svc)
 		if gp := states[sp.Gateway]; gp != nil {
 			gp.Add(sp.Contribution())
 		}

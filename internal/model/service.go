@@ -66,6 +66,8 @@ type ServicePlan struct {
 
 	Events []Event
 
+	// Demand is what the Service asks of its gateway, served or Limited (SPEC N4).
+	Demand Load
 	// Limited: the Service would be served, but its gateway has no room left for its identities
 	// (SPEC N4, --max-identities-per-gateway): nothing of it is served.
 	Limited bool
@@ -300,7 +302,7 @@ func (ix *Index) PlanService(svc *corev1.Service) ServicePlan {
 			}
 		}
 		ix.planIdentities(svc, b, &sp)
-		ix.takeLoad(&sp)
+		ix.takeLoad(svc.Namespace, &sp)
 	}
 	if sp.Gateway == "" {
 		sp.Gateway = ix.recordGateway(svc.UID)
@@ -380,33 +382,6 @@ func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan)
 	}
 }
 
-// takeLoad counts a served Service's identities against its gateway's bound (SPEC N4). A Service
-// that does not fit is not served at all: half a Service is worse than none, and the event says
-// what to do. The message does not say how full the gateway is with other tenants' Services
-// (SPEC N8).
-func (ix *Index) takeLoad(sp *ServicePlan) {
-	n := len(sp.Identities)
-	if !sp.Served() || n == 0 {
-		return
-	}
-	max, have := ix.gates.maxIdentities(), ix.load[sp.Gateway]
-	if have+n <= max {
-		ix.load[sp.Gateway] = have + n
-		return
-	}
-	ev := warning(ReasonLimit, "gateway %s has no room for this Service's %d identities: a gateway serves at most %d (the controller's --max-identities-per-gateway); the Service is served once others release theirs",
-		sp.Gateway, n, max)
-	if sp.EIPServed {
-		sp.EIPReason = ev.Message
-	}
-	if sp.ClusterIPServed {
-		sp.ClusterIPReason = ev.Message
-	}
-	sp.EIPServed, sp.ClusterIPServed, sp.EIP, sp.ClusterIP = false, false, "", ""
-	sp.Identities, sp.Record, sp.Records = nil, nil, nil
-	sp.Limited = true
-	sp.Events = append(sp.Events, *ev)
-}
 
 // holdsAll reports whether svc holds every identity it would serve on vip; otherwise it records
 // the conflict (SPEC I2): the part is not served at all.

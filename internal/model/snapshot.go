@@ -28,10 +28,12 @@ type Gates struct {
 	// gateway (SPEC N4); 0 means the defaults. Their product also bounds a ServiceRecord's size
 	// (etcd refuses objects over 1.5 MiB).
 	MaxPortsPerService, MaxBackendsPerIdentity int
-	// MaxIdentitiesPerGateway bounds what all Services together may ask of one gateway (SPEC N4);
-	// 0 means the default. Services that already hold identities keep them first, then the
-	// oldest: a Service that would pass the bound is not served (event) until others let go.
-	MaxIdentitiesPerGateway int
+	// MaxIdentitiesPerGateway and MaxBackendsPerGateway bound what all Services together may ask
+	// of one gateway (SPEC N4; backends and source ranges count as backends); 0 means the
+	// defaults. Services that already hold identities keep them first, then the oldest, with a
+	// fair share per namespace when the gateway is full (bounds.go): a Service that would pass a
+	// bound is not served (event) until others let go.
+	MaxIdentitiesPerGateway, MaxBackendsPerGateway int
 }
 
 // Default bounds of SPEC N4: 64 × 512 entries keep a ServiceRecord under about 1 MB; 65,536
@@ -40,6 +42,10 @@ const (
 	DefaultMaxPortsPerService      = 64
 	DefaultMaxBackendsPerIdentity  = 512
 	DefaultMaxIdentitiesPerGateway = 65536
+	// DefaultMaxBackendsPerGateway keeps a gateway's complete state, with every identity at its
+	// largest, near half the agent's line bound (gwstate.MaxEncodedSize; the controller refuses
+	// bounds that pass it): 10,000 Services × 2 identities × 10 backends use two fifths of it.
+	DefaultMaxBackendsPerGateway = 500000
 )
 
 func (g Gates) maxIdentities() int {
@@ -47,6 +53,13 @@ func (g Gates) maxIdentities() int {
 		return g.MaxIdentitiesPerGateway
 	}
 	return DefaultMaxIdentitiesPerGateway
+}
+
+func (g Gates) maxGatewayBackends() int {
+	if g.MaxBackendsPerGateway > 0 {
+		return g.MaxBackendsPerGateway
+	}
+	return DefaultMaxBackendsPerGateway
 }
 
 func (g Gates) maxPorts() int {
@@ -109,10 +122,10 @@ type Snapshot struct {
 	// ServiceRecords are the existing vpcgw.io ServiceRecords (in the seed's form, likewise left
 	// from the other form and released).
 	ServiceRecords []vpcgwv1alpha1.ServiceRecord
-	// GatewayLoad is, per gateway, how many identities Services outside this snapshot already
-	// have there (a partial plan's snapshot holds only the changed Services); they count against
-	// MaxIdentitiesPerGateway before any Service of the snapshot. Empty for a full snapshot.
-	GatewayLoad map[string]int
+	// GatewayLoad is, per gateway, what Services outside this snapshot already have there (a
+	// partial plan's snapshot holds only the changed Services); it counts against the gateway's
+	// bounds before any Service of the snapshot. Nil for a full snapshot.
+	GatewayLoad map[string]Load
 }
 
 // Index is a snapshot prepared for lookups. Building it is linear in the snapshot; planning one
@@ -132,9 +145,12 @@ type Index struct {
 	// claims lists, per identity, the Services that could serve it, best claim first (I2). A
 	// ClusterIP is unique in a cluster, but a snapshot is input like any other.
 	claims map[claimKey][]claimant
-	// load counts, per gateway, the identities given so far (SPEC N4): GatewayLoad, then each
-	// Service as PlanService serves it.
-	load map[string]int
+	// load counts, per gateway, what was given so far (SPEC N4): GatewayLoad, then each Service
+	// as PlanService serves it; nsLoad the same per namespace. shares, for a gateway that is full,
+	// is what each namespace may take (bounds.go); nil: only the gateway's bounds apply.
+	load   map[string]Load
+	nsLoad map[string]map[string]Load
+	shares map[string]map[string]Load
 }
 
 type claimKey struct {
@@ -169,8 +185,9 @@ func NewIndex(s Snapshot, gates Gates) *Index {
 		load:        maps.Clone(s.GatewayLoad),
 	}
 	if ix.load == nil {
-		ix.load = map[string]int{}
+		ix.load = map[string]Load{}
 	}
+	ix.nsLoad = map[string]map[string]Load{}
 	for i := range s.Gateways {
 		ix.gateways[s.Gateways[i].Name] = &s.Gateways[i]
 	}

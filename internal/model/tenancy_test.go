@@ -296,7 +296,7 @@ func TestPerGatewayIdentityBound(t *testing.T) {
 	// What Services outside the snapshot hold counts first.
 	for load, want := range map[int]bool{2: true, 3: false} {
 		s := baseSnapshot(web)
-		s.GatewayLoad = map[string]int{"gw1": load}
+		s.GatewayLoad = map[string]Load{"gw1": {Identities: load}}
 		if sp := servicePlan(Compute(s, gates), "web"); sp.Served() != want {
 			t.Errorf("with %d identities taken: served %v, want %v", load, sp.Served(), want)
 		}

@@ -4,12 +4,14 @@ package transport_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"sync"
 	"testing"
 
 	"github.com/vpcgw/vpcgw/internal/gwstate"
+	"github.com/vpcgw/vpcgw/internal/transport"
 	"github.com/vpcgw/vpcgw/internal/transport/agenttest"
 )
 
@@ -127,5 +129,37 @@ func TestNoDeltasToAnOlderAgent(t *testing.T) {
 		if msg, _ := a.last(); msg.IsDelta() || len(msg.Identities) != 50 {
 			t.Fatalf("generation %d: delta %v, %d identities; want complete", gen, msg.IsDelta(), len(msg.Identities))
 		}
+	}
+}
+
+// covers: D8
+// An agent that names refused identities has applied the state otherwise: Apply returns a
+// *RefusedError with the names, the stream stays usable, and the next state is a delta against
+// the one sent (the agent's desired state includes the refused identities).
+func TestRefusedIdentitiesKeepTheStream(t *testing.T) {
+	refuse := gwstate.IdentityKey{VIP: "10.96.0.1", Port: 1, Protocol: gwstate.TCP}
+	a := &deltaAgent{accepts: true}
+	conn, stop := agenttest.Pipe(func(st gwstate.State) gwstate.Ack {
+		ack := a.answer(st)
+		ack.Refused = []gwstate.Refusal{{IdentityKey: refuse, Reason: "identity 10.96.0.1:1:tcp: backend 10.0.0.1:80 is an address of the gateway itself (on eth0)"}}
+		return ack
+	})
+	defer stop()
+	st := state("10.1.0.1", "10.1.0.2")
+	st.Generation = 1
+	err := conn.Apply(context.Background(), st)
+	var re *transport.RefusedError
+	if !errors.As(err, &re) || re.Generation != 1 || len(re.Refused) != 1 || re.Refused[0].IdentityKey != refuse {
+		t.Fatalf("apply: %v, want a RefusedError naming %s", err, refuse)
+	}
+	var ae *transport.AgentError
+	if errors.As(err, &ae) || conn.Broken() {
+		t.Fatalf("a refusal by name is taken for a failure of the state (%v) or broke the stream (%v)", ae, conn.Broken())
+	}
+	next := state("10.1.0.1", "10.1.0.3")
+	next.Generation = 2
+	_ = conn.Apply(context.Background(), next)
+	if msg, _ := a.last(); !msg.IsDelta() || msg.Base != 1 {
+		t.Fatalf("the state after a refusal: delta %v on %d, want a delta on generation 1", msg.IsDelta(), msg.Base)
 	}
 }
