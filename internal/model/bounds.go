@@ -17,7 +17,9 @@ type Load struct {
 
 func (l Load) plus(o Load) Load { return Load{l.Identities + o.Identities, l.Backends + o.Backends} }
 
-func (l Load) fits(max Load) bool { return l.Identities <= max.Identities && l.Backends <= max.Backends }
+func (l Load) fits(max Load) bool {
+	return l.Identities <= max.Identities && l.Backends <= max.Backends
+}
 
 // LoadOf is what identities ask of a gateway.
 func LoadOf(ids []gwstate.Identity) Load {

@@ -382,7 +382,6 @@ func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan)
 	}
 }
 
-
 // holdsAll reports whether svc holds every identity it would serve on vip; otherwise it records
 // the conflict (SPEC I2): the part is not served at all.
 func (ix *Index) holdsAll(svc *corev1.Service, sp *ServicePlan, vip, what string, reason *string) bool {
