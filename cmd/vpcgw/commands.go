@@ -34,7 +34,7 @@ func runController(ctx context.Context, args []string) error {
 	var opts controller.Options
 	opts.Flags.Register(fs)
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: in-cluster or $KUBECONFIG)")
-	transportName := fs.String("transport", "local", "how to reach gateway agents: exec (Kubernetes exec API into the gateway pods) or local (ip netns exec, for the lab)")
+	transportName := fs.String("transport", "exec", "how to reach gateway agents: exec (the Kubernetes exec API into the gateway pods) or local (ip netns exec, for tests and the benchmark lab)")
 	agentContainer := fs.String("agent-container", transport.DefaultExecContainer, "container of the gateway pods that runs the agent (exec transport)")
 	agentCommand := fs.String("agent-command", strings.Join(transport.DefaultExecCommand, " "),
 		"the agent's command (the vpcgw-agent binary and its flags), words separated by spaces, no shell: with --transport exec run in that container; with --transport local run under `ip netns exec` (default there: vpcgw-agent beside this binary)")

@@ -13,7 +13,6 @@ import (
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 
-	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/ovn"
 	vpcgwscheme "github.com/vpcgw/vpcgw/internal/scheme"
 	"github.com/vpcgw/vpcgw/internal/status"
@@ -124,7 +123,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 			return fmt.Errorf("OVN northbound DB %s: %w", opts.NB.Address, err)
 		}
 		defer w.Close()
-		routes = ovnRoutes{w}
+		routes = w
 	} else {
 		log.Info("no --ovn-nb-addr: VIP routes are not written; route the VIPs to the gateway by hand")
 	}
@@ -156,12 +155,6 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 	return mgr.Start(ctx)
 }
 
-// ovnRoutes adapts the OVN writer to the plan's route type.
-type ovnRoutes struct{ w *ovn.Writer }
-
-func (o ovnRoutes) Sync(ctx context.Context, want model.VIPRoutes) error {
-	return o.w.Sync(ctx, ovn.VIPRoutes{Router: want.Router, Gateway: want.Gateway, NextHops: want.NextHops, VIPs: want.VIPs})
-}
 
 func pprofAddr(a string) string {
 	if a == "0" {

@@ -21,7 +21,18 @@ var (
 	connType     = reflect.TypeFor[nftables.Conn]()
 	messagesType = reflect.TypeFor[[]netlink.Message]()
 	errorType    = reflect.TypeFor[error]()
+	// The fields' indexes, looked up once: the agent reads the queue once per identity.
+	messagesField = fieldIndex("messages")
+	errField      = fieldIndex("err")
 )
+
+// fieldIndex is the index of nftables.Conn's field name, or -1 (checkConnLayout says why).
+func fieldIndex(name string) int {
+	if f, ok := connType.FieldByName(name); ok && len(f.Index) == 1 {
+		return f.Index[0]
+	}
+	return -1
+}
 
 // checkConnLayout reports whether nftables.Conn still has the private fields this file reads,
 // with the types it reads them as.
@@ -31,7 +42,7 @@ func checkConnLayout() error {
 		typ  reflect.Type
 	}{{"messages", messagesType}, {"err", errorType}} {
 		sf, ok := connType.FieldByName(f.name)
-		if !ok {
+		if !ok || len(sf.Index) != 1 {
 			return fmt.Errorf("github.com/google/nftables.Conn has no field %q: this build of the library is not the one the agent was written for", f.name)
 		}
 		if sf.Type != f.typ {
@@ -43,12 +54,12 @@ func checkConnLayout() error {
 
 // queuedMessages exposes the messages google/nftables has queued for the next Flush.
 func queuedMessages(c *nftables.Conn) *[]netlink.Message {
-	f := reflect.ValueOf(c).Elem().FieldByName("messages")
+	f := reflect.ValueOf(c).Elem().Field(messagesField)
 	return (*[]netlink.Message)(unsafe.Pointer(f.UnsafeAddr()))
 }
 
 // connError exposes the serialisation error google/nftables keeps for the next Flush.
 func connError(c *nftables.Conn) *error {
-	f := reflect.ValueOf(c).Elem().FieldByName("err")
+	f := reflect.ValueOf(c).Elem().Field(errField)
 	return (*error)(unsafe.Pointer(f.UnsafeAddr()))
 }

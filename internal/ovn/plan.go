@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/ovn/nbdb"
 )
 
@@ -40,17 +41,10 @@ func ExemptValue(gw string) string { return "vpcgw:" + gw }
 // ErrRouterNotFound is wrapped by Sync when the router that should carry policies does not exist.
 var ErrRouterNotFound = errors.New("logical router not found")
 
-// VIPRoutes is the desired set of VIP policies of ONE gateway.
-type VIPRoutes struct {
-	// Router is the VPC's logical router name (= the Vpc name).
-	Router string
-	// Gateway is the VpcNatGateway name.
-	Gateway string
-	// NextHops are the IPv4 VPC addresses of the gateway's initialized instances.
-	NextHops []string
-	// VIPs are the IPv4 addresses the gateway serves.
-	VIPs []string
-}
+// VIPRoutes are one gateway's VIP policies as the model plans them (SPEC V1): the VPC's router
+// (named like the Vpc), the gateway, the IPv4 VPC addresses of its initialized instances (the
+// next hops) and the IPv4 addresses it serves. One type for the model and the writer.
+type VIPRoutes = model.VIPRoutes
 
 // desired is a validated VIPRoutes.
 type desired struct {
