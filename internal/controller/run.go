@@ -155,7 +155,6 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 	return mgr.Start(ctx)
 }
 
-
 func pprofAddr(a string) string {
 	if a == "0" {
 		return ""
