@@ -385,3 +385,101 @@ func TestRealDeltaFastPathMatchesFresh(t *testing.T) {
 		t.Errorf("verify: drift %q, err %v", drift, err)
 	}
 }
+
+// covers: D8, N4
+// Random sequences of states in which identities turn invalid (a backend on port 0) and come
+// back, identities sharing groups: after every message, through the delta fast path and through
+// complete states alike, the gateway holds exactly what named refusals promise. Every identity
+// not refused is programmed as desired; every refused one keeps what was committed for it (or
+// nothing); an identity is refused only when it is invalid or shares a group with a changed
+// invalid one; and both paths give the same table and the same refusals.
+func TestRefusalsRandomKeepThePromise(t *testing.T) {
+	poison := gwstate.Backend{IP: "10.0.9.9", Port: 0}
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 13))
+			states := randomStates(r, 40, 30)
+			for i := range states {
+				for j := range states[i].Identities {
+					id := &states[i].Identities[j]
+					id.Group = fmt.Sprint("g", id.Port%7, len(id.VIP)%3)
+					if len(id.Backends) > 0 && r.IntN(6) == 0 {
+						id.Backends = append(slices.Clone(id.Backends), poison)
+					}
+				}
+				states[i].Normalize()
+			}
+			f := newFake()
+			a := newAgent(&knftBackend{nft: f}, logr.Discard(), "", nil, nil)
+			refF := newFake()
+			ref := newAgent(&knftBackend{nft: refF}, logr.Discard(), "", nil, nil)
+			ctx := context.Background()
+			refusedSome, heldSome := false, false
+			for i, st := range states {
+				prev := map[gwstate.IdentityKey]gwstate.Identity{}
+				for _, id := range a.Applied() {
+					prev[id.ID()] = id
+				}
+				var ack gwstate.Ack
+				if i == 0 {
+					line, _ := json.Marshal(st)
+					ack = handleLine(ctx, a, line, logr.Discard())
+				} else {
+					ack = handleLine(ctx, a, deltaLine(t, states[i-1], st), logr.Discard())
+				}
+				if ack.Error != "" {
+					t.Fatalf("generation %d: %s", st.Generation, ack.Error)
+				}
+				mustApply(t, ref, st)
+				if !reflect.DeepEqual(ack.Refused, ref.Refusals()) {
+					t.Fatalf("generation %d: the delta path refused %v, complete states %v", st.Generation, ack.Refused, ref.Refusals())
+				}
+				if got, want := f.Dump(), refF.Dump(); got != want {
+					t.Fatalf("generation %d: the delta path's table differs from the complete states':\n%s\nwant\n%s", st.Generation, got, want)
+				}
+				refused := map[gwstate.IdentityKey]bool{}
+				for _, rf := range ack.Refused {
+					refused[rf.IdentityKey] = true
+				}
+				applied := map[gwstate.IdentityKey]gwstate.Identity{}
+				for _, id := range a.Applied() {
+					applied[id.ID()] = id
+				}
+				poisonedGroups := map[string]bool{}
+				for _, id := range st.Identities {
+					old, had := prev[id.ID()]
+					if slices.Contains(id.Backends, poison) && !(had && identityEqual(old, id)) {
+						poisonedGroups[id.Group] = true
+					}
+				}
+				for _, id := range st.Identities {
+					k := id.ID()
+					got, has := applied[k]
+					old, had := prev[k]
+					bad := slices.Contains(id.Backends, poison)
+					switch {
+					case bad && !refused[k]:
+						t.Fatalf("generation %d: invalid identity %s is not refused", st.Generation, k)
+					case refused[k] && !bad && !poisonedGroups[id.Group]:
+						t.Fatalf("generation %d: %s refused without a changed invalid identity in its group", st.Generation, k)
+					case refused[k] && (has != had || (has && !identityEqual(got, old))):
+						t.Fatalf("generation %d: refused %s is programmed as %+v, want what was committed (%v %+v)", st.Generation, k, got, had, old)
+					case !refused[k] && len(id.Backends) > 0 && (!has || !identityEqual(got, id)):
+						t.Fatalf("generation %d: %s is programmed as %+v, want %+v", st.Generation, k, got, id)
+					case !refused[k] && len(id.Backends) == 0 && has:
+						t.Fatalf("generation %d: %s without backends is programmed", st.Generation, k)
+					}
+					refusedSome = refusedSome || refused[k]
+					heldSome = heldSome || (refused[k] && !bad)
+					delete(applied, k)
+				}
+				if len(applied) > 0 {
+					t.Fatalf("generation %d: identities outside the state are programmed: %v", st.Generation, applied)
+				}
+			}
+			if !refusedSome || !heldSome {
+				t.Fatalf("the sequence never refused an identity (%v) or held one back with its group (%v)", refusedSome, heldSome)
+			}
+		})
+	}
+}
