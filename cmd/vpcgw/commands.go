@@ -11,11 +11,13 @@ import (
 
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/ovn"
+	"github.com/vpcgw/vpcgw/internal/scheme"
 	"github.com/vpcgw/vpcgw/internal/status"
 	"github.com/vpcgw/vpcgw/internal/transport"
 )
@@ -117,7 +119,15 @@ func runController(ctx context.Context, args []string) error {
 			}
 			argv = []string{filepath.Join(filepath.Dir(exe), transport.DefaultAgentBinary)}
 		}
-		opts.Dialer = &transport.LocalNetns{AgentCommand: argv, Log: log.WithName("transport")}
+		sch, err := scheme.New()
+		if err != nil {
+			return err
+		}
+		pods, err := client.New(cfg, client.Options{Scheme: sch})
+		if err != nil {
+			return fmt.Errorf("API client for the local transport: %w", err)
+		}
+		opts.Dialer = &transport.LocalNetns{AgentCommand: argv, Netns: transport.NetnsFromPods(pods), Log: log.WithName("transport")}
 	default:
 		return fmt.Errorf("unknown --transport %q (supported: exec, local)", *transportName)
 	}

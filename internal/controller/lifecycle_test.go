@@ -258,7 +258,13 @@ func newFixtureWith(t *testing.T, mode agentMode, gw string, instances int, opti
 		})
 		f.real = &netnsAgents{t: t, net: net, nsOf: map[types.UID]string{}}
 		f.data = f.real
-		f.dialer = &transport.LocalNetns{AgentCommand: []string{agentExe}, Log: logr.Discard()}
+		real := f.real
+		f.dialer = &transport.LocalNetns{AgentCommand: []string{agentExe}, Log: logr.Discard(),
+			Netns: func(_ context.Context, inst transport.Instance) (string, error) {
+				real.mu.Lock()
+				defer real.mu.Unlock()
+				return real.nsOf[inst.UID], nil
+			}}
 	}
 	f.makeGateway(gw, instances)
 	f.start(model.Gates{LoadBalancer: true, ClusterIP: true})

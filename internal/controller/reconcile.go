@@ -293,7 +293,6 @@ func transportInstances(gp *model.GatewayPlan) []transport.Instance {
 	for _, inst := range gp.Instances {
 		out = append(out, transport.Instance{
 			Gateway: gp.Name, Namespace: inst.Pod.Namespace, Pod: inst.Pod.Name, UID: inst.Pod.UID,
-			Netns:    inst.Pod.Annotations[transport.NetnsAnnotation],
 			Workload: inst.Workload, WorkloadNamespace: inst.WorkloadNamespace,
 		})
 	}

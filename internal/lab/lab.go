@@ -199,7 +199,7 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 	ctrlOpts := controller.Options{
 		Flags:       controller.Flags{EnableGwNftableLbSvc: true, EnableGwNftableSvcClusterIP: true},
 		NB:          ovn.Config{Address: l.nb.addr()},
-		Dialer:      &transport.LocalNetns{AgentCommand: []string{opts.Bins.Agent}, Log: opts.Log.WithName("transport")},
+		Dialer:      &transport.LocalNetns{AgentCommand: []string{opts.Bins.Agent}, Netns: transport.NetnsFromPods(l.Client), Log: opts.Log.WithName("transport")},
 		MetricsAddr: "0",
 		HealthAddr:  "0",
 	}

@@ -11,29 +11,58 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// NetnsAnnotation on a gateway pod names the network namespace that plays that pod in the lab.
+// NetnsAnnotation on a gateway pod names the network namespace that plays that pod in the
+// benchmark lab (internal/lab); NetnsFromPods reads it for the local transport.
 const NetnsAnnotation = "lab.vpcgw.io/netns"
 
 // LocalNetns starts the agent as a subprocess inside a named network namespace:
-// `ip netns exec <netns> <AgentCommand...>`. The lab and the tests use it.
+// `ip netns exec <netns> <AgentCommand...>`. The tests and the benchmark lab use it; the
+// controller knows nothing of it (an Instance is a Pod, wherever it runs).
 type LocalNetns struct {
 	// AgentCommand is the agent's argv, e.g. {"/usr/local/bin/vpcgw-agent"}.
 	AgentCommand []string
-	Log          logr.Logger
+	// Netns finds the network namespace that plays an instance.
+	Netns func(ctx context.Context, inst Instance) (string, error)
+	Log   logr.Logger
 }
 
 var _ Dialer = (*LocalNetns)(nil)
 
-func (l *LocalNetns) Dial(_ context.Context, inst Instance) (*Conn, error) {
-	if inst.Netns == "" {
-		return nil, fmt.Errorf("instance %s has no %s annotation: the local transport cannot find its namespace", inst, NetnsAnnotation)
+// NetnsFromPods finds an instance's namespace in its Pod's NetnsAnnotation, read through r (the
+// Pod must still be the instance's: same UID).
+func NetnsFromPods(r client.Reader) func(context.Context, Instance) (string, error) {
+	return func(ctx context.Context, inst Instance) (string, error) {
+		var pod corev1.Pod
+		if err := r.Get(ctx, types.NamespacedName{Namespace: inst.Namespace, Name: inst.Pod}, &pod); err != nil {
+			return "", fmt.Errorf("instance %s: reading its pod: %w", inst, err)
+		}
+		if pod.UID != inst.UID {
+			return "", fmt.Errorf("instance %s: its pod was replaced", inst)
+		}
+		return pod.Annotations[NetnsAnnotation], nil
+	}
+}
+
+func (l *LocalNetns) Dial(ctx context.Context, inst Instance) (*Conn, error) {
+	if l.Netns == nil {
+		return nil, errors.New("local transport: no way to find an instance's network namespace configured")
+	}
+	netns, err := l.Netns(ctx, inst)
+	if err != nil {
+		return nil, err
+	}
+	if netns == "" {
+		return nil, fmt.Errorf("instance %s has no network namespace (%s annotation): the local transport cannot reach it", inst, NetnsAnnotation)
 	}
 	if len(l.AgentCommand) == 0 {
 		return nil, errors.New("local transport: no agent command configured")
 	}
-	argv := append([]string{"netns", "exec", inst.Netns}, l.AgentCommand...)
+	argv := append([]string{"netns", "exec", netns}, l.AgentCommand...)
 	// Not CommandContext: the agent must outlive the reconcile that dialled it.
 	cmd := exec.Command("ip", argv...)
 	stdin, err := cmd.StdinPipe()
@@ -49,9 +78,9 @@ func (l *LocalNetns) Dial(_ context.Context, inst Instance) (*Conn, error) {
 		return nil, fmt.Errorf("agent stderr: %w", err)
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting agent in netns %s: %w", inst.Netns, err)
+		return nil, fmt.Errorf("starting agent in netns %s: %w", netns, err)
 	}
-	log := l.Log.WithValues("instance", inst.String(), "netns", inst.Netns, "pid", cmd.Process.Pid)
+	log := l.Log.WithValues("instance", inst.String(), "netns", netns, "pid", cmd.Process.Pid)
 	log.Info("agent started")
 	logDone := make(chan struct{})
 	go func() {

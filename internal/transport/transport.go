@@ -37,8 +37,6 @@ type Instance struct {
 	// spec.namespace on master). Required by the exec transport: a workload of the same name
 	// and labels in any other namespace is anyone's (SPEC N5).
 	WorkloadNamespace string
-	// Netns is the network namespace that stands in for the pod in the lab (local transport).
-	Netns string
 }
 
 func (i Instance) String() string {

@@ -111,7 +111,7 @@ func TestConnRejectsGarbageFromAgent(t *testing.T) {
 
 // covers: D7
 func TestLocalNetnsNeedsNamespace(t *testing.T) {
-	d := &LocalNetns{AgentCommand: []string{"/bin/true"}}
+	d := &LocalNetns{AgentCommand: []string{"/bin/true"}, Netns: func(context.Context, Instance) (string, error) { return "", nil }}
 	_, err := d.Dial(context.Background(), Instance{Gateway: "gw1", Namespace: "kube-system", Pod: "vpc-nat-gw-gw1-0"})
 	if err == nil || !strings.Contains(err.Error(), NetnsAnnotation) {
 		t.Fatalf("Dial = %v, want an error naming %s", err, NetnsAnnotation)
