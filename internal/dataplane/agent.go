@@ -2,7 +2,6 @@ package dataplane
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -29,8 +28,10 @@ import (
 // cost per anonymous map grows with the transaction, so one transaction of 10,000 identities
 // is quadratic (SPEC P2). Only the final transaction changes what traffic sees (SPEC D8).
 //
-// A delta message (ApplyMessage) to a synced agent is applied from the delta alone, in
-// O(changed) (applyDelta, SPEC P1); anything else goes through the complete state.
+// A complete state and a delta both become one change set, written, committed and booked by
+// applyChanges (apply.go); a delta's is made from the delta alone, in O(changed) (applyDelta,
+// SPEC P1). Identities the agent's validation or the kernel refuses are left out by name
+// (admit.go, SPEC D8).
 //
 // Agent is safe for concurrent use (Apply, Verify and Retry are serialised).
 type Agent struct {
@@ -245,103 +246,6 @@ func wantVIPs(ips []string) []netip.Addr {
 	return slices.Compact(out)
 }
 
-func (a *Agent) applyLocked(ctx context.Context, st gwstate.State) error {
-	desired := make(map[gwstate.IdentityKey]gwstate.Identity, len(st.Identities))
-	present := make(map[gwstate.IdentityKey]gwstate.Identity, len(st.Identities))
-	for _, id := range st.Identities {
-		k := id.ID()
-		present[k] = id
-		if len(id.Backends) > 0 {
-			desired[k] = id
-		}
-	}
-
-	full := !a.synced
-	var inv *inventory
-	if full {
-		var err error
-		if inv, err = a.be.inventory(ctx); err != nil {
-			return err
-		}
-	}
-	a.commitTime = 0
-	ready, stage := a.planStaging(inv, st.Identities, desired)
-	stagedOps, stagedTx, err := a.stage(ctx, stage, ready)
-	if err != nil {
-		a.synced = false
-		return err
-	}
-
-	tx := a.be.begin()
-	var vipDelta map[string]int
-	if full {
-		a.fullSync(tx, inv, st.Identities, desired, ready)
-	} else {
-		vipDelta = a.incremental(tx, st.Identities, desired, ready)
-	}
-	ops := tx.size()
-	if ops > 0 {
-		start := time.Now()
-		err := a.be.commit(ctx, tx)
-		a.commitTime += time.Since(start)
-		if err != nil {
-			a.synced = false
-			if stagedTx > 0 {
-				return fmt.Errorf("%s transaction (%d operations, after %d staging transactions) failed: %w", a.be.name(), ops, stagedTx, err)
-			}
-			return fmt.Errorf("%s transaction (%d operations) failed: %w", a.be.name(), ops, err)
-		}
-	}
-	targets := a.cleanTargets(full, desired, present)
-	a.applied, a.present = desired, present
-	if full {
-		a.vipRefs = countVIPs(desired)
-	} else {
-		applyVIPDelta(a.vipRefs, vipDelta)
-	}
-	a.staged = nil // referenced now, or deleted by the full sync as stale
-	a.synced = true
-	a.log.V(1).Info("applied state", "generation", st.Generation, "identities", len(desired), "operations", ops+stagedOps,
-		"stagingTransactions", stagedTx, "full", full, "kernelTime", a.commitTime.String())
-
-	var errs []error
-	if a.vips != nil {
-		added, deleted, err := a.vips.converge(wantVIPs(st.ClusterIPs))
-		a.vipsSynced = err == nil
-		if len(added)+len(deleted) > 0 {
-			a.log.V(1).Info("lo VIPs converged", "added", added, "deleted", deleted)
-		}
-		if err != nil {
-			errs = append(errs, err)
-		}
-	} else {
-		a.vipsSynced = true
-	}
-	a.cleanConntrack(targets)
-	return errors.Join(errs...)
-}
-
-// cleanTargets says which conntrack entries must go after committing desired (SPEC D6, N7):
-// flowTarget's for every identity of the state, and all the flows of an identity that left it.
-func (a *Agent) cleanTargets(full bool, desired, present map[gwstate.IdentityKey]gwstate.Identity) []cleanTarget {
-	if a.ct == nil {
-		return nil
-	}
-	var out []cleanTarget
-	for k, id := range present {
-		old, had := a.applied[k]
-		if t, ok := flowTarget(full, id, old, had); ok {
-			out = append(out, t)
-		}
-	}
-	for k, id := range a.present {
-		if _, ok := present[k]; !ok {
-			out = append(out, newCleanTarget(id.VIP, id.Port, id.Protocol, nil))
-		}
-	}
-	return out
-}
-
 // Applied returns a copy of the identities the agent believes are installed, sorted by key.
 func (a *Agent) Applied() []gwstate.Identity {
 	a.mu.Lock()
@@ -478,43 +382,6 @@ func (a *Agent) stage(ctx context.Context, stage []gwstate.Identity, ready map[g
 		}
 	}
 	return ops, transactions, nil
-}
-
-// incremental writes only what differs between a.applied and desired, in the order of the
-// (normalized) states. Identities in ready only get their element. It returns the change of
-// the identities per VIP (vipChanges).
-func (a *Agent) incremental(tx txn, ids []gwstate.Identity, desired map[gwstate.IdentityKey]gwstate.Identity, ready map[gwstate.IdentityKey]bool) map[string]int {
-	// Removals first, in the states' order: a removed identity's objects never share names
-	// with a desired one.
-	var gone []gwstate.Identity
-	for k, old := range a.applied {
-		if _, ok := desired[k]; !ok {
-			gone = append(gone, old)
-		}
-	}
-	slices.SortFunc(gone, func(x, y gwstate.Identity) int { return gwstate.CompareKeys(x.ID(), y.ID()) })
-	for i := range gone {
-		writeIdentity(tx, &gone[i], nil)
-	}
-	var added []gwstate.Identity
-	for _, id := range ids {
-		if len(id.Backends) == 0 {
-			continue
-		}
-		old, ok := a.applied[id.ID()]
-		if !ok {
-			added = append(added, id)
-		}
-		switch {
-		case !ok && ready[id.ID()]:
-			addReadyElement(tx, id)
-		case !ok:
-			writeIdentity(tx, nil, &id)
-		case !identityEqual(old, id):
-			writeIdentity(tx, &old, &id)
-		}
-	}
-	return vipChanges(tx, a.vipRefs, gone, added)
 }
 
 // fullSync writes a transaction that makes the listed table exactly desired, as far as the

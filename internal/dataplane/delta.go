@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"time"
 
 	"github.com/vpcgw/vpcgw/internal/gwstate"
 )
@@ -16,10 +15,10 @@ import (
 // changed, so a change at 10,000 identities is a line of a few hundred bytes instead of
 // megabytes to decode (SPEC P1, P3). msg must be normalized and valid.
 //
-// A delta to a synced agent takes the fast path (applyDelta): O(changed) work, the same
-// transaction the full path would write. Anything the agent does not trust (no full sync yet, a
-// failed apply or lo convergence, staged leftovers, more new identities than one staging chunk)
-// sends it through the full path: merge into the complete state and converge.
+// A delta to a synced agent takes the fast path (applyDelta): O(changed) work, the same change
+// set a complete state would make (apply.go). Anything the agent does not trust (no full sync
+// yet, a failed apply or lo convergence, staged leftovers) sends it through the full path: merge
+// into the complete state and converge.
 func (a *Agent) ApplyMessage(ctx context.Context, msg gwstate.State) error {
 	if !msg.IsDelta() {
 		return a.Apply(ctx, msg)
@@ -36,15 +35,14 @@ func (a *Agent) ApplyMessage(ctx context.Context, msg gwstate.State) error {
 		return fmt.Errorf("delta against generation %d, but the state held is generation %d: send a complete state", msg.Base, a.lastGen)
 	}
 	if a.synced && a.vipsSynced && len(a.staged) == 0 {
-		if done, err := a.applyDelta(ctx, msg); done {
-			var kr *kernelRefusal
-			if !errors.As(err, &kr) {
-				return err
-			}
-			// The delta is the desired state now; program it without what the kernel refused.
-			a.log.Info("the kernel refused identities; programming the state without them", "refused", len(kr.reasons), "generation", msg.Generation, "error", kr.err.Error())
-			return a.converge(ctx, *a.desired(), false, kr.reasons)
+		err := a.applyDelta(ctx, msg)
+		var kr *kernelRefusal
+		if !errors.As(err, &kr) || a.lastGen != msg.Generation {
+			return err
 		}
+		// The delta is the desired state now; program it without what the kernel refused.
+		a.log.Info("the kernel refused identities; programming the state without them", "refused", len(kr.reasons), "generation", msg.Generation, "error", kr.err.Error())
+		return a.converge(ctx, *a.desired(), false, kr.reasons)
 	}
 	st, err := a.desired().Merge(msg)
 	if err != nil {
@@ -104,18 +102,16 @@ func (a *Agent) recordDelta(msg gwstate.State) {
 }
 
 // applyDelta is the fast path of a delta (SPEC P1): the agent is synced, so what it committed
-// (applied, present) is the desired state the delta is based on, and the work follows from the
-// delta alone. It validates the upserted identities that differ from the committed ones, writes
-// the transaction incremental would write for the merged state (removals first, then the
-// changed identities, both in the states' order), commits it, and updates the committed maps,
-// the pending deltas, lo (only when the ClusterIPs changed) and conntrack (SPEC D6) in
-// O(changed). It reports done = false, having changed nothing, when the delta creates more new
-// identity chains than one staging chunk (the full path stages them, SPEC P2).
+// (applied, present) is the desired state the delta is based on, and the change set follows from
+// the delta alone, O(changed): its upserts that differ from the committed identities (and the
+// identities refused before, tried again), less those the agent refuses (admit.go), and its
+// removals. applyChanges writes, commits and books it, as for a complete state; lo is converged
+// only when the ClusterIPs changed.
 //
 // A failed transaction leaves the table and the committed maps as they were, records the delta
 // as the desired state and marks the agent unsynced: Retry, or the next message through the full
 // path, converges (SPEC D8).
-func (a *Agent) applyDelta(ctx context.Context, msg gwstate.State) (done bool, err error) {
+func (a *Agent) applyDelta(ctx context.Context, msg gwstate.State) error {
 	// Identities refused before are tried again with every message, unless this one changes or
 	// removes them (admit.go).
 	upserts := msg.Identities
@@ -149,129 +145,29 @@ func (a *Agent) applyDelta(ctx context.Context, msg gwstate.State) (done bool, e
 		err = holdGroups(candidates, reasons)
 	}
 	if err != nil {
-		return true, fmt.Errorf("invalid state: %w", err)
+		return fmt.Errorf("invalid state: %w", err)
 	}
 
-	var changed []gwstate.Identity // candidates the agent programs
-	var gone []gwstate.Identity    // committed identities with backends that lose their objects
-	var removed []gwstate.Identity // committed identities that leave the state
-	var added []gwstate.Identity   // upserts with backends that were not applied
-	newChains := 0
+	var c changes
 	for _, id := range candidates {
-		k := id.ID()
-		if reason, no := reasons[k]; no {
+		if reason, no := reasons[id.ID()]; no {
 			if refused == nil {
 				refused = map[gwstate.IdentityKey]refusal{}
 			}
-			refused[k] = refusal{id: id, reason: reason}
+			refused[id.ID()] = refusal{id: id, reason: reason}
 			continue
 		}
-		changed = append(changed, id)
-		old, had := a.applied[k]
-		switch {
-		case len(id.Backends) == 0 && had:
-			gone = append(gone, old)
-		case len(id.Backends) > 0 && !had:
-			newChains++
-			added = append(added, id)
-		}
+		c.upserts = append(c.upserts, id)
 	}
 	for _, k := range msg.Removed {
 		if old, ok := a.present[k]; ok {
-			removed = append(removed, old)
-			if len(old.Backends) > 0 {
-				gone = append(gone, old)
-			}
+			c.removed = append(c.removed, old)
 		}
-	}
-	if a.stageChunk > 0 && newChains > a.stageChunk {
-		return false, nil
 	}
 	a.refused = refused
-	prevClusterIPs := a.lastClusterIPs
+	loChanged := !slices.Equal(a.lastClusterIPs, msg.ClusterIPs)
 	a.recordDelta(msg)
-
-	tx := a.be.begin()
-	slices.SortFunc(gone, func(x, y gwstate.Identity) int { return gwstate.CompareKeys(x.ID(), y.ID()) })
-	for i := range gone {
-		writeIdentity(tx, &gone[i], nil)
-	}
-	vipDelta := vipChanges(tx, a.vipRefs, gone, added)
-	for i := range changed {
-		id := &changed[i]
-		if len(id.Backends) == 0 {
-			continue
-		}
-		if old, ok := a.applied[id.ID()]; ok {
-			writeIdentity(tx, &old, id)
-		} else {
-			writeIdentity(tx, nil, id)
-		}
-	}
-	a.commitTime = 0
-	ops := tx.size()
-	if ops > 0 {
-		start := time.Now()
-		err := a.be.commit(ctx, tx)
-		a.commitTime = time.Since(start)
-		if err != nil {
-			a.synced = false
-			return true, fmt.Errorf("%s transaction (%d operations) failed: %w", a.be.name(), ops, err)
-		}
-	}
-
-	targets := a.deltaCleanTargets(changed, removed)
-	applyVIPDelta(a.vipRefs, vipDelta)
-	for _, old := range removed {
-		k := old.ID()
-		delete(a.present, k)
-		delete(a.applied, k)
-	}
-	for _, id := range changed {
-		k := id.ID()
-		a.present[k] = id
-		if len(id.Backends) > 0 {
-			a.applied[k] = id
-		} else {
-			delete(a.applied, k)
-		}
-	}
-	a.log.V(1).Info("applied delta", "generation", msg.Generation, "base", msg.Base, "changed", len(changed),
-		"removed", len(removed), "identities", len(a.applied), "operations", ops, "kernelTime", a.commitTime.String())
-
-	var errs []error
-	if a.vips != nil && !slices.Equal(prevClusterIPs, msg.ClusterIPs) {
-		added, deleted, err := a.vips.converge(wantVIPs(msg.ClusterIPs))
-		a.vipsSynced = err == nil
-		if len(added)+len(deleted) > 0 {
-			a.log.V(1).Info("lo VIPs converged", "added", added, "deleted", deleted)
-		}
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	a.cleanConntrack(targets)
-	return true, errors.Join(errs...)
-}
-
-// deltaCleanTargets is cleanTargets for a delta, before the committed maps are updated:
-// changed are the upserts that differ from the committed identities, removed the committed
-// identities the delta removes (SPEC D6).
-func (a *Agent) deltaCleanTargets(changed, removed []gwstate.Identity) []cleanTarget {
-	if a.ct == nil {
-		return nil
-	}
-	var out []cleanTarget
-	for _, id := range changed {
-		old, had := a.applied[id.ID()]
-		if t, ok := flowTarget(false, id, old, had); ok {
-			out = append(out, t)
-		}
-	}
-	for _, old := range removed {
-		out = append(out, newCleanTarget(old.VIP, old.Port, old.Protocol, nil))
-	}
-	return out
+	return a.applyChanges(ctx, c, msg.Generation, msg.ClusterIPs, loChanged)
 }
 
 // cleanConntrack deletes the flows targets name (SPEC D6). A failure is logged, not returned:

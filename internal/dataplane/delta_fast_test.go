@@ -264,10 +264,11 @@ func TestDeltaFastPathFailedTransaction(t *testing.T) {
 	}
 }
 
-// A delta that creates more identity chains than one staging chunk goes through the full path,
-// which stages them (SPEC P2); an invalid delta changes nothing.
+// A delta that creates more identity chains than one staging chunk has them staged, as a
+// complete state would (one apply path, SPEC P2); an invalid identity in a delta is refused by
+// name and a malformed delta changes nothing.
 // covers: P1, P2, D8
-func TestDeltaFallsBackToStaging(t *testing.T) {
+func TestDeltaStagesManyNewIdentities(t *testing.T) {
 	f := &scriptedNFT{Fake: newFake()}
 	a := stagedAgent(f, 10)
 	s1 := state(1, mixedIdentities(5, 0)...)

@@ -1,0 +1,236 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/vpcgw/vpcgw/internal/gwstate"
+)
+
+// One apply path (SPEC D8, P1): a complete state and a delta both become one change set against
+// what the agent committed, and applyChanges writes, commits and books it. Only an agent that
+// does not trust its memory (no full sync yet, a failed transaction, drift) takes the other way,
+// fullApply, which lists the table and reconciles all of it.
+
+// changes is what one message changes against what the agent committed (applied, present):
+// the identities that are new or whose content differs, in the states' order, and the committed
+// identities that leave the state, in key order.
+type changes struct {
+	upserts []gwstate.Identity
+	removed []gwstate.Identity
+}
+
+// diff is the change set that turns what the agent committed into the complete state st: O(n).
+func (a *Agent) diff(st gwstate.State) changes {
+	var c changes
+	for _, id := range st.Identities {
+		if old, ok := a.present[id.ID()]; !ok || !identityEqual(old, id) {
+			c.upserts = append(c.upserts, id)
+		}
+	}
+	if len(a.present) > len(st.Identities)-len(c.upserts) {
+		keep := make(map[gwstate.IdentityKey]bool, len(st.Identities))
+		for _, id := range st.Identities {
+			keep[id.ID()] = true
+		}
+		for k, old := range a.present {
+			if !keep[k] {
+				c.removed = append(c.removed, old)
+			}
+		}
+		slices.SortFunc(c.removed, func(x, y gwstate.Identity) int { return gwstate.CompareKeys(x.ID(), y.ID()) })
+	}
+	return c
+}
+
+// applyLocked converges the kernel to the complete, admitted state st.
+func (a *Agent) applyLocked(ctx context.Context, st gwstate.State) error {
+	if !a.synced {
+		return a.fullApply(ctx, st)
+	}
+	return a.applyChanges(ctx, a.diff(st), st.Generation, st.ClusterIPs, true)
+}
+
+// applyChanges writes c as one transaction (after staging transactions when it creates more new
+// identity chains than one chunk, see stage), commits it and books it: the committed maps, the
+// VIP counts, lo (when convergeLo) and conntrack (SPEC D6). Its work is O(changed). A failed
+// transaction leaves the table and the committed maps as they were and marks the agent unsynced.
+func (a *Agent) applyChanges(ctx context.Context, c changes, generation int64, clusterIPs []string, convergeLo bool) error {
+	var gone, added []gwstate.Identity // committed identities that lose their objects; new ones with backends
+	for _, id := range c.upserts {
+		old, had := a.applied[id.ID()]
+		switch {
+		case len(id.Backends) == 0 && had:
+			gone = append(gone, old)
+		case len(id.Backends) > 0 && !had:
+			added = append(added, id)
+		}
+	}
+	for _, old := range c.removed {
+		if len(old.Backends) > 0 {
+			gone = append(gone, old)
+		}
+	}
+	slices.SortFunc(gone, func(x, y gwstate.Identity) int { return gwstate.CompareKeys(x.ID(), y.ID()) })
+
+	a.commitTime = 0
+	ready := map[gwstate.IdentityKey]bool{}
+	var stage []gwstate.Identity
+	if a.stageChunk > 0 && len(added) > a.stageChunk {
+		stage = added
+	}
+	stagedOps, stagedTx, err := a.stage(ctx, stage, ready)
+	if err != nil {
+		a.synced = false
+		return err
+	}
+	tx := a.be.begin()
+	// Removals first: a removed identity's objects never share names with a desired one.
+	for i := range gone {
+		writeIdentity(tx, &gone[i], nil)
+	}
+	for i := range c.upserts {
+		id := &c.upserts[i]
+		if len(id.Backends) == 0 {
+			continue
+		}
+		switch old, had := a.applied[id.ID()]; {
+		case !had && ready[id.ID()]:
+			addReadyElement(tx, *id)
+		case !had:
+			writeIdentity(tx, nil, id)
+		default:
+			writeIdentity(tx, &old, id)
+		}
+	}
+	vipDelta := vipChanges(tx, a.vipRefs, gone, added)
+	if err := a.commit(ctx, tx, stagedTx); err != nil {
+		return err
+	}
+
+	targets := a.targets(false, c)
+	applyVIPDelta(a.vipRefs, vipDelta)
+	for _, old := range c.removed {
+		delete(a.present, old.ID())
+		delete(a.applied, old.ID())
+	}
+	for _, id := range c.upserts {
+		a.present[id.ID()] = id
+		if len(id.Backends) > 0 {
+			a.applied[id.ID()] = id
+		} else {
+			delete(a.applied, id.ID())
+		}
+	}
+	a.staged = nil
+	a.log.V(1).Info("applied changes", "generation", generation, "changed", len(c.upserts), "removed", len(c.removed),
+		"identities", len(a.applied), "operations", tx.size()+stagedOps, "stagingTransactions", stagedTx, "kernelTime", a.commitTime.String())
+	return a.finish(targets, clusterIPs, convergeLo)
+}
+
+// fullApply lists the table and makes it exactly st, as far as the agent's objects go
+// (fullSync), then books st as what is committed.
+func (a *Agent) fullApply(ctx context.Context, st gwstate.State) error {
+	desired := make(map[gwstate.IdentityKey]gwstate.Identity, len(st.Identities))
+	present := make(map[gwstate.IdentityKey]gwstate.Identity, len(st.Identities))
+	for _, id := range st.Identities {
+		present[id.ID()] = id
+		if len(id.Backends) > 0 {
+			desired[id.ID()] = id
+		}
+	}
+	inv, err := a.be.inventory(ctx)
+	if err != nil {
+		return err
+	}
+	a.commitTime = 0
+	ready, stage := a.planStaging(inv, st.Identities, desired)
+	stagedOps, stagedTx, err := a.stage(ctx, stage, ready)
+	if err != nil {
+		a.synced = false
+		return err
+	}
+	tx := a.be.begin()
+	a.fullSync(tx, inv, st.Identities, desired, ready)
+	if err := a.commit(ctx, tx, stagedTx); err != nil {
+		return err
+	}
+	// Every identity of the state is a change after a full sync (the agent trusts no earlier
+	// flow), and every one it had committed and the state lacks is removed.
+	c := changes{upserts: st.Identities}
+	for k, old := range a.present {
+		if _, ok := present[k]; !ok {
+			c.removed = append(c.removed, old)
+		}
+	}
+	targets := a.targets(true, c)
+	a.applied, a.present, a.vipRefs = desired, present, countVIPs(desired)
+	a.staged = nil // referenced now, or deleted by the full sync as stale
+	a.synced = true
+	a.log.V(1).Info("applied state", "generation", st.Generation, "identities", len(desired), "operations", tx.size()+stagedOps,
+		"stagingTransactions", stagedTx, "full", true, "kernelTime", a.commitTime.String())
+	return a.finish(targets, st.ClusterIPs, true)
+}
+
+// commit sends tx to the kernel (nothing when it is empty); a failure marks the agent unsynced.
+func (a *Agent) commit(ctx context.Context, tx txn, stagedTx int) error {
+	ops := tx.size()
+	if ops == 0 {
+		return nil
+	}
+	start := time.Now()
+	err := a.be.commit(ctx, tx)
+	a.commitTime += time.Since(start)
+	if err == nil {
+		return nil
+	}
+	a.synced = false
+	if stagedTx > 0 {
+		return fmt.Errorf("%s transaction (%d operations, after %d staging transactions) failed: %w", a.be.name(), ops, stagedTx, err)
+	}
+	return fmt.Errorf("%s transaction (%d operations) failed: %w", a.be.name(), ops, err)
+}
+
+// targets says which conntrack entries must go once c is committed (SPEC D6, N7): flowTarget's
+// for every upsert, against what was committed before (full: after a full sync), and all the
+// flows of every removed identity. Called before the committed maps are updated.
+func (a *Agent) targets(full bool, c changes) []cleanTarget {
+	if a.ct == nil {
+		return nil
+	}
+	var out []cleanTarget
+	for _, id := range c.upserts {
+		old, had := a.applied[id.ID()]
+		if t, ok := flowTarget(full, id, old, had); ok {
+			out = append(out, t)
+		}
+	}
+	for _, old := range c.removed {
+		out = append(out, newCleanTarget(old.VIP, old.Port, old.Protocol, nil))
+	}
+	return out
+}
+
+// finish converges lo to clusterIPs (when convergeLo, SPEC D5) and deletes the conntrack
+// entries targets name. A lo failure is returned (the next message or retry converges again).
+func (a *Agent) finish(targets []cleanTarget, clusterIPs []string, convergeLo bool) error {
+	var errs []error
+	switch {
+	case a.vips == nil:
+		a.vipsSynced = true
+	case convergeLo:
+		added, deleted, err := a.vips.converge(wantVIPs(clusterIPs))
+		a.vipsSynced = err == nil
+		if len(added)+len(deleted) > 0 {
+			a.log.V(1).Info("lo VIPs converged", "added", added, "deleted", deleted)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	a.cleanConntrack(targets)
+	return errors.Join(errs...)
+}
