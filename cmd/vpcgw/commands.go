@@ -60,7 +60,6 @@ func runController(ctx context.Context, args []string) error {
 	fs.StringVar(&tlsFiles.CAFile, "ovn-nb-ca", "", "CA certificate for an ssl: NB address")
 	fs.IntVar(&opts.GatewayWorkers, "gateway-workers", controller.DefaultGatewayWorkers, "how many gateways are synced at once (one gateway is never synced twice at once)")
 	fs.DurationVar(&opts.MinSyncInterval, "min-sync-interval", controller.DefaultMinSyncInterval, "least time between two syncs of one gateway: bursts of changes are coalesced, a lone change is not delayed")
-	fs.BoolVar(&opts.VerifyPartialPlans, "verify-partial-plans", false, "check every partial plan against a full plan (debugging: costs a full plan per sync; a difference is logged and counted in vpcgw_partial_plan_mismatches_total)")
 	fs.StringVar(&opts.StatusNamespace, "status-namespace", defaultStatusNamespace(),
 		"namespace where the leader publishes what the controller runs (version, gates, flags) and what it knows of each gateway, ConfigMap "+status.ConfigMapName+
 			", for `kubectl vpcgw`; default: $POD_NAMESPACE, else "+status.DefaultNamespace+`; "" turns it off`)

@@ -353,7 +353,6 @@ func (c *Cluster) StartController(ctx context.Context) error {
 		"--kubeconfig", kc, "--transport", "exec", "--agent-binaries", agents,
 		"--ovn-nb-addr", c.OVN.NBAddr(), "--kube-ovn-namespace", kubeovnrun.Namespace,
 		"--metrics-bind-address", "0", "--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(health),
-		"--verify-partial-plans",
 	}, append(slices.Clone(c.controllerArgs), c.extraControllerArgs...)...)
 	c.Controller = &process{name: "vpcgw controller", argv: argv}
 	if err := c.Controller.start(); err != nil {

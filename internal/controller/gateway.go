@@ -8,8 +8,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"slices"
-	"strconv"
 	"sync"
 	"time"
 	"unique"
@@ -173,8 +171,6 @@ type GatewayReconciler struct {
 	// OnProgrammed, when set, receives after each acknowledged sync of a gateway the network
 	// programming latencies of the EndpointSlice changes it carried (benchmarks use it).
 	OnProgrammed func(gateway string, latencies []time.Duration)
-	// VerifyPartialPlans: see Options.VerifyPartialPlans.
-	VerifyPartialPlans bool
 	// Status, when set, learns each gateway's programming for the published status (SPEC O2).
 	Status StatusRecorder
 	Log    logr.Logger
@@ -184,7 +180,8 @@ type GatewayReconciler struct {
 	latency  latencyTracker
 
 	sessions *sessions
-	plans    *planCache
+	changes  *changeTracker
+	planners *planners
 	// ownDeletes holds the UIDs of records this controller is deleting, so that their delete
 	// events are not taken for someone else's (SPEC R4).
 	ownDeletes sync.Map
@@ -224,7 +221,7 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 	r.sessions.keepalive = r.AgentKeepalive
 	r.sessions.status = r.Status
 	r.lastEvent = map[types.UID]map[string]string{}
-	r.plans = newPlanCache()
+	r.changes, r.planners = newChangeTracker(), newPlanners()
 	r.lastSync = map[string]time.Time{}
 	go func() { <-ctx.Done(); r.sessions.closeAll() }()
 
@@ -234,9 +231,14 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 		name string
 		fn   client.IndexerFunc
 	}{
-		{&corev1.Service{}, indexServiceGateway, func(o client.Object) []string { return serviceGatewayKeys(o) }},
+		{&corev1.Service{}, indexServiceGateway, func(o client.Object) []string { return model.ServiceGatewayKeys(o) }},
 		{&corev1.Service{}, indexServiceEIP, func(o client.Object) []string { return nonEmpty(o.GetAnnotations()[model.AnnotationEIP]) }},
-		{&corev1.Service{}, indexServiceClaim, serviceClaims},
+		{&corev1.Service{}, indexServiceClaim, func(o client.Object) []string {
+			if svc, ok := o.(*corev1.Service); ok {
+				return model.ClaimKeys(svc)
+			}
+			return nil
+		}},
 		{&discoveryv1.EndpointSlice{}, indexSliceService, func(o client.Object) []string {
 			return nonEmpty(o.GetLabels()[discoveryv1.LabelServiceName])
 		}},
@@ -298,40 +300,27 @@ func (r *GatewayReconciler) throttle(key string) time.Duration {
 	return 0
 }
 
-// serviceGatewayKeys are the reconcile keys a Service wakes: its gateway, or the unbound key
-// when it holds the finalizer without naming a gateway.
-func serviceGatewayKeys(o client.Object) []string {
-	if gw := o.GetAnnotations()[model.AnnotationGateway]; gw != "" {
-		return []string{gw}
-	}
-	if slices.Contains(o.GetFinalizers(), model.Finalizer) {
-		return []string{unboundKey}
-	}
-	return nil
+// gatewayExists reports whether gateway gw exists (in the cache); an error counts as existing.
+func (r *GatewayReconciler) gatewayExists(ctx context.Context, gw string) bool {
+	var g kubeovnv1.VpcNatGateway
+	return !apierrors.IsNotFound(r.Client.Get(ctx, types.NamespacedName{Name: gw}, &g))
+}
+
+// forgetGateway drops what the controller remembers of a gateway that is gone (its planner, its
+// last sync time): tenants choose gateway names in annotations, so nothing keyed by one may
+// outlive the gateway (SPEC N4). Its Services' changes stay marked for when it comes back.
+func (r *GatewayReconciler) forgetGateway(gw string) {
+	r.planners.forget(gw)
+	r.syncMu.Lock()
+	delete(r.lastSync, gw)
+	r.syncMu.Unlock()
 }
 
 // serviceChanged marks a Service for replanning on the gateways it wakes, and returns them.
 func (r *GatewayReconciler) serviceChanged(o client.Object) []string {
-	keys := serviceGatewayKeys(o)
-	r.plans.markService(keys, types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()})
+	keys := model.ServiceGatewayKeys(o)
+	r.changes.markService(keys, types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()})
 	return keys
-}
-
-// serviceClaims are the EIP ports a Service asks for, as indexServiceClaim values.
-func serviceClaims(o client.Object) []string {
-	svc, ok := o.(*corev1.Service)
-	if !ok || svc.Annotations[model.AnnotationEIP] == "" {
-		return nil
-	}
-	out := make([]string, 0, len(svc.Spec.Ports))
-	for _, p := range svc.Spec.Ports {
-		out = append(out, claimKey(svc.Annotations[model.AnnotationEIP], p))
-	}
-	return out
-}
-
-func claimKey(eip string, p corev1.ServicePort) string {
-	return eip + "/" + strconv.Itoa(int(p.Port)) + "/" + string(model.PortProtocol(p.Protocol))
 }
 
 func slicePods(o client.Object) []string {
@@ -488,7 +477,7 @@ func (r *GatewayReconciler) gatewayOfRecord(_ context.Context, o client.Object) 
 	if l[model.LabelRecord] != "true" || l[model.LabelGateway] == "" {
 		return nil
 	}
-	r.plans.markOwner(l[model.LabelGateway], types.NamespacedName{Namespace: l[model.LabelRecordNamespace], Name: l[model.LabelRecordName]}, types.UID(l[model.LabelRecordUID]))
+	r.changes.markOwner(l[model.LabelGateway], types.NamespacedName{Namespace: l[model.LabelRecordNamespace], Name: l[model.LabelRecordName]}, types.UID(l[model.LabelRecordUID]))
 	return requests([]string{l[model.LabelGateway]})
 }
 

@@ -118,15 +118,11 @@ var (
 		Help:    "Time to read a gateway's snapshot and plan it, by kind: full (every Service) or partial (the changed ones).",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
 	}, []string{"kind"})
-	incrementalMismatches = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "vpcgw_partial_plan_mismatches_total",
-		Help: "Partial plans that differed from the full plan (counted only with --verify-partial-plans).",
-	})
 )
 
 func init() {
 	ctrlmetrics.Registry.MustRegister(syncDuration, programmingLatency, syncFailures, identities, backends, recordsWritten, conntrackDeleted,
-		fullSyncs, partialSyncs, incrementalMismatches, planDuration)
+		fullSyncs, partialSyncs, planDuration)
 }
 
 // triggerAnnotation is set by the EndpointSlice controller to the time of the change that caused

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -21,7 +20,6 @@ import (
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
-	"github.com/vpcgw/vpcgw/internal/gwstate"
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/transport"
 )
@@ -35,10 +33,11 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	if wait := r.throttle(key); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
-	plan, gp, endpointSlices, err := r.plan(ctx, key)
+	planner := r.planners.of(key)
+	plan, gp, endpointSlices, err := r.plan(ctx, key, planner)
 	if err != nil {
 		// The marks this pass consumed are lost: the next pass plans the whole gateway.
-		r.plans.invalidate(key)
+		planner.Invalidate()
 		return reconcile.Result{}, err
 	}
 
@@ -62,7 +61,7 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	}
 	defer func() {
 		for sp := range failed {
-			r.plans.markOwner(key, sp.Key, sp.UID)
+			r.changes.markOwner(key, sp.Key, sp.UID)
 		}
 	}()
 
@@ -87,6 +86,9 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	held := map[types.NamespacedName]bool{}
 	if gp == nil {
 		r.noteGone(key)
+		if key != unboundKey && !r.gatewayExists(ctx, key) {
+			r.forgetGateway(key)
+		}
 	} else {
 		switch {
 		case len(gp.Instances) == 0:
@@ -97,12 +99,12 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 			start := time.Now()
 			acked, err := r.sessions.apply(ctx, key, transportInstances(gp), gp.State)
 			if len(acked.Refused) > 0 && err == nil {
-				contribs, uids := r.plans.contributions(key)
+				contribs, uids := planner.Contributions()
 				hs := heldServices(contribs, acked.Refused)
 				log.Info("the gateway refused identities; their Services are quarantined, the others programmed", "refused", len(acked.Refused), "services", len(hs))
 				for k, reason := range hs {
 					held[k] = true
-					r.plans.markOwner(key, k, uids[k]) // replanned on the next pass: its writes are decided again
+					r.changes.markOwner(key, k, uids[k]) // replanned on the next pass: its writes are decided again
 					sp := &model.ServicePlan{Key: k, UID: uids[k]}
 					r.emitOnce(sp, model.Event{Type: corev1.EventTypeWarning, Reason: model.ReasonQuarantined, Message: fmt.Sprintf(
 						"gateway %s refused this Service's change (%s): it is quarantined, the gateway keeps serving what it served for it before and the gateway's other Services are programmed; change the Service to try again (it is tried again every %s)",
@@ -180,7 +182,7 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	if released && key != unboundKey {
 		if delErrs := append(r.deleteRecords(ctx, plan.OrphanRecords), r.deleteServiceRecords(ctx, plan.OrphanServiceRecords)...); len(delErrs) > 0 {
 			// Orphans belong to no kept Service: only a full plan finds them again.
-			r.plans.invalidate(key)
+			planner.Invalidate()
 			errs = append(errs, delErrs...)
 		}
 	}
@@ -191,101 +193,39 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	return res, errors.Join(errs...)
 }
 
-// plan asks the model what gateway key must serve. It replans only the Services changed since the
-// last sync when it can (see planCache), the whole gateway otherwise. It returns the plan of the
-// replanned Services, the plan of the whole gateway (nil: the gateway does not exist, or key is
-// the unbound key) and the EndpointSlices read.
-func (r *GatewayReconciler) plan(ctx context.Context, key string) (model.Plan, *model.GatewayPlan, []discoveryv1.EndpointSlice, error) {
-	gates := r.Flags.Gates()
+// plan asks the model what gateway key must serve: the planner says what to read (all of the
+// gateway, or the Services the changes touch), the cache is read, and the planner plans it. It
+// returns the plan of the Services planned, the plan of the whole gateway (nil: the gateway does
+// not exist, or key is the unbound key) and the EndpointSlices read.
+func (r *GatewayReconciler) plan(ctx context.Context, key string, p *model.Planner) (model.Plan, *model.GatewayPlan, []discoveryv1.EndpointSlice, error) {
 	base, err := r.gatewayObjects(ctx, key)
 	if err != nil {
 		return model.Plan{}, nil, nil, err
 	}
-	fp := gatewayFingerprint(&base, key)
-	w := r.plans.take(key, fp)
-	full := func() (model.Plan, *model.GatewayPlan, []discoveryv1.EndpointSlice, error) {
-		snap, err := r.fullSnapshot(ctx, key, base)
-		if err != nil {
+	start := time.Now()
+	read := cacheReader{ctx: ctx, c: r.Client}
+	sc := p.Scope(base, key, r.changes.take(key))
+	snap, replanned, err := model.ReadScope(read, base, key, sc)
+	if err != nil {
+		return model.Plan{}, nil, nil, err
+	}
+	plan, gp, ok := p.Plan(sc, snap, replanned, r.Flags.Gates(), key)
+	if !ok { // the gateway is full: only a full plan shares it between namespaces (SPEC N4)
+		sc = model.FullScope(sc)
+		if snap, replanned, err = model.ReadScope(read, base, key, sc); err != nil {
 			return model.Plan{}, nil, nil, err
 		}
-		plan := model.Compute(snap, gates)
-		if key != unboundKey {
-			r.plans.replace(key, fp, plan.Services, servicesByKey(snap.Services))
-		}
-		return plan, plan.Gateway(key), snap.EndpointSlices, nil
+		plan, gp, _ = p.Plan(sc, snap, replanned, r.Flags.Gates(), key)
 	}
-	if w.full || key == unboundKey {
-		start := time.Now()
-		defer func() { planDuration.WithLabelValues("full").Observe(time.Since(start).Seconds()) }()
+	kind := "partial"
+	if sc.Full {
+		kind = "full"
 		fullSyncs.Inc()
-		return full()
+	} else {
+		partialSyncs.Inc()
 	}
-	start := time.Now()
-
-	snap, replanned, err := r.partialSnapshot(ctx, key, base, w)
-	if err != nil {
-		return model.Plan{}, nil, nil, err
-	}
-	snap.GatewayLoad = map[string]model.Load{key: r.plans.load(key, replanned)}
-	plan := model.Compute(snap, gates)
-	r.plans.update(key, replanned, plan.Services, servicesByKey(snap.Services))
-	gp := plan.Gateway(key)
-	if gp != nil {
-		whole := r.plans.assemble(key, gp.Base())
-		gp = &whole
-	}
-	partialSyncs.Inc()
-	planDuration.WithLabelValues("partial").Observe(time.Since(start).Seconds())
-	if !r.VerifyPartialPlans {
-		return plan, gp, snap.EndpointSlices, nil
-	}
-	// Checking mode (tests): the partial plan must equal a full one.
-	fplan, fgp, fslices, err := full()
-	if err != nil {
-		return model.Plan{}, nil, nil, err
-	}
-	if diff := gatewayPlanDiff(gp, fgp); diff != "" {
-		// The two plans read the cache at different moments: an object that changed in between
-		// (an EndpointSlice written right after its Service) makes them differ, and its event
-		// marks the change for the next pass. Only a difference without such a change is a fault.
-		// Handlers run just after the cache is updated: give them a moment.
-		time.Sleep(50 * time.Millisecond)
-		if r.plans.pending(key) {
-			r.Log.V(1).Info("partial plan differs from the full plan while objects changed; the next pass replans", "gateway", key, "diff", diff)
-		} else {
-			incrementalMismatches.Inc()
-			r.Log.Error(nil, "partial plan differs from the full plan; using the full plan", "gateway", key, "replanned", len(replanned), "diff", diff)
-		}
-		return fplan, fgp, fslices, nil
-	}
+	planDuration.WithLabelValues(kind).Observe(time.Since(start).Seconds())
 	return plan, gp, snap.EndpointSlices, nil
-}
-
-func servicesByKey(svcs []corev1.Service) map[types.NamespacedName]*corev1.Service {
-	out := make(map[types.NamespacedName]*corev1.Service, len(svcs))
-	for i := range svcs {
-		out[types.NamespacedName{Namespace: svcs[i].Namespace, Name: svcs[i].Name}] = &svcs[i]
-	}
-	return out
-}
-
-// gatewayPlanDiff says how two plans of one gateway differ in what is programmed ("" if not).
-func gatewayPlanDiff(a, b *model.GatewayPlan) string {
-	switch {
-	case a == nil && b == nil:
-		return ""
-	case a == nil || b == nil:
-		return fmt.Sprintf("one plan is missing (partial %v, full %v)", a != nil, b != nil)
-	case !reflect.DeepEqual(a.State, b.State):
-		d := gwstate.Delta(b.State, a.State) // what the partial plan has that the full one has not
-		return fmt.Sprintf("state: partial %d identities, full %d; clusterIPs partial %v, full %v; partial-only or different %v, missing %v",
-			len(a.State.Identities), len(b.State.Identities), a.State.ClusterIPs, b.State.ClusterIPs, d.Identities, d.Removed)
-	case !reflect.DeepEqual(a.Routes, b.Routes):
-		return fmt.Sprintf("routes: partial %+v, full %+v", a.Routes, b.Routes)
-	case !reflect.DeepEqual(a.Services, b.Services):
-		return fmt.Sprintf("services: partial %v, full %v", a.Services, b.Services)
-	}
-	return ""
 }
 
 func transportInstances(gp *model.GatewayPlan) []transport.Instance {

@@ -41,9 +41,6 @@ type Options struct {
 	GatewayWorkers int
 	// OnProgrammed: see GatewayReconciler.OnProgrammed.
 	OnProgrammed func(gateway string, latencies []time.Duration)
-	// VerifyPartialPlans checks every partial plan against a full one (tests and debugging: it
-	// costs a full plan per sync). A difference is logged, counted and the full plan is used.
-	VerifyPartialPlans bool
 	// AgentKeepalive is how long an agent stream may be idle before it is pinged, and how long
 	// the agent has to answer (0: DefaultAgentKeepalive; negative: no keepalives).
 	AgentKeepalive time.Duration
@@ -128,17 +125,16 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 		log.Info("no --ovn-nb-addr: VIP routes are not written; route the VIPs to the gateway by hand")
 	}
 	r := &GatewayReconciler{
-		Routes:             routes,
-		MinSyncInterval:    opts.MinSyncInterval,
-		Workers:            opts.GatewayWorkers,
-		OnProgrammed:       opts.OnProgrammed,
-		VerifyPartialPlans: opts.VerifyPartialPlans,
-		AgentKeepalive:     opts.AgentKeepalive,
-		Client:             mgr.GetClient(),
-		Recorder:           mgr.GetEventRecorder("vpcgw-controller"),
-		Flags:              opts.Flags,
-		Dialer:             opts.Dialer,
-		Log:                log.WithName("gateway"),
+		Routes:          routes,
+		MinSyncInterval: opts.MinSyncInterval,
+		Workers:         opts.GatewayWorkers,
+		OnProgrammed:    opts.OnProgrammed,
+		AgentKeepalive:  opts.AgentKeepalive,
+		Client:          mgr.GetClient(),
+		Recorder:        mgr.GetEventRecorder("vpcgw-controller"),
+		Flags:           opts.Flags,
+		Dialer:          opts.Dialer,
+		Log:             log.WithName("gateway"),
 	}
 	if opts.StatusNamespace != "" {
 		rec := status.NewRecorder()

@@ -102,15 +102,17 @@ func ParseLedgerForm(s string) (LedgerForm, error) {
 // dnatRuleLedger reports whether records are written as IptablesDnatRules.
 func (g Gates) dnatRuleLedger() bool { return g.Ledger == LedgerDnatRule }
 
-// Snapshot is what the model reads. Order does not matter.
+// Snapshot is what the model reads. Order does not matter. Fields tagged plan:"service" are read
+// per Service (a partial plan holds only the replanned Services' part of them); every other field
+// is what all of a gateway's Services depend on, and Fingerprint covers it (planner.go).
 type Snapshot struct {
 	// Services: every Service that names a gateway, carries the finalizer or owns a record.
-	Services       []corev1.Service
-	EndpointSlices []discoveryv1.EndpointSlice
+	Services       []corev1.Service            `plan:"service"`
+	EndpointSlices []discoveryv1.EndpointSlice `plan:"service"`
 	// Placement says where kube-ovn runs the gateways' pods (SPEC K5).
 	Placement GatewayPlacement
 	// Pods the endpoints point at (for NIC resolution, SPEC B2).
-	Pods        []corev1.Pod
+	Pods        []corev1.Pod `plan:"service"`
 	Subnets     []kubeovnv1.Subnet
 	Vpcs        []kubeovnv1.Vpc
 	Gateways    []kubeovnv1.VpcNatGateway
@@ -118,14 +120,14 @@ type Snapshot struct {
 	EIPs        []kubeovnv1.IptablesEIP
 	// Records are the existing share IptablesDnatRules labelled as Service records (the seed's
 	// ledger form; in the ServiceRecord form they are left from an earlier form and released).
-	Records []kubeovnv1.IptablesDnatRule
+	Records []kubeovnv1.IptablesDnatRule `plan:"service"`
 	// ServiceRecords are the existing vpcgw.io ServiceRecords (in the seed's form, likewise left
 	// from the other form and released).
-	ServiceRecords []vpcgwv1alpha1.ServiceRecord
+	ServiceRecords []vpcgwv1alpha1.ServiceRecord `plan:"service"`
 	// GatewayLoad is, per gateway, what Services outside this snapshot already have there (a
 	// partial plan's snapshot holds only the changed Services); it counts against the gateway's
 	// bounds before any Service of the snapshot. Nil for a full snapshot.
-	GatewayLoad map[string]Load
+	GatewayLoad map[string]Load `plan:"service"`
 }
 
 // Index is a snapshot prepared for lookups. Building it is linear in the snapshot; planning one

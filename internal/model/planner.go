@@ -1,0 +1,503 @@
+package model
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
+)
+
+// The planner plans one gateway at a time, and after its first full plan replans only the
+// Services a change touches (kube-proxy's partial sync): it remembers what each Service of the
+// gateway contributed at its last plan and assembles the gateway's state from those. It decides
+// everything about that without I/O:
+//
+//   - when a plan must be full (no valid memory, a gateway-wide input changed: Fingerprint, or a
+//     Service of the gateway waits for room, SPEC N4);
+//   - which Services replan together: a changed Service, and every Service that shares a claim
+//     (ClaimKeys) with it now or at its last plan, transitively, since one may take over what
+//     another gives up and a Service's plan depends on every claimant of what it claims (SPEC I2);
+//   - what the other Services already hold against the gateway's bounds.
+//
+// What to read is a Scope; ReadScope reads it through a Reader (the controller's cache, or a
+// test's objects); Plan plans what was read and updates the memory. Plan(Scope(...)) equals a
+// full plan after every change: TestPartialPlansEqualFullPlans.
+
+// UnboundGateway is the planner key of Services that hold the finalizer but name no gateway:
+// they only need releasing, and are always planned in full.
+const UnboundGateway = ""
+
+// Planner is the memory of one gateway's planning. Its zero value plans in full first. It is
+// not safe for concurrent use: one gateway is planned by one worker at a time.
+type Planner struct {
+	valid       bool
+	fingerprint string
+	services    map[types.NamespacedName]*keptPlan
+	// limited counts the kept Services refused for the gateway's bounds (SPEC N4). While any
+	// is, every plan is full: a Service that lets go makes room for one that did not change,
+	// and only a full plan shares a full gateway fairly between namespaces.
+	limited int
+}
+
+// keptPlan is what the planner remembers of one Service's last plan.
+type keptPlan struct {
+	uid     types.UID
+	part    Contribution
+	limited bool
+	claims  []string
+}
+
+// Changes are what changed since a gateway's last plan: Services to replan, and record owners
+// whose records someone else changed (SPEC R4).
+type Changes struct {
+	Services map[types.NamespacedName]bool
+	Owners   map[types.UID]bool
+}
+
+// Scope is what one plan of a gateway must read beyond the gateway-wide objects: everything
+// bound to the gateway (Full), or the changed Services, every Service bound to the gateway that
+// has one of Claims or of the changed Services' claims now, and the records of Owners.
+type Scope struct {
+	Full     bool
+	Services []types.NamespacedName
+	Claims   []string
+	Owners   []types.UID
+
+	fingerprint string
+}
+
+// Invalidate makes the next plan full (after a failed sync: what it decided is unknown).
+func (p *Planner) Invalidate() { p.valid = false }
+
+// Scope says what the plan of gateway gw needs read, given the gateway-wide objects in base
+// (everything but the plan:"service" fields) and the changes since the last plan.
+func (p *Planner) Scope(base Snapshot, gw string, ch Changes) Scope {
+	sc := Scope{fingerprint: Fingerprint(base)}
+	if gw == UnboundGateway || !p.valid || p.fingerprint != sc.fingerprint || p.limited > 0 || eipsShareAnAddress(base.EIPs, gw) {
+		sc.Full = true
+		return sc
+	}
+	claims := map[string]bool{}
+	owners := maps.Clone(ch.Owners)
+	if owners == nil {
+		owners = map[types.UID]bool{}
+	}
+	for k := range ch.Services {
+		sc.Services = append(sc.Services, k)
+		if kp := p.services[k]; kp != nil {
+			for _, c := range kp.claims {
+				claims[c] = true
+			}
+			owners[kp.uid] = true // its records, if the Service is gone or replaced
+		}
+	}
+	slices.SortFunc(sc.Services, compareKeys)
+	sc.Claims = slices.Sorted(maps.Keys(claims))
+	sc.Owners = slices.Sorted(maps.Keys(owners))
+	return sc
+}
+
+// Plan plans gateway gw from snap, which holds the gateway-wide objects and what ReadScope read
+// for sc, and updates the memory. It returns the plan of the Services planned (all of the
+// gateway's for a full plan; the controller writes those whose Gateway is gw) and the plan of
+// the whole gateway (nil: the gateway does not exist, or gw is UnboundGateway). ok is false, with
+// nothing changed, when a partial plan cannot decide: a Service does not fit the gateway's
+// bounds, and only a full plan shares a full gateway between namespaces (SPEC N4). Then plan in
+// full (FullScope).
+func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedName]bool, gates Gates, gw string) (plan Plan, gp *GatewayPlan, ok bool) {
+	if sc.Full {
+		plan := Compute(snap, gates)
+		if gw == UnboundGateway {
+			return plan, nil, true
+		}
+		p.valid, p.fingerprint = true, sc.fingerprint
+		p.services, p.limited = map[types.NamespacedName]*keptPlan{}, 0
+		p.keep(gw, plan.Services, snap.Services)
+		return plan, plan.Gateway(gw), true
+	}
+	snap.GatewayLoad = map[string]Load{gw: p.load(replanned)}
+	plan = Compute(snap, gates)
+	for i := range plan.Services {
+		if plan.Services[i].Limited && plan.Services[i].Gateway == gw {
+			return Plan{}, nil, false
+		}
+	}
+	for k := range replanned {
+		p.forget(k)
+	}
+	p.keep(gw, plan.Services, snap.Services)
+	if gp = plan.Gateway(gw); gp == nil {
+		return plan, nil, true
+	}
+	whole := gp.Base()
+	for _, kp := range p.services {
+		whole.Add(kp.part)
+	}
+	whole.Finish()
+	return plan, &whole, true
+}
+
+// FullScope is sc made full: what to read when Plan could not decide from a partial one.
+func FullScope(sc Scope) Scope { return Scope{Full: true, fingerprint: sc.fingerprint} }
+
+// Contributions are what each Service of the gateway contributes at its last plan, with its UID.
+func (p *Planner) Contributions() (map[types.NamespacedName]Contribution, map[types.NamespacedName]types.UID) {
+	out := make(map[types.NamespacedName]Contribution, len(p.services))
+	uids := make(map[types.NamespacedName]types.UID, len(p.services))
+	for k, kp := range p.services {
+		out[k], uids[k] = kp.part, kp.uid
+	}
+	return out, uids
+}
+
+func (p *Planner) keep(gw string, plans []ServicePlan, svcs []corev1.Service) {
+	if p.services == nil {
+		p.services = map[types.NamespacedName]*keptPlan{}
+	}
+	claims := make(map[types.UID][]string, len(svcs))
+	for i := range svcs {
+		claims[svcs[i].UID] = ClaimKeys(&svcs[i])
+	}
+	for i := range plans {
+		sp := &plans[i]
+		if sp.Gateway != gw {
+			continue
+		}
+		p.forget(sp.Key)
+		p.services[sp.Key] = &keptPlan{uid: sp.UID, part: sp.Contribution(), limited: sp.Limited, claims: claims[sp.UID]}
+		if sp.Limited {
+			p.limited++
+		}
+	}
+}
+
+func (p *Planner) forget(k types.NamespacedName) {
+	if kp := p.services[k]; kp != nil {
+		if kp.limited {
+			p.limited--
+		}
+		delete(p.services, k)
+	}
+}
+
+// load is what the kept Services outside replanned hold: what a partial plan's Services count
+// against the gateway's bounds (SPEC N4).
+func (p *Planner) load(replanned map[types.NamespacedName]bool) Load {
+	var n Load
+	for k, kp := range p.services {
+		if !replanned[k] {
+			n = n.plus(LoadOf(kp.part.Identities))
+		}
+	}
+	return n
+}
+
+// ServiceGatewayKeys are the planner keys a Service belongs to: its gateway, or UnboundGateway
+// when it holds the finalizer without naming one.
+func ServiceGatewayKeys(o metav1.Object) []string {
+	if gw := o.GetAnnotations()[AnnotationGateway]; gw != "" {
+		return []string{gw}
+	}
+	if slices.Contains(o.GetFinalizers(), Finalizer) {
+		return []string{UnboundGateway}
+	}
+	return nil
+}
+
+// ClaimKeys are the EIP ports a Service asks for ("<EIP name>/<port>/<protocol>"): Services that
+// share one replan together (SPEC I2). The model decides conflicts by the EIP's address; an EIP
+// whose address another EIP has too makes every plan full (eipsShareAnAddress), so the name is
+// as good a key.
+func ClaimKeys(svc *corev1.Service) []string {
+	eip := svc.Annotations[AnnotationEIP]
+	if eip == "" {
+		return nil
+	}
+	out := make([]string, 0, len(svc.Spec.Ports))
+	for _, p := range svc.Spec.Ports {
+		out = append(out, eip+"/"+strconv.Itoa(int(p.Port))+"/"+string(PortProtocol(p.Protocol)))
+	}
+	return out
+}
+
+// eipsShareAnAddress reports whether two EIPs of gateway gw have the same address: Services
+// claiming ports of either then conflict (SPEC I2), which ClaimKeys, keyed by EIP name, would not
+// group. (A Service's EIP of another gateway serves nothing, SPEC S3.)
+func eipsShareAnAddress(eips []kubeovnv1.IptablesEIP, gw string) bool {
+	holder := make(map[string]string, len(eips)) // address -> EIP name
+	for i := range eips {
+		if eips[i].Spec.NatGwDp != gw {
+			continue
+		}
+		for _, a := range []string{eips[i].Status.IP, eips[i].Spec.V4ip} {
+			if a == "" {
+				continue
+			}
+			if other, ok := holder[a]; ok && other != eips[i].Name {
+				return true
+			}
+			holder[a] = eips[i].Name
+		}
+	}
+	return false
+}
+
+// byGeneration are the gateway-wide kinds whose changes count by generation, not
+// resourceVersion, in Fingerprint: kube-ovn writes their status often (a Subnet's on every IP
+// allocation), and the model reads only their spec and deletion.
+var byGeneration = map[reflect.Type]bool{
+	reflect.TypeFor[kubeovnv1.Subnet](): true,
+	reflect.TypeFor[kubeovnv1.Vpc]():    true,
+}
+
+// Fingerprint names the versions of every gateway-wide input of s: each field of Snapshot not
+// tagged plan:"service", whatever it is. A partial plan is only made while it is unchanged: an
+// input added to Snapshot is covered without anyone remembering to.
+func Fingerprint(s Snapshot) string {
+	h := sha256.New()
+	v := reflect.ValueOf(s)
+	t := v.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Tag.Get("plan") == "service" {
+			continue
+		}
+		fmt.Fprintf(h, "%s{", f.Name)
+		fv := v.Field(i)
+		if fv.Kind() != reflect.Slice {
+			fmt.Fprintf(h, "%#v", fv.Interface())
+		} else {
+			versions := make([]string, fv.Len())
+			for j := range fv.Len() {
+				versions[j] = objectVersion(fv.Index(j))
+			}
+			slices.Sort(versions) // cache lists come in map order
+			h.Write([]byte(strings.Join(versions, ";")))
+		}
+		h.Write([]byte("}"))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+func objectVersion(v reflect.Value) string {
+	obj, ok := v.Addr().Interface().(metav1.Object)
+	if !ok {
+		return fmt.Sprintf("%#v", v.Interface())
+	}
+	version := "rv" + obj.GetResourceVersion()
+	if byGeneration[v.Type()] {
+		version = "g" + strconv.FormatInt(obj.GetGeneration(), 10)
+	}
+	deleting := ""
+	if obj.GetDeletionTimestamp() != nil {
+		deleting = "-deleting"
+	}
+	return obj.GetNamespace() + "/" + obj.GetName() + "/" + string(obj.GetUID()) + "@" + version + deleting
+}
+
+// Reader reads what a plan needs beyond the gateway-wide objects. The controller's reads its
+// cache through indexes; a missing object is (nil, nil).
+type Reader interface {
+	// GatewayServices are the Services whose ServiceGatewayKeys hold gw.
+	GatewayServices(gw string) ([]corev1.Service, error)
+	Service(key types.NamespacedName) (*corev1.Service, error)
+	// ClaimingServices are the Services whose ClaimKeys hold claim.
+	ClaimingServices(claim string) ([]corev1.Service, error)
+	// GatewayRecords and OwnerRecords are the records, of both ledger forms, that name gateway
+	// gw, or whose owner is uid.
+	GatewayRecords(gw string) ([]vpcgwv1alpha1.ServiceRecord, []kubeovnv1.IptablesDnatRule, error)
+	OwnerRecords(uid types.UID) ([]vpcgwv1alpha1.ServiceRecord, []kubeovnv1.IptablesDnatRule, error)
+	// ServiceSlices are the EndpointSlices of Service namespace/name.
+	ServiceSlices(namespace, name string) ([]discoveryv1.EndpointSlice, error)
+	Pod(key types.NamespacedName) (*corev1.Pod, error)
+}
+
+// ReadScope reads through r what sc asks for and adds it to base, the gateway-wide objects. It
+// returns the snapshot and the Services it replans: those read, and the changed Services that
+// are gone.
+func ReadScope(r Reader, base Snapshot, gw string, sc Scope) (Snapshot, map[types.NamespacedName]bool, error) {
+	b := &scopeReader{r: r, s: base, keys: map[types.NamespacedName]types.UID{}, recs: map[string]bool{}}
+	b.s.Services, b.s.EndpointSlices, b.s.Pods, b.s.Records, b.s.ServiceRecords = nil, nil, nil, nil, nil
+	replanned := map[types.NamespacedName]bool{}
+	if sc.Full {
+		svcs, err := r.GatewayServices(gw)
+		if err != nil {
+			return base, nil, err
+		}
+		for i := range svcs {
+			b.add(&svcs[i])
+		}
+		if gw != UnboundGateway {
+			if err := b.records(r.GatewayRecords(gw)); err != nil {
+				return base, nil, err
+			}
+		}
+	} else {
+		// Every Service that shares a claim with one replanned, transitively: a Service's plan
+		// depends on every claimant of each identity it claims (SPEC I2, N3).
+		claims := map[string]bool{}
+		var todo []string
+		claim := func(cs []string) {
+			for _, c := range cs {
+				if !claims[c] {
+					claims[c] = true
+					todo = append(todo, c)
+				}
+			}
+		}
+		claim(sc.Claims)
+		for _, k := range sc.Services {
+			replanned[k] = true
+			svc, err := r.Service(k)
+			if err != nil {
+				return base, nil, fmt.Errorf("reading Service %s: %w", k, err)
+			}
+			if svc != nil {
+				b.add(svc)
+				claim(ClaimKeys(svc))
+			}
+		}
+		for len(todo) > 0 {
+			c := todo[0]
+			todo = todo[1:]
+			svcs, err := r.ClaimingServices(c)
+			if err != nil {
+				return base, nil, fmt.Errorf("listing Services of EIP port %s: %w", c, err)
+			}
+			for i := range svcs {
+				if slices.Contains(ServiceGatewayKeys(&svcs[i]), gw) && b.add(&svcs[i]) {
+					claim(ClaimKeys(&svcs[i]))
+				}
+			}
+		}
+		for _, uid := range sc.Owners {
+			if err := b.records(r.OwnerRecords(uid)); err != nil {
+				return base, nil, err
+			}
+		}
+	}
+	s, err := b.finish()
+	for _, svc := range s.Services {
+		replanned[types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}] = true
+	}
+	return s, replanned, err
+}
+
+type scopeReader struct {
+	r    Reader
+	s    Snapshot
+	keys map[types.NamespacedName]types.UID
+	recs map[string]bool // record names read, per form ("sr/" or "dr/" prefix)
+}
+
+// add adds svc unless it is read already, and reports whether it did.
+func (b *scopeReader) add(svc *corev1.Service) bool {
+	k := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	if _, dup := b.keys[k]; dup {
+		return false
+	}
+	b.keys[k] = svc.UID
+	b.s.Services = append(b.s.Services, *svc)
+	return true
+}
+
+func (b *scopeReader) records(srs []vpcgwv1alpha1.ServiceRecord, drs []kubeovnv1.IptablesDnatRule, err error) error {
+	if err != nil {
+		return fmt.Errorf("listing records: %w", err)
+	}
+	for i := range srs {
+		if n := "sr/" + srs[i].Name; !b.recs[n] {
+			b.recs[n] = true
+			b.s.ServiceRecords = append(b.s.ServiceRecords, srs[i])
+		}
+	}
+	for i := range drs {
+		if n := "dr/" + drs[i].Name; !b.recs[n] {
+			b.recs[n] = true
+			b.s.Records = append(b.s.Records, drs[i])
+		}
+	}
+	return nil
+}
+
+// finish adds the records of every Service read, the live owners those records name (or the
+// model takes the records for orphans), and the EndpointSlices and the Pods they target.
+func (b *scopeReader) finish() (Snapshot, error) {
+	for i := 0; i < len(b.s.Services); i++ {
+		if err := b.records(b.r.OwnerRecords(b.s.Services[i].UID)); err != nil {
+			return b.s, err
+		}
+	}
+	seen := map[types.UID]bool{}
+	for _, uid := range b.keys {
+		seen[uid] = true
+	}
+	type owner struct {
+		key types.NamespacedName
+		uid types.UID
+	}
+	var owners []owner
+	add := func(l map[string]string) {
+		owners = append(owners, owner{types.NamespacedName{Namespace: l[LabelRecordNamespace], Name: l[LabelRecordName]}, types.UID(l[LabelRecordUID])})
+	}
+	for i := range b.s.ServiceRecords {
+		add(b.s.ServiceRecords[i].Labels)
+	}
+	for i := range b.s.Records {
+		add(b.s.Records[i].Labels)
+	}
+	for _, o := range owners {
+		if seen[o.uid] || o.key.Name == "" {
+			continue
+		}
+		seen[o.uid] = true
+		svc, err := b.r.Service(o.key)
+		if err != nil {
+			return b.s, fmt.Errorf("reading record owner %s: %w", o.key, err)
+		}
+		if svc != nil && svc.UID == o.uid {
+			b.add(svc)
+			if err := b.records(b.r.OwnerRecords(o.uid)); err != nil {
+				return b.s, err
+			}
+		}
+	}
+	pods := map[types.NamespacedName]bool{}
+	for _, svc := range b.s.Services {
+		slices, err := b.r.ServiceSlices(svc.Namespace, svc.Name)
+		if err != nil {
+			return b.s, fmt.Errorf("listing EndpointSlices of %s/%s: %w", svc.Namespace, svc.Name, err)
+		}
+		b.s.EndpointSlices = append(b.s.EndpointSlices, slices...)
+		for _, es := range slices {
+			for _, ep := range es.Endpoints {
+				if ref := ep.TargetRef; ref != nil && ref.Kind == "Pod" {
+					pods[types.NamespacedName{Namespace: cmp.Or(ref.Namespace, es.Namespace), Name: ref.Name}] = true
+				}
+			}
+		}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(pods), compareKeys) {
+		p, err := b.r.Pod(k)
+		if err != nil {
+			return b.s, fmt.Errorf("reading backend pod %s: %w", k, err)
+		}
+		if p != nil {
+			b.s.Pods = append(b.s.Pods, *p)
+		}
+	}
+	return b.s, nil
+}
