@@ -54,9 +54,11 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	var errs []error
 	failed := map[*model.ServicePlan]bool{}
 	note := func(sp *model.ServicePlan, es ...error) {
-		if len(es) > 0 {
-			errs = append(errs, es...)
-			failed[sp] = true
+		for _, err := range es {
+			if err != nil {
+				errs = append(errs, err)
+				failed[sp] = true
+			}
 		}
 	}
 	defer func() {
@@ -150,36 +152,39 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		}
 	}
 
-	// 3. What programming confirmed, and what is released. With a gateway that exists but runs no
-	// instance nothing is confirmed; releases go on (the instance gets the full state later).
-	released := gp == nil || programmed || len(gp.Instances) == 0
+	// 3. What programming confirmed, and what is released, as the model decides (model.After).
+	outcome := model.Programmed
+	switch {
+	case gp == nil:
+		outcome = model.GatewayGone
+	case !programmed:
+		outcome = model.NoInstance
+	}
 	for _, sp := range mine {
+		o := outcome
 		if held[sp.Key] {
-			continue // its records and ingress stay as they were: what the gateway serves for it
+			o = model.Held
 		}
-		if programmed {
+		after := sp.After(o)
+		if after.RecordStatus {
 			note(sp, r.writeRecordStatus(ctx, sp, written)...)
-			if sp.WriteRecord {
-				note(sp, r.writeServiceRecord(ctx, sp))
-			}
 		}
-		if sp.IngressWrite && (programmed || !sp.EIPServed) {
-			if err := r.publishIngress(ctx, sp); err != nil {
-				note(sp, err)
-			}
+		if after.ServiceRecord {
+			note(sp, r.writeServiceRecord(ctx, sp))
 		}
-		if !released {
+		if after.Ingress {
+			note(sp, r.publishIngress(ctx, sp))
+		}
+		if !after.Release {
 			continue
 		}
 		delErrs := append(r.deleteRecords(ctx, sp.DeleteRecords), r.deleteServiceRecords(ctx, sp.DeleteServiceRecords)...)
 		note(sp, delErrs...)
-		if sp.ReleaseFinalizer && len(delErrs) == 0 && (!sp.IngressWrite || len(sp.Ingress) == 0) {
-			if err := r.patchFinalizer(ctx, sp, false); err != nil {
-				note(sp, err)
-			}
+		if after.ReleaseFinalizer && len(delErrs) == 0 {
+			note(sp, r.patchFinalizer(ctx, sp, false))
 		}
 	}
-	if released && key != unboundKey {
+	if model.ReleaseOrphans(outcome, key) {
 		if delErrs := append(r.deleteRecords(ctx, plan.OrphanRecords), r.deleteServiceRecords(ctx, plan.OrphanServiceRecords)...); len(delErrs) > 0 {
 			// Orphans belong to no kept Service: only a full plan finds them again.
 			planner.Invalidate()
