@@ -101,8 +101,7 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 			start := time.Now()
 			acked, err := r.sessions.apply(ctx, key, transportInstances(gp), gp.State)
 			if len(acked.Refused) > 0 && err == nil {
-				contribs, uids := planner.Contributions()
-				hs := heldServices(contribs, acked.Refused)
+				hs, uids := planner.Quarantined(acked.Refused)
 				log.Info("the gateway refused identities; their Services are quarantined, the others programmed", "refused", len(acked.Refused), "services", len(hs))
 				for k, reason := range hs {
 					held[k] = true
@@ -110,7 +109,7 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 					sp := &model.ServicePlan{Key: k, UID: uids[k]}
 					r.emitOnce(sp, model.Event{Type: corev1.EventTypeWarning, Reason: model.ReasonQuarantined, Message: fmt.Sprintf(
 						"gateway %s refused this Service's change (%s): it is quarantined, the gateway keeps serving what it served for it before and the gateway's other Services are programmed; change the Service to try again (it is tried again every %s)",
-						key, transport.RefusalText(reason), quarantineRetry)})
+						key, transport.RefusalText(reason), model.QuarantineRetry)})
 				}
 			}
 			if err != nil {
@@ -193,7 +192,7 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	}
 	var res reconcile.Result
 	if len(held) > 0 {
-		res.RequeueAfter = quarantineRetry
+		res.RequeueAfter = model.QuarantineRetry
 	}
 	return res, errors.Join(errs...)
 }

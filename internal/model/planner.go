@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -18,6 +19,7 @@ import (
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
+	"github.com/vpcgw/vpcgw/internal/gwstate"
 )
 
 // The planner plans one gateway at a time, and after its first full plan replans only the
@@ -153,12 +155,27 @@ func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedNa
 // FullScope is sc made full: what to read when Plan could not decide from a partial one.
 func FullScope(sc Scope) Scope { return Scope{Full: true, fingerprint: sc.fingerprint} }
 
-// Contributions are what each Service of the gateway contributes at its last plan, with its UID.
-func (p *Planner) Contributions() (map[types.NamespacedName]Contribution, map[types.NamespacedName]types.UID) {
-	out := make(map[types.NamespacedName]Contribution, len(p.services))
-	uids := make(map[types.NamespacedName]types.UID, len(p.services))
+// QuarantineRetry is how long a gateway with quarantined Services waits before its state is sent
+// again by itself (the refusal may have been the kernel's momentary state, or the gateway's own
+// addresses that since changed): the agents try a refused identity again with every state.
+const QuarantineRetry = time.Minute
+
+// Quarantined are the Services of the gateway that have an identity the agents refused (SPEC D8,
+// N4), each with the reason of the first: nothing of their new plan is confirmed (After(Held)),
+// and they are replanned on the next sync.
+func (p *Planner) Quarantined(refused map[gwstate.IdentityKey]string) (map[types.NamespacedName]string, map[types.NamespacedName]types.UID) {
+	if len(refused) == 0 {
+		return nil, nil
+	}
+	out := map[types.NamespacedName]string{}
+	uids := map[types.NamespacedName]types.UID{}
 	for k, kp := range p.services {
-		out[k], uids[k] = kp.part, kp.uid
+		for _, id := range kp.part.Identities {
+			if reason, ok := refused[id.ID()]; ok {
+				out[k], uids[k] = reason, kp.uid
+				break
+			}
+		}
 	}
 	return out, uids
 }

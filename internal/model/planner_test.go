@@ -412,3 +412,25 @@ func TestFingerprintCoversEveryGatewayInput(t *testing.T) {
 		}
 	}
 }
+
+// covers: D8, N4
+// The Services quarantined after a refusal are exactly those whose last plan has a refused
+// identity, each with its reason.
+func TestQuarantinedServices(t *testing.T) {
+	w := &world{s: baseSnapshot(service("web", t0), service("other", t0, func(s *corev1.Service) { s.Spec.Ports[0].Port = 81 }))}
+	var p Planner
+	sc := p.Scope(w.base("gw1"), "gw1", Changes{})
+	snap, replanned, _ := ReadScope(w, w.base("gw1"), "gw1", sc)
+	if _, _, ok := p.Plan(sc, snap, replanned, srGates, "gw1"); !ok {
+		t.Fatal("full plan not made")
+	}
+	if q, _ := p.Quarantined(nil); len(q) != 0 {
+		t.Fatalf("quarantined %v with nothing refused", q)
+	}
+	refused := map[gwstate.IdentityKey]string{{VIP: "172.18.0.10", Port: 81, Protocol: gwstate.TCP}: "the kernel refused it"}
+	q, uids := p.Quarantined(refused)
+	other := types.NamespacedName{Namespace: "ns", Name: "other"}
+	if len(q) != 1 || q[other] != "the kernel refused it" || uids[other] != "uid-other" {
+		t.Fatalf("quarantined %v (%v), want ns/other alone", q, uids)
+	}
+}
