@@ -47,7 +47,7 @@ type applied struct {
 	// Generation is the state's generation.
 	Generation int64
 	// Refused are the identities some instance did not program, with the first instance's
-	// reason (SPEC D8): their Services are held back (quarantine.go).
+	// reason (SPEC D8): their Services are quarantined (model.Planner.Quarantined).
 	Refused map[gwstate.IdentityKey]string
 }
 
