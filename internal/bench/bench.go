@@ -51,8 +51,10 @@ type Config struct {
 	Duration time.Duration
 	// MinSyncInterval of the controller (its default is controller.DefaultMinSyncInterval).
 	MinSyncInterval time.Duration
-	Baseline        bool // run the per-identity `nft -f` baseline
-	ColdStart       bool // run the cold start after the largest size
+	// GatewayWorkers of the controller (0: controller.DefaultGatewayWorkers).
+	GatewayWorkers int
+	Baseline       bool // run the per-identity `nft -f` baseline
+	ColdStart      bool // run the cold start after the largest size
 	// ColdOnly: no in-process controller and no churn; write Sizes' largest count of Services
 	// and start the controller process against them, with an empty ledger (no records yet).
 	ColdOnly    bool
@@ -152,6 +154,7 @@ func Main(ctx context.Context, args []string) error {
 	fs.Float64Var(&cfg.Rate, "rate", 20, "endpoint changes per second during the churn")
 	fs.DurationVar(&cfg.Duration, "duration", 30*time.Second, "churn duration at each size")
 	fs.DurationVar(&cfg.MinSyncInterval, "min-sync-interval", controller.DefaultMinSyncInterval, "the controller's --min-sync-interval")
+	fs.IntVar(&cfg.GatewayWorkers, "gateway-workers", controller.DefaultGatewayWorkers, "the controller's --gateway-workers")
 	fs.BoolVar(&cfg.Baseline, "baseline", true, "also apply the churn as one `nft -f` per changed identity")
 	fs.BoolVar(&cfg.ColdStart, "cold-start", true, "after the largest size, restart the controller as a process against the Services in the API")
 	fs.BoolVar(&cfg.ColdOnly, "cold-only", false, "only the cold start, from nothing: write the largest -n of Services with no controller running (no records yet), then start the controller process")
@@ -244,6 +247,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			// One identity per Service: the EIP gate only (P2's "10,000 identities").
 			o.Flags = controller.Flags{EnableGwNftableLbSvc: true, EndpointsWithoutPods: true} // the bench writes EndpointSlices of addresses in the lab VPC, without Pods
 			o.MinSyncInterval = cfg.MinSyncInterval
+			o.GatewayWorkers = cfg.GatewayWorkers
 			o.OnProgrammed = rec.onProgrammed
 		},
 	})

@@ -17,6 +17,8 @@ type Load struct {
 
 func (l Load) plus(o Load) Load { return Load{l.Identities + o.Identities, l.Backends + o.Backends} }
 
+func (l Load) minus(o Load) Load { return Load{l.Identities - o.Identities, l.Backends - o.Backends} }
+
 func (l Load) fits(max Load) bool {
 	return l.Identities <= max.Identities && l.Backends <= max.Backends
 }

@@ -52,12 +52,16 @@ type Planner struct {
 	// is, every plan is full: a Service that lets go makes room for one that did not change,
 	// and only a full plan shares a full gateway fairly between namespaces.
 	limited int
+	// held is what the kept Services hold against the gateway's bounds, kept up to date by keep
+	// and forget so that a partial plan does not walk every identity.
+	held Load
 }
 
 // keptPlan is what the planner remembers of one Service's last plan.
 type keptPlan struct {
 	uid     types.UID
 	part    Contribution
+	load    Load
 	limited bool
 	claims  []string
 }
@@ -126,7 +130,7 @@ func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedNa
 			return plan, nil, true
 		}
 		p.valid, p.fingerprint = true, sc.fingerprint
-		p.services, p.limited = map[types.NamespacedName]*keptPlan{}, 0
+		p.services, p.limited, p.held = map[types.NamespacedName]*keptPlan{}, 0, Load{}
 		p.keep(gw, plan.Services, snap.Services)
 		return plan, plan.Gateway(gw), true
 	}
@@ -194,7 +198,10 @@ func (p *Planner) keep(gw string, plans []ServicePlan, svcs []corev1.Service) {
 			continue
 		}
 		p.forget(sp.Key)
-		p.services[sp.Key] = &keptPlan{uid: sp.UID, part: sp.Contribution(), limited: sp.Limited, claims: claims[sp.UID]}
+		kp := &keptPlan{uid: sp.UID, part: sp.Contribution(), limited: sp.Limited, claims: claims[sp.UID]}
+		kp.load = LoadOf(kp.part.Identities)
+		p.services[sp.Key] = kp
+		p.held = p.held.plus(kp.load)
 		if sp.Limited {
 			p.limited++
 		}
@@ -206,6 +213,7 @@ func (p *Planner) forget(k types.NamespacedName) {
 		if kp.limited {
 			p.limited--
 		}
+		p.held = p.held.minus(kp.load)
 		delete(p.services, k)
 	}
 }
@@ -213,10 +221,10 @@ func (p *Planner) forget(k types.NamespacedName) {
 // load is what the kept Services outside replanned hold: what a partial plan's Services count
 // against the gateway's bounds (SPEC N4).
 func (p *Planner) load(replanned map[types.NamespacedName]bool) Load {
-	var n Load
-	for k, kp := range p.services {
-		if !replanned[k] {
-			n = n.plus(LoadOf(kp.part.Identities))
+	n := p.held
+	for k := range replanned {
+		if kp := p.services[k]; kp != nil {
+			n = n.minus(kp.load)
 		}
 	}
 	return n
