@@ -466,6 +466,7 @@ func (r *GatewayReconciler) emit(sp *model.ServicePlan) {
 }
 
 func (r *GatewayReconciler) emitOnce(sp *model.ServicePlan, ev model.Event) {
+	ev.Message = model.BoundMessage(ev.Message) // the API refuses longer notes (SPEC N6)
 	r.eventsMu.Lock()
 	m := r.lastEvent[sp.UID]
 	if m == nil {

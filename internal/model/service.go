@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -104,7 +105,7 @@ type binding struct {
 }
 
 func warning(reason, format string, args ...any) *Event {
-	return &Event{Type: corev1.EventTypeWarning, Reason: reason, Message: fmt.Sprintf(format, args...)}
+	return &Event{Type: corev1.EventTypeWarning, Reason: reason, Message: BoundMessage(fmt.Sprintf(format, args...))}
 }
 
 // bind applies SPEC F1, F5, S1-S6, L4 and L5 to one Service.
@@ -455,6 +456,23 @@ func PortProtocol(p corev1.Protocol) corev1.Protocol {
 		return corev1.ProtocolTCP
 	}
 	return p
+}
+
+// MaxEventMessage bounds an event's message: the API server refuses an Event whose note passes
+// 1 KiB, and a tenant's annotation values appear in messages (SPEC N6).
+const MaxEventMessage = 1024
+
+// BoundMessage is s cut to MaxEventMessage bytes on a character boundary, ending in "…" when cut.
+func BoundMessage(s string) string {
+	if len(s) <= MaxEventMessage {
+		return s
+	}
+	const ellipsis = "…"
+	cut := MaxEventMessage - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + ellipsis
 }
 
 // ServedProtocol maps a Service port protocol to a served one (SPEC S5: TCP and UDP; "" is TCP).

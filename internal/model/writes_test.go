@@ -1,7 +1,9 @@
 package model
 
 import (
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -47,5 +49,18 @@ func TestWritesAfterProgramming(t *testing.T) {
 	}
 	if ReleaseOrphans(Programmed, UnboundGateway) {
 		t.Error("the unbound key's sync releases orphans")
+	}
+}
+
+// covers: N6
+// Event messages are cut to the API's 1 KiB on a character boundary; short ones are kept whole.
+func TestBoundMessage(t *testing.T) {
+	if got := BoundMessage("short"); got != "short" {
+		t.Fatalf("BoundMessage(short) = %q", got)
+	}
+	long := strings.Repeat("é", MaxEventMessage) // two bytes each
+	got := BoundMessage(long)
+	if len(got) > MaxEventMessage || !utf8.ValidString(got) || !strings.HasSuffix(got, "…") {
+		t.Fatalf("BoundMessage of %d bytes: %d bytes, valid UTF-8 %v", len(long), len(got), utf8.ValidString(got))
 	}
 }
