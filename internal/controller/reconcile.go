@@ -207,22 +207,12 @@ func (r *GatewayReconciler) plan(ctx context.Context, key string, p *model.Plann
 		return model.Plan{}, nil, nil, err
 	}
 	start := time.Now()
-	read := cacheReader{ctx: ctx, c: r.Client}
-	sc := p.Scope(base, key, r.changes.take(key))
-	snap, replanned, err := model.ReadScope(read, base, key, sc)
+	plan, gp, snap, full, err := p.Sync(cacheReader{ctx: ctx, c: r.Client}, base, key, r.changes.take(key), r.Flags.Gates())
 	if err != nil {
 		return model.Plan{}, nil, nil, err
 	}
-	plan, gp, ok := p.Plan(sc, snap, replanned, r.Flags.Gates(), key)
-	if !ok { // the gateway is full: only a full plan shares it between namespaces (SPEC N4)
-		sc = model.FullScope(sc)
-		if snap, replanned, err = model.ReadScope(read, base, key, sc); err != nil {
-			return model.Plan{}, nil, nil, err
-		}
-		plan, gp, _ = p.Plan(sc, snap, replanned, r.Flags.Gates(), key)
-	}
 	kind := "partial"
-	if sc.Full {
+	if full {
 		kind = "full"
 		fullSyncs.Inc()
 	} else {

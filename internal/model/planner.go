@@ -122,7 +122,7 @@ func (p *Planner) Scope(base Snapshot, gw string, ch Changes) Scope {
 // the whole gateway (nil: the gateway does not exist, or gw is UnboundGateway). ok is false, with
 // nothing changed, when a partial plan cannot decide: a Service does not fit the gateway's
 // bounds, and only a full plan shares a full gateway between namespaces (SPEC N4). Then plan in
-// full (FullScope).
+// full: Sync does.
 func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedName]bool, gates Gates, gw string) (plan Plan, gp *GatewayPlan, ok bool) {
 	if sc.Full {
 		plan := Compute(snap, gates)
@@ -156,8 +156,29 @@ func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedNa
 	return plan, &whole, true
 }
 
-// FullScope is sc made full: what to read when Plan could not decide from a partial one.
-func FullScope(sc Scope) Scope { return Scope{Full: true, fingerprint: sc.fingerprint} }
+// fullScope is sc made full: what to read when Plan could not decide from a partial one.
+func fullScope(sc Scope) Scope { return Scope{Full: true, fingerprint: sc.fingerprint} }
+
+// Sync is one plan of gateway gw, start to end: Scope, ReadScope through r, Plan, and a full
+// plan when a partial one cannot decide. base holds the gateway-wide objects, ch the changes
+// since the last plan. It returns the plan of the Services planned, the plan of the whole
+// gateway (see Plan), the snapshot read and whether the plan was full.
+func (p *Planner) Sync(r Reader, base Snapshot, gw string, ch Changes, gates Gates) (Plan, *GatewayPlan, Snapshot, bool, error) {
+	sc := p.Scope(base, gw, ch)
+	snap, replanned, err := ReadScope(r, base, gw, sc)
+	if err != nil {
+		return Plan{}, nil, snap, sc.Full, err
+	}
+	plan, gp, ok := p.Plan(sc, snap, replanned, gates, gw)
+	if !ok {
+		sc = fullScope(sc)
+		if snap, replanned, err = ReadScope(r, base, gw, sc); err != nil {
+			return Plan{}, nil, snap, true, err
+		}
+		plan, gp, _ = p.Plan(sc, snap, replanned, gates, gw)
+	}
+	return plan, gp, snap, sc.Full, nil
+}
 
 // QuarantineRetry is how long a gateway with quarantined Services waits before its state is sent
 // again by itself (the refusal may have been the kernel's momentary state, or the gateway's own
@@ -408,7 +429,14 @@ func ReadScope(r Reader, base Snapshot, gw string, sc Scope) (Snapshot, map[type
 				}
 			}
 		}
+		read := make(map[types.UID]bool, len(b.keys))
+		for _, uid := range b.keys {
+			read[uid] = true
+		}
 		for _, uid := range sc.Owners {
+			if read[uid] {
+				continue // finish reads the records of every Service read
+			}
 			if err := b.records(r.OwnerRecords(uid)); err != nil {
 				return base, nil, err
 			}

@@ -140,30 +140,23 @@ func TestPartialPlansEqualFullPlans(t *testing.T) {
 			for step := range 200 {
 				what := mutate(r, w, step, mark, bump)
 
-				sc := p.Scope(w.base("gw1"), "gw1", changes)
+				plan, gp, _, full, err := p.Sync(w, w.base("gw1"), "gw1", changes, gates)
 				changes = Changes{Services: map[types.NamespacedName]bool{}, Owners: map[types.UID]bool{}}
-				snap, replanned, err := ReadScope(w, w.base("gw1"), "gw1", sc)
 				if err != nil {
 					t.Fatal(err)
 				}
-				plan, gp, ok := p.Plan(sc, snap, replanned, gates, "gw1")
-				if !ok { // the gateway is full: as the controller, plan it in full
-					sc = FullScope(sc)
-					snap, replanned, _ = ReadScope(w, w.base("gw1"), "gw1", sc)
-					plan, gp, _ = p.Plan(sc, snap, replanned, gates, "gw1")
-				}
-				if !sc.Full {
+				if !full {
 					partials++
 				}
-				full, _, _ := ReadScope(w, w.base("gw1"), "gw1", Scope{Full: true})
-				fplan := Compute(full, gates)
+				whole, _, _ := ReadScope(w, w.base("gw1"), "gw1", Scope{Full: true})
+				fplan := Compute(whole, gates)
 				fgp := fplan.Gateway("gw1")
 				if d := gatewayPlanDiff(gp, fgp); d != "" {
 					for _, svc := range w.s.Services {
 						fsp, _ := planOf(fplan, types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name})
 						t.Logf("%s/%s group %s gw %s eip %q ports %v created %v fin %v del %v: eipServed %v %q", svc.Namespace, svc.Name, IdentityGroup(svc.UID), svc.Annotations[AnnotationGateway], svc.Annotations[AnnotationEIP], svc.Spec.Ports, svc.CreationTimestamp.Unix()%1000, svc.Finalizers, svc.DeletionTimestamp != nil, fsp.EIPServed, fsp.EIPReason)
 					}
-					t.Fatalf("step %d (%s, full %v, replanned %v): %s", step, what, sc.Full, replanned, d)
+					t.Fatalf("step %d (%s, full %v): %s", step, what, full, d)
 				}
 				for _, sp := range fplan.Services {
 					if sp.Limited {
