@@ -309,6 +309,7 @@ var controllerRules = map[string][]string{
 	"kubeovn.io/vpc-nat-gateways":           {"list", "watch"},
 	"kubeovn.io/iptables-eips":              {"list", "watch"},
 	"kubeovn.io/subnets":                    {"list", "watch"},
+	"kubeovn.io/ips":                        {"list", "watch"},
 	"kubeovn.io/iptables-dnat-rules":        {"list", "watch", "create", "update", "delete"},
 	"kubeovn.io/iptables-dnat-rules/status": {"update"},
 	"vpcgw.io/servicerecords":               {"get", "list", "watch", "create", "update", "patch", "delete"},

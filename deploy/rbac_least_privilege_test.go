@@ -33,6 +33,8 @@ var leastPrivilege = map[string]map[grant]string{
 		"kubeovn.io/iptables-eips watch":                     "gateway.go:SetupWithManager watches IptablesEIP",
 		"kubeovn.io/subnets list":                            "snapshot.go lists Subnets (a NIC's VPC, SPEC B2)",
 		"kubeovn.io/subnets watch":                           "informer on Subnet",
+		"kubeovn.io/ips list":                                "snapshot.go:PodAddresses (a backend's address, SPEC N2)",
+		"kubeovn.io/ips watch":                               "gateway.go:SetupWithManager watches IP",
 		"kubeovn.io/vpcs get":                                "a gateway's Vpc (SPEC K3)",
 		"kubeovn.io/vpcs list":                               "informer on Vpc",
 		"kubeovn.io/vpcs watch":                              "informer on Vpc",

@@ -161,7 +161,7 @@ func populate(ctx context.Context) error {
 	be := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "demo", Labels: map[string]string{"app": "web"},
 		Annotations: map[string]string{"ovn.kubernetes.io/ip_address": backend, "ovn.kubernetes.io/logical_switch": "vpc1-subnet", "ovn.kubernetes.io/allocated": "true"}},
 		Spec: corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{{Name: "app", Image: "x"}}}}
-	if err := create(gw, be); err != nil {
+	if err := create(gw, be, kubeovnv1.NewIP(be.Name, be.Namespace, kubeovnv1.DefaultProvider, "vpc1-subnet", backend)); err != nil {
 		return err
 	}
 	for pod, ip := range map[*corev1.Pod]string{gw: lanIP, be: backend} {

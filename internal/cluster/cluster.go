@@ -191,7 +191,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}); err != nil {
 		return nil, err
 	}
-	if err := c.KubeOVN.WaitLeading(ctx, c.Client); err != nil {
+	if err := c.KubeOVN.WaitReady(ctx, c.Client, c.OVN); err != nil {
 		return nil, fmt.Errorf("kube-ovn-controller: %w", err)
 	}
 

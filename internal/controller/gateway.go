@@ -5,6 +5,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -49,6 +50,7 @@ const (
 	indexSlicePod       = "vpcgw.pod"            // namespace/name of the Pods an EndpointSlice targets
 	indexRecordOwner    = "vpcgw.record-owner"   // a Service record's owner UID
 	indexRecordGateway  = "vpcgw.record-gateway" // a Service record's gateway
+	indexAddressPod     = "vpcgw.address-pod"    // namespace/name of the Pod a kube-ovn IP is allocated to
 )
 
 // CacheOptions keeps the caches small: no object keeps its managedFields (at 100,000 records they
@@ -65,6 +67,7 @@ func CacheOptions(kubeOVNNamespace string) cache.Options {
 			&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{kubeOVNNamespace: {}},
 				Field: fields.OneTermEqualSelector("metadata.name", model.GatewayConfigMap)},
 			&corev1.Pod{}:                  {Transform: trimPod},
+			&kubeovnv1.IP{}:                {Transform: trimAddress},
 			&kubeovnv1.IptablesDnatRule{}:  {Transform: trimRecord},
 			&vpcgwv1alpha1.ServiceRecord{}: {Transform: trimServiceRecord},
 		},
@@ -136,6 +139,19 @@ func internMap(m map[string]string) map[string]string {
 		out[intern(k)] = intern(v)
 	}
 	return out
+}
+
+// trimAddress keeps of kube-ovn's IP objects (one per NIC of every Pod in the cluster) only what
+// the model reads.
+func trimAddress(obj any) (any, error) {
+	a, ok := obj.(*kubeovnv1.IP)
+	if !ok {
+		return obj, nil
+	}
+	a.ObjectMeta = metav1.ObjectMeta{Name: a.Name, ResourceVersion: a.ResourceVersion, UID: a.UID, DeletionTimestamp: a.DeletionTimestamp}
+	a.Spec = kubeovnv1.IPSpec{PodName: a.Spec.PodName, Namespace: intern(a.Spec.Namespace), Subnet: intern(a.Spec.Subnet),
+		IPAddress: a.Spec.IPAddress, V4IPAddress: a.Spec.V4IPAddress}
+	return a, nil
 }
 
 func trimPod(obj any) (any, error) {
@@ -243,6 +259,12 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 			return nonEmpty(o.GetLabels()[discoveryv1.LabelServiceName])
 		}},
 		{&discoveryv1.EndpointSlice{}, indexSlicePod, slicePods},
+		{&kubeovnv1.IP{}, indexAddressPod, func(o client.Object) []string {
+			if a, ok := o.(*kubeovnv1.IP); ok && a.Spec.PodName != "" {
+				return []string{a.Spec.Namespace + "/" + a.Spec.PodName}
+			}
+			return nil
+		}},
 		{&kubeovnv1.IptablesDnatRule{}, indexRecordOwner, func(o client.Object) []string { return recordLabel(o, model.LabelRecordUID) }},
 		{&kubeovnv1.IptablesDnatRule{}, indexRecordGateway, func(o client.Object) []string { return recordLabel(o, model.LabelGateway) }},
 		{&vpcgwv1alpha1.ServiceRecord{}, indexRecordOwner, func(o client.Object) []string { return recordLabel(o, model.LabelRecordUID) }},
@@ -277,6 +299,10 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 		Watches(&discoveryv1.EndpointSlice{}, forgetOnDelete{handler.EnqueueRequestsFromMapFunc(r.gatewayOfSlice), r.latency.forget}).
 		Watches(&kubeovnv1.IptablesEIP{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfEIP)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfPod)).
+		// kube-ovn's allocations decide a backend's address (SPEC N2).
+		Watches(&kubeovnv1.IP{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfAddress)).
+		// A Subnet's CIDR, gateway and reserved addresses decide what may be a backend.
+		Watches(&kubeovnv1.Subnet{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfSubnet), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&kubeovnv1.IptablesDnatRule{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfRecord), builder.WithPredicates(r.recordChangedByOthers())).
 		Watches(&vpcgwv1alpha1.ServiceRecord{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfRecord), builder.WithPredicates(r.recordChangedByOthers())).
 		// A Vpc's namespaces admit Services to its gateways (SPEC N1).
@@ -372,19 +398,46 @@ func (r *GatewayReconciler) gatewaysOfEIP(ctx context.Context, o client.Object) 
 }
 
 // gatewaysOfPod wakes a gateway pod's gateway, and the gateways of Services whose endpoints
-// target the pod (a backend's NIC annotations decide its address, SPEC B2).
+// target the pod (SPEC B2).
 func (r *GatewayReconciler) gatewaysOfPod(ctx context.Context, o client.Object) []reconcile.Request {
 	var keys []string
 	if o.GetLabels()[model.LabelGatewayPod] == "true" {
 		keys = append(keys, nonEmpty(o.GetAnnotations()[model.AnnotationGatewayPod])...)
 	}
+	return requests(append(keys, r.gatewaysOfBackend(ctx, o.GetNamespace(), o.GetName())...))
+}
+
+// gatewaysOfAddress wakes the gateways of Services whose endpoints target the Pod a kube-ovn IP
+// is allocated to.
+func (r *GatewayReconciler) gatewaysOfAddress(ctx context.Context, o client.Object) []reconcile.Request {
+	a, ok := o.(*kubeovnv1.IP)
+	if !ok || a.Spec.PodName == "" {
+		return nil
+	}
+	return requests(r.gatewaysOfBackend(ctx, a.Spec.Namespace, a.Spec.PodName))
+}
+
+// gatewaysOfBackend marks the Services whose endpoints target Pod namespace/name and returns
+// their gateways.
+func (r *GatewayReconciler) gatewaysOfBackend(ctx context.Context, namespace, name string) []string {
+	var keys []string
 	var es discoveryv1.EndpointSliceList
-	if err := r.Client.List(ctx, &es, client.MatchingFields{indexSlicePod: o.GetNamespace() + "/" + o.GetName()}); err == nil {
+	if err := r.Client.List(ctx, &es, client.MatchingFields{indexSlicePod: namespace + "/" + name}); err == nil {
 		for i := range es.Items {
 			keys = append(keys, reqNames(r.gatewayOfSlice(ctx, &es.Items[i]))...)
 		}
 	}
-	return requests(keys)
+	return keys
+}
+
+// gatewaysOfSubnet wakes the gateways of a Subnet's VPC.
+func (r *GatewayReconciler) gatewaysOfSubnet(ctx context.Context, o client.Object) []reconcile.Request {
+	sub, ok := o.(*kubeovnv1.Subnet)
+	if !ok {
+		return nil
+	}
+	vpc := &kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: cmp.Or(sub.Spec.Vpc, kubeovnv1.DefaultVpc)}}
+	return r.gatewaysOfVpc(ctx, vpc)
 }
 
 // gatewaysOfVpc wakes the gateways of a Vpc.

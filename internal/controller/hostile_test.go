@@ -2,12 +2,17 @@ package controller_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	"github.com/vpcgw/vpcgw/internal/kcm"
 	"github.com/vpcgw/vpcgw/internal/model"
 )
 
@@ -36,5 +41,78 @@ func TestHostileTenantHugeAnnotationGetsABoundedEvent(t *testing.T) {
 	})
 	if len(msg) > model.MaxEventMessage || !strings.HasPrefix(msg, `annotation `+model.AnnotationEIP+`="eee`) || !strings.HasSuffix(msg, "…") {
 		t.Fatalf("event message of %d bytes (%.40q…), want at most %d, cut with an ellipsis", len(msg), msg, model.MaxEventMessage)
+	}
+}
+
+// covers: N2, B2, T3
+// Hostile tenant, against the real API server: a tenant whose Service is admitted to the gateway
+// rewrites its own backend Pod's kube-ovn annotations (the primary NIC's and an attachment's) to
+// the address of another tenant's Pod in the same VPC. The gateway keeps forwarding to the
+// address kube-ovn allocated to the tenant's Pod (its IP object), never to the claimed one, and
+// the Service gets an event saying the claim is not kube-ovn's. Before, the annotations decided
+// the address, and the other tenant's Pod was published through this tenant's EIP.
+func TestHostileTenantRewrittenPodAddressIsNotPublished(t *testing.T) {
+	f := newFixture(t, "gw-hostile-addr", 1)
+	f.eip("eip-steal", "172.18.30.10", true)
+	ctx := context.Background()
+	// The victim: another tenant's Pod in the same VPC, at 10.0.1.40.
+	victimNS := "victim-" + f.gw
+	must(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: victimNS}}))
+	victim := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db-0", Namespace: victimNS,
+		Annotations: map[string]string{"ovn.kubernetes.io/ip_address": "10.0.1.40", "ovn.kubernetes.io/logical_switch": f.gw + "-subnet"}},
+		Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "db", Image: "x"}}}}
+	must(t, k8s.Create(ctx, victim))
+	allocate(t, kubeovnv1.NewIP(victim.Name, victimNS, kubeovnv1.DefaultProvider, f.gw+"-subnet", "10.0.1.40"))
+	must(t, kcm.SetPodRunning(ctx, k8s, victim, "10.0.1.40", true))
+
+	f.service("steal", f.eipName("eip-steal"), 80, "10.0.1.41")
+	const key = "172.18.30.10:80:tcp"
+	backends := func() []string {
+		st, ok := f.agents.state(f.pods[0])
+		if !ok {
+			return nil
+		}
+		for _, id := range st.Identities {
+			if id.Key() == key {
+				var out []string
+				for _, b := range id.Backends {
+					out = append(out, fmt.Sprint(b.IP))
+				}
+				return out
+			}
+		}
+		return nil
+	}
+	f.eventually("the tenant's own Pod served", func() bool { return slices.Equal(backends(), []string{"10.0.1.41"}) })
+
+	// The rewrite, by anyone who may edit Pods in the tenant's namespace.
+	var pod corev1.Pod
+	must(t, k8s.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "steal-0"}, &pod))
+	patch := client.MergeFrom(pod.DeepCopy())
+	pod.Annotations["ovn.kubernetes.io/ip_address"] = "10.0.1.40"
+	pod.Annotations["net1.ns.ovn.kubernetes.io/ip_address"] = "10.0.1.40"
+	pod.Annotations["net1.ns.ovn.kubernetes.io/logical_switch"] = f.gw + "-subnet"
+	pod.Annotations["net1.ns.ovn.kubernetes.io/allocated"] = "true"
+	pod.Annotations["k8s.v1.cni.cncf.io/network-status"] = `[{"name":"ns/net1","interface":"net1","ips":["10.0.1.40"]}]`
+	must(t, k8s.Patch(ctx, &pod, patch))
+	f.eventually("the claim reported", func() bool {
+		return f.hasEvent("steal", model.ReasonBackendSkipped, "address 10.0.1.40 (annotation ovn.kubernetes.io/ip_address) is not allocated to it by kube-ovn")
+	})
+	if got := backends(); !slices.Equal(got, []string{"10.0.1.41"}) {
+		t.Fatalf("after the rewrite the gateway forwards %s to %v, want only the Pod's own 10.0.1.41", key, got)
+	}
+	for _, r := range f.records("steal") {
+		for _, p := range r.Spec.Ports {
+			if slices.Contains(p.Backends, "10.0.1.40") {
+				t.Fatalf("the record lists the other tenant's address: %+v", r.Spec.Ports)
+			}
+		}
+	}
+	var evs corev1.EventList
+	must(t, k8s.List(ctx, &evs, client.InNamespace(f.ns)))
+	for _, ev := range evs.Items {
+		if strings.Contains(ev.Message, victimNS) || strings.Contains(ev.Message, "db-0") {
+			t.Fatalf("an event of the tenant names the other tenant's Pod: %q", ev.Message)
+		}
 	}
 }

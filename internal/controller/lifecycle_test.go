@@ -397,6 +397,8 @@ func (f *fixture) backend(app string, i int, ip string) *corev1.Pod {
 		Annotations: map[string]string{"ovn.kubernetes.io/ip_address": ip, "ovn.kubernetes.io/logical_switch": f.gw + "-subnet", "ovn.kubernetes.io/allocated": "true"}},
 		Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "app", Image: "x", Ports: []corev1.ContainerPort{{ContainerPort: 8080}}}}}}
 	must(f.t, k8s.Create(context.Background(), pod))
+	// kube-ovn's IPAM, played: the allocation a backend's address comes from (SPEC N2).
+	allocate(f.t, kubeovnv1.NewIP(pod.Name, pod.Namespace, kubeovnv1.DefaultProvider, f.gw+"-subnet", ip))
 	must(f.t, kcm.SetPodRunning(context.Background(), k8s, pod, ip, true))
 	return pod
 }
@@ -488,4 +490,19 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// allocate plays kube-ovn's IPAM: it writes the IP object of an allocation, as kube-ovn does for
+// a new Pod and again for a recreated Pod of the same name.
+func allocate(t *testing.T, ip *kubeovnv1.IP) {
+	t.Helper()
+	ctx := context.Background()
+	err := k8s.Create(ctx, ip)
+	if apierrors.IsAlreadyExists(err) {
+		var cur kubeovnv1.IP
+		must(t, k8s.Get(ctx, client.ObjectKeyFromObject(ip), &cur))
+		cur.Spec = ip.Spec
+		err = k8s.Update(ctx, &cur)
+	}
+	must(t, err)
 }

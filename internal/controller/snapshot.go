@@ -113,6 +113,14 @@ func (r cacheReader) ServiceSlices(ns, name string) ([]discoveryv1.EndpointSlice
 	return l.Items, nil
 }
 
+func (r cacheReader) PodAddresses(k types.NamespacedName) ([]kubeovnv1.IP, error) {
+	var l kubeovnv1.IPList
+	if err := r.list(&l, client.MatchingFields{indexAddressPod: k.Namespace + "/" + k.Name}); err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}
+
 func (r cacheReader) Pod(k types.NamespacedName) (*corev1.Pod, error) {
 	var p corev1.Pod
 	if err := r.c.Get(r.ctx, k, &p, client.UnsafeDisableDeepCopy); err != nil {

@@ -129,6 +129,16 @@ func Snapshot(ctx context.Context, c client.Reader, o SnapshotOptions) (Read, er
 			s.GatewayPods = gwPods.Items
 		}
 	}
+	// A backend's address comes only from kube-ovn's IP objects (SPEC N2).
+	var addrs kubeovnv1.IPList
+	switch err := c.List(ctx, &addrs); {
+	case apierrors.IsForbidden(err):
+		rd.Warnings = append(rd.Warnings, "you may not list kube-ovn's IP objects (ips.kubeovn.io): backends of Pods cannot be resolved and are shown as skipped")
+	case err != nil:
+		return rd, fmt.Errorf("listing IPs: %w", err)
+	default:
+		s.PodAddresses = addrs.Items
+	}
 	s.EndpointSlices, s.Gateways, s.EIPs, s.Subnets, s.Records = slices_.Items, gws.Items, eips.Items, subnets.Items, records.Items
 	s.Vpcs = vpcs.Items
 	return rd, nil

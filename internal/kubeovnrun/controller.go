@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -346,6 +348,55 @@ func (c *Controller) WaitLeading(ctx context.Context, k client.Client) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// WaitReady waits until the running controller leads (WaitLeading) and has finished its start:
+// the default Vpc is standby and the default and join logical switches are in the NB DB, which
+// kube-ovn-controller waits for before it starts its other workers, among them those that
+// handle deleted Subnets, Pods and Nodes (v1.16.2 pkg/controller/controller.go:1313-1321). A test
+// that starts before then sees some of kube-ovn's reconciles and not others.
+func (c *Controller) WaitReady(ctx context.Context, k client.Client, o *OVN) error {
+	if err := c.WaitLeading(ctx, k); err != nil {
+		return err
+	}
+	for {
+		why := c.notReady(ctx, k, o)
+		if why == "" {
+			return nil
+		}
+		if c.Exited() {
+			return fmt.Errorf("kubeovnrun: %s exited before it was ready (%s)", ControllerBinary, why)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kubeovnrun: waiting for %s to finish its start: %w (%s)", ControllerBinary, ctx.Err(), why)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// notReady says what kube-ovn-controller's start still waits for, or "" when nothing.
+func (c *Controller) notReady(ctx context.Context, k client.Client, o *OVN) string {
+	vpc := &unstructured.Unstructured{}
+	vpc.SetAPIVersion("kubeovn.io/v1")
+	vpc.SetKind("Vpc")
+	if err := k.Get(ctx, client.ObjectKey{Name: DefaultVpc}, vpc); err != nil {
+		return fmt.Sprintf("reading Vpc %s: %v", DefaultVpc, err)
+	}
+	if standby, _, _ := unstructured.NestedBool(vpc.Object, "status", "standby"); !standby {
+		return "Vpc " + DefaultVpc + " is not standby"
+	}
+	out, err := o.NBCtl("--bare", "--columns=name", "list", "Logical_Switch")
+	if err != nil {
+		return fmt.Sprintf("listing logical switches: %v", err)
+	}
+	have := strings.Fields(out)
+	for _, ls := range []string{DefaultLogicalSwitch, JoinSwitch} {
+		if !slices.Contains(have, ls) {
+			return "no logical switch " + ls
+		}
+	}
+	return ""
 }
 
 // Stop ends the controller (SIGTERM: it releases its Lease; SIGKILL after 15s) and waits.

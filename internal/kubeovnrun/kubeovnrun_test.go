@@ -147,7 +147,7 @@ func TestRealKubeOVNMakesTheGateway(t *testing.T) {
 			t.Logf("kube-controller-manager output (last 8 KiB):\n%s", tail(kcmProc.Output(), 8<<10))
 		}
 	})
-	if err := ctrl.WaitLeading(ctx, k); err != nil {
+	if err := ctrl.WaitReady(ctx, k, o); err != nil {
 		t.Fatal(err)
 	}
 	// Its hard-coded log file landed in the run's directory, and nothing on the host.
@@ -302,12 +302,12 @@ func TestRealKubeOVNMakesTheGateway(t *testing.T) {
 		t.Logf("namespace gone %.1fs after its deletion", time.Since(nsBegin).Seconds())
 	})
 
-	t.Run("restart takes the Lease back", func(t *testing.T) {
+	t.Run("restart takes the Lease back and finishes its start", func(t *testing.T) {
 		restartBegin := time.Now()
 		if err := ctrl.Restart(); err != nil {
 			t.Fatal(err)
 		}
-		if err := ctrl.WaitLeading(ctx, k); err != nil {
+		if err := ctrl.WaitReady(ctx, k, o); err != nil {
 			t.Fatal(err)
 		}
 		if d := time.Since(restartBegin); d > 20*time.Second {

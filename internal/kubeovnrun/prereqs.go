@@ -64,6 +64,52 @@ func InstallCluster(ctx context.Context, c client.Client, kubeOVNDir string) err
 	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(nad), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
 		return fmt.Errorf("kubeovnrun: applying NetworkAttachmentDefinition %s/%s: %w", Namespace, ExternalNetwork, err)
 	}
+	return seedDefaultVpc(ctx, c)
+}
+
+// Names of kube-ovn's default network (its flags' defaults, which Start keeps).
+const (
+	DefaultVpc           = "ovn-cluster" // --cluster-router
+	DefaultLogicalSwitch = "ovn-default" // --default-ls
+	JoinSwitch           = "join"        // --node-switch
+)
+
+// seedDefaultVpc creates the default Vpc with the status kube-ovn-controller's first start gives
+// it (v1.16.2 pkg/controller/init.go:88-123, InitDefaultVpc), so every start of the controller
+// here is like a restart on a running cluster. On a first start kube-ovn races itself: InitDefaultVpc
+// sets status.standby, and handleUpdateVpcStatus (vpc.go:153-188), run for the join Subnet's add
+// event, merge-patches the whole status from its informer's copy, which may not have seen that
+// write yet, with "standby": false. Then the default Vpc waits for the join switch (vpc.go:387-395)
+// and the join Subnet waits for a standby Vpc (subnet.go:355-359) for ever, and kube-ovn never
+// starts its other workers (controller.go:1314-1321). With the status already stored, every copy
+// it patches from says standby.
+func seedDefaultVpc(ctx context.Context, c client.Client) error {
+	vpc := &unstructured.Unstructured{}
+	vpc.SetAPIVersion("kubeovn.io/v1")
+	vpc.SetKind("Vpc")
+	vpc.SetName(DefaultVpc)
+	if err := c.Create(ctx, vpc); err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("kubeovnrun: creating the default Vpc %s: %w", DefaultVpc, err)
+		}
+		if err := c.Get(ctx, client.ObjectKey{Name: DefaultVpc}, vpc); err != nil {
+			return fmt.Errorf("kubeovnrun: reading the default Vpc %s: %w", DefaultVpc, err)
+		}
+	}
+	status, _, _ := unstructured.NestedMap(vpc.Object, "status")
+	if status["default"] == true && status["standby"] == true && status["router"] == DefaultVpc && status["defaultLogicalSwitch"] == DefaultLogicalSwitch {
+		return nil
+	}
+	if status == nil {
+		status = map[string]any{}
+	}
+	status["default"], status["standby"], status["router"], status["defaultLogicalSwitch"] = true, true, DefaultVpc, DefaultLogicalSwitch
+	if err := unstructured.SetNestedMap(vpc.Object, status, "status"); err != nil {
+		return fmt.Errorf("kubeovnrun: default Vpc status: %w", err)
+	}
+	if err := c.Status().Update(ctx, vpc); err != nil {
+		return fmt.Errorf("kubeovnrun: setting the default Vpc %s status: %w", DefaultVpc, err)
+	}
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -104,6 +105,11 @@ func createBackendPod(ctx context.Context, c client.Client, ns, name, app, ip st
 			Name: "echo", Image: "vpcgw-lab",
 			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: BackendPort}},
 		}}},
+	}
+	// kube-ovn's IPAM, played: the IP object kube-ovn writes with the annotations is what
+	// decides a backend's address (SPEC N2).
+	if err := c.Create(ctx, kubeovnv1.NewIP(name, ns, kubeovnv1.DefaultProvider, VpcSubnetName, ip)); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating the IP of pod %s/%s: %w", ns, name, err)
 	}
 	return createRunningPod(ctx, c, pod, ip)
 }

@@ -1,7 +1,7 @@
 package model
 
 import (
-	"encoding/json"
+	"cmp"
 	"net/netip"
 	"slices"
 	"strings"
@@ -74,27 +74,86 @@ func slicePort(es *discoveryv1.EndpointSlice, port corev1.ServicePort) (int32, b
 type resolver struct {
 	ix        *Index
 	vpc       string
-	namespace string          // the Service's: Pod targets must be there (SPEC N2)
-	own       map[string]bool // the gateway's own addresses, never a backend
-	memo      map[types.NamespacedName]string
-	skipped   []string
-	seen      map[string]bool
+	namespace string // the Service's: Pod targets must be there (SPEC N2)
+	// infra are the addresses of the VPC's own machinery, never a backend (SPEC N2): the
+	// gateways' addresses, the Subnets' gateway (the VPC router's port) and reserved addresses.
+	infra   []infraRange
+	memo    map[types.NamespacedName]string
+	skipped []string
+	seen    map[string]bool
+}
+
+// infraRange is a range of addresses (one address: from == to) and what they are; where ranges
+// overlap, the lowest rank names the address (a Subnet's gateway is also in its excludeIps).
+type infraRange struct {
+	from, to netip.Addr
+	rank     int
+	what     string
 }
 
 func (ix *Index) newResolver(svc *corev1.Service, gw *kubeovnv1.VpcNatGateway) *resolver {
-	r := &resolver{ix: ix, vpc: gw.Spec.Vpc, namespace: svc.Namespace, own: map[string]bool{}, memo: map[types.NamespacedName]string{}, seen: map[string]bool{}}
-	if gw.Spec.LanIP != "" {
-		r.own[gw.Spec.LanIP] = true
+	r := &resolver{ix: ix, vpc: gw.Spec.Vpc, namespace: svc.Namespace, memo: map[types.NamespacedName]string{}, seen: map[string]bool{}}
+	r.infra = ix.vpcInfra(gw)
+	return r
+}
+
+// vpcInfra lists the addresses of gw's VPC that are not a workload's: every gateway of the VPC
+// (its LAN address; gw's instances' and EIPs too) and every Subnet's gateway, U2O and excluded
+// addresses. Computed once per gateway and snapshot.
+func (ix *Index) vpcInfra(gw *kubeovnv1.VpcNatGateway) []infraRange {
+	if got, ok := ix.infra[gw.Name]; ok {
+		return got
 	}
+	var out []infraRange
+	one := func(s string, rank int, what string) {
+		for _, part := range strings.Split(s, ",") {
+			if a, err := netip.ParseAddr(strings.TrimSpace(part)); err == nil {
+				out = append(out, infraRange{a, a, rank, what})
+			}
+		}
+	}
+	for _, g := range ix.gateways {
+		if g.Spec.Vpc != gw.Spec.Vpc {
+			continue
+		}
+		what := "the LAN address of gateway " + g.Name
+		one(g.Spec.LanIP, 0, what)
+	}
+	// The snapshot holds only this gateway's Pods; another gateway's Pods have its spec.lanIp.
 	for _, inst := range ix.instances(gw.Name) {
-		r.own[inst.LanIP] = true
+		one(inst.LanIP, 0, "the LAN address of gateway "+gw.Name)
 	}
 	for _, e := range ix.eips {
 		if e.Spec.NatGwDp == gw.Name {
-			r.own[e.Status.IP], r.own[e.Spec.V4ip] = true, true
+			one(e.Status.IP, 0, "an EIP of gateway "+gw.Name)
+			one(e.Spec.V4ip, 0, "an EIP of gateway "+gw.Name)
 		}
 	}
-	return r
+	for name, sub := range ix.subnets {
+		if ix.subnetVpc(name) != gw.Spec.Vpc {
+			continue
+		}
+		one(sub.Spec.Gateway, 1, "the gateway address of Subnet "+name)
+		one(sub.Spec.U2OInterconnectionIP, 1, "the U2O address of Subnet "+name)
+		one(sub.Status.U2OInterconnectionIP, 1, "the U2O address of Subnet "+name)
+		for _, ex := range sub.Spec.ExcludeIps {
+			from, to, ok := strings.Cut(ex, "..")
+			if !ok {
+				to = from
+			}
+			a, errA := netip.ParseAddr(strings.TrimSpace(from))
+			b, errB := netip.ParseAddr(strings.TrimSpace(to))
+			if errA == nil && errB == nil && a.Compare(b) <= 0 {
+				out = append(out, infraRange{a, b, 2, "an address Subnet " + name + " reserves (excludeIps)"})
+			}
+		}
+	}
+	// Map iteration order must not decide which reason an event gives.
+	slices.SortFunc(out, func(x, y infraRange) int {
+		return cmp.Or(cmp.Compare(x.rank, y.rank), x.from.Compare(y.from), x.to.Compare(y.to), strings.Compare(x.what, y.what))
+	})
+	ix.infra[gw.Name] = out
+	return out
 }
 
 func (r *resolver) skip(why string) {
@@ -104,12 +163,13 @@ func (r *resolver) skip(why string) {
 	}
 }
 
-// resolve returns the endpoint's backend address (SPEC B2, N2). An endpoint of a Pod uses the
-// Pod's NIC in the gateway's VPC, the lowest IPv4 when several are; the Pod must be in the
-// Service's namespace, the NIC one kube-ovn allocated (and, for an attachment, one the Pod's
-// network status lists) with an address inside its Subnet's CIDR. An endpoint without a Pod is
-// used only when the controller allows it, with an address inside a Subnet of the VPC. Never the
-// gateway's own addresses, nor loopback, link-local, multicast or broadcast ones.
+// resolve returns the endpoint's backend address (SPEC B2, N2). An endpoint of a Pod uses an
+// address kube-ovn allocated to the Pod (its IP objects, which a tenant cannot write) in a Subnet
+// of the gateway's VPC, the lowest when several are; the Pod must be in the Service's namespace.
+// The Pod's annotations decide nothing: an address they claim that kube-ovn did not allocate to
+// the Pod is reported and not used. An endpoint without a Pod is used only when the controller
+// allows it, with an address inside a Subnet of the VPC. Never the VPC's own machinery (infra),
+// nor loopback, link-local, multicast or broadcast addresses.
 func (r *resolver) resolve(namespace string, ep *discoveryv1.Endpoint) (string, bool) {
 	if ep.TargetRef == nil || ep.TargetRef.Kind != "Pod" {
 		ip, ok := firstIPv4(ep.Addresses)
@@ -119,8 +179,10 @@ func (r *resolver) resolve(namespace string, ep *discoveryv1.Endpoint) (string, 
 		case !r.ix.gates.EndpointsWithoutPods:
 			r.skip("endpoint " + ip + " has no Pod target: such endpoints are not used (the controller's --allow-endpoints-without-pods)")
 			return "", false
-		case !r.inVpcSubnet(ip) || !r.safe(ip):
+		case !r.inVpcSubnet(ip):
 			r.skip("endpoint " + ip + " is not an address of a Subnet of VPC " + r.vpc + ": it is not used")
+			return "", false
+		case !r.safe(ip, "endpoint "+ip):
 			return "", false
 		}
 		return ip, true
@@ -138,31 +200,67 @@ func (r *resolver) resolve(namespace string, ep *discoveryv1.Endpoint) (string, 
 		return ip, ip != ""
 	}
 	ip := ""
-	pod := r.ix.pods[key]
-	switch {
-	case pod == nil:
-		// Not in the cache yet: wait for it rather than guess a NIC.
-	default:
-		var inVpc []netip.Addr
-		for _, nic := range podNICs(pod) {
-			if nic.allocated && r.ix.subnetVpc(nic.logicalSwitch) == r.vpc && r.ix.subnetHolds(nic.logicalSwitch, nic.ip.String()) && r.safe(nic.ip.String()) {
-				inVpc = append(inVpc, nic.ip)
-			}
-		}
-		if len(inVpc) == 0 {
-			r.skip("backend Pod " + key.String() + " has no network interface in VPC " + r.vpc + " that kube-ovn allocated: it is not used")
-			break
-		}
-		slices.SortFunc(inVpc, netip.Addr.Compare)
-		ip = inVpc[0].String()
+	if pod := r.ix.pods[key]; pod != nil { // not in the cache yet: wait for it rather than guess
+		ip = r.podAddress(pod)
 	}
 	r.memo[key] = ip
 	return ip, ip != ""
 }
 
-// safe refuses the gateway's own addresses and the address classes that are never a backend.
-func (r *resolver) safe(ip string) bool {
-	return !r.own[ip] && gwstate.ValidBackendAddr(ip) == nil
+// podAddress is the lowest address kube-ovn allocated to pod in the resolver's VPC, or "".
+func (r *resolver) podAddress(pod *corev1.Pod) string {
+	key := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
+	var inVpc, allocated []netip.Addr
+	for _, a := range r.ix.podAddrs[key] {
+		if r.ix.subnetVpc(a.Spec.Subnet) != r.vpc {
+			continue
+		}
+		ip, ok := firstIPv4([]string{a.Spec.V4IPAddress})
+		if !ok {
+			ip, ok = firstIPv4(strings.Split(a.Spec.IPAddress, ","))
+		}
+		if !ok {
+			continue
+		}
+		allocated = append(allocated, netip.MustParseAddr(ip))
+		if r.ix.subnetHolds(a.Spec.Subnet, ip) && r.safe(ip, "backend Pod "+key.String()+" address "+ip) {
+			inVpc = append(inVpc, netip.MustParseAddr(ip))
+		}
+	}
+	slices.SortFunc(inVpc, netip.Addr.Compare)
+	// What the Pod's annotations claim in the VPC and kube-ovn did not allocate to it: a tenant
+	// rewrote them to publish someone else's address, or kube-ovn has not written the IP yet.
+	for _, c := range podClaims(pod) {
+		if r.ix.subnetVpc(c.logicalSwitch) == r.vpc && !slices.Contains(allocated, c.ip) {
+			r.skip("backend Pod " + key.String() + ": address " + c.ip.String() + " (annotation " + c.annotation +
+				") is not allocated to it by kube-ovn (no ips.kubeovn.io object says so): it is not used")
+		}
+	}
+	if len(inVpc) == 0 {
+		r.skip("backend Pod " + key.String() + " has no address in VPC " + r.vpc + " that kube-ovn allocated: it is not used")
+		return ""
+	}
+	return inVpc[0].String()
+}
+
+// safe refuses the VPC's machinery and the address classes that are never a backend, saying why
+// for what (an endpoint or a Pod's address).
+func (r *resolver) safe(ip, what string) bool {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return false
+	}
+	for _, in := range r.infra {
+		if in.from.Compare(a) <= 0 && a.Compare(in.to) <= 0 {
+			r.skip(what + " is " + in.what + ": it is not used")
+			return false
+		}
+	}
+	if err := gwstate.ValidBackendAddr(ip); err != nil {
+		r.skip(what + ": " + err.Error() + ": it is not used")
+		return false
+	}
+	return true
 }
 
 // inVpcSubnet reports whether ip lies in a Subnet of the resolver's VPC.
@@ -183,61 +281,29 @@ func (r *resolver) events() []Event {
 	return out
 }
 
-type nic struct {
+// claim is an address a Pod's kube-ovn annotations say one of its NICs has.
+type claim struct {
 	ip            netip.Addr
 	logicalSwitch string
-	// allocated: kube-ovn allocated the NIC (<provider>.kubernetes.io/allocated), and an
-	// attachment's is listed in the Pod's network status with this address.
-	allocated bool
+	annotation    string
 }
 
-// podNICs reads kube-ovn's per-provider annotations: <provider>.kubernetes.io/ip_address (first
-// IPv4 of a comma-separated list), <provider>.kubernetes.io/logical_switch and .../allocated,
-// and for attachments multus's k8s.v1.cni.cncf.io/network-status.
-func podNICs(pod *corev1.Pod) []nic {
-	var status []networkStatusEntry
-	_ = json.Unmarshal([]byte(pod.Annotations[networkStatusAnnotation]), &status) // absent or bad: no attachment is listed
-	var out []nic
+// podClaims reads kube-ovn's per-provider annotations <provider>.kubernetes.io/ip_address (first
+// IPv4 of a comma-separated list) and <provider>.kubernetes.io/logical_switch. Any Pod editor
+// may write them, so they only serve to report a claim kube-ovn's IP objects do not back.
+func podClaims(pod *corev1.Pod) []claim {
+	var out []claim
 	for k, v := range pod.Annotations {
 		provider, ok := strings.CutSuffix(k, ipAddressSuffix)
 		if !ok || provider == "" {
 			continue
 		}
-		ip, ok := firstIPv4(strings.Split(v, ","))
-		if !ok {
-			continue
+		if ip, ok := firstIPv4(strings.Split(v, ",")); ok {
+			out = append(out, claim{ip: netip.MustParseAddr(ip), logicalSwitch: pod.Annotations[provider+logicalSwitchSuffix], annotation: k})
 		}
-		n := nic{ip: netip.MustParseAddr(ip), logicalSwitch: pod.Annotations[provider+logicalSwitchSuffix]}
-		n.allocated = pod.Annotations[provider+allocatedSuffix] == "true" && (provider == "ovn" || listed(status, provider, ip))
-		out = append(out, n)
 	}
+	slices.SortFunc(out, func(a, b claim) int { return strings.Compare(a.annotation, b.annotation) })
 	return out
-}
-
-const (
-	allocatedSuffix         = ".kubernetes.io/allocated"
-	networkStatusAnnotation = "k8s.v1.cni.cncf.io/network-status"
-)
-
-type networkStatusEntry struct {
-	Name string   `json:"name"`
-	IPs  []string `json:"ips"`
-}
-
-// listed reports whether the network status lists the attachment of provider ("<nad>.<ns>" or
-// "<nad>.<ns>.ovn", entry "<ns>/<nad>") with address ip.
-func listed(status []networkStatusEntry, provider, ip string) bool {
-	parts := strings.Split(strings.TrimSuffix(provider, ".ovn"), ".")
-	if len(parts) != 2 {
-		return false
-	}
-	name := parts[1] + "/" + parts[0]
-	for _, e := range status {
-		if e.Name == name && slices.Contains(e.IPs, ip) {
-			return true
-		}
-	}
-	return false
 }
 
 func (ix *Index) subnetVpc(name string) string {

@@ -44,6 +44,7 @@ func largeSnapshot(n, m int) Snapshot {
 			eps = append(eps, ep{ip: ip, pod: pod})
 			s.Pods = append(s.Pods, corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: "ns", Annotations: map[string]string{
 				"ovn.kubernetes.io/ip_address": ip, "ovn.kubernetes.io/logical_switch": "vpc1-subnet"}}})
+			s.PodAddresses = append(s.PodAddresses, allocation(s.Pods[len(s.Pods)-1], "ovn", ip, "vpc1-subnet"))
 		}
 		s.EndpointSlices = append(s.EndpointSlices, slice(name, name+"-a", discoveryv1.AddressTypeIPv4, 8080, "http", corev1.ProtocolTCP, eps...))
 	}

@@ -124,23 +124,37 @@ func slice(svc, name string, addrType discoveryv1.AddressType, port int32, portN
 	return es
 }
 
-// backendPod is a Pod with kube-ovn NIC annotations as kube-ovn and multus write them: provider
-// -> {ip, logicalSwitch}, allocated, attachments in the network status.
+// backendPod is a Pod with kube-ovn's NIC annotations, provider -> {ip, logicalSwitch}. They
+// decide nothing (SPEC N2): addressesOf gives the IP objects kube-ovn would have made for them.
 func backendPod(name string, nics map[string][2]string) corev1.Pod {
 	p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Annotations: map[string]string{}}}
-	var status []string
 	for provider, n := range nics {
 		p.Annotations[provider+ipAddressSuffix] = n[0]
 		p.Annotations[provider+logicalSwitchSuffix] = n[1]
-		p.Annotations[provider+allocatedSuffix] = "true"
-		if parts := strings.Split(strings.TrimSuffix(provider, ".ovn"), "."); provider != "ovn" && len(parts) == 2 {
-			status = append(status, fmt.Sprintf(`{"name":%q,"interface":"net1","ips":[%q]}`, parts[1]+"/"+parts[0], strings.Split(n[0], ",")[0]))
-		}
-	}
-	if len(status) > 0 {
-		p.Annotations[networkStatusAnnotation] = "[" + strings.Join(status, ",") + "]"
 	}
 	return p
+}
+
+// addressesOf plays kube-ovn's IPAM for pods: an IP object ("<pod>.<ns>[.<provider>]") for every
+// NIC their annotations name, as kube-ovn writes both when it allocates.
+func addressesOf(pods ...corev1.Pod) []kubeovnv1.IP {
+	var out []kubeovnv1.IP
+	for _, p := range pods {
+		for k, v := range p.Annotations {
+			provider, ok := strings.CutSuffix(k, ipAddressSuffix)
+			if !ok {
+				continue
+			}
+			out = append(out, allocation(p, provider, v, p.Annotations[provider+logicalSwitchSuffix]))
+		}
+	}
+	return out
+}
+
+// allocation is the IP object kube-ovn makes when it allocates addr in subnet to pod's NIC of
+// provider.
+func allocation(pod corev1.Pod, provider, addr, subnet string) kubeovnv1.IP {
+	return *kubeovnv1.NewIP(pod.Name, pod.Namespace, provider, subnet, addr)
 }
 
 // baseSnapshot: gateway gw1 in VPC vpc1 with one initialized instance, a Ready EIP, Service

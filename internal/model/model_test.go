@@ -261,6 +261,7 @@ func TestBackendNICResolution(t *testing.T) {
 		backendPod("outside", map[string][2]string{"ovn": {"192.168.0.7", "ovn-default"}, "net2.ns.ovn": {"10.9.0.7", "other-subnet"}}),
 		{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "ns"}},
 	}
+	s.PodAddresses = addressesOf(s.Pods...)
 	sp := servicePlan(Compute(s, lbGates), "web")
 	want := []gwstate.Backend{{IP: "10.0.1.9", Port: 8080}, {IP: "10.0.1.31", Port: 8080}, {IP: "10.0.1.60", Port: 8080}}
 	if len(sp.Identities) != 1 || !reflect.DeepEqual(sp.Identities[0].Backends, want) {
@@ -521,6 +522,7 @@ func TestComputeIgnoresInputOrder(t *testing.T) {
 		slice("web", "web-b", discoveryv1.AddressTypeIPv4, 8080, "http", corev1.ProtocolTCP, ep{ip: "10.0.1.9"}, ep{ip: "10.0.1.200"}),
 		slice("web3", "web3-a", discoveryv1.AddressTypeIPv4, 8080, "http", corev1.ProtocolTCP, ep{ip: "10.0.1.5"}, ep{ip: "9.9.9.9", pod: "outside"}))
 	s.Pods = []corev1.Pod{backendPod("outside", map[string][2]string{"ovn": {"9.9.9.9", "other-subnet"}, "x.ns.ovn": {"9.9.9.8", "other-subnet"}})}
+	s.PodAddresses = addressesOf(s.Pods...)
 	s = applyPlan(s, Compute(s, bothGates))
 	s.Records = append(s.Records, kubeovnv1.IptablesDnatRule{ObjectMeta: metav1.ObjectMeta{Name: "orphan", Labels: map[string]string{LabelRecord: "true", LabelRecordUID: "gone"}}})
 	want := Compute(s, bothGates)
@@ -528,7 +530,7 @@ func TestComputeIgnoresInputOrder(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		c := Snapshot{
 			Gateways: shuffled(rng, s.Gateways), EIPs: shuffled(rng, s.EIPs), Services: shuffled(rng, s.Services),
-			EndpointSlices: shuffled(rng, s.EndpointSlices), Pods: shuffled(rng, s.Pods), Subnets: shuffled(rng, s.Subnets),
+			EndpointSlices: shuffled(rng, s.EndpointSlices), Pods: shuffled(rng, s.Pods), PodAddresses: shuffled(rng, s.PodAddresses), Subnets: shuffled(rng, s.Subnets),
 			GatewayPods: shuffled(rng, s.GatewayPods), Records: shuffled(rng, s.Records), Vpcs: shuffled(rng, s.Vpcs),
 		}
 		for j := range c.EndpointSlices {

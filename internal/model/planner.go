@@ -369,6 +369,8 @@ type Reader interface {
 	// ServiceSlices are the EndpointSlices of Service namespace/name.
 	ServiceSlices(namespace, name string) ([]discoveryv1.EndpointSlice, error)
 	Pod(key types.NamespacedName) (*corev1.Pod, error)
+	// PodAddresses are kube-ovn's IP objects allocated to Pod key (spec.namespace, spec.podName).
+	PodAddresses(key types.NamespacedName) ([]kubeovnv1.IP, error)
 }
 
 // ReadScope reads through r what sc asks for and adds it to base, the gateway-wide objects. It
@@ -376,7 +378,7 @@ type Reader interface {
 // are gone.
 func ReadScope(r Reader, base Snapshot, gw string, sc Scope) (Snapshot, map[types.NamespacedName]bool, error) {
 	b := &scopeReader{r: r, s: base, keys: map[types.NamespacedName]types.UID{}, recs: map[string]bool{}}
-	b.s.Services, b.s.EndpointSlices, b.s.Pods, b.s.Records, b.s.ServiceRecords = nil, nil, nil, nil, nil
+	b.s.Services, b.s.EndpointSlices, b.s.Pods, b.s.PodAddresses, b.s.Records, b.s.ServiceRecords = nil, nil, nil, nil, nil, nil
 	replanned := map[types.NamespacedName]bool{}
 	if sc.Full {
 		svcs, err := r.GatewayServices(gw)
@@ -487,7 +489,8 @@ func (b *scopeReader) records(srs []vpcgwv1alpha1.ServiceRecord, drs []kubeovnv1
 }
 
 // finish adds the records of every Service read, the live owners those records name (or the
-// model takes the records for orphans), and the EndpointSlices and the Pods they target.
+// model takes the records for orphans), and the EndpointSlices, the Pods they target and those
+// Pods' addresses.
 func (b *scopeReader) finish() (Snapshot, error) {
 	for i := 0; i < len(b.s.Services); i++ {
 		if err := b.records(b.r.OwnerRecords(b.s.Services[i].UID)); err != nil {
@@ -548,9 +551,15 @@ func (b *scopeReader) finish() (Snapshot, error) {
 		if err != nil {
 			return b.s, fmt.Errorf("reading backend pod %s: %w", k, err)
 		}
-		if p != nil {
-			b.s.Pods = append(b.s.Pods, *p)
+		if p == nil {
+			continue
 		}
+		b.s.Pods = append(b.s.Pods, *p)
+		addrs, err := b.r.PodAddresses(k)
+		if err != nil {
+			return b.s, fmt.Errorf("reading the addresses kube-ovn allocated to pod %s: %w", k, err)
+		}
+		b.s.PodAddresses = append(b.s.PodAddresses, addrs...)
 	}
 	return b.s, nil
 }

@@ -93,10 +93,12 @@ func (w *world) ServiceSlices(ns, name string) ([]discoveryv1.EndpointSlice, err
 
 func (w *world) Pod(types.NamespacedName) (*corev1.Pod, error) { return nil, nil }
 
+func (w *world) PodAddresses(types.NamespacedName) ([]kubeovnv1.IP, error) { return nil, nil }
+
 // base is the world's gateway-wide objects, as the controller lists them for gw.
 func (w *world) base(gw string) Snapshot {
 	b := w.s
-	b.Services, b.EndpointSlices, b.Pods, b.Records, b.ServiceRecords, b.GatewayLoad = nil, nil, nil, nil, nil, nil
+	b.Services, b.EndpointSlices, b.Pods, b.PodAddresses, b.Records, b.ServiceRecords, b.GatewayLoad = nil, nil, nil, nil, nil, nil, nil
 	b.GatewayPods = nil
 	for _, p := range w.s.GatewayPods {
 		if p.Annotations[AnnotationGatewayPod] == gw {

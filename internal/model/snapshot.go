@@ -112,12 +112,15 @@ type Snapshot struct {
 	// Placement says where kube-ovn runs the gateways' pods (SPEC K5).
 	Placement GatewayPlacement
 	// Pods the endpoints point at (for NIC resolution, SPEC B2).
-	Pods        []corev1.Pod `plan:"service"`
-	Subnets     []kubeovnv1.Subnet
-	Vpcs        []kubeovnv1.Vpc
-	Gateways    []kubeovnv1.VpcNatGateway
-	GatewayPods []corev1.Pod
-	EIPs        []kubeovnv1.IptablesEIP
+	Pods []corev1.Pod `plan:"service"`
+	// PodAddresses are kube-ovn's IP objects of those Pods: the only source of a backend's
+	// address, as a tenant cannot write them (SPEC N2).
+	PodAddresses []kubeovnv1.IP `plan:"service"`
+	Subnets      []kubeovnv1.Subnet
+	Vpcs         []kubeovnv1.Vpc
+	Gateways     []kubeovnv1.VpcNatGateway
+	GatewayPods  []corev1.Pod
+	EIPs         []kubeovnv1.IptablesEIP
 	// Records are the existing share IptablesDnatRules labelled as Service records (the seed's
 	// ledger form; in the ServiceRecord form they are left from an earlier form and released).
 	Records []kubeovnv1.IptablesDnatRule `plan:"service"`
@@ -140,7 +143,8 @@ type Index struct {
 	eips        map[string]*kubeovnv1.IptablesEIP
 	subnets     map[string]*kubeovnv1.Subnet
 	pods        map[types.NamespacedName]*corev1.Pod
-	gatewayPods map[string][]*corev1.Pod // by gateway
+	podAddrs    map[types.NamespacedName][]*kubeovnv1.IP // by the Pod they are allocated to
+	gatewayPods map[string][]*corev1.Pod                 // by gateway
 	slices      map[types.NamespacedName][]*discoveryv1.EndpointSlice
 	records     map[types.UID][]*kubeovnv1.IptablesDnatRule  // by owner UID label
 	svcRecords  map[types.UID][]*vpcgwv1alpha1.ServiceRecord // by owner UID label
@@ -153,6 +157,8 @@ type Index struct {
 	load   map[string]Load
 	nsLoad map[string]map[string]Load
 	shares map[string]map[string]Load
+	// infra caches, per gateway, the addresses of its VPC's machinery (backends.go).
+	infra map[string][]infraRange
 }
 
 type claimKey struct {
@@ -179,12 +185,14 @@ func NewIndex(s Snapshot, gates Gates) *Index {
 		eips:        make(map[string]*kubeovnv1.IptablesEIP, len(s.EIPs)),
 		subnets:     make(map[string]*kubeovnv1.Subnet, len(s.Subnets)),
 		pods:        make(map[types.NamespacedName]*corev1.Pod, len(s.Pods)),
+		podAddrs:    make(map[types.NamespacedName][]*kubeovnv1.IP, len(s.PodAddresses)),
 		gatewayPods: map[string][]*corev1.Pod{},
 		slices:      map[types.NamespacedName][]*discoveryv1.EndpointSlice{},
 		records:     map[types.UID][]*kubeovnv1.IptablesDnatRule{},
 		svcRecords:  map[types.UID][]*vpcgwv1alpha1.ServiceRecord{},
 		claims:      map[claimKey][]claimant{},
 		load:        maps.Clone(s.GatewayLoad),
+		infra:       map[string][]infraRange{},
 	}
 	if ix.load == nil {
 		ix.load = map[string]Load{}
@@ -205,6 +213,11 @@ func NewIndex(s Snapshot, gates Gates) *Index {
 	for i := range s.Pods {
 		p := &s.Pods[i]
 		ix.pods[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
+	}
+	for i := range s.PodAddresses {
+		a := &s.PodAddresses[i]
+		k := types.NamespacedName{Namespace: a.Spec.Namespace, Name: a.Spec.PodName}
+		ix.podAddrs[k] = append(ix.podAddrs[k], a)
 	}
 	for i := range s.GatewayPods {
 		p := &s.GatewayPods[i]

@@ -154,32 +154,52 @@ func TestLoadBalancerSourceRanges(t *testing.T) {
 }
 
 // covers: N2
-// Backends are only addresses of the gateway's VPC: the security review's probes. An ordinary Pod
-// annotated with a made-up provider pointing at the metadata address, a Pod of another namespace,
-// an endpoint without a Pod (off by default; with it on, only inside the VPC's Subnets), the
-// gateway's own address — none becomes a backend, each with an event.
-func TestBackendsOnlyFromTheVPC(t *testing.T) {
+// Backends are only addresses of the gateway's VPC that kube-ovn allocated to a Pod of the
+// Service's namespace: the security reviews' probes. A Pod annotated with a made-up provider
+// pointing at the metadata address; a Pod whose annotations kube-ovn never backed with an IP
+// object; a hostile tenant's Pod that rewrote its annotations (primary and attachment) to another
+// tenant's Pod's address; a Pod of another namespace; an endpoint without a Pod (off by default;
+// with it on, only inside the VPC's Subnets); the VPC's machinery (the gateway's and another
+// gateway's LAN address, a Subnet's gateway and reserved addresses) — none becomes a backend,
+// each with an event, and no event names another namespace's Pod.
+func TestHostileTenantBackendsOnlyFromKubeOVNAllocations(t *testing.T) {
 	forged := backendPod("forged", nil)
 	forged.Annotations = map[string]string{
 		"evil.kubernetes.io/ip_address": "169.254.169.254", "evil.kubernetes.io/logical_switch": "vpc1-subnet",
-		"evil.kubernetes.io/allocated": "true",
-		networkStatusAnnotation:        `[{"name":"kubernetes.io/evil","interface":"net1","ips":["169.254.169.254"]}]`,
+		"evil.kubernetes.io/allocated":      "true",
+		"k8s.v1.cni.cncf.io/network-status": `[{"name":"kubernetes.io/evil","interface":"net1","ips":["169.254.169.254"]}]`,
 	}
 	outOfCIDR := backendPod("outofcidr", map[string][2]string{"ovn": {"10.9.9.9", "vpc1-subnet"}})
 	unallocated := backendPod("unallocated", map[string][2]string{"ovn": {"10.0.1.44", "vpc1-subnet"}})
-	delete(unallocated.Annotations, "ovn"+allocatedSuffix)
 	unlisted := backendPod("unlisted", map[string][2]string{"net1.ns.ovn": {"10.0.1.45", "vpc1-subnet"}})
-	delete(unlisted.Annotations, networkStatusAnnotation)
 	good := backendPod("good", map[string][2]string{"ovn": {"10.0.1.31", "vpc1-subnet"}})
 	elsewhere := backendPod("elsewhere", map[string][2]string{"ovn": {"10.0.1.32", "vpc1-subnet"}})
 	elsewhere.Namespace = "tenant-b"
 	gwSelf := backendPod("gwself", map[string][2]string{"ovn": {"10.0.1.254", "vpc1-subnet"}})
+	// The thief was allocated 10.0.1.46 (primary) and 10.0.1.47 (attachment); it rewrote both
+	// annotations, and the network-status list, to tenant-b's Pod's address.
+	thief := backendPod("thief", map[string][2]string{"ovn": {"10.0.1.46", "vpc1-subnet"}, "net1.ns.ovn": {"10.0.1.47", "vpc1-subnet"}})
+	thiefAddrs := addressesOf(thief)
+	thief.Annotations["ovn"+ipAddressSuffix] = "10.0.1.32"
+	thief.Annotations["net1.ns.ovn"+ipAddressSuffix] = "10.0.1.32"
+	thief.Annotations["k8s.v1.cni.cncf.io/network-status"] = `[{"name":"ns/net1","interface":"net1","ips":["10.0.1.32"]}]`
+	// Static addresses on the VPC's machinery (kube-ovn would not allocate them; a snapshot is
+	// input like any other).
+	routerPort := backendPod("routerport", map[string][2]string{"ovn": {"10.0.1.1", "vpc1-subnet"}})
+	reserved := backendPod("reserved", map[string][2]string{"ovn": {"10.0.1.5", "vpc1-subnet"}})
+	otherGW := backendPod("othergw", map[string][2]string{"ovn": {"10.0.1.253", "vpc1-subnet"}})
 
 	s := baseSnapshot(service("web", t0))
-	s.Pods = []corev1.Pod{forged, outOfCIDR, unallocated, unlisted, good, elsewhere, gwSelf}
+	s.Gateways = append(s.Gateways, gateway("gw2", "vpc1"))
+	s.Gateways[1].Spec.LanIP = "10.0.1.253"
+	s.Subnets[0].Spec.Gateway = "10.0.1.1"
+	s.Subnets[0].Spec.ExcludeIps = []string{"10.0.1.1", "10.0.1.2..10.0.1.9"}
+	s.Pods = []corev1.Pod{forged, outOfCIDR, unallocated, unlisted, good, elsewhere, gwSelf, thief, routerPort, reserved, otherGW}
+	s.PodAddresses = append(addressesOf(outOfCIDR, good, elsewhere, gwSelf, routerPort, reserved, otherGW), thiefAddrs...)
 	eps := []ep{{ip: "169.254.169.254", pod: "forged"}, {ip: "10.9.9.9", pod: "outofcidr"}, {ip: "10.0.1.44", pod: "unallocated"},
 		{ip: "10.0.1.45", pod: "unlisted"}, {ip: "10.0.1.31", pod: "good"}, {ip: "10.0.1.254", pod: "gwself"},
-		{ip: "10.0.1.60"}, {ip: "8.8.8.8"}}
+		{ip: "10.0.1.32", pod: "thief"}, {ip: "10.0.1.1", pod: "routerport"}, {ip: "10.0.1.5", pod: "reserved"}, {ip: "10.0.1.253", pod: "othergw"},
+		{ip: "10.0.1.60"}, {ip: "8.8.8.8"}, {ip: "10.0.1.1"}, {ip: "10.0.1.7"}, {ip: "10.0.1.253"}}
 	sl := slice("web", "web-a", discoveryv1.AddressTypeIPv4, 8080, "http", corev1.ProtocolTCP, eps...)
 	// A Pod target in another namespace (an EndpointSlice written by hand may name any).
 	sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.0.1.32"},
@@ -199,13 +219,33 @@ func TestBackendsOnlyFromTheVPC(t *testing.T) {
 		}
 		return sp.Identities[0].Backends, skipped
 	}
+	has := func(skipped []string, parts ...string) bool {
+		return slices.ContainsFunc(skipped, func(m string) bool {
+			for _, p := range parts {
+				if !strings.Contains(m, p) {
+					return false
+				}
+			}
+			return true
+		})
+	}
 	got, skipped := backends(strictGates)
-	if want := []gwstate.Backend{{IP: "10.0.1.31", Port: 8080}}; !reflect.DeepEqual(got, want) {
+	// The thief is served at the address kube-ovn gave it, never at the one it claims.
+	if want := []gwstate.Backend{{IP: "10.0.1.31", Port: 8080}, {IP: "10.0.1.46", Port: 8080}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("default: backends %v, want only %v (skipped: %v)", got, want, skipped)
 	}
-	for _, w := range []string{"ns/forged", "ns/outofcidr", "ns/unallocated", "ns/unlisted", "ns/gwself", "another namespace", "no Pod target"} {
-		if !slices.ContainsFunc(skipped, func(m string) bool { return strings.Contains(m, w) }) {
-			t.Errorf("no event for %s among %v", w, skipped)
+	for _, w := range [][]string{
+		{"ns/forged", "169.254.169.254", "not allocated"}, {"ns/forged", "no address in VPC vpc1"},
+		{"ns/outofcidr", "no address in VPC vpc1"},
+		{"ns/unallocated", "10.0.1.44", "not allocated"}, {"ns/unlisted", "10.0.1.45", "not allocated"},
+		{"ns/thief", "10.0.1.32", "annotation ovn.kubernetes.io/ip_address", "not allocated"},
+		{"ns/thief", "10.0.1.32", "annotation net1.ns.ovn.kubernetes.io/ip_address", "not allocated"},
+		{"ns/gwself", "LAN address of gateway gw1"}, {"ns/othergw", "LAN address of gateway gw2"},
+		{"ns/routerport", "gateway address of Subnet vpc1-subnet"}, {"ns/reserved", "reserves (excludeIps)"},
+		{"another namespace"}, {"no Pod target"},
+	} {
+		if !has(skipped, w...) {
+			t.Errorf("no event with %q among %v", w, skipped)
 		}
 	}
 	for _, m := range skipped {
@@ -214,11 +254,16 @@ func TestBackendsOnlyFromTheVPC(t *testing.T) {
 		}
 	}
 	got, skipped = backends(Gates{LoadBalancer: true, ClusterIP: true, EndpointsWithoutPods: true})
-	if want := []gwstate.Backend{{IP: "10.0.1.31", Port: 8080}, {IP: "10.0.1.60", Port: 8080}}; !reflect.DeepEqual(got, want) {
+	if want := []gwstate.Backend{{IP: "10.0.1.31", Port: 8080}, {IP: "10.0.1.46", Port: 8080}, {IP: "10.0.1.60", Port: 8080}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("with endpoints without Pods: backends %v, want %v (skipped: %v)", got, want, skipped)
 	}
-	if !slices.ContainsFunc(skipped, func(m string) bool { return strings.Contains(m, "8.8.8.8") }) {
-		t.Errorf("no event for an endpoint outside the VPC: %v", skipped)
+	for _, w := range [][]string{
+		{"8.8.8.8", "not an address of a Subnet"}, {"endpoint 10.0.1.1", "gateway address of Subnet"},
+		{"endpoint 10.0.1.7", "excludeIps"}, {"endpoint 10.0.1.253", "LAN address of gateway gw2"},
+	} {
+		if !has(skipped, w...) {
+			t.Errorf("with endpoints without Pods: no event with %q among %v", w, skipped)
+		}
 	}
 }
 

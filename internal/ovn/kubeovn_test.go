@@ -198,7 +198,7 @@ func TestKubeOVNReconcileKeepsVIPRoutes(t *testing.T) {
 			if err := ko.ctrl.Restart(); err != nil {
 				t.Fatal(err)
 			}
-			if err := ko.ctrl.WaitLeading(ctx, ko.k); err != nil {
+			if err := ko.ctrl.WaitReady(ctx, ko.k, ko.o); err != nil {
 				t.Fatal(err)
 			}
 		}},

@@ -179,7 +179,7 @@ func TestKubeOVNGarbageCollectionNotBlocked(t *testing.T) {
 		err := c.Client.Get(ctx, client.ObjectKey{Name: "gc-gw"}, &kubeovnv1.VpcNatGateway{})
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 	})
-	if err := c.KubeOVN.WaitLeading(ctx, c.Client); err != nil {
+	if err := c.KubeOVN.WaitReady(ctx, c.Client, c.OVN); err != nil {
 		t.Fatalf("kube-ovn-controller after its GC: %v", err)
 	}
 	if ls := c.KubeOVN.LogLines("failed to delete vpc nat gateway"); len(ls) > 0 {

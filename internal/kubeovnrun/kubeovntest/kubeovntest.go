@@ -58,7 +58,8 @@ func Requirements(t *testing.T) (assets, kubeOVNDir string) {
 	return assets, kubeOVNDir
 }
 
-// Start brings kube-ovn-controller up for t on a Node named node and waits until it leads.
+// Start brings kube-ovn-controller up for t on a Node named node and waits until it has finished
+// its start (Controller.WaitReady).
 func Start(t *testing.T, ctx context.Context, node string) *Env {
 	t.Helper()
 	e := &Env{}
@@ -110,7 +111,7 @@ func Start(t *testing.T, ctx context.Context, node string) *Env {
 			t.Logf("kube-ovn-controller output (last 24 KiB):\n%s", logs[max(0, len(logs)-24<<10):])
 		}
 	})
-	if err := e.Controller.WaitLeading(ctx, e.Client); err != nil {
+	if err := e.Controller.WaitReady(ctx, e.Client, e.OVN); err != nil {
 		t.Fatal(err)
 	}
 	return e
