@@ -146,7 +146,7 @@ func (ix *Index) bind(svc *corev1.Service) (b binding) {
 		b.blocked = warning(ReasonUnsupported, "internalTrafficPolicy Local is not supported through gateway %s: set it to Cluster", b.gateway)
 		return b
 	}
-	if n := servedPorts(svc); n > ix.gates.maxPorts() {
+	if n := ServedPorts(svc); n > ix.gates.maxPorts() {
 		b.blocked = warning(ReasonLimit, "the Service has %d TCP/UDP ports; a Service may have at most %d served through gateway %s (the controller's --max-ports-per-service)",
 			n, ix.gates.maxPorts(), b.gateway)
 		return b
@@ -197,7 +197,7 @@ func (ix *Index) bind(svc *corev1.Service) (b binding) {
 			b.eipWhy = warning(ReasonEIPMissing, "IptablesEIP %s does not exist: the EIP part is served as soon as it exists and is Ready", b.eipName)
 		case b.eip.Spec.NatGwDp != b.gateway:
 			b.eipWhy = warning(ReasonEIPWrongGateway, "IptablesEIP %s belongs to gateway %q, not %s: use an EIP of gateway %s", b.eipName, b.eip.Spec.NatGwDp, b.gateway, b.gateway)
-		case !listAdmits(b.eip.Annotations, svc.Namespace, true):
+		case !EIPAdmitted(svc.Namespace, b.eip):
 			b.eipWhy = warning(ReasonNotAdmitted, "namespace %s may not use IptablesEIP %s (its %s annotation does not name it): the EIP part is not served",
 				svc.Namespace, b.eipName, AnnotationAllowedNamespaces)
 		default:
@@ -226,6 +226,13 @@ func Admitted(namespace string, gw *kubeovnv1.VpcNatGateway, vpc *kubeovnv1.Vpc)
 		return true
 	}
 	return listAdmits(gw.Annotations, namespace, false)
+}
+
+// EIPAdmitted is SPEC N1's rule for one namespace and an EIP of a gateway it is admitted to: an
+// EIP without an allow-list admits every namespace of its gateway, one with it only those it
+// names. Shared with the webhook.
+func EIPAdmitted(namespace string, eip *kubeovnv1.IptablesEIP) bool {
+	return listAdmits(eip.Annotations, namespace, true)
 }
 
 // listAdmits reads the allow-list annotation of an object: whether it names namespace (or "*").
@@ -439,7 +446,9 @@ func affinityTimeout(svc *corev1.Service) int32 {
 }
 
 // servedPorts counts the TCP and UDP ports of a Service.
-func servedPorts(svc *corev1.Service) int {
+// ServedPorts counts the ports of svc that claim an identity (TCP and UDP, SPEC S5): what the
+// per-Service bound (SPEC N4) counts, in the model and in the webhook.
+func ServedPorts(svc *corev1.Service) int {
 	n := 0
 	for _, p := range svc.Spec.Ports {
 		if _, ok := ServedProtocol(p.Protocol); ok {

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -73,7 +74,9 @@ type Handlers struct {
 	// KubeOVNUser is kube-ovn-controller's user name: every request it makes is admitted, so that
 	// vpcgw never blocks kube-ovn's own operations (SPEC K7). Empty: nobody is exempt.
 	KubeOVNUser string
-	decoder     admission.Decoder
+	// MaxPortsPerService is the controller's --max-ports-per-service (0: the model's default).
+	MaxPortsPerService int
+	decoder            admission.Decoder
 }
 
 // NewHandlers returns the handlers decoding with scheme (it must know core/v1 and kubeovn.io/v1).
@@ -153,28 +156,37 @@ func (h *Handlers) Service(ctx context.Context, req admission.Request) admission
 			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading Subnet %s: %w", name, err))
 		}
 	}
+	// The bound first: nothing below may cost more than the bound allows (SPEC N4).
+	problems, over := ValidatePortBound(old, &svc, cmp.Or(h.MaxPortsPerService, model.DefaultMaxPortsPerService))
+	if len(problems) > 0 {
+		return verdict(problems)
+	}
 	if problems := ValidateService(old, &svc, subnets...); len(problems) > 0 {
 		return verdict(problems)
 	}
-	if gwName := svc.Annotations[model.AnnotationGateway]; gwName != "" && (old == nil || old.Annotations[model.AnnotationGateway] != gwName) {
-		var gw kubeovnv1.VpcNatGateway
-		switch err := h.Reader.Get(ctx, client.ObjectKey{Name: gwName}, &gw); {
+	var gw *kubeovnv1.VpcNatGateway
+	var vpc *kubeovnv1.Vpc
+	if gwName := svc.Annotations[model.AnnotationGateway]; gwName != "" {
+		var g kubeovnv1.VpcNatGateway
+		switch err := h.Reader.Get(ctx, client.ObjectKey{Name: gwName}, &g); {
 		case apierrors.IsNotFound(err):
 			// A gateway that does not exist yet is the controller's to report (an event).
 		case err != nil:
 			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading VpcNatGateway %s: %w", gwName, err))
 		default:
-			vpc, err := h.vpc(ctx, gw.Spec.Vpc)
-			if err != nil {
+			gw = &g
+			if vpc, err = h.vpc(ctx, gw.Spec.Vpc); err != nil {
 				return admission.Errored(http.StatusInternalServerError, err)
 			}
-			if problems := ValidateServiceAdmitted(&svc, &gw, vpc); len(problems) > 0 {
+		}
+		if gw != nil && (old == nil || old.Annotations[model.AnnotationGateway] != gwName) {
+			if problems := ValidateServiceAdmitted(&svc, gw, vpc); len(problems) > 0 {
 				return verdict(problems)
 			}
 		}
 	}
 	gateway, eipName, ok := NeedsClaimCheck(old, &svc)
-	if !ok {
+	if !ok || over {
 		return admission.Allowed("")
 	}
 	var eip *kubeovnv1.IptablesEIP
@@ -190,7 +202,7 @@ func (h *Handlers) Service(ctx context.Context, req admission.Request) admission
 	if err := h.Reader.List(ctx, &others, client.MatchingFields{IndexServiceEIP: serviceEIPKey(gateway, eipName)}); err != nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("listing Services of EIP %s: %w", eipName, err))
 	}
-	return verdict(ValidateServiceClaims(&svc, eip, others.Items))
+	return verdict(ValidateServiceClaims(&svc, eip, Holders{Gateway: gw, Vpc: vpc, Services: others.Items}))
 }
 
 // Record admits writes of IptablesDnatRules (SPEC W4).

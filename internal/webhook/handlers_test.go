@@ -80,7 +80,7 @@ func expect(t *testing.T, resp admission.Response, allowed bool, fragment string
 func TestServiceHandler(t *testing.T) {
 	lb := corev1.ServiceTypeLoadBalancer
 	holder := svc("old", lb, a(gwAnn, "gw1", eipAnn, "eip1"), created(10))
-	h := newTestHandlers(t, holder, eipObj("eip1", "gw1"), eipObj("eip2", "gw2"))
+	h := newTestHandlers(t, holder, eipObj("eip1", "gw1"), eipObj("eip2", "gw2"), admittedGW.DeepCopy(), admittedVpc.DeepCopy())
 	ctx := context.Background()
 
 	expect(t, h.Service(ctx, request(t, admissionv1.Create, "alice", "new", nil, svc("new", lb, a(gwAnn, "gw1", eipAnn, "eip1")))),
@@ -96,6 +96,13 @@ func TestServiceHandler(t *testing.T) {
 	expect(t, h.Service(ctx, request(t, admissionv1.Update, "alice", "old", holder, svc("old", lb, a(gwAnn, "gw2", eipAnn, "eip1")))),
 		false, "cannot change from \"gw1\" to \"gw2\"")
 	expect(t, h.Service(ctx, request(t, admissionv1.Create, "alice", "x", nil, nil)), false, "the request carries no Service")
+	// SPEC N4: the port bound comes first.
+	var many []corev1.ServicePort
+	for i := range 100 {
+		many = append(many, corev1.ServicePort{Port: int32(1000 + i), Protocol: corev1.ProtocolTCP})
+	}
+	expect(t, h.Service(ctx, request(t, admissionv1.Create, "alice", "huge", nil, svc("huge", lb, a(gwAnn, "gw1", eipAnn, "eip1"), ports(many...)))),
+		false, "the Service has 100 TCP/UDP ports")
 }
 
 func TestRecordHandler(t *testing.T) {

@@ -52,6 +52,8 @@ type Options struct {
 	// HealthAddr and MetricsAddr are listen addresses; "0" or "" turns the server off.
 	HealthAddr  string
 	MetricsAddr string
+	// MaxPortsPerService is the controller's --max-ports-per-service (0: the model's default).
+	MaxPortsPerService int
 }
 
 // CacheOptions restrict what the webhook caches: managed fields are dropped, and only Service
@@ -134,6 +136,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	}
 	h := NewHandlers(mgr.GetCache(), mgr.GetScheme(), opts.ControllerUser)
 	h.KubeOVNUser = opts.KubeOVNUser
+	h.MaxPortsPerService = opts.MaxPortsPerService
 	h.Register(mgr.GetWebhookServer())
 	return nil
 }
@@ -167,6 +170,8 @@ func Main(ctx context.Context, args []string) error {
 		"user name of the controller's identity: the only user that may write Service records (SPEC W4)")
 	fs.StringVar(&opts.KubeOVNUser, "kube-ovn-user", DefaultKubeOVNUser,
 		"user name of kube-ovn-controller's identity: its requests are always admitted (SPEC K7); empty: none")
+	fs.IntVar(&opts.MaxPortsPerService, "max-ports-per-service", model.DefaultMaxPortsPerService,
+		"the controller's --max-ports-per-service: a Service naming a gateway with more TCP/UDP ports is rejected before anything else is read (SPEC N4)")
 	fs.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", `health probe listen address ("0" turns it off)`)
 	fs.StringVar(&opts.MetricsAddr, "metrics-bind-address", "0", `metrics listen address ("0" turns it off)`)
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: in-cluster or $KUBECONFIG)")

@@ -169,27 +169,61 @@ func claimsGrow(old, svc *corev1.Service) bool {
 	if old.Spec.Type != corev1.ServiceTypeLoadBalancer {
 		return true
 	}
+	held := portsOf(old)
 	for _, p := range svc.Spec.Ports {
-		proto, ok := protocolOf(p.Protocol)
-		if ok && !holdsPort(old, p.Port, proto) {
+		if k, ok := keyOf(p); ok && !held[k] {
 			return true
 		}
 	}
 	return false
 }
 
+// ValidatePortBound applies SPEC N4's bound on a Service's ports before anything else reads
+// them, so that a request's cost is bounded whatever its size: a Service that names a gateway
+// and newly has more than maxPorts TCP/UDP ports is rejected (the model would not serve it). It
+// reports whether the Service is over the bound at all: such a Service claims nothing, so the
+// handler skips the claim check. One that was over the bound already stays editable (its
+// finalizer removable); the controller's event says why it is not served.
+func ValidatePortBound(old, svc *corev1.Service, maxPorts int) (problems []string, over bool) {
+	if bindingOf(svc).gateway == "" {
+		return nil, false
+	}
+	n := model.ServedPorts(svc)
+	if n <= maxPorts {
+		return nil, false
+	}
+	if old != nil && model.ServedPorts(old) > maxPorts && bindingOf(old) == bindingOf(svc) {
+		return nil, true
+	}
+	return []string{fmt.Sprintf("the Service has %d TCP/UDP ports: a Service served by a VPC NAT gateway may have at most %d "+
+		"(the controller's --max-ports-per-service); split it into several Services", n, maxPorts)}, true
+}
+
+// Holders are the Services that may hold the identities of one EIP, as the model decides it:
+// only Services the gateway would serve count, so a namespace that is not admitted (SPEC N1)
+// cannot squat a port against one that is.
+type Holders struct {
+	// Gateway is the annotated VpcNatGateway and Vpc its Vpc (nil when missing); without the
+	// gateway nobody is served, so nobody holds anything.
+	Gateway *kubeovnv1.VpcNatGateway
+	Vpc     *kubeovnv1.Vpc
+	// Services may hold the EIP's identities (any; the validator picks).
+	Services []corev1.Service
+}
+
 // ValidateServiceClaims applies SPEC W3 to a Service that names a gateway and an EIP.
 //   - eip is the annotated IptablesEIP, nil when it does not exist. A missing, deleted or
 //     not-Ready EIP is allowed (S4); one that exists must belong to the annotated gateway
 //     (spec.natGwDp, S3).
-//   - others are Services that may hold the EIP's identities; the validator keeps those that
-//     are LoadBalancer Services with another UID, not being deleted, with the same gateway and
-//     EIP annotations. A port (TCP or UDP) of svc that one of them also has is rejected, naming
-//     the holder the controller would pick (I2: oldest, then namespace/name).
+//   - of others.Services, the validator keeps those that are LoadBalancer Services with another
+//     UID, not being deleted, with the same gateway and EIP annotations, whose namespace the
+//     gateway and the EIP admit (SPEC N1: model.Admitted, model.EIPAdmitted). A port (TCP or
+//     UDP) of svc that one of them also has is rejected, naming the holder the controller would
+//     pick (I2: oldest, then namespace/name).
 //
 // Only a LoadBalancer Service claims EIP identities; for other types only the EIP's gateway is
-// checked.
-func ValidateServiceClaims(svc *corev1.Service, eip *kubeovnv1.IptablesEIP, others []corev1.Service) []string {
+// checked. The cost is linear in the ports of svc and of the holders.
+func ValidateServiceClaims(svc *corev1.Service, eip *kubeovnv1.IptablesEIP, others Holders) []string {
 	b := bindingOf(svc)
 	if b.gateway == "" || b.eip == "" {
 		return nil
@@ -199,16 +233,17 @@ func ValidateServiceClaims(svc *corev1.Service, eip *kubeovnv1.IptablesEIP, othe
 		problems = append(problems, fmt.Sprintf("IptablesEIP %s belongs to gateway %q, not %q: use an EIP whose spec.natGwDp is %s",
 			b.eip, eip.Spec.NatGwDp, b.gateway, b.gateway))
 	}
-	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || others.Gateway == nil || others.Gateway.Name != b.gateway {
 		return problems
 	}
-	holders := make([]*corev1.Service, 0, len(others))
-	for i := range others {
-		o := &others[i]
+	holders := make([]*corev1.Service, 0, len(others.Services))
+	for i := range others.Services {
+		o := &others.Services[i]
 		ob := bindingOf(o)
 		if (o.UID != "" && o.UID == svc.UID) || (o.Namespace == svc.Namespace && o.Name == svc.Name) ||
 			o.DeletionTimestamp != nil || o.Spec.Type != corev1.ServiceTypeLoadBalancer ||
-			ob.gateway != b.gateway || ob.eip != b.eip {
+			ob.gateway != b.gateway || ob.eip != b.eip ||
+			!model.Admitted(o.Namespace, others.Gateway, others.Vpc) || (eip != nil && !model.EIPAdmitted(o.Namespace, eip)) {
 			continue
 		}
 		holders = append(holders, o)
@@ -216,44 +251,56 @@ func ValidateServiceClaims(svc *corev1.Service, eip *kubeovnv1.IptablesEIP, othe
 	slices.SortFunc(holders, func(x, y *corev1.Service) int {
 		return cmp.Or(x.CreationTimestamp.Compare(y.CreationTimestamp.Time), cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name))
 	})
-	for _, p := range svc.Spec.Ports {
-		proto, ok := protocolOf(p.Protocol)
-		if !ok {
-			continue
-		}
-		for _, h := range holders {
-			if holdsPort(h, p.Port, proto) {
-				// Another namespace's Service is not named (SPEC N8).
-				who := "a Service of another namespace"
-				if h.Namespace == svc.Namespace {
-					who = "Service " + h.Namespace + "/" + h.Name
-				}
-				problems = append(problems, fmt.Sprintf("IptablesEIP %s port %d/%s is already held by %s: "+
-					"one (EIP, port, protocol) is served by one Service only; use another port or another EIP",
-					b.eip, p.Port, proto, who))
-				break
+	// The first (best) holder of each port.
+	held := map[portKey]*corev1.Service{}
+	for _, h := range holders {
+		for _, p := range h.Spec.Ports {
+			if k, ok := keyOf(p); ok && held[k] == nil {
+				held[k] = h
 			}
 		}
+	}
+	for _, p := range svc.Spec.Ports {
+		k, ok := keyOf(p)
+		if !ok || held[k] == nil {
+			continue
+		}
+		h := held[k]
+		// Another namespace's Service is not named (SPEC N8).
+		who := "a Service of another namespace"
+		if h.Namespace == svc.Namespace {
+			who = "Service " + h.Namespace + "/" + h.Name
+		}
+		problems = append(problems, fmt.Sprintf("IptablesEIP %s port %d/%s is already held by %s: "+
+			"one (EIP, port, protocol) is served by one Service only; use another port or another EIP",
+			b.eip, k.port, k.protocol, who))
 	}
 	return problems
 }
 
-// protocolOf is the model's rule on served protocols (S5: SCTP claims nothing), spelled as
-// Kubernetes spells protocols for the messages.
-func protocolOf(p corev1.Protocol) (corev1.Protocol, bool) {
-	if _, ok := model.ServedProtocol(p); !ok {
-		return "", false
-	}
-	return model.PortProtocol(p), true
+// portKey is one EIP port a Service claims.
+type portKey struct {
+	port     int32
+	protocol corev1.Protocol
 }
 
-func holdsPort(svc *corev1.Service, port int32, proto corev1.Protocol) bool {
+// keyOf is the model's rule on served protocols (S5: SCTP claims nothing), spelled as Kubernetes
+// spells protocols for the messages.
+func keyOf(p corev1.ServicePort) (portKey, bool) {
+	if _, ok := model.ServedProtocol(p.Protocol); !ok {
+		return portKey{}, false
+	}
+	return portKey{p.Port, model.PortProtocol(p.Protocol)}, true
+}
+
+func portsOf(svc *corev1.Service) map[portKey]bool {
+	out := make(map[portKey]bool, len(svc.Spec.Ports))
 	for _, p := range svc.Spec.Ports {
-		if q, ok := protocolOf(p.Protocol); ok && q == proto && p.Port == port {
-			return true
+		if k, ok := keyOf(p); ok {
+			out[k] = true
 		}
 	}
-	return false
+	return out
 }
 
 // ValidateRecordWrite applies SPEC W4 to a create (old == nil), update, or delete (obj == nil)

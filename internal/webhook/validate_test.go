@@ -198,6 +198,18 @@ func eipObj(name, gw string) *kubeovnv1.IptablesEIP {
 	return &kubeovnv1.IptablesEIP{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)}, Spec: kubeovnv1.IptablesEIPSpec{NatGwDp: gw}}
 }
 
+// admittedGW is gateway gw1 of Vpc vpc1, which binds namespaces ns and tenant-a (SPEC N1).
+var (
+	admittedGW  = &kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: "gw1"}, Spec: kubeovnv1.VpcNatGatewaySpec{Vpc: "vpc1"}}
+	admittedVpc = &kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: "vpc1"}, Spec: kubeovnv1.VpcSpec{Namespaces: []string{"ns", "tenant-a"}}}
+)
+
+// heldBy are Services that may hold gw1's identities.
+func heldBy(svcs ...corev1.Service) Holders {
+	return Holders{Gateway: admittedGW, Vpc: admittedVpc, Services: svcs}
+}
+
+// covers: W3, N1, N3
 func TestValidateServiceClaims(t *testing.T) {
 	lb, cip := corev1.ServiceTypeLoadBalancer, corev1.ServiceTypeClusterIP
 	bound := a(gwAnn, "gw1", eipAnn, "eip1")
@@ -248,7 +260,7 @@ func TestValidateServiceClaims(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := ValidateServiceClaims(tc.svc, tc.eip, tc.others); !slices.Equal(got, tc.want) {
+			if got := ValidateServiceClaims(tc.svc, tc.eip, heldBy(tc.others...)); !slices.Equal(got, tc.want) {
 				t.Errorf("ValidateServiceClaims\n got %q\nwant %q", got, tc.want)
 			}
 		})
@@ -447,7 +459,7 @@ func FuzzServiceAnnotations(f *testing.F) {
 		_ = ValidateService(s, svc("fuzz", typ, nil))
 		_ = ValidateService(svc("fuzz", typ, a(gwAnn, "gw1", eipAnn, "eip1")), s)
 		if g, e, ok := NeedsClaimCheck(nil, s); ok {
-			_ = ValidateServiceClaims(s, eipObj(e, g), []corev1.Service{*svc("other", typ, ann)})
+			_ = ValidateServiceClaims(s, eipObj(e, g), heldBy(*svc("other", typ, ann)))
 		}
 	})
 }
@@ -458,13 +470,72 @@ func TestClaimRejectionDoesNotRevealOtherNamespaces(t *testing.T) {
 	lb := corev1.ServiceTypeLoadBalancer
 	bound := a(gwAnn, "gw1", eipAnn, "eip1")
 	holder := svc("web", lb, bound, created(1), func(s *corev1.Service) { s.Namespace = "tenant-a" })
-	got := ValidateServiceClaims(svc("shop", lb, bound, created(2)), eipObj("eip1", "gw1"), []corev1.Service{*holder})
+	got := ValidateServiceClaims(svc("shop", lb, bound, created(2)), eipObj("eip1", "gw1"), heldBy(*holder))
 	if len(got) != 1 || strings.Contains(got[0], "tenant-a") || strings.Contains(got[0], "web") || !strings.Contains(got[0], "held by a Service of another namespace") {
 		t.Fatalf("rejection %q", got)
 	}
 	holder.Namespace = "ns"
-	got = ValidateServiceClaims(svc("shop", lb, bound, created(2)), eipObj("eip1", "gw1"), []corev1.Service{*holder})
+	got = ValidateServiceClaims(svc("shop", lb, bound, created(2)), eipObj("eip1", "gw1"), heldBy(*holder))
 	if len(got) != 1 || !strings.Contains(got[0], "held by Service ns/web") {
 		t.Fatalf("rejection in the same namespace %q", got)
+	}
+}
+
+// covers: N1, N3, W3
+// Hostile tenant: squatting a port through the webhook. A Service of a namespace the gateway does
+// not admit, or that the EIP's allow-list excludes, is never served, so it holds nothing and the
+// rightful owner is admitted; without the gateway nobody is served, so nobody holds anything.
+func TestHostileTenantCannotSquatAPortThroughTheWebhook(t *testing.T) {
+	lb := corev1.ServiceTypeLoadBalancer
+	bound := a(gwAnn, "gw1", eipAnn, "eip1")
+	owner := svc("web", lb, bound, created(50))
+	stranger := svc("squat", lb, bound, created(1), func(s *corev1.Service) { s.Namespace = "stranger" })
+	if got := ValidateServiceClaims(owner, eipObj("eip1", "gw1"), heldBy(*stranger)); len(got) != 0 {
+		t.Fatalf("a Service of a namespace the gateway does not admit holds the port: %q", got)
+	}
+	// The EIP's allow-list admits only ns: tenant-a's older Service holds nothing on it.
+	listed := eipObj("eip1", "gw1")
+	listed.Annotations = map[string]string{model.AnnotationAllowedNamespaces: "ns"}
+	excluded := svc("shop", lb, bound, created(1), func(s *corev1.Service) { s.Namespace = "tenant-a" })
+	if got := ValidateServiceClaims(owner, listed, heldBy(*excluded)); len(got) != 0 {
+		t.Fatalf("a Service the EIP's allow-list excludes holds the port: %q", got)
+	}
+	// Admitted, it holds the port.
+	if got := ValidateServiceClaims(owner, eipObj("eip1", "gw1"), heldBy(*excluded)); len(got) != 1 {
+		t.Fatalf("an admitted older Service of another namespace does not hold the port: %q", got)
+	}
+	// Created before the gateway exists: nobody is served yet, so nobody holds anything.
+	if got := ValidateServiceClaims(owner, nil, Holders{Services: []corev1.Service{*excluded}}); len(got) != 0 {
+		t.Fatalf("without the gateway a Service holds the port: %q", got)
+	}
+}
+
+// covers: N4, W3
+// Hostile tenant: a Service naming a gateway with 25,000 ports is refused by the bound before
+// any claim is read, so the request costs what the bound allows; one already over the bound
+// stays editable (its finalizer removable), and the claim check then reads nothing.
+func TestHostileTenantHugePortCountIsRefusedFirst(t *testing.T) {
+	lb := corev1.ServiceTypeLoadBalancer
+	bound := a(gwAnn, "gw1", eipAnn, "eip1")
+	var many []corev1.ServicePort
+	for i := range 25000 {
+		many = append(many, corev1.ServicePort{Port: int32(1 + i), Protocol: corev1.ProtocolTCP})
+	}
+	huge := svc("huge", lb, bound, ports(many...))
+	problems, over := ValidatePortBound(nil, huge, model.DefaultMaxPortsPerService)
+	if !over || len(problems) != 1 || !strings.Contains(problems[0], "has 25000 TCP/UDP ports") || !strings.Contains(problems[0], "at most 64") {
+		t.Fatalf("25,000 ports: %q over=%v", problems, over)
+	}
+	edited := with(huge, func(s *corev1.Service) { s.Finalizers = nil })
+	if problems, over := ValidatePortBound(huge, edited, model.DefaultMaxPortsPerService); !over || len(problems) != 0 {
+		t.Fatalf("an update of a Service already over the bound: %q over=%v, want admitted and over", problems, over)
+	}
+	if problems, over := ValidatePortBound(nil, svc("plain", lb, nil, ports(many...)), model.DefaultMaxPortsPerService); over || len(problems) != 0 {
+		t.Fatalf("a Service without the gateway annotation: %q over=%v, want not vpcgw's business", problems, over)
+	}
+	// The claim check is linear: 25,000 ports against a holder with 25,000 ports.
+	holder := svc("old", lb, bound, created(1), ports(many...))
+	if got := ValidateServiceClaims(huge, nil, heldBy(*holder)); len(got) != 25000 {
+		t.Fatalf("%d problems, want one per held port", len(got))
 	}
 }
