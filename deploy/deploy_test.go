@@ -310,6 +310,7 @@ var controllerRules = map[string][]string{
 	"kubeovn.io/iptables-eips":              {"list", "watch"},
 	"kubeovn.io/subnets":                    {"list", "watch"},
 	"kubeovn.io/ips":                        {"list", "watch"},
+	"kubeovn.io/iptables-fip-rules":         {"list", "watch"},
 	"kubeovn.io/iptables-dnat-rules":        {"list", "watch", "create", "update", "delete"},
 	"kubeovn.io/iptables-dnat-rules/status": {"update"},
 	"vpcgw.io/servicerecords":               {"get", "list", "watch", "create", "update", "patch", "delete"},
@@ -691,6 +692,7 @@ func checkWebhook(t *testing.T, m manifest, mode string) {
 		"/services": {"list", "watch"}, "kubeovn.io/iptables-eips": {"list", "watch"}, "kubeovn.io/iptables-dnat-rules": {"list", "watch"},
 		"vpcgw.io/servicerecords": {"list", "watch"}, "kubeovn.io/subnets": {"list", "watch"},
 		"kubeovn.io/vpc-nat-gateways": {"list", "watch"}, "kubeovn.io/vpcs": {"list", "watch"},
+		"kubeovn.io/iptables-fip-rules": {"list"},
 	})
 	vwc := m.must(t, "ValidatingWebhookConfiguration", "", "vpcgw")
 	hooks, _, _ := unstructured.NestedSlice(vwc.Object, "webhooks")

@@ -5,7 +5,7 @@
 # is exactly the printed manifests, and `helm` is only a template engine here.
 #
 # kube-ovn must be installed first: the script refuses, creating nothing, where one of kube-ovn's
-# CRDs (vpc-nat-gateways, iptables-eips, iptables-dnat-rules, subnets, vpcs.kubeovn.io) is missing.
+# CRDs (vpc-nat-gateways, iptables-eips, iptables-dnat-rules, iptables-fip-rules, subnets, vpcs, ips.kubeovn.io) is missing.
 # It never creates, changes or deletes a kubeovn.io CRD (SPEC K1); the only CRD it applies is
 # vpcgw's own, servicerecords.vpcgw.io.
 #
@@ -162,7 +162,7 @@ if [ "$dry_run" = false ]; then
 	kube version >/dev/null || die "cannot reach the cluster with $KUBECTL"
 	# kube-ovn owns its CRDs: without them vpcgw cannot run, and installing them is kube-ovn's job.
 	missing=()
-	for crd in vpc-nat-gateways.kubeovn.io iptables-eips.kubeovn.io iptables-dnat-rules.kubeovn.io subnets.kubeovn.io vpcs.kubeovn.io; do
+	for crd in vpc-nat-gateways.kubeovn.io iptables-eips.kubeovn.io iptables-dnat-rules.kubeovn.io iptables-fip-rules.kubeovn.io subnets.kubeovn.io vpcs.kubeovn.io ips.kubeovn.io; do
 		kube get crd "$crd" -o name >/dev/null 2>&1 || missing+=("$crd")
 	done
 	[ "${#missing[@]}" -eq 0 ] ||

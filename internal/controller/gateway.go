@@ -51,6 +51,7 @@ const (
 	indexRecordOwner    = "vpcgw.record-owner"   // a Service record's owner UID
 	indexRecordGateway  = "vpcgw.record-gateway" // a Service record's gateway
 	indexAddressPod     = "vpcgw.address-pod"    // namespace/name of the Pod a kube-ovn IP is allocated to
+	indexNatEIP         = "vpcgw.nat-eip"        // the EIP of kube-ovn's own DNAT rules (not records)
 )
 
 // CacheOptions keeps the caches small: no object keeps its managedFields (at 100,000 records they
@@ -259,6 +260,12 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 			return nonEmpty(o.GetLabels()[discoveryv1.LabelServiceName])
 		}},
 		{&discoveryv1.EndpointSlice{}, indexSlicePod, slicePods},
+		{&kubeovnv1.IptablesDnatRule{}, indexNatEIP, func(o client.Object) []string {
+			if r, ok := o.(*kubeovnv1.IptablesDnatRule); ok && !model.IsRecord(r) {
+				return nonEmpty(r.Spec.EIP)
+			}
+			return nil
+		}},
 		{&kubeovnv1.IP{}, indexAddressPod, func(o client.Object) []string {
 			if a, ok := o.(*kubeovnv1.IP); ok && a.Spec.PodName != "" {
 				return []string{a.Spec.Namespace + "/" + a.Spec.PodName}
@@ -304,6 +311,8 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 		// A Subnet's CIDR, gateway and reserved addresses decide what may be a backend.
 		Watches(&kubeovnv1.Subnet{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfSubnet), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&kubeovnv1.IptablesDnatRule{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfRecord), builder.WithPredicates(r.recordChangedByOthers())).
+		// kube-ovn's floating IPs hold their EIP (SPEC N3).
+		Watches(&kubeovnv1.IptablesFIPRule{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfNatRule)).
 		Watches(&vpcgwv1alpha1.ServiceRecord{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfRecord), builder.WithPredicates(r.recordChangedByOthers())).
 		// A Vpc's namespaces admit Services to its gateways (SPEC N1).
 		Watches(&kubeovnv1.Vpc{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfVpc), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -504,7 +513,8 @@ func recordLabel(o client.Object, label string) []string {
 // wake the gateway for nothing (a wasted sync per backend change).
 func (r *GatewayReconciler) recordChangedByOthers() predicate.Funcs {
 	return predicate.Funcs{
-		CreateFunc: func(event.CreateEvent) bool { return false },
+		// A record's creation is this controller's; kube-ovn's own rule on an EIP holds its port.
+		CreateFunc: func(e event.CreateEvent) bool { return !isRecord(e.Object) },
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			// A ServiceRecord has no status subresource: the controller's own write changes its
 			// generation too, and is recognised by the resourceVersion the API returned.
@@ -525,13 +535,42 @@ func (r *GatewayReconciler) recordChangedByOthers() predicate.Funcs {
 
 // gatewayOfRecord: a record's own events only wake its gateway (SPEC R3), which replans the
 // record's owner.
-func (r *GatewayReconciler) gatewayOfRecord(_ context.Context, o client.Object) []reconcile.Request {
+func (r *GatewayReconciler) gatewayOfRecord(ctx context.Context, o client.Object) []reconcile.Request {
 	l := o.GetLabels()
-	if l[model.LabelRecord] != "true" || l[model.LabelGateway] == "" {
+	if !isRecord(o) {
+		return r.gatewayOfNatRule(ctx, o)
+	}
+	if l[model.LabelGateway] == "" {
 		return nil
 	}
 	r.changes.markOwner(l[model.LabelGateway], types.NamespacedName{Namespace: l[model.LabelRecordNamespace], Name: l[model.LabelRecordName]}, types.UID(l[model.LabelRecordUID]))
 	return requests([]string{l[model.LabelGateway]})
+}
+
+// isRecord tells a Service record (either ledger form) from any other object.
+func isRecord(o client.Object) bool {
+	l := o.GetLabels()
+	return l[model.LabelRecord] == "true" && l[model.LabelRecordUID] != ""
+}
+
+// gatewayOfNatRule wakes the gateway of the EIP that one of kube-ovn's own DNAT or FIP rules
+// uses: what it forwards is held (SPEC N3), and the gateway's next plan is full.
+func (r *GatewayReconciler) gatewayOfNatRule(ctx context.Context, o client.Object) []reconcile.Request {
+	var eipName string
+	switch rule := o.(type) {
+	case *kubeovnv1.IptablesDnatRule:
+		eipName = rule.Spec.EIP
+	case *kubeovnv1.IptablesFIPRule:
+		eipName = rule.Spec.EIP
+	}
+	if eipName == "" {
+		return nil
+	}
+	var eip kubeovnv1.IptablesEIP
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: eipName}, &eip); err != nil {
+		return nil
+	}
+	return requests(nonEmpty(eip.Spec.NatGwDp))
 }
 
 func requests(keys []string) []reconcile.Request {

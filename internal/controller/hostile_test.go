@@ -116,3 +116,42 @@ func TestHostileTenantRewrittenPodAddressIsNotPublished(t *testing.T) {
 		}
 	}
 }
+
+// covers: N3, T3
+// Hostile tenant, against the real API server: a Service on a port that kube-ovn's own DNAT rule
+// forwards on the EIP gets a conflict event and nothing on the EIP; when the administrator
+// deletes the rule, the rule's delete event wakes the gateway and the Service is served. A
+// floating IP created later on the EIP takes it back.
+func TestHostileTenantCannotShadowKubeOVNsDNAT(t *testing.T) {
+	f := newFixture(t, "gw-hostile-nat", 1)
+	f.eip("eip-nat", "172.18.31.10", true)
+	ctx := context.Background()
+	ssh := &kubeovnv1.IptablesDnatRule{ObjectMeta: metav1.ObjectMeta{Name: "ssh-" + f.gw},
+		Spec: kubeovnv1.IptablesDnatRuleSpec{EIP: f.eipName("eip-nat"), ExternalPort: "22", Protocol: "tcp", InternalIP: "10.0.1.9", InternalPort: "22"}}
+	must(t, k8s.Create(ctx, ssh))
+	f.service("ssh", f.eipName("eip-nat"), 22, "10.0.1.41")
+	const key = "172.18.31.10:22:tcp"
+	f.eventually("the conflict event", func() bool {
+		return f.hasEvent("ssh", model.ReasonConflict, "port 22/TCP is forwarded by kube-ovn's own NAT")
+	})
+	if f.data.serves(f.pods[0], key) || !ingressIs(f.get("ssh"), "") {
+		t.Fatalf("the gateway serves %s over kube-ovn's own DNAT rule (ingress %v)", key, f.get("ssh").Status.LoadBalancer.Ingress)
+	}
+	must(t, k8s.Delete(ctx, ssh))
+	f.eventually("served once kube-ovn's rule is gone", func() bool { return f.data.serves(f.pods[0], key) && ingressIs(f.get("ssh"), "172.18.31.10") })
+	fip := &kubeovnv1.IptablesFIPRule{ObjectMeta: metav1.ObjectMeta{Name: "fip-" + f.gw}, Spec: kubeovnv1.IptablesFIPRuleSpec{EIP: f.eipName("eip-nat"), InternalIP: "10.0.1.9"}}
+	must(t, k8s.Create(ctx, fip))
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), fip) })
+	f.eventually("the floating IP takes the EIP back", func() bool {
+		return !f.data.serves(f.pods[0], key) && ingressIs(f.get("ssh"), "")
+	})
+	// The ssh Service's event series keeps its first note (events.k8s.io series are keyed by
+	// reason, not note); a new Service on the EIP gets the floating IP's reason.
+	f.service("web", f.eipName("eip-nat"), 80, "10.0.1.42")
+	f.eventually("the floating-IP event", func() bool {
+		return f.hasEvent("web", model.ReasonConflict, "IptablesEIP "+f.eipName("eip-nat")+" is a floating IP of kube-ovn")
+	})
+	if f.data.serves(f.pods[0], "172.18.31.10:80:tcp") {
+		t.Fatal("the gateway serves a port of kube-ovn's floating IP")
+	}
+}

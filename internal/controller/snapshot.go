@@ -31,6 +31,9 @@ func (r *GatewayReconciler) gatewayObjects(ctx context.Context, key string) (mod
 		}
 	}
 	s.Gateways, s.EIPs, s.Subnets, s.Vpcs = gws.Items, eips.Items, subnets.Items, vpcs.Items
+	if err := r.kubeOVNNat(ctx, key, &s); err != nil {
+		return s, err
+	}
 	placement, err := r.placement(ctx)
 	if err != nil {
 		return s, err
@@ -46,6 +49,35 @@ func (r *GatewayReconciler) gatewayObjects(ctx context.Context, key string) (mod
 		s.GatewayPods = gwPods.Items
 	}
 	return s, nil
+}
+
+// kubeOVNNat reads kube-ovn's own NAT on the EIPs of gateway key: its DNAT rules (not records)
+// through their EIP index, and its floating IPs (few).
+func (r *GatewayReconciler) kubeOVNNat(ctx context.Context, key string, s *model.Snapshot) error {
+	own := map[string]bool{}
+	for i := range s.EIPs {
+		if e := &s.EIPs[i]; e.Spec.NatGwDp == key && key != unboundKey {
+			own[e.Name] = true
+			var rules kubeovnv1.IptablesDnatRuleList
+			if err := r.Client.List(ctx, &rules, client.MatchingFields{indexNatEIP: e.Name}, client.UnsafeDisableDeepCopy); err != nil {
+				return fmt.Errorf("listing kube-ovn's DNAT rules of EIP %s: %w", e.Name, err)
+			}
+			s.KubeOVNDnatRules = append(s.KubeOVNDnatRules, rules.Items...)
+		}
+	}
+	if len(own) == 0 {
+		return nil
+	}
+	var fips kubeovnv1.IptablesFIPRuleList
+	if err := r.Client.List(ctx, &fips, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("listing kube-ovn's floating IPs: %w", err)
+	}
+	for i := range fips.Items {
+		if own[fips.Items[i].Spec.EIP] {
+			s.KubeOVNFIPRules = append(s.KubeOVNFIPRules, fips.Items[i])
+		}
+	}
+	return nil
 }
 
 // cacheReader is the planner's model.Reader: the controller's cache, through its indexes,

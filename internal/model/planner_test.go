@@ -368,6 +368,8 @@ func mutate(r *rand.Rand, w *world, step int, mark func(*corev1.Service), bump f
 func TestFingerprintCoversEveryGatewayInput(t *testing.T) {
 	base := baseSnapshot(service("web", t0))
 	base.Records = nil
+	base.KubeOVNDnatRules = []kubeovnv1.IptablesDnatRule{{ObjectMeta: metav1.ObjectMeta{Name: "ssh", ResourceVersion: "1"}, Spec: kubeovnv1.IptablesDnatRuleSpec{EIP: "eip2", ExternalPort: "22", Protocol: "tcp"}}}
+	base.KubeOVNFIPRules = []kubeovnv1.IptablesFIPRule{{ObjectMeta: metav1.ObjectMeta{Name: "fip", ResourceVersion: "1"}, Spec: kubeovnv1.IptablesFIPRuleSpec{EIP: "eip3"}}}
 	fp := Fingerprint(base)
 	v := reflect.ValueOf(&base).Elem()
 	for i := range v.NumField() {

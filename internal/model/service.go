@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -321,7 +322,8 @@ func (ix *Index) PlanService(svc *corev1.Service) ServicePlan {
 
 // planIdentities fills identities and records for an eligible Service (SPEC I1, I2, B1-B3, S7).
 func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan) {
-	serveEIP := b.eipAddr != "" && ix.holdsAll(svc, sp, b.eipAddr, fmt.Sprintf("EIP %s (%s)", b.eipName, b.eipAddr), &sp.EIPReason)
+	serveEIP := b.eipAddr != "" && ix.freeOfKubeOVNNat(svc, sp, b.eipName) &&
+		ix.holdsAll(svc, sp, b.eipAddr, fmt.Sprintf("EIP %s (%s)", b.eipName, b.eipAddr), &sp.EIPReason)
 	serveCIP := b.clusterIP != "" && ix.holdsAll(svc, sp, b.clusterIP, "ClusterIP "+b.clusterIP, &sp.ClusterIPReason)
 	sp.EIPServed, sp.ClusterIPServed = serveEIP, serveCIP
 	if serveEIP {
@@ -388,6 +390,68 @@ func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan)
 	} else {
 		sp.Record = desiredServiceRecord(svc, b, sp, timeout)
 	}
+}
+
+// freeOfKubeOVNNat reports whether kube-ovn's own NAT leaves svc's EIP ports free; otherwise it
+// records why (SPEC N3). The part is not served at all, as for a conflict between Services.
+func (ix *Index) freeOfKubeOVNNat(svc *corev1.Service, sp *ServicePlan, eip string) bool {
+	why := ix.nat.Holds(eip, svc)
+	if why == "" {
+		return true
+	}
+	ev := warning(ReasonConflict, "%s: this Service's EIP part is not served", why)
+	sp.EIPReason = ev.Message
+	sp.Events = append(sp.Events, *ev)
+	return false
+}
+
+// KubeOVNNat is what kube-ovn's own NAT forwards on EIPs: the ports of its DNAT rules (not
+// records) and the whole EIP of a floating IP. vpcgw's DNAT would shadow them, so they are held
+// (SPEC N3), in the model and in the webhook alike.
+type KubeOVNNat struct {
+	ports map[string]map[claimKey]bool // by EIP name; claimKey.vip unused
+	fips  map[string]bool
+}
+
+// NewKubeOVNNat reads kube-ovn's DNAT and FIP rules; records and rules being deleted hold nothing.
+func NewKubeOVNNat(dnat []kubeovnv1.IptablesDnatRule, fips []kubeovnv1.IptablesFIPRule) KubeOVNNat {
+	n := KubeOVNNat{ports: map[string]map[claimKey]bool{}, fips: map[string]bool{}}
+	for i := range dnat {
+		r := &dnat[i]
+		port, err := strconv.ParseUint(strings.TrimSpace(r.Spec.ExternalPort), 10, 16)
+		if IsRecord(r) || r.DeletionTimestamp != nil || r.Spec.EIP == "" || err != nil {
+			continue
+		}
+		if n.ports[r.Spec.EIP] == nil {
+			n.ports[r.Spec.EIP] = map[claimKey]bool{}
+		}
+		// A rule without a protocol is taken to forward both.
+		for _, proto := range []corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP} {
+			if r.Spec.Protocol == "" || strings.EqualFold(r.Spec.Protocol, string(proto)) {
+				n.ports[r.Spec.EIP][claimKey{port: int32(port), protocol: proto}] = true
+			}
+		}
+	}
+	for i := range fips {
+		if r := &fips[i]; r.DeletionTimestamp == nil && r.Spec.EIP != "" {
+			n.fips[r.Spec.EIP] = true
+		}
+	}
+	return n
+}
+
+// Holds says why kube-ovn's NAT holds a port svc would serve on EIP eip, or "" when it holds none.
+func (n KubeOVNNat) Holds(eip string, svc *corev1.Service) string {
+	if n.fips[eip] {
+		return fmt.Sprintf("IptablesEIP %s is a floating IP of kube-ovn (an IptablesFIPRule maps all its ports); use another EIP", eip)
+	}
+	for _, p := range svc.Spec.Ports {
+		if _, ok := ServedProtocol(p.Protocol); ok && n.ports[eip][claimKey{port: p.Port, protocol: PortProtocol(p.Protocol)}] {
+			return fmt.Sprintf("IptablesEIP %s port %d/%s is forwarded by kube-ovn's own NAT (an IptablesDnatRule); use another port or another EIP",
+				eip, p.Port, PortProtocol(p.Protocol))
+		}
+	}
+	return ""
 }
 
 // holdsAll reports whether svc holds every identity it would serve on vip; otherwise it records

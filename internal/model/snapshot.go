@@ -121,6 +121,10 @@ type Snapshot struct {
 	Gateways     []kubeovnv1.VpcNatGateway
 	GatewayPods  []corev1.Pod
 	EIPs         []kubeovnv1.IptablesEIP
+	// KubeOVNDnatRules and KubeOVNFIPRules are kube-ovn's own NAT on the gateway's EIPs: its
+	// DNAT rules that are not records, and its floating IPs. What they forward is held (SPEC N3).
+	KubeOVNDnatRules []kubeovnv1.IptablesDnatRule
+	KubeOVNFIPRules  []kubeovnv1.IptablesFIPRule
 	// Records are the existing share IptablesDnatRules labelled as Service records (the seed's
 	// ledger form; in the ServiceRecord form they are left from an earlier form and released).
 	Records []kubeovnv1.IptablesDnatRule `plan:"service"`
@@ -159,6 +163,8 @@ type Index struct {
 	shares map[string]map[string]Load
 	// infra caches, per gateway, the addresses of its VPC's machinery (backends.go).
 	infra map[string][]infraRange
+	// nat is what kube-ovn's own NAT holds on the EIPs (SPEC N3).
+	nat KubeOVNNat
 }
 
 type claimKey struct {
@@ -194,6 +200,7 @@ func NewIndex(s Snapshot, gates Gates) *Index {
 		load:        maps.Clone(s.GatewayLoad),
 		infra:       map[string][]infraRange{},
 	}
+	ix.nat = NewKubeOVNNat(s.KubeOVNDnatRules, s.KubeOVNFIPRules)
 	if ix.load == nil {
 		ix.load = map[string]Load{}
 	}

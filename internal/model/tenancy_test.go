@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	"github.com/vpcgw/vpcgw/internal/gwstate"
@@ -352,5 +353,55 @@ func TestPerGatewayIdentityBound(t *testing.T) {
 	s.Services = slices.DeleteFunc(s.Services, func(svc corev1.Service) bool { return svc.Name == "web" })
 	if sp := servicePlan(Compute(s, gates), "a"); !sp.Served() {
 		t.Fatalf("a not served after web left: %v", sp.Events)
+	}
+}
+
+// covers: N3, I2, T3
+// kube-ovn's own NAT on the EIP is held: a Service claiming a port that one of kube-ovn's
+// IptablesDnatRules forwards on its EIP, or an EIP that is a floating IP (IptablesFIPRule), gets
+// a conflict event and nothing on the EIP (vpcgw's DNAT would shadow kube-ovn's); its ClusterIP
+// part is still served. A record of vpcgw's own, a rule on another EIP or port, and a rule being
+// deleted hold nothing.
+func TestHostileTenantCannotShadowKubeOVNsOwnNAT(t *testing.T) {
+	ssh := service("ssh", t0, func(s *corev1.Service) { s.Spec.Ports[0].Port = 22 })
+	dns := service("dns", t0, func(s *corev1.Service) {
+		s.Spec.Ports[0].Port, s.Spec.Ports[0].Protocol = 53, corev1.ProtocolUDP
+	})
+	web := service("web", t0)
+	onFIP := service("onfip", t0, func(s *corev1.Service) { s.Annotations[AnnotationEIP] = "eip2" })
+	s := baseSnapshot(ssh, dns, web, onFIP)
+	s.EIPs = append(s.EIPs, eip("eip2", "gw1", "172.18.0.11", true))
+	rule := func(name, eip, port, proto string) kubeovnv1.IptablesDnatRule {
+		return kubeovnv1.IptablesDnatRule{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kubeovnv1.IptablesDnatRuleSpec{EIP: eip, ExternalPort: port, Protocol: proto}}
+	}
+	gone := rule("gone", "eip1", "80", "tcp")
+	gone.DeletionTimestamp = &metav1.Time{Time: t0}
+	record := rule("record", "eip1", "80", "tcp")
+	record.Labels = map[string]string{LabelRecord: "true", LabelRecordUID: "uid-other"}
+	s.KubeOVNDnatRules = []kubeovnv1.IptablesDnatRule{rule("ssh-in", "eip1", "22", "tcp"), rule("dns-in", "eip1", "53", ""),
+		rule("elsewhere", "eip9", "80", "tcp"), rule("other-proto", "eip1", "80", "udp"), gone, record}
+	s.KubeOVNFIPRules = []kubeovnv1.IptablesFIPRule{{ObjectMeta: metav1.ObjectMeta{Name: "fip"}, Spec: kubeovnv1.IptablesFIPRuleSpec{EIP: "eip2", InternalIP: "10.0.1.9"}}}
+	p := Compute(s, bothGates)
+	for _, c := range []struct{ svc, want string }{
+		{"ssh", "IptablesEIP eip1 port 22/TCP is forwarded by kube-ovn's own NAT"},
+		{"dns", "IptablesEIP eip1 port 53/UDP is forwarded by kube-ovn's own NAT"},
+		{"onfip", "IptablesEIP eip2 is a floating IP of kube-ovn"},
+	} {
+		sp := servicePlan(p, c.svc)
+		if sp.EIPServed || sp.Ingress != nil || !strings.Contains(sp.EIPReason, c.want) || !sp.ClusterIPServed {
+			t.Errorf("%s: EIP served %v, ingress %v, reason %q, ClusterIP served %v; want the EIP part refused (%q) and the ClusterIP served",
+				c.svc, sp.EIPServed, sp.Ingress, sp.EIPReason, sp.ClusterIPServed, c.want)
+		}
+		if !slices.ContainsFunc(sp.Events, func(e Event) bool { return e.Reason == ReasonConflict && strings.Contains(e.Message, c.want) }) {
+			t.Errorf("%s: no conflict event among %v", c.svc, sp.Events)
+		}
+		for _, id := range sp.Identities {
+			if id.VIP == "172.18.0.10" || id.VIP == "172.18.0.11" {
+				t.Errorf("%s: identity %s on the EIP", c.svc, id.Key())
+			}
+		}
+	}
+	if sp := servicePlan(p, "web"); !sp.EIPServed {
+		t.Errorf("web (port 80/TCP: only a deleted rule, a record, another protocol and another EIP name it): not served: %s", sp.EIPReason)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -76,7 +77,11 @@ type Handlers struct {
 	KubeOVNUser string
 	// MaxPortsPerService is the controller's --max-ports-per-service (0: the model's default).
 	MaxPortsPerService int
-	decoder            admission.Decoder
+	// Live reads kube-ovn's own NAT rules (DNAT rules that are not records, floating IPs) from
+	// the API server when a Service newly claims EIP ports; the cache holds only records. Nil:
+	// Reader.
+	Live    client.Reader
+	decoder admission.Decoder
 }
 
 // NewHandlers returns the handlers decoding with scheme (it must know core/v1 and kubeovn.io/v1).
@@ -202,7 +207,39 @@ func (h *Handlers) Service(ctx context.Context, req admission.Request) admission
 	if err := h.Reader.List(ctx, &others, client.MatchingFields{IndexServiceEIP: serviceEIPKey(gateway, eipName)}); err != nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("listing Services of EIP %s: %w", eipName, err))
 	}
-	return verdict(ValidateServiceClaims(&svc, eip, Holders{Gateway: gw, Vpc: vpc, Services: others.Items}))
+	problems = ValidateServiceClaims(&svc, eip, Holders{Gateway: gw, Vpc: vpc, Services: others.Items})
+	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+		nat, err := h.kubeOVNNat(ctx)
+		if err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
+		}
+		if why := nat.Holds(eipName, &svc); why != "" {
+			problems = append(problems, why)
+		}
+	}
+	return verdict(problems)
+}
+
+// kubeOVNNat reads kube-ovn's own NAT rules (SPEC N3): its DNAT rules without the record label,
+// and its floating IPs.
+func (h *Handlers) kubeOVNNat(ctx context.Context) (model.KubeOVNNat, error) {
+	r := h.Live
+	if r == nil {
+		r = h.Reader
+	}
+	notRecords, err := labels.Parse("!" + model.LabelRecord)
+	if err != nil {
+		return model.KubeOVNNat{}, err
+	}
+	var dnat kubeovnv1.IptablesDnatRuleList
+	if err := r.List(ctx, &dnat, client.MatchingLabelsSelector{Selector: notRecords}); err != nil {
+		return model.KubeOVNNat{}, fmt.Errorf("listing kube-ovn's DNAT rules: %w", err)
+	}
+	var fips kubeovnv1.IptablesFIPRuleList
+	if err := r.List(ctx, &fips); err != nil {
+		return model.KubeOVNNat{}, fmt.Errorf("listing kube-ovn's floating IPs: %w", err)
+	}
+	return model.NewKubeOVNNat(dnat.Items, fips.Items), nil
 }
 
 // Record admits writes of IptablesDnatRules (SPEC W4).

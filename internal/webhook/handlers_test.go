@@ -252,3 +252,25 @@ func TestServiceAdmission(t *testing.T) {
 	other.Annotations[gwAnn] = "gw-later"
 	expect(t, h.Service(ctx, request(t, admissionv1.Create, "bob", "web", nil, other)), true, "")
 }
+
+// covers: N3, W3
+// Hostile tenant: a Service may not claim EIP ports that kube-ovn's own NAT forwards (an
+// IptablesDnatRule that is not a record) or an EIP that is a kube-ovn floating IP: vpcgw's DNAT
+// would shadow kube-ovn's. A record of vpcgw's own on the port holds nothing here (the claim
+// check covers Services).
+func TestHostileTenantCannotClaimKubeOVNsOwnNAT(t *testing.T) {
+	lb := corev1.ServiceTypeLoadBalancer
+	ssh := rule("ssh-in", kubeovnv1.DnatRuleTypeExclusive, nil)
+	ssh.Spec.EIP, ssh.Spec.ExternalPort, ssh.Spec.Protocol = "eip1", "22", "tcp"
+	record := rule("lb-web-0123456789ab", kubeovnv1.DnatRuleTypeShare, map[string]string{model.LabelRecord: "true", model.LabelRecordUID: "uid-web"})
+	record.Spec.EIP, record.Spec.ExternalPort, record.Spec.Protocol = "eip1", "80", "tcp"
+	fip := &kubeovnv1.IptablesFIPRule{ObjectMeta: metav1.ObjectMeta{Name: "fip"}, Spec: kubeovnv1.IptablesFIPRuleSpec{EIP: "eip3", InternalIP: "10.0.1.9"}}
+	h := newTestHandlers(t, eipObj("eip1", "gw1"), eipObj("eip3", "gw1"), admittedGW.DeepCopy(), admittedVpc.DeepCopy(), ssh, record, fip)
+	ctx := context.Background()
+	expect(t, h.Service(ctx, request(t, admissionv1.Create, "alice", "ssh", nil, svc("ssh", lb, a(gwAnn, "gw1", eipAnn, "eip1"), ports(port(22, "TCP"))))),
+		false, "IptablesEIP eip1 port 22/TCP is forwarded by kube-ovn's own NAT")
+	expect(t, h.Service(ctx, request(t, admissionv1.Create, "alice", "web", nil, svc("web", lb, a(gwAnn, "gw1", eipAnn, "eip3")))),
+		false, "IptablesEIP eip3 is a floating IP of kube-ovn")
+	expect(t, h.Service(ctx, request(t, admissionv1.Create, "alice", "web", nil, svc("web", lb, a(gwAnn, "gw1", eipAnn, "eip1")))), true, "")
+	expect(t, h.Service(ctx, request(t, admissionv1.Create, "alice", "dns", nil, svc("dns", lb, a(gwAnn, "gw1", eipAnn, "eip1"), ports(port(22, "UDP"))))), true, "")
+}

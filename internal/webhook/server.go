@@ -137,6 +137,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	h := NewHandlers(mgr.GetCache(), mgr.GetScheme(), opts.ControllerUser)
 	h.KubeOVNUser = opts.KubeOVNUser
 	h.MaxPortsPerService = opts.MaxPortsPerService
+	h.Live = mgr.GetAPIReader()
 	h.Register(mgr.GetWebhookServer())
 	return nil
 }

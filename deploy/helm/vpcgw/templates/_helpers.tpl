@@ -137,7 +137,7 @@ else fails the render.
 
 {{/* The kube-ovn CRDs vpcgw reads and writes objects of; kube-ovn installs them (SPEC K1). */}}
 {{- define "vpcgw.kubeOvnCRDs" -}}
-vpc-nat-gateways.kubeovn.io iptables-eips.kubeovn.io iptables-dnat-rules.kubeovn.io subnets.kubeovn.io vpcs.kubeovn.io
+vpc-nat-gateways.kubeovn.io iptables-eips.kubeovn.io iptables-dnat-rules.kubeovn.io iptables-fip-rules.kubeovn.io subnets.kubeovn.io vpcs.kubeovn.io ips.kubeovn.io
 {{- end -}}
 
 {{/*
