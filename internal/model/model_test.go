@@ -490,21 +490,26 @@ func TestLifecycleWrites(t *testing.T) {
 	})
 }
 
-// covers: D7, V1
+// covers: D7, V1, N5
 func TestGatewayInstances(t *testing.T) {
 	s := baseSnapshot(service("web", t0))
 	s.GatewayPods = []corev1.Pod{
-		gatewayPod("gw1", "vpc-nat-gw-gw1-b", "10.0.1.250", true, true),
-		gatewayPod("gw1", "vpc-nat-gw-gw1-a", "10.0.1.251", true, false), // not initialized: programmed, no route
-		gatewayPod("gw1", "vpc-nat-gw-gw1-c", "10.0.1.252", false, true), // not running
+		gatewayPod("gw1", "vpc-nat-gw-gw1-1", "10.0.1.250", true, true),
+		gatewayPod("gw1", "vpc-nat-gw-gw1-0", "10.0.1.251", true, false), // not initialized: programmed, no route
+		gatewayPod("gw1", "vpc-nat-gw-gw1-2", "10.0.1.252", false, true), // not running
 		gatewayPod("gw2", "vpc-nat-gw-gw2-0", "10.0.1.253", true, true),  // another gateway
+		// Look-alikes (SPEC N5): the labels, the annotations and a controller reference to
+		// kube-ovn's StatefulSet, but not a name the StatefulSet gives its Pods.
+		gatewayPod("gw1", "vpc-nat-gw-gw1-evil", "10.0.1.240", true, true),
+		gatewayPod("gw1", "evil-vpc-nat-gw-gw1-3", "10.0.1.241", true, true),
+		gatewayPod("gw1", "vpc-nat-gw-gw1-", "10.0.1.242", true, true),
 	}
 	gp := Compute(s, lbGates).Gateway("gw1")
 	var names []string
 	for _, inst := range gp.Instances {
 		names = append(names, inst.Pod.Name)
 	}
-	if !reflect.DeepEqual(names, []string{"vpc-nat-gw-gw1-a", "vpc-nat-gw-gw1-b"}) || !reflect.DeepEqual(gp.Routes.NextHops, []string{"10.0.1.250"}) {
+	if !reflect.DeepEqual(names, []string{"vpc-nat-gw-gw1-0", "vpc-nat-gw-gw1-1"}) || !reflect.DeepEqual(gp.Routes.NextHops, []string{"10.0.1.250"}) {
 		t.Fatalf("instances %v, next hops %v", names, gp.Routes.NextHops)
 	}
 }

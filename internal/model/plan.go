@@ -259,19 +259,23 @@ func (ix *Index) instances(gw string) []Instance {
 }
 
 // ownedByWorkload reports whether a gateway Pod is controlled by the workload kube-ovn makes for
-// the gateway: its StatefulSet "<prefix>-<gateway>" (v1.16.x, master with one replica) or a
-// ReplicaSet of its Deployment of that name (master with replicas > 1). A Pod that merely carries
-// the gateway's labels is not an instance (SPEC N5).
+// the gateway: its StatefulSet "<prefix>-<gateway>" (v1.16.x, master with one replica; Pods
+// "<prefix>-<gateway>-<ordinal>") or a ReplicaSet of its Deployment of that name (master with
+// replicas > 1; Pods "<replicaset>-<suffix>"). A Pod that merely carries the gateway's labels is
+// not an instance (SPEC N5).
 func ownedByWorkload(p *corev1.Pod, app string) bool {
 	ref := metav1.GetControllerOf(p)
 	if ref == nil {
 		return false
 	}
+	// The name too: a Pod that merely carries an owner reference to kube-ovn's workload is not one
+	// of its Pods unless it is named as the workload names them.
 	switch ref.Kind {
 	case "StatefulSet":
-		return ref.Name == app
+		ordinal, ok := strings.CutPrefix(p.Name, app+"-")
+		return ref.Name == app && ok && ordinal != "" && strings.Trim(ordinal, "0123456789") == ""
 	case "ReplicaSet":
-		return strings.HasPrefix(ref.Name, app+"-")
+		return strings.HasPrefix(ref.Name, app+"-") && strings.HasPrefix(p.Name, ref.Name+"-")
 	}
 	return false
 }

@@ -340,9 +340,13 @@ func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan)
 	var ranges []string
 	if serveEIP {
 		var ok bool
-		if ranges, ok = sourceRanges(svc); !ok {
-			ev := warning(ReasonUnsupported, "spec.loadBalancerSourceRanges %v has no valid IPv4 range: the EIP (IPv4) would admit nobody, so it is not served",
-				svc.Spec.LoadBalancerSourceRanges)
+		var from string
+		if len(svc.Spec.LoadBalancerSourceRanges) > 0 && strings.TrimSpace(svc.Annotations[AnnotationLegacySourceRanges]) != "" {
+			sp.Events = append(sp.Events, *warning(ReasonUnsupported, "annotation %s is ignored: spec.loadBalancerSourceRanges is set and decides who reaches the EIP",
+				AnnotationLegacySourceRanges))
+		}
+		if ranges, from, ok = sourceRanges(svc); !ok {
+			ev := warning(ReasonUnsupported, "%s has no valid IPv4 range: the EIP (IPv4) would admit nobody, so it is not served", from)
 			sp.EIPServed, sp.EIP, sp.EIPReason = false, "", ev.Message
 			sp.Events = append(sp.Events, *ev)
 			if !serveCIP {
@@ -478,14 +482,24 @@ func (ix *Index) holdsAll(svc *corev1.Service, sp *ServicePlan, vip, what string
 	return true
 }
 
-// sourceRanges are the canonical IPv4 prefixes of spec.loadBalancerSourceRanges, sorted as
-// strings and unique (nil: everyone). ok is false when ranges are given but none is IPv4: the EIP
+// AnnotationLegacySourceRanges is the annotation that predates spec.loadBalancerSourceRanges;
+// cloud load balancers still read it when the field is empty (k8s.io/cloud-provider's
+// GetLoadBalancerSourceRanges), and so does vpcgw, so that it is never silently ignored (N7).
+const AnnotationLegacySourceRanges = "service.beta.kubernetes.io/load-balancer-source-ranges"
+
+// sourceRanges are the canonical IPv4 prefixes of spec.loadBalancerSourceRanges, or when it is
+// empty of the legacy annotation (comma-separated), sorted as strings and unique (nil: everyone);
+// from names where they came from. ok is false when ranges are given but none is IPv4: the EIP
 // would admit nobody. The API server validates the field; anything unparsable is skipped.
-func sourceRanges(svc *corev1.Service) (ranges []string, ok bool) {
-	if len(svc.Spec.LoadBalancerSourceRanges) == 0 {
-		return nil, true
+func sourceRanges(svc *corev1.Service) (ranges []string, from string, ok bool) {
+	given, from := svc.Spec.LoadBalancerSourceRanges, "spec.loadBalancerSourceRanges"
+	if v := strings.TrimSpace(svc.Annotations[AnnotationLegacySourceRanges]); len(given) == 0 && v != "" {
+		given, from = strings.Split(v, ","), "annotation "+AnnotationLegacySourceRanges
 	}
-	for _, r := range svc.Spec.LoadBalancerSourceRanges {
+	if len(given) == 0 {
+		return nil, from, true
+	}
+	for _, r := range given {
 		p, err := netip.ParsePrefix(strings.TrimSpace(r))
 		if err != nil || !p.Addr().Is4() {
 			continue
@@ -494,7 +508,7 @@ func sourceRanges(svc *corev1.Service) (ranges []string, ok bool) {
 	}
 	slices.Sort(ranges)
 	ranges = slices.Compact(ranges)
-	return ranges, len(ranges) > 0
+	return ranges, from, len(ranges) > 0
 }
 
 // affinityTimeout is the ClientIP timeout of SPEC S7 (0: no affinity).

@@ -405,3 +405,43 @@ func TestHostileTenantCannotShadowKubeOVNsOwnNAT(t *testing.T) {
 		t.Errorf("web (port 80/TCP: only a deleted rule, a record, another protocol and another EIP name it): not served: %s", sp.EIPReason)
 	}
 }
+
+// covers: N7
+// The legacy annotation service.beta.kubernetes.io/load-balancer-source-ranges is read as cloud
+// load balancers read it, when spec.loadBalancerSourceRanges is empty; beside the field it is
+// ignored with an event. Before, it was ignored silently and the EIP was open to everyone.
+func TestLegacySourceRangesAnnotationIsNeverSilentlyIgnored(t *testing.T) {
+	legacy := service("web", t0, func(s *corev1.Service) {
+		s.Annotations[AnnotationLegacySourceRanges] = " 10.1.0.0/16, 192.0.2.7/32 "
+	})
+	sp := servicePlan(Compute(baseSnapshot(legacy), srGates), "web")
+	var eipID *gwstate.Identity
+	for i := range sp.Identities {
+		if sp.Identities[i].VIP == "172.18.0.10" {
+			eipID = &sp.Identities[i]
+		}
+	}
+	if eipID == nil || !slices.Equal(eipID.SourceRanges, []string{"10.1.0.0/16", "192.0.2.7/32"}) {
+		t.Fatalf("legacy annotation only: EIP identity %+v, want source ranges 10.1.0.0/16, 192.0.2.7/32", eipID)
+	}
+	both := service("web", t0, func(s *corev1.Service) {
+		s.Annotations[AnnotationLegacySourceRanges] = "10.1.0.0/16"
+		s.Spec.LoadBalancerSourceRanges = []string{"198.51.100.0/24"}
+	})
+	sp = servicePlan(Compute(baseSnapshot(both), srGates), "web")
+	for _, id := range sp.Identities {
+		if id.VIP == "172.18.0.10" && !slices.Equal(id.SourceRanges, []string{"198.51.100.0/24"}) {
+			t.Fatalf("both: source ranges %v, want the field's", id.SourceRanges)
+		}
+	}
+	if !slices.ContainsFunc(sp.Events, func(e Event) bool {
+		return e.Reason == ReasonUnsupported && strings.Contains(e.Message, AnnotationLegacySourceRanges+" is ignored")
+	}) {
+		t.Fatalf("both: no event saying the annotation is ignored: %v", sp.Events)
+	}
+	bad := service("web", t0, func(s *corev1.Service) { s.Annotations[AnnotationLegacySourceRanges] = "fd00::/8" })
+	sp = servicePlan(Compute(baseSnapshot(bad), srGates), "web")
+	if sp.EIPServed || !strings.Contains(sp.EIPReason, "annotation "+AnnotationLegacySourceRanges+" has no valid IPv4 range") {
+		t.Fatalf("IPv6-only legacy ranges: EIP served %v (%s)", sp.EIPServed, sp.EIPReason)
+	}
+}
