@@ -9,7 +9,9 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -26,6 +28,7 @@ import (
 	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -305,11 +308,29 @@ func (c *Cluster) installRBAC(ctx context.Context) error {
 		return err
 	}
 	for _, o := range objs {
+		if o.GetKind() == "ValidatingAdmissionPolicy" && c.opts.GatewayNamePrefix != "" {
+			// What the chart renders with --set kubeOvn.gatewayNamePrefix=<prefix>: the exec
+			// policy admits the gateway Pods kube-ovn names with its natGwNamePrefix.
+			if err := withGatewayPrefix(o, c.opts.GatewayNamePrefix); err != nil {
+				return err
+			}
+		}
 		if err := c.Client.Patch(ctx, o, client.Apply, client.FieldOwner("vpcgw-lab"), client.ForceOwnership); err != nil {
 			return fmt.Errorf("applying %s %s: %w", o.GetKind(), o.GetName(), err)
 		}
 	}
 	return nil
+}
+
+// withGatewayPrefix rewrites the default gateway Pod name prefix in an admission policy's
+// expressions and messages to prefix.
+func withGatewayPrefix(o *unstructured.Unstructured, prefix string) error {
+	data, err := json.Marshal(o.Object)
+	if err != nil {
+		return err
+	}
+	data = bytes.ReplaceAll(data, []byte(model.GatewayAppPrefix), []byte(prefix+"-"))
+	return json.Unmarshal(data, &o.Object)
 }
 
 func (c *Cluster) startWebhook(ctx context.Context) error {
