@@ -388,19 +388,23 @@ func TestChartRenders(t *testing.T) {
 			wantRules(t, m.must(t, "Role", "kube-system", "vpcgw-controller-kube-ovn-config"), map[string][]string{"/configmaps": {"get", "list", "watch"}})
 			m.must(t, "RoleBinding", "kube-system", "vpcgw-controller-kube-ovn-config")
 			// The controller's published status (SPEC O2): its ConfigMap in its namespace, readable
-			// by every authenticated user (controller.statusReaders), the namespace from the
+			// by nobody else by default (controller.statusReaders, SPEC N8), the namespace from the
 			// downward API.
 			wantRules(t, m.must(t, "Role", "kube-system", "vpcgw-controller-status"), map[string][]string{"/configmaps": {"get", "update", "create"}})
 			m.must(t, "RoleBinding", "kube-system", "vpcgw-controller-status")
-			wantRules(t, m.must(t, "Role", "kube-system", "vpcgw-status-reader"), map[string][]string{"/configmaps": {"get"}})
-			if rb := m.must(t, "RoleBinding", "kube-system", "vpcgw-status-reader"); fmt.Sprint(rb.Object["subjects"]) != "[map[apiGroup:rbac.authorization.k8s.io kind:Group name:system:authenticated]]" {
+			if rb := m.find("RoleBinding", "kube-system", "vpcgw-status-reader"); rb != nil {
+				t.Errorf("by default someone may read the controller's status: %v", rb.Object["subjects"])
+			}
+			readers := manifest(render(t, "--set", "controller.statusReaders={system:authenticated}"))
+			wantRules(t, readers.must(t, "Role", "kube-system", "vpcgw-status-reader"), map[string][]string{"/configmaps": {"get"}})
+			if rb := readers.must(t, "RoleBinding", "kube-system", "vpcgw-status-reader"); fmt.Sprint(rb.Object["subjects"]) != "[map[apiGroup:rbac.authorization.k8s.io kind:Group name:system:authenticated]]" {
 				t.Errorf("status reader subjects = %v", rb.Object["subjects"])
 			}
 			if env, _, _ := unstructured.NestedSlice(c, "env"); !strings.Contains(fmt.Sprint(env), "name:POD_NAMESPACE valueFrom:map[fieldRef:map[fieldPath:metadata.namespace]]") {
 				t.Errorf("controller env = %v: want POD_NAMESPACE from the downward API (where it publishes its status)", env)
 			}
-			if m.count("Role") != 4 || m.find("Role", "kube-system", "vpcgw-controller-leader-election") != nil {
-				t.Errorf("four Roles expected (pods/exec, kube-ovn's ConfigMap, the status ConfigMap, its readers) without leader election: %v", m.names())
+			if m.count("Role") != 3 || m.find("Role", "kube-system", "vpcgw-controller-leader-election") != nil {
+				t.Errorf("three Roles expected (pods/exec, kube-ovn's ConfigMap, the status ConfigMap; no readers by default) without leader election: %v", m.names())
 			}
 			// vpcgw's own CRD, and never kube-ovn's (SPEC K1).
 			checkNoKubeOVNCRDs(t, m, true)

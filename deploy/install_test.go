@@ -281,7 +281,8 @@ func TestControllerRBACSuffices(t *testing.T) {
 	helmBin(t)
 	needAPIServer(t)
 	createNamespace(t, "gw-rbac")
-	m := manifest(render(t, "--set", "controller.replicas=2", "--set", "extraGatewayNamespaces={gw-rbac}", "--set", "webhook.enabled=false"))
+	m := manifest(render(t, "--set", "controller.replicas=2", "--set", "extraGatewayNamespaces={gw-rbac}", "--set", "webhook.enabled=false",
+		"--set", "controller.statusReaders={system:authenticated}"))
 	apply(t, m, false)
 	checkKubeOVNCRDsUnchanged(t, "the chart applied")
 	// The controller below runs bounded by its admission policy too (SPEC N5), as installed.
@@ -355,8 +356,9 @@ func TestControllerRBACSuffices(t *testing.T) {
 		}
 	}
 
-	// Any authenticated user (a tenant running `kubectl vpcgw explain`) reads the controller's
-	// status, that ConfigMap only (controller.statusReaders, SPEC O2).
+	// With controller.statusReaders={system:authenticated} (the default is nobody, SPEC N8), any
+	// authenticated user (a tenant running `kubectl vpcgw explain`) reads the controller's
+	// status, that ConfigMap only (SPEC O2).
 	for _, tc := range []struct {
 		attrs authorizationv1.ResourceAttributes
 		want  bool

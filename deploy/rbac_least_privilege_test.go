@@ -160,7 +160,7 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		{"metrics on loopback, cert-manager", []string{"--set", "controller.metricsSecure=false", "--set", "webhook.certManager.enabled=true"}, []string{"kube-system"}, []string{"kube-system"}},
 		{"metrics readers", []string{"--set", "controller.metricsReaders[0].name=prom", "--set", "controller.metricsReaders[0].namespace=monitoring"}, []string{"kube-system"}, []string{"kube-system", "monitoring"}},
 		{"local transport", []string{"--set", "transport=local"}, nil, []string{"kube-system"}},
-		{"status readers: none", []string{"--set", "controller.statusReaders=null"}, []string{"kube-system"}, []string{"kube-system"}},
+		{"status readers: everyone authenticated", []string{"--set", "controller.statusReaders={system:authenticated}"}, []string{"kube-system"}, []string{"kube-system"}},
 		{"status readers: a group", []string{"--set", "controller.statusReaders={vpcgw-users}"}, []string{"kube-system"}, []string{"kube-system"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -250,10 +250,10 @@ func TestRBACLeastPrivilege(t *testing.T) {
 			// RBAC cannot limit the controller's patch of Services to its finalizer, nor its record
 			// writes to records: its admission policy does, in every rendering (SPEC N5).
 			checkControllerPolicy(t, m, controllerUser)
-			wantReaders := []string{"system:authenticated"} // the chart's default (SPEC O2)
+			var wantReaders []string // the chart's default: nobody (SPEC N8)
 			switch tc.name {
-			case "status readers: none":
-				wantReaders = nil
+			case "status readers: everyone authenticated":
+				wantReaders = []string{"system:authenticated"}
 			case "status readers: a group":
 				wantReaders = []string{"vpcgw-users"}
 			}

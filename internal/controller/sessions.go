@@ -135,7 +135,7 @@ func (s *sessions) applyOne(ctx context.Context, gw string, inst transport.Insta
 // controller's own context is no failure of the instance).
 func (s *sessions) noteFailed(gw string, inst transport.Instance, err error) {
 	if s.status != nil && !errors.Is(err, context.Canceled) {
-		s.status.InstanceFailed(gw, instanceRef(inst), transport.EventText(err))
+		s.status.InstanceFailed(gw, instanceRef(inst), transport.StatusText(err))
 	}
 }
 

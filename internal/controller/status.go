@@ -71,7 +71,7 @@ func (r *GatewayReconciler) noteSync(key string, gp *model.GatewayPlan, generati
 		s.Instances = append(s.Instances, instanceRef(inst))
 	}
 	if err != nil {
-		s.Error = transport.EventText(err) // bounded and sanitized: every reader may see it (SPEC N6, N8)
+		s.Error = transport.StatusText(err) // fixed text: readers may be any tenant's (SPEC N8)
 	}
 	r.Status.GatewaySynced(key, s)
 }

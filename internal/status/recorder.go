@@ -144,7 +144,7 @@ func (r *Recorder) InstanceAcked(gw string, inst InstanceRef, generation int64, 
 }
 
 // InstanceFailed records that an instance did not take a state; text is already bounded and
-// sanitized (transport.EventText).
+// fixed (transport.StatusText).
 func (r *Recorder) InstanceFailed(gw string, inst InstanceRef, text string) {
 	r.update(gw, func(g *Gateway, now time.Time) {
 		in := g.instance(inst)

@@ -120,11 +120,19 @@ func TestEventText(t *testing.T) {
 		{"newlines, tabs and runs of spaces", &AgentError{Message: "line one\n\tline two  \r\n"}, prefix + "line one line two"},
 		{"control and bidi characters dropped", &AgentError{Message: "a\x1b[31mred\x00\u202eevil\x7f"}, prefix + "a[31mredevil"},
 		{"invalid UTF-8 dropped", &AgentError{Message: "ok\xff\xfe!"}, prefix + "ok!"},
+		// The state is every tenant's: no address of it reaches a Service's events (SPEC N8).
+		{"addresses redacted", &AgentError{Message: "identity 10.96.0.5:80:tcp appears twice; backend 10.0.1.9:8080, range 192.0.2.0/24"},
+			prefix + "identity <address>:tcp appears twice; backend <address>, range <address>"},
 		// A transport error names pods and exec details of the gateway namespace (SPEC N8).
 		{"transport error", errors.New("exec into kube-system/vpc-nat-gw-gw1-0 container vpc-nat-gw: forbidden"), "the gateway agent cannot be reached (the controller's log has the details)"},
 	} {
 		if got := EventText(tc.err); got != tc.want {
 			t.Errorf("%s: EventText = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	for _, err := range []error{&AgentError{Message: "identity 10.96.0.5:80:tcp appears twice"}, errors.New("exec into kube-system/vpc-nat-gw-gw1-0: forbidden")} {
+		if got := StatusText(err); strings.ContainsAny(got, "0123456789") || !strings.HasSuffix(got, "(the controller's log has the details)") {
+			t.Errorf("StatusText(%v) = %q: want fixed text only", err, got)
 		}
 	}
 	long := EventText(&AgentError{Message: strings.Repeat("é", 1000)}) // 2 bytes each

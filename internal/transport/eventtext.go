@@ -2,6 +2,7 @@ package transport
 
 import (
 	"errors"
+	"regexp"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -12,7 +13,7 @@ const MaxEventText = 512
 
 // EventText is err's text fit for an Event message on every Service bound to the gateway (SPEC
 // N6, N8). For an *AgentError it is the agent's message (its kernel's or nft's words about the
-// state), made one line (newlines and tabs become spaces, runs of them one), without control,
+// state) with its IPv4 addresses replaced by "<address>" (they may be other tenants'), made one line (newlines and tabs become spaces, runs of them one), without control,
 // format (bidi) or invalid UTF-8 characters, and cut at MaxEventText bytes on a character
 // boundary, ending in "…". Any other error is the transport's (pod names, API server and exec
 // details of the gateway namespace, which a Service's owner may not be able to read): the Event
@@ -23,10 +24,31 @@ func EventText(err error) string {
 	}
 	var ae *AgentError
 	if errors.As(err, &ae) {
-		return sanitizeLine("the gateway agent rejected the state: "+ae.Message, MaxEventText)
+		// The state is every tenant's: an address in the agent's words may be another tenant's
+		// VIP or backend (SPEC N8).
+		return sanitizeLine("the gateway agent rejected the state: "+redactAddresses(ae.Message), MaxEventText)
 	}
 	return "the gateway agent cannot be reached (the controller's log has the details)"
 }
+
+// StatusText is err's text for the controller's status ConfigMap, which readers of every tenant
+// may be granted: fixed text only, never the agent's words (SPEC N8); the log has the error.
+func StatusText(err error) string {
+	if err == nil {
+		return ""
+	}
+	var ae *AgentError
+	if errors.As(err, &ae) {
+		return "the gateway agent rejected the state (the controller's log has the details)"
+	}
+	return "the gateway agent cannot be reached (the controller's log has the details)"
+}
+
+// ipv4Literal matches an IPv4 address with an optional prefix length or port.
+var ipv4Literal = regexp.MustCompile(`\b\d{1,3}(\.\d{1,3}){3}(/\d{1,2})?(:\d{1,5})?\b`)
+
+// redactAddresses replaces the IPv4 addresses in s (with their ports or prefix lengths).
+func redactAddresses(s string) string { return ipv4Literal.ReplaceAllString(s, "<address>") }
 
 // RefusalText is an agent's reason for refusing one identity (gwstate.Refusal.Reason), fit for
 // an Event message on that identity's Service: one line, bounded, as EventText makes it.
