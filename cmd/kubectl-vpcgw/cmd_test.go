@@ -365,7 +365,7 @@ func TestStatusJSON(t *testing.T) {
 	}
 	noeip := item(t, l, "demo", "noeip")
 	if noeip.State != inspect.StatePartiallyServed || noeip.Ready || noeip.EIPPart.State != "NotServed" || noeip.EIPPart.EventReason != model.ReasonEIPMissing ||
-		!strings.Contains(noeip.EIPPart.Reason, "IptablesEIP missing does not exist") || !strings.Contains(noeip.EIPPart.Fix, "create IptablesEIP missing with spec.natGwDp: gw1") ||
+		!strings.Contains(noeip.EIPPart.Reason, "gateway gw1 has no IptablesEIP missing") || !strings.Contains(noeip.EIPPart.Fix, "create IptablesEIP missing with spec.natGwDp: gw1") ||
 		noeip.ClusterIPPart.State != "Served" || len(noeip.Identities) != 1 || noeip.Identities[0].Part != "ClusterIP" {
 		t.Errorf("demo/noeip %+v", noeip)
 	}

@@ -147,7 +147,7 @@ func TestEIPAndGatewayDeleted(t *testing.T) {
 
 		must(t, k8s.Delete(context.Background(), &kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: f.gw}}))
 		f.eventually("Service released", func() bool {
-			return !hasFinalizer(f.get("web")) && len(f.records("web")) == 0 && f.hasEvent("web", model.ReasonGatewayMissing, "gw-gone")
+			return !hasFinalizer(f.get("web")) && len(f.records("web")) == 0 && f.hasEvent("web", model.ReasonNotAdmitted, "may not use VpcNatGateway gw-gone")
 		})
 	})
 }

@@ -207,8 +207,6 @@ func (v *View) fix(reason string, sp *model.ServicePlan, svc *corev1.Service, pa
 		return "none: the Service is being deleted; the controller releases it"
 	case model.ReasonInvalidAnnotation:
 		return "a binding cannot be changed: delete the Service and create it again with valid object names in " + model.AnnotationGateway + " and " + model.AnnotationEIP
-	case model.ReasonGatewayMissing:
-		return fmt.Sprintf("create VpcNatGateway %s, or delete the Service and create it again naming an existing gateway (the binding is immutable)", gw)
 	case model.ReasonNotAdmitted:
 		if part == "EIP" && strings.Contains(sp.EIPReason, "IptablesEIP") {
 			return fmt.Sprintf("a cluster administrator adds %s to the %s annotation of IptablesEIP %s, or the Service uses another EIP of gateway %s", ns, model.AnnotationAllowedNamespaces, eip, gw)
@@ -217,16 +215,17 @@ func (v *View) fix(reason string, sp *model.ServicePlan, svc *corev1.Service, pa
 		if g := v.gateway(gw); g != nil && g.Spec.Vpc != "" {
 			vpc = "Vpc " + g.Spec.Vpc
 		}
+		if v.gateway(gw) == nil {
+			return fmt.Sprintf("a cluster administrator creates VpcNatGateway %s and admits namespace %s to it, or delete the Service and create it again naming a gateway the namespace may use (the binding is immutable)", gw, ns)
+		}
 		return fmt.Sprintf("a cluster administrator admits namespace %s: adds it to spec.namespaces of %s, or to the %s annotation of VpcNatGateway %s", ns, vpc, model.AnnotationAllowedNamespaces, gw)
 	case model.ReasonEIPMissing:
 		if eip == "" {
 			return fmt.Sprintf("annotate the Service with an IptablesEIP of gateway %s: kubectl annotate service %s -n %s %s=<IptablesEIP>", gw, name, ns, model.AnnotationEIP)
 		}
-		return fmt.Sprintf("create IptablesEIP %s with spec.natGwDp: %s (it is served as soon as kube-ovn makes it Ready), or delete the Service and create it again with an existing EIP", eip, gw)
+		return fmt.Sprintf("create IptablesEIP %s with spec.natGwDp: %s (it is served as soon as kube-ovn makes it Ready), or delete the Service and create it again with an EIP of that gateway (the binding is immutable)", eip, gw)
 	case model.ReasonEIPNotReady:
 		return fmt.Sprintf("wait for kube-ovn to make IptablesEIP %s Ready (kubectl get iptables-eips %s); if it stays not Ready, look at kube-ovn-controller's log and the gateway's pod", eip, eip)
-	case model.ReasonEIPWrongGateway:
-		return fmt.Sprintf("delete the Service and create it again with an EIP whose spec.natGwDp is %s (the binding is immutable)", gw)
 	case model.ReasonConflict:
 		return "use another port or EIP, or wait: the Service takes the identity over when its holder releases it"
 	case model.ReasonLimit:

@@ -114,13 +114,15 @@ func TestNotServed(t *testing.T) {
 		{"malformed EIP annotation", withSvc(func(s *corev1.Service) { s.Annotations[AnnotationEIP] = "eip one" }), lbGates, ReasonInvalidAnnotation, "eip one", false},
 		{"no EIP annotation", withSvc(func(s *corev1.Service) { delete(s.Annotations, AnnotationEIP) }), lbGates, ReasonEIPMissing, AnnotationEIP, false},
 		{"empty EIP annotation", withSvc(func(s *corev1.Service) { s.Annotations[AnnotationEIP] = "" }), lbGates, ReasonEIPMissing, AnnotationEIP, false},
-		{"EIP does not exist", withSnap(func(s *Snapshot) { s.EIPs = nil }), lbGates, ReasonEIPMissing, "does not exist", false},
-		{"EIP being deleted", withSnap(func(s *Snapshot) { s.EIPs[0].DeletionTimestamp = &metav1.Time{Time: t0} }), lbGates, ReasonEIPMissing, "does not exist", false},
+		{"EIP does not exist", withSnap(func(s *Snapshot) { s.EIPs = nil }), lbGates, ReasonEIPMissing, "gateway gw1 has no IptablesEIP eip1", false},
+		{"EIP being deleted", withSnap(func(s *Snapshot) { s.EIPs[0].DeletionTimestamp = &metav1.Time{Time: t0} }), lbGates, ReasonEIPMissing, "gateway gw1 has no IptablesEIP eip1", false},
 		{"EIP not Ready", withSnap(func(s *Snapshot) { s.EIPs[0] = eip("eip1", "gw1", "172.18.0.10", false) }), lbGates, ReasonEIPNotReady, "not Ready", false},
 		{"EIP IPv6-only", withSnap(func(s *Snapshot) { s.EIPs[0] = eip("eip1", "gw1", "fd00::10", true) }), lbGates, ReasonEIPNotReady, "IPv4", false},
-		{"EIP on another gateway", withSnap(func(s *Snapshot) { s.EIPs[0] = eip("eip1", "gw2", "172.18.0.10", true) }), lbGates, ReasonEIPWrongGateway, "gw2", false},
-		{"gateway missing", withSnap(func(s *Snapshot) { s.Gateways = nil }), bothGates, ReasonGatewayMissing, "gw1", true},
-		{"gateway being deleted", withSnap(func(s *Snapshot) { s.Gateways[0].DeletionTimestamp = &metav1.Time{Time: t0} }), bothGates, ReasonGatewayMissing, "gw1", true},
+		// SPEC N8: an EIP of another gateway is answered as a missing one, a missing gateway as one
+		// that does not admit the namespace.
+		{"EIP on another gateway", withSnap(func(s *Snapshot) { s.EIPs[0] = eip("eip1", "gw2", "172.18.0.10", true) }), lbGates, ReasonEIPMissing, "gateway gw1 has no IptablesEIP eip1", false},
+		{"gateway missing", withSnap(func(s *Snapshot) { s.Gateways = nil }), bothGates, ReasonNotAdmitted, "may not use VpcNatGateway gw1: it does not exist, or", true},
+		{"gateway being deleted", withSnap(func(s *Snapshot) { s.Gateways[0].DeletionTimestamp = &metav1.Time{Time: t0} }), bothGates, ReasonNotAdmitted, "may not use VpcNatGateway gw1", true},
 		{"both ingress annotations", withSvc(func(s *corev1.Service) { s.Annotations[AnnotationExternalIPFromSubnet] = "ext" }), bothGates, ReasonUnsupported, "mutually exclusive", true},
 		{"external Local policy", withSvc(func(s *corev1.Service) {
 			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal

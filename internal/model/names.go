@@ -107,8 +107,6 @@ const (
 	ReasonBackendSkipped    = "NftableLbSvcBackendSkipped"
 	ReasonEIPMissing        = "NftableLbSvcEipMissing"
 	ReasonEIPNotReady       = "NftableLbSvcEipNotReady"
-	ReasonEIPWrongGateway   = "NftableLbSvcEipWrongGateway"
-	ReasonGatewayMissing    = "NftableLbSvcGatewayMissing"
 	ReasonInvalidAnnotation = "NftableLbSvcInvalidAnnotation"
 	ReasonUnsupported       = "NftableLbSvcUnsupported"
 	ReasonProgrammingFailed = "NftableLbSvcProgrammingFailed"

@@ -158,14 +158,11 @@ func (ix *Index) bind(svc *corev1.Service) (b binding) {
 		return b
 	}
 	b.gw = ix.gateways[b.gateway]
-	if b.gw == nil || b.gw.DeletionTimestamp != nil {
-		b.blocked = warning(ReasonGatewayMissing, "VpcNatGateway %s does not exist: nothing is served until it does", b.gateway)
-		b.gw = nil
-		return b
-	}
-	if !ix.admitted(svc.Namespace, b.gw) {
-		b.blocked = warning(ReasonNotAdmitted, "namespace %s is not admitted to gateway %s: its Vpc does not list the namespace in spec.namespaces "+
-			"and the gateway's %s annotation does not name it; nothing is served (a cluster administrator admits the namespace)",
+	// One answer whether the gateway is missing or does not admit the namespace: a namespace
+	// learns nothing of a gateway it may not use, not even that it exists (SPEC N8).
+	if b.gw == nil || b.gw.DeletionTimestamp != nil || !ix.admitted(svc.Namespace, b.gw) {
+		b.blocked = warning(ReasonNotAdmitted, "namespace %s may not use VpcNatGateway %s: it does not exist, or neither its Vpc's spec.namespaces "+
+			"nor its %s annotation names the namespace; nothing is served until it exists and admits the namespace (a cluster administrator admits namespaces)",
 			svc.Namespace, b.gateway, AnnotationAllowedNamespaces)
 		b.gw = nil
 		return b
@@ -194,10 +191,10 @@ func (ix *Index) bind(svc *corev1.Service) (b binding) {
 	default:
 		b.eip = ix.eips[b.eipName]
 		switch {
-		case b.eip == nil || b.eip.DeletionTimestamp != nil:
-			b.eipWhy = warning(ReasonEIPMissing, "IptablesEIP %s does not exist: the EIP part is served as soon as it exists and is Ready", b.eipName)
-		case b.eip.Spec.NatGwDp != b.gateway:
-			b.eipWhy = warning(ReasonEIPWrongGateway, "IptablesEIP %s belongs to gateway %q, not %s: use an EIP of gateway %s", b.eipName, b.eip.Spec.NatGwDp, b.gateway, b.gateway)
+		case b.eip == nil || b.eip.DeletionTimestamp != nil || b.eip.Spec.NatGwDp != b.gateway:
+			// An EIP of another gateway is answered as a missing one: its gateway is not this
+			// namespace's to learn (SPEC N8).
+			b.eipWhy = warning(ReasonEIPMissing, "gateway %s has no IptablesEIP %s: the EIP part is served as soon as it has one of that name and it is Ready", b.gateway, b.eipName)
 		case !EIPAdmitted(svc.Namespace, b.eip):
 			b.eipWhy = warning(ReasonNotAdmitted, "namespace %s may not use IptablesEIP %s (its %s annotation does not name it): the EIP part is not served",
 				svc.Namespace, b.eipName, AnnotationAllowedNamespaces)

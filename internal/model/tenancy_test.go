@@ -116,7 +116,7 @@ func TestTenancyBoundary(t *testing.T) {
 			if len(gp.State.Identities) != 0 || len(gp.State.ClusterIPs) != 0 || len(gp.Routes.VIPs) != 0 || sp.Record != nil || sp.AddFinalizer || len(gp.Services) != 0 {
 				t.Errorf("%s: something is published for a Service that is not admitted: %+v", name, gp)
 			}
-			if len(sp.Events) != 1 || sp.Events[0].Reason != ReasonNotAdmitted || !strings.Contains(sp.Events[0].Message, "namespace tenant-a is not admitted") {
+			if len(sp.Events) != 1 || sp.Events[0].Reason != ReasonNotAdmitted || !strings.Contains(sp.Events[0].Message, "namespace tenant-a may not use VpcNatGateway gw1") {
 				t.Errorf("%s: events %v", name, sp.Events)
 			}
 		}

@@ -392,7 +392,7 @@ func TestServiceEIPOfAnotherGateway(t *testing.T) {
 	eip := e.eip(t, gw2, "172.18.0.20")
 	e.seen(t, eip, false)
 	denied(t, e.alice.Create(ctx, service(ns, "web", corev1.ServiceTypeLoadBalancer, bound(gw1, eip.Name))), hookService,
-		fmt.Sprintf("IptablesEIP %s belongs to gateway %q, not %q: use an EIP whose spec.natGwDp is %s", eip.Name, gw2, gw1, gw1))
+		fmt.Sprintf("IptablesEIP %s is not an EIP of gateway %s: use an EIP whose spec.natGwDp is %s", eip.Name, gw1, gw1))
 	admitted(t, e.alice.Create(ctx, service(ns, "web", corev1.ServiceTypeLoadBalancer, bound(gw2, eip.Name))), "EIP of the annotated gateway")
 }
 

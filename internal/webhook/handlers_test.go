@@ -86,7 +86,7 @@ func TestServiceHandler(t *testing.T) {
 	expect(t, h.Service(ctx, request(t, admissionv1.Create, "alice", "new", nil, svc("new", lb, a(gwAnn, "gw1", eipAnn, "eip1")))),
 		false, "IptablesEIP eip1 port 80/TCP is already held by Service ns/old")
 	expect(t, h.Service(ctx, request(t, admissionv1.Create, "alice", "new", nil, svc("new", lb, a(gwAnn, "gw1", eipAnn, "eip2")))),
-		false, `IptablesEIP eip2 belongs to gateway "gw2", not "gw1"`)
+		false, `IptablesEIP eip2 is not an EIP of gateway gw1`)
 	expect(t, h.Service(ctx, request(t, admissionv1.Create, "alice", "new", nil, svc("new", lb, a(gwAnn, "gw1", eipAnn, "missing")))), true, "")
 	expect(t, h.Service(ctx, request(t, admissionv1.Create, "alice", "new", nil, svc("new", lb, a(gwAnn, "gw1")))),
 		false, "also needs annotation ovn.kubernetes.io/eip")

@@ -230,8 +230,9 @@ func ValidateServiceClaims(svc *corev1.Service, eip *kubeovnv1.IptablesEIP, othe
 	}
 	var problems []string
 	if eip != nil && eip.DeletionTimestamp == nil && eip.Spec.NatGwDp != b.gateway {
-		problems = append(problems, fmt.Sprintf("IptablesEIP %s belongs to gateway %q, not %q: use an EIP whose spec.natGwDp is %s",
-			b.eip, eip.Spec.NatGwDp, b.gateway, b.gateway))
+		// The EIP's own gateway is not named: it is not this namespace's to learn (SPEC N8).
+		problems = append(problems, fmt.Sprintf("IptablesEIP %s is not an EIP of gateway %s: use an EIP whose spec.natGwDp is %s",
+			b.eip, b.gateway, b.gateway))
 	}
 	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || others.Gateway == nil || others.Gateway.Name != b.gateway {
 		return problems

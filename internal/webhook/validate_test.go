@@ -230,11 +230,11 @@ func TestValidateServiceClaims(t *testing.T) {
 		{"EIP not Ready (S4)", me, eipObj("eip1", "gw1"), nil, nil},
 		{"EIP Ready on the gateway", me, ready, nil, nil},
 		{"EIP on another gateway (S3)", me, eipObj("eip1", "gw2"), nil, []string{
-			`IptablesEIP eip1 belongs to gateway "gw2", not "gw1": use an EIP whose spec.natGwDp is gw1`}},
+			`IptablesEIP eip1 is not an EIP of gateway gw1: use an EIP whose spec.natGwDp is gw1`}},
 		{"EIP without gateway", me, eipObj("eip1", ""), nil, []string{
-			`IptablesEIP eip1 belongs to gateway "", not "gw1": use an EIP whose spec.natGwDp is gw1`}},
+			`IptablesEIP eip1 is not an EIP of gateway gw1: use an EIP whose spec.natGwDp is gw1`}},
 		{"ClusterIP Service: EIP gateway still checked", svc("me", cip, bound), eipObj("eip1", "gw2"), nil, []string{
-			`IptablesEIP eip1 belongs to gateway "gw2", not "gw1": use an EIP whose spec.natGwDp is gw1`}},
+			`IptablesEIP eip1 is not an EIP of gateway gw1: use an EIP whose spec.natGwDp is gw1`}},
 		{"identity held", me, ready, []corev1.Service{*svc("old", lb, bound, created(10))}, []string{held(80)}},
 		{"identity held, EIP missing", me, nil, []corev1.Service{*svc("old", lb, bound, created(10))}, []string{held(80)}},
 		{"holder named by I2 order", me, nil, []corev1.Service{
@@ -256,7 +256,7 @@ func TestValidateServiceClaims(t *testing.T) {
 		{"a ClusterIP Service claims no EIP identity", svc("me", cip, bound), nil, []corev1.Service{*svc("old", lb, bound)}, nil},
 		{"no binding", svc("me", lb, a(gwAnn, "gw1")), nil, []corev1.Service{*svc("old", lb, bound)}, nil},
 		{"wrong gateway and held", me, eipObj("eip1", "gw2"), []corev1.Service{*svc("old", lb, bound)}, []string{
-			`IptablesEIP eip1 belongs to gateway "gw2", not "gw1": use an EIP whose spec.natGwDp is gw1`, held(80)}},
+			`IptablesEIP eip1 is not an EIP of gateway gw1: use an EIP whose spec.natGwDp is gw1`, held(80)}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
