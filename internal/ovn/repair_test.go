@@ -260,9 +260,11 @@ func TestRepairBacksOff(t *testing.T) {
 	for round := range 5 {
 		u := rowsByVIP(s)["10.96.0.10"].uuid
 		s.nbctl("lr-policy-del", "vpc1", u)
+		// The writer counts a repair once its transaction returns, which may be after the NB
+		// server shows the row: wait for both.
 		waitFor(t, 5*time.Second, "policy back", func() (bool, string) {
 			r, ok := rowsByVIP(s)["10.96.0.10"]
-			return ok && r.uuid != u, ""
+			return ok && r.uuid != u && w.rep.count.Load() > uint64(round), ""
 		})
 		restored = append(restored, time.Now())
 		if round > 0 {
