@@ -45,12 +45,7 @@ func (ix *Index) backendsFor(svc *corev1.Service, port corev1.ServicePort, r *re
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b gwstate.Backend) int {
-		if c := netip.MustParseAddr(a.IP).Compare(netip.MustParseAddr(b.IP)); c != 0 {
-			return c
-		}
-		return int(a.Port - b.Port)
-	})
+	slices.SortFunc(out, gwstate.Backend.Compare)
 	return slices.Compact(out)
 }
 
@@ -74,24 +69,29 @@ func slicePort(es *discoveryv1.EndpointSlice, port corev1.ServicePort) (int32, b
 type resolver struct {
 	ix        *Index
 	vpc       string
-	namespace string          // the Service's: Pod targets must be there (SPEC N2)
-	own       map[string]bool // the gateway's own addresses, never a backend
-	memo      map[types.NamespacedName]string
+	namespace string              // the Service's: Pod targets must be there (SPEC N2)
+	own       map[netip.Addr]bool // the gateway's own addresses, never a backend
+	memo      map[types.NamespacedName]netip.Addr
 	skipped   []string
 	seen      map[string]bool
 }
 
 func (ix *Index) newResolver(svc *corev1.Service, gw *kubeovnv1.VpcNatGateway) *resolver {
-	r := &resolver{ix: ix, vpc: gw.Spec.Vpc, namespace: svc.Namespace, own: map[string]bool{}, memo: map[types.NamespacedName]string{}, seen: map[string]bool{}}
-	if gw.Spec.LanIP != "" {
-		r.own[gw.Spec.LanIP] = true
-	}
+	r := &resolver{ix: ix, vpc: gw.Spec.Vpc, namespace: svc.Namespace, own: map[netip.Addr]bool{}, memo: map[types.NamespacedName]netip.Addr{}, seen: map[string]bool{}}
+	// The objects spell the addresses as strings: parsed once here. One that does not parse
+	// cannot equal a backend address anyway.
+	own := []string{gw.Spec.LanIP}
 	for _, inst := range ix.instances(gw.Name) {
-		r.own[inst.LanIP] = true
+		own = append(own, inst.LanIP)
 	}
 	for _, e := range ix.eips {
 		if e.Spec.NatGwDp == gw.Name {
-			r.own[e.Status.IP], r.own[e.Spec.V4ip] = true, true
+			own = append(own, e.Status.IP, e.Spec.V4ip)
+		}
+	}
+	for _, s := range own {
+		if a, err := netip.ParseAddr(s); err == nil {
+			r.own[a] = true
 		}
 	}
 	return r
@@ -110,18 +110,18 @@ func (r *resolver) skip(why string) {
 // network status lists) with an address inside its Subnet's CIDR. An endpoint without a Pod is
 // used only when the controller allows it, with an address inside a Subnet of the VPC. Never the
 // gateway's own addresses, nor loopback, link-local, multicast or broadcast ones.
-func (r *resolver) resolve(namespace string, ep *discoveryv1.Endpoint) (string, bool) {
+func (r *resolver) resolve(namespace string, ep *discoveryv1.Endpoint) (netip.Addr, bool) {
 	if ep.TargetRef == nil || ep.TargetRef.Kind != "Pod" {
 		ip, ok := firstIPv4(ep.Addresses)
 		switch {
 		case !ok:
-			return "", false
+			return netip.Addr{}, false
 		case !r.ix.gates.EndpointsWithoutPods:
-			r.skip("endpoint " + ip + " has no Pod target: such endpoints are not used (the controller's --allow-endpoints-without-pods)")
-			return "", false
+			r.skip("endpoint " + ip.String() + " has no Pod target: such endpoints are not used (the controller's --allow-endpoints-without-pods)")
+			return netip.Addr{}, false
 		case !r.inVpcSubnet(ip) || !r.safe(ip):
-			r.skip("endpoint " + ip + " is not an address of a Subnet of VPC " + r.vpc + ": it is not used")
-			return "", false
+			r.skip("endpoint " + ip.String() + " is not an address of a Subnet of VPC " + r.vpc + ": it is not used")
+			return netip.Addr{}, false
 		}
 		return ip, true
 	}
@@ -132,12 +132,12 @@ func (r *resolver) resolve(namespace string, ep *discoveryv1.Endpoint) (string, 
 	key := types.NamespacedName{Namespace: ns, Name: ep.TargetRef.Name}
 	if ns != r.namespace {
 		r.skip("an endpoint targets a Pod of another namespace: it is not used")
-		return "", false
+		return netip.Addr{}, false
 	}
 	if ip, ok := r.memo[key]; ok {
-		return ip, ip != ""
+		return ip, ip.IsValid()
 	}
-	ip := ""
+	var ip netip.Addr // the zero Addr: no backend for this Pod
 	pod := r.ix.pods[key]
 	switch {
 	case pod == nil:
@@ -145,7 +145,7 @@ func (r *resolver) resolve(namespace string, ep *discoveryv1.Endpoint) (string, 
 	default:
 		var inVpc []netip.Addr
 		for _, nic := range podNICs(pod) {
-			if nic.allocated && r.ix.subnetVpc(nic.logicalSwitch) == r.vpc && r.ix.subnetHolds(nic.logicalSwitch, nic.ip.String()) && r.safe(nic.ip.String()) {
+			if nic.allocated && r.ix.subnetVpc(nic.logicalSwitch) == r.vpc && r.ix.subnetHolds(nic.logicalSwitch, nic.ip) && r.safe(nic.ip) {
 				inVpc = append(inVpc, nic.ip)
 			}
 		}
@@ -153,20 +153,19 @@ func (r *resolver) resolve(namespace string, ep *discoveryv1.Endpoint) (string, 
 			r.skip("backend Pod " + key.String() + " has no network interface in VPC " + r.vpc + " that kube-ovn allocated: it is not used")
 			break
 		}
-		slices.SortFunc(inVpc, netip.Addr.Compare)
-		ip = inVpc[0].String()
+		ip = slices.MinFunc(inVpc, netip.Addr.Compare)
 	}
 	r.memo[key] = ip
-	return ip, ip != ""
+	return ip, ip.IsValid()
 }
 
 // safe refuses the gateway's own addresses and the address classes that are never a backend.
-func (r *resolver) safe(ip string) bool {
+func (r *resolver) safe(ip netip.Addr) bool {
 	return !r.own[ip] && gwstate.ValidBackendAddr(ip) == nil
 }
 
 // inVpcSubnet reports whether ip lies in a Subnet of the resolver's VPC.
-func (r *resolver) inVpcSubnet(ip string) bool {
+func (r *resolver) inVpcSubnet(ip netip.Addr) bool {
 	for name := range r.ix.subnets {
 		if r.ix.subnetVpc(name) == r.vpc && r.ix.subnetHolds(name, ip) {
 			return true
@@ -207,8 +206,8 @@ func podNICs(pod *corev1.Pod) []nic {
 		if !ok {
 			continue
 		}
-		n := nic{ip: netip.MustParseAddr(ip), logicalSwitch: pod.Annotations[provider+logicalSwitchSuffix]}
-		n.allocated = pod.Annotations[provider+allocatedSuffix] == "true" && (provider == "ovn" || listed(status, provider, ip))
+		n := nic{ip: ip, logicalSwitch: pod.Annotations[provider+logicalSwitchSuffix]}
+		n.allocated = pod.Annotations[provider+allocatedSuffix] == "true" && (provider == "ovn" || listed(status, provider, ip.String()))
 		out = append(out, n)
 	}
 	return out
@@ -251,11 +250,13 @@ func (ix *Index) subnetVpc(name string) string {
 	return s.Spec.Vpc
 }
 
-func firstIPv4(addrs []string) (string, bool) {
+// firstIPv4 is the first of addrs (the API's strings) that is an IPv4 address: where an
+// address from an object becomes a netip.Addr.
+func firstIPv4(addrs []string) (netip.Addr, bool) {
 	for _, a := range addrs {
 		if ip, err := netip.ParseAddr(strings.TrimSpace(a)); err == nil && ip.Is4() {
-			return ip.String(), true
+			return ip, true
 		}
 	}
-	return "", false
+	return netip.Addr{}, false
 }

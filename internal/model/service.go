@@ -33,9 +33,10 @@ type ServicePlan struct {
 
 	// Identities this Service contributes to its gateway (SPEC I1).
 	Identities []gwstate.Identity
-	// EIP is the served EIP address ("" when the EIP part is not served); ClusterIP likewise.
-	EIP       string
-	ClusterIP string
+	// EIP is the served EIP address (the zero Addr when the EIP part is not served); ClusterIP
+	// likewise.
+	EIP       netip.Addr
+	ClusterIP netip.Addr
 
 	// Record is the desired ServiceRecord of the Service (SPEC R6; nil when nothing is served or
 	// the ledger is kept as IptablesDnatRules). WriteRecord: it differs from the existing one and is
@@ -89,13 +90,13 @@ func (sp *ServicePlan) Served() bool { return sp.EIPServed || sp.ClusterIPServed
 type binding struct {
 	gateway string
 	gw      *kubeovnv1.VpcNatGateway
-	// eipName, eip, eipAddr: the EIP part is eligible when eipAddr != "".
+	// eipName, eip, eipAddr: the EIP part is eligible when eipAddr is valid.
 	eipName string
 	eip     *kubeovnv1.IptablesEIP
-	eipAddr string
+	eipAddr netip.Addr
 	eipWhy  *Event
 	// clusterIP is the IPv4 ClusterIP when the ClusterIP part is eligible.
-	clusterIP string
+	clusterIP netip.Addr
 	cipWhy    string
 	// blocked explains why no part can be served at all (type, family, policy, gateway ...).
 	blocked *Event
@@ -151,8 +152,8 @@ func (ix *Index) bind(svc *corev1.Service) (b binding) {
 			n, ix.gates.maxPorts(), b.gateway)
 		return b
 	}
-	clusterIP := ipv4ClusterIP(svc)
-	if clusterIP == "" {
+	clusterIP, ok := ipv4ClusterIP(svc)
+	if !ok {
 		b.blocked = warning(ReasonUnsupported, "the Service has no IPv4 ClusterIP (%v): only IPv4 is served through gateway %s", clusterIPsOf(svc), b.gateway)
 		return b
 	}
@@ -253,7 +254,7 @@ func (ix *Index) checkFromSubnet(svc *corev1.Service, b *binding) {
 	if !ok || b.blocked != nil {
 		return
 	}
-	if b.eipAddr != "" && ix.subnetHolds(name, b.eipAddr) {
+	if b.eipAddr.IsValid() && ix.subnetHolds(name, b.eipAddr) {
 		return
 	}
 	*b = binding{gateway: b.gateway, blocked: warning(ReasonUnsupported,
@@ -261,14 +262,10 @@ func (ix *Index) checkFromSubnet(svc *corev1.Service, b *binding) {
 		AnnotationGateway, AnnotationExternalIPFromSubnet, AnnotationExternalIPFromSubnet)}
 }
 
-// subnetHolds reports whether Subnet name exists and one of its CIDRs contains addr.
-func (ix *Index) subnetHolds(name, addr string) bool {
+// subnetHolds reports whether Subnet name exists and one of its CIDRs contains ip.
+func (ix *Index) subnetHolds(name string, ip netip.Addr) bool {
 	sub := ix.subnets[name]
 	if sub == nil {
-		return false
-	}
-	ip, err := netip.ParseAddr(addr)
-	if err != nil {
 		return false
 	}
 	for _, c := range strings.Split(sub.Spec.CIDRBlock, ",") {
@@ -314,8 +311,8 @@ func (ix *Index) PlanService(svc *corev1.Service) ServicePlan {
 
 // planIdentities fills identities and records for an eligible Service (SPEC I1, I2, B1-B3, S7).
 func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan) {
-	serveEIP := b.eipAddr != "" && ix.holdsAll(svc, sp, b.eipAddr, fmt.Sprintf("EIP %s (%s)", b.eipName, b.eipAddr), &sp.EIPReason)
-	serveCIP := b.clusterIP != "" && ix.holdsAll(svc, sp, b.clusterIP, "ClusterIP "+b.clusterIP, &sp.ClusterIPReason)
+	serveEIP := b.eipAddr.IsValid() && ix.holdsAll(svc, sp, b.eipAddr, fmt.Sprintf("EIP %s (%s)", b.eipName, b.eipAddr), &sp.EIPReason)
+	serveCIP := b.clusterIP.IsValid() && ix.holdsAll(svc, sp, b.clusterIP, "ClusterIP "+b.clusterIP.String(), &sp.ClusterIPReason)
 	sp.EIPServed, sp.ClusterIPServed = serveEIP, serveCIP
 	if serveEIP {
 		sp.EIP = b.eipAddr
@@ -334,7 +331,7 @@ func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan)
 		if ranges, ok = sourceRanges(svc); !ok {
 			ev := warning(ReasonUnsupported, "spec.loadBalancerSourceRanges %v has no valid IPv4 range: the EIP (IPv4) would admit nobody, so it is not served",
 				svc.Spec.LoadBalancerSourceRanges)
-			sp.EIPServed, sp.EIP, sp.EIPReason = false, "", ev.Message
+			sp.EIPServed, sp.EIP, sp.EIPReason = false, netip.Addr{}, ev.Message
 			sp.Events = append(sp.Events, *ev)
 			if !serveCIP {
 				return
@@ -356,12 +353,12 @@ func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan)
 				p.Port, proto, len(backends), max))
 			backends = backends[:max]
 		}
-		if sp.EIP != "" {
+		if sp.EIP.IsValid() {
 			// Only the listed sources reach the EIP identity (SPEC N7); as with kube-proxy, the
 			// ClusterIP stays open to the VPC.
 			sp.Identities = append(sp.Identities, gwstate.Identity{VIP: sp.EIP, Port: p.Port, Protocol: proto, Backends: backends, AffinityTimeoutSeconds: timeout, SourceRanges: ranges, Group: group})
 		}
-		if sp.ClusterIP != "" {
+		if sp.ClusterIP.IsValid() {
 			sp.Identities = append(sp.Identities, gwstate.Identity{VIP: sp.ClusterIP, Port: p.Port, Protocol: proto, Backends: backends, AffinityTimeoutSeconds: timeout, Group: group})
 		}
 		if !ix.gates.dnatRuleLedger() {
@@ -385,7 +382,7 @@ func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan)
 
 // holdsAll reports whether svc holds every identity it would serve on vip; otherwise it records
 // the conflict (SPEC I2): the part is not served at all.
-func (ix *Index) holdsAll(svc *corev1.Service, sp *ServicePlan, vip, what string, reason *string) bool {
+func (ix *Index) holdsAll(svc *corev1.Service, sp *ServicePlan, vip netip.Addr, what string, reason *string) bool {
 	for _, p := range svc.Spec.Ports {
 		if _, ok := ServedProtocol(p.Protocol); !ok {
 			continue
@@ -497,13 +494,13 @@ func clusterIPsOf(svc *corev1.Service) []string {
 }
 
 // ipv4ClusterIP returns the Service's IPv4 ClusterIP (the IPv4 part of a dual-stack Service).
-func ipv4ClusterIP(svc *corev1.Service) string {
+func ipv4ClusterIP(svc *corev1.Service) (netip.Addr, bool) {
 	for _, s := range clusterIPsOf(svc) {
 		if ip, err := netip.ParseAddr(s); err == nil && ip.Is4() {
-			return ip.String()
+			return ip, true
 		}
 	}
-	return ""
+	return netip.Addr{}, false
 }
 
 // readyEIPAddress returns the EIP's bound IPv4 address when it is Ready (SPEC S4), or while
@@ -511,14 +508,14 @@ func ipv4ClusterIP(svc *corev1.Service) string {
 // ready=false with a redo time and replays eip-add into the new pod, keeping status.ip. That is a
 // transient state of the same address, not an EIP going away: withdrawing ingress and records for
 // it would only add churn and a gap after the gateway is back.
-func readyEIPAddress(eip *kubeovnv1.IptablesEIP) (string, bool) {
+func readyEIPAddress(eip *kubeovnv1.IptablesEIP) (netip.Addr, bool) {
 	redoing := eip.Status.Redo != "" && (eip.Spec.V4ip == "" || eip.Spec.V4ip == eip.Status.IP)
 	if !eip.Status.Ready && !redoing {
-		return "", false
+		return netip.Addr{}, false
 	}
 	ip, err := netip.ParseAddr(eip.Status.IP)
 	if err != nil || !ip.Is4() {
-		return "", false
+		return netip.Addr{}, false
 	}
-	return ip.String(), true
+	return ip, true
 }

@@ -3,6 +3,7 @@ package model
 
 import (
 	"fmt"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -132,7 +133,7 @@ func TestLoadBalancerSourceRanges(t *testing.T) {
 	gp := Compute(baseSnapshot(svc), srGates).Gateway("gw1")
 	for _, id := range gp.State.Identities {
 		want := []string(nil)
-		if id.VIP == "172.18.0.10" {
+		if id.VIP == netip.MustParseAddr("172.18.0.10") {
 			want = []string{"10.0.0.0/8", "192.168.7.0/24"}
 		}
 		if !slices.Equal(id.SourceRanges, want) {
@@ -200,7 +201,7 @@ func TestBackendsOnlyFromTheVPC(t *testing.T) {
 		return sp.Identities[0].Backends, skipped
 	}
 	got, skipped := backends(strictGates)
-	if want := []gwstate.Backend{{IP: "10.0.1.31", Port: 8080}}; !reflect.DeepEqual(got, want) {
+	if want := []gwstate.Backend{{IP: netip.MustParseAddr("10.0.1.31"), Port: 8080}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("default: backends %v, want only %v (skipped: %v)", got, want, skipped)
 	}
 	for _, w := range []string{"ns/forged", "ns/outofcidr", "ns/unallocated", "ns/unlisted", "ns/gwself", "another namespace", "no Pod target"} {
@@ -214,7 +215,7 @@ func TestBackendsOnlyFromTheVPC(t *testing.T) {
 		}
 	}
 	got, skipped = backends(Gates{LoadBalancer: true, ClusterIP: true, EndpointsWithoutPods: true})
-	if want := []gwstate.Backend{{IP: "10.0.1.31", Port: 8080}, {IP: "10.0.1.60", Port: 8080}}; !reflect.DeepEqual(got, want) {
+	if want := []gwstate.Backend{{IP: netip.MustParseAddr("10.0.1.31"), Port: 8080}, {IP: netip.MustParseAddr("10.0.1.60"), Port: 8080}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("with endpoints without Pods: backends %v, want %v (skipped: %v)", got, want, skipped)
 	}
 	if !slices.ContainsFunc(skipped, func(m string) bool { return strings.Contains(m, "8.8.8.8") }) {
@@ -240,7 +241,7 @@ func TestPerServiceBounds(t *testing.T) {
 		t.Fatalf("5 ports with a bound of 4: served %v, events %v", sp.Served(), sp.Events)
 	}
 	sp = servicePlan(Compute(baseSnapshot(service("web", t0)), gates), "web")
-	if !sp.EIPServed || len(sp.Identities) != 2 || len(sp.Identities[0].Backends) != 1 || sp.Identities[0].Backends[0].IP != "10.0.1.11" {
+	if !sp.EIPServed || len(sp.Identities) != 2 || len(sp.Identities[0].Backends) != 1 || sp.Identities[0].Backends[0].IP != netip.MustParseAddr("10.0.1.11") {
 		t.Fatalf("2 backends with a bound of 1: %+v", sp.Identities)
 	}
 	if !slices.ContainsFunc(sp.Events, func(e Event) bool { return e.Reason == ReasonLimit }) {
