@@ -455,6 +455,10 @@ func TestRunAgentAcks(t *testing.T) {
 		`{"generation":4,"identities":[{"vip":"10.0.0.1","port":80,"protocol":"tcp"},{"vip":"10.0.0.1","port":80,"protocol":"tcp"}]}`,
 		`{"generation":5, this is not json`,
 		`{"generation":6,"identities":[{"vip":"10.0.0.1","port":80,"protocol":"tcp","backends":[{"ip":"10.0.1.1","port":70000}]}]}`,
+		// An address text that does not parse is a malformed message, like any undecodable
+		// line; one that parses but is no backend (127.0.0.1) refuses its identity alone.
+		`{"generation":8,"identities":[{"vip":"10.0.0.1","port":80,"protocol":"tcp","backends":[{"ip":"10.0.1.300","port":8080}]}]}`,
+		`{"generation":9,"identities":[{"vip":"10.0.0.1","port":80,"protocol":"tcp","backends":[{"ip":"127.0.0.1","port":8080}]}]}`,
 		``, // blank lines are ignored
 		good,
 	}
@@ -464,7 +468,8 @@ func TestRunAgentAcks(t *testing.T) {
 	want := []struct {
 		gen          int64
 		err, refused string
-	}{{1, "", "not an IPv4 address"}, {2, "", "port 0"}, {3, "", `"sctp"`}, {4, "appears twice", ""}, {0, "cannot decode", ""}, {6, "", "port 70000"}, {7, "", ""}}
+	}{{1, "", "not an IPv4 address"}, {2, "", "port 0"}, {3, "", `"sctp"`}, {4, "appears twice", ""}, {0, "cannot decode", ""}, {6, "", "port 70000"},
+		{0, `cannot decode state: ParseAddr("10.0.1.300")`, ""}, {9, "", "loopback"}, {7, "", ""}}
 	if len(acks) != len(want) {
 		t.Fatalf("got %d acks %+v, want %d", len(acks), acks, len(want))
 	}

@@ -217,9 +217,14 @@ func TestRealKernelRefusalNamesIdentities(t *testing.T) {
 		}
 		wantContains(t, "table once the cause is gone", nftList(t, l, gw, "list", "table", "ip", "kube-ovn"),
 			"chain "+clash+" {\n\t\tmeta l4proto tcp dnat to 10.0.1.13:8080", "10.96.0.20 . tcp . 80 : goto "+clash)
-		// A bad line in between does not kill it.
+		// A bad line in between does not kill it, nor does one whose backend address does not
+		// parse (a malformed message, refused whole).
 		if ack, err := a.SendLine([]byte("{not json"), 10*time.Second); err != nil || ack.Error == "" || ack.Generation != 0 {
 			t.Errorf("bad line: ack %+v, err %v", ack, err)
+		}
+		badAddr := `{"generation":5,"identities":[{"vip":"10.96.0.10","port":80,"protocol":"tcp","backends":[{"ip":"10.0.1.300","port":8080}]}]}`
+		if ack, err := a.SendLine([]byte(badAddr), 10*time.Second); err != nil || ack.Generation != 0 || !strings.Contains(ack.Error, `cannot decode state: ParseAddr("10.0.1.300")`) {
+			t.Errorf("line with a malformed backend address: ack %+v, err %v", ack, err)
 		}
 		mustSend(t, a, state(5, web2))
 		if err := a.Close(); err != nil {
