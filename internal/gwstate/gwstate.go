@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 )
 
 // Protocol is a transport protocol as nftables spells it (lowercase).
@@ -141,8 +142,13 @@ func (id Identity) Key() IdentityKey {
 	return IdentityKey{VIP: id.VIP, Port: id.Port, Protocol: id.Protocol}
 }
 
-// String is "<ip>:<port>", as logs and refusals name a backend.
-func (b Backend) String() string { return fmt.Sprintf("%s:%d", addrText(b.IP), b.Port) }
+// String is "<ip>:<port>", as logs and refusals name a backend (and the agent hashes it into
+// object names).
+func (b Backend) String() string {
+	s := b.IP.AppendTo(make([]byte, 0, 24)) // the zero Addr appends nothing, as on the wire
+	s = append(s, ':')
+	return string(strconv.AppendInt(s, int64(b.Port), 10))
+}
 
 // Compare orders backends by address, then port.
 func (b Backend) Compare(o Backend) int {
@@ -260,9 +266,14 @@ func (k IdentityKey) validate() error {
 	return nil
 }
 
-// String is the key as logs and refusals spell it: "<vip>:<port>:<proto>".
+// String is the key as logs and refusals spell it (and the agent hashes it into object names):
+// "<vip>:<port>:<proto>". Appended, not formatted: the agent names objects by it at every sync.
 func (k IdentityKey) String() string {
-	return fmt.Sprintf("%s:%d:%s", addrText(k.VIP), k.Port, k.Protocol)
+	s := k.VIP.AppendTo(make([]byte, 0, 32)) // the zero Addr appends nothing, as on the wire
+	s = append(s, ':')
+	s = strconv.AppendInt(s, int64(k.Port), 10)
+	s = append(s, ':')
+	return string(append(s, k.Protocol...))
 }
 
 // Compare orders keys by VIP, port, then protocol: the order of identities in a state.
