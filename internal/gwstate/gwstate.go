@@ -7,7 +7,7 @@
 // decoded, instead of at every comparison. IdentityKey is the one key of an identity (map key,
 // sort order, log form); netip.Addr.Compare is the one address order.
 //
-// An address whose text does not parse (say "10.0.1.300") now fails decoding: the line is a
+// An address whose text does not parse (say "10.0.1.300") fails decoding: the line is a
 // malformed message, which the agent answers with Ack.Error for the whole message, as any
 // undecodable line. An address that parses but may not be used (not IPv4, loopback, multicast
 // ...: ValidBackendAddr) stays a refusal of its identity alone (Identity.Validate, Ack.Refused).
@@ -73,6 +73,14 @@ type Identity struct {
 	// SPEC D8): when the agent refuses one identity of a group, it holds back the group's other
 	// changed identities of the same message too. Empty: the identity is its own group.
 	Group string `json:"group,omitempty"`
+}
+
+// IdentityKey names an identity: (VIP, port, protocol). It is comparable: the map key of
+// identities on both ends.
+type IdentityKey struct {
+	VIP      netip.Addr `json:"vip"`
+	Port     int32      `json:"port"`
+	Protocol Protocol   `json:"protocol"`
 }
 
 // Equal reports whether two identities program the same thing.
@@ -323,14 +331,6 @@ func validPort(p int32) error {
 		return fmt.Errorf("port %d is outside 1..65535", p)
 	}
 	return nil
-}
-
-// IdentityKey names an identity: (VIP, port, protocol). It is comparable: the map key of
-// identities on both ends.
-type IdentityKey struct {
-	VIP      netip.Addr `json:"vip"`
-	Port     int32      `json:"port"`
-	Protocol Protocol   `json:"protocol"`
 }
 
 // IsDelta reports whether the message is a delta (Base > 0) rather than a complete state.
