@@ -47,11 +47,6 @@ func withBackends(id gwstate.Identity, ips []string) gwstate.Identity {
 	return st.Identities[0]
 }
 
-type idKey struct {
-	vip  string
-	port int32
-}
-
 // runBaseline loads ids into an empty gateway namespace of its own, then applies the changes
 // in seq (Service indexes, each moving that Service's endpoint window by one, as the churn did)
 // the way upstream kube-ovn programs share rules: one `nft -f` transaction per changed identity,
@@ -79,9 +74,9 @@ func runBaseline(ctx context.Context, ids []gwstate.Identity, seq []int, rate fl
 		}
 		st := gwstate.State{Generation: 1, Identities: slices.Clone(ids)}
 		st.Normalize()
-		pos := make(map[idKey]int, len(st.Identities))
+		pos := make(map[gwstate.IdentityKey]int, len(st.Identities))
 		for p, id := range st.Identities {
-			pos[idKey{id.VIP, id.Port}] = p
+			pos[id.Key()] = p
 		}
 		t0 := time.Now()
 		if err := a.Apply(ctx, st); err != nil {
@@ -99,7 +94,7 @@ func runBaseline(ctx context.Context, ids []gwstate.Identity, seq []int, rate fl
 				return ctx.Err()
 			}
 			offset[i]++
-			p := pos[idKey{ids[i].VIP, ids[i].Port}]
+			p := pos[ids[i].Key()]
 			next := st
 			next.Generation++
 			next.Identities = slices.Clone(st.Identities)

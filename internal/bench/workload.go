@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"runtime/pprof"
 	"sync"
@@ -239,15 +240,17 @@ func (w *workload) identities(n int) []gwstate.Identity {
 	out := make([]gwstate.Identity, n)
 	for i := range n {
 		eip, port := w.placement(i)
-		out[i] = identity(w.eips[eip], port, endpointIPs(i, 0, w.cfg.Endpoints))
+		out[i] = identity(netip.MustParseAddr(w.eips[eip]), port, endpointIPs(i, 0, w.cfg.Endpoints))
 	}
 	return out
 }
 
-func identity(vip string, port int32, ips []string) gwstate.Identity {
+// identity is the gateway state of one Service; ips are the workload's own endpoint addresses
+// (text, as the EndpointSlices carry them), so they parse.
+func identity(vip netip.Addr, port int32, ips []string) gwstate.Identity {
 	id := gwstate.Identity{VIP: vip, Port: port, Protocol: gwstate.TCP}
 	for _, ip := range ips {
-		id.Backends = append(id.Backends, gwstate.Backend{IP: ip, Port: targetPort})
+		id.Backends = append(id.Backends, gwstate.Backend{IP: netip.MustParseAddr(ip), Port: targetPort})
 	}
 	return id
 }

@@ -56,7 +56,7 @@ func TestRejectedServiceQuarantined(t *testing.T) {
 		programmed := func(ip string) bool {
 			st, _ := f.agents.state(f.pods[0])
 			return slices.ContainsFunc(st.Identities, func(id gwstate.Identity) bool {
-				return slices.ContainsFunc(id.Backends, func(b gwstate.Backend) bool { return b.IP == ip })
+				return slices.ContainsFunc(id.Backends, func(b gwstate.Backend) bool { return b.IP.String() == ip })
 			})
 		}
 		badIP, refuse := "10.0.1.12", func(on bool) {

@@ -54,13 +54,13 @@ func (f *fakeAgents) Dial(_ context.Context, inst transport.Instance) (*transpor
 			return gwstate.Ack{Error: f.failWith}
 		}
 		var ack gwstate.Ack
-		if i := slices.IndexFunc(st.Identities, func(id gwstate.Identity) bool { return f.rejectKey != "" && id.Key() == f.rejectKey }); i >= 0 {
+		if i := slices.IndexFunc(st.Identities, func(id gwstate.Identity) bool { return f.rejectKey != "" && id.Key().String() == f.rejectKey }); i >= 0 {
 			// The refused identity and the rest of its group (its Service) keep what the agent
 			// had for them; the rest of the state is taken.
 			bad := st.Identities[i]
 			prev := map[gwstate.IdentityKey]gwstate.Identity{}
 			for _, id := range f.states[inst.UID].Identities {
-				prev[id.ID()] = id
+				prev[id.Key()] = id
 			}
 			var kept []gwstate.Identity
 			for _, id := range st.Identities {
@@ -68,8 +68,8 @@ func (f *fakeAgents) Dial(_ context.Context, inst transport.Instance) (*transpor
 					kept = append(kept, id)
 					continue
 				}
-				ack.Refused = append(ack.Refused, gwstate.Refusal{IdentityKey: id.ID(), Reason: "the kernel refused identity " + bad.Key() + ": message 7 of 9 (add element): no space left on device"})
-				if old, ok := prev[id.ID()]; ok {
+				ack.Refused = append(ack.Refused, gwstate.Refusal{IdentityKey: id.Key(), Reason: "the kernel refused identity " + bad.Key().String() + ": message 7 of 9 (add element): no space left on device"})
+				if old, ok := prev[id.Key()]; ok {
 					kept = append(kept, old)
 				}
 			}
@@ -133,7 +133,7 @@ func (f *fakeAgents) fail(msg string) {
 func (f *fakeAgents) serves(uid types.UID, key string) bool {
 	st, _ := f.state(uid)
 	for _, id := range st.Identities {
-		if id.Key() == key {
+		if id.Key().String() == key {
 			return true
 		}
 	}

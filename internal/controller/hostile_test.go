@@ -73,7 +73,7 @@ func TestHostileTenantRewrittenPodAddressIsNotPublished(t *testing.T) {
 			return nil
 		}
 		for _, id := range st.Identities {
-			if id.Key() == key {
+			if id.Key().String() == key {
 				var out []string
 				for _, b := range id.Backends {
 					out = append(out, fmt.Sprint(b.IP))

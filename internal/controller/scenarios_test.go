@@ -275,7 +275,7 @@ func TestBurstCoalesced(t *testing.T) {
 func backendsOf(f *fixture, key string) int {
 	st, _ := f.agents.state(f.pods[0])
 	for _, id := range st.Identities {
-		if id.Key() == key {
+		if id.Key().String() == key {
 			return len(id.Backends)
 		}
 	}

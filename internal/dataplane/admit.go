@@ -37,7 +37,7 @@ func (a *Agent) screen(ids []gwstate.Identity) (map[gwstate.IdentityKey]string, 
 	valid := make([]gwstate.Identity, 0, len(ids))
 	for _, id := range ids {
 		if err := id.Validate(); err != nil {
-			refused[id.ID()] = err.Error()
+			refused[id.Key()] = err.Error()
 			continue
 		}
 		valid = append(valid, id)
@@ -57,16 +57,16 @@ func holdGroups(ids []gwstate.Identity, refused map[gwstate.IdentityKey]string) 
 	if len(refused) > 0 {
 		groups := map[string]gwstate.IdentityKey{}
 		for _, id := range ids {
-			if _, no := refused[id.ID()]; no && id.Group != "" {
+			if _, no := refused[id.Key()]; no && id.Group != "" {
 				if _, seen := groups[id.Group]; !seen {
-					groups[id.Group] = id.ID()
+					groups[id.Group] = id.Key()
 				}
 			}
 		}
 		for _, id := range ids {
 			if first, ok := groups[id.Group]; ok && id.Group != "" {
-				if _, no := refused[id.ID()]; !no {
-					refused[id.ID()] = fmt.Sprintf("held back with identity %s of the same group: %s", first, refused[first])
+				if _, no := refused[id.Key()]; !no {
+					refused[id.Key()] = fmt.Sprintf("held back with identity %s of the same group: %s", first, refused[first])
 				}
 			}
 		}
@@ -79,7 +79,7 @@ func holdGroups(ids []gwstate.Identity, refused map[gwstate.IdentityKey]string) 
 }
 
 func firstReason(m map[gwstate.IdentityKey]string) string {
-	keys := slices.SortedFunc(maps.Keys(m), gwstate.CompareKeys)
+	keys := slices.SortedFunc(maps.Keys(m), gwstate.IdentityKey.Compare)
 	return m[keys[0]]
 }
 
@@ -94,11 +94,11 @@ func (a *Agent) admit(st gwstate.State, force map[gwstate.IdentityKey]string) (g
 	}
 	var check, forced []gwstate.Identity
 	for _, id := range st.Identities {
-		if _, ok := force[id.ID()]; ok {
+		if _, ok := force[id.Key()]; ok {
 			forced = append(forced, id)
 			continue
 		}
-		if old, ok := a.present[id.ID()]; ok && identityEqual(old, id) {
+		if old, ok := a.present[id.Key()]; ok && identityEqual(old, id) {
 			continue
 		}
 		check = append(check, id)
@@ -114,13 +114,13 @@ func (a *Agent) admit(st gwstate.State, force map[gwstate.IdentityKey]string) (g
 	refused := make(map[gwstate.IdentityKey]refusal, len(reasons))
 	eff := gwstate.State{Generation: st.Generation, ClusterIPs: st.ClusterIPs, Identities: make([]gwstate.Identity, 0, len(st.Identities))}
 	for _, id := range st.Identities {
-		reason, no := reasons[id.ID()]
+		reason, no := reasons[id.Key()]
 		if !no {
 			eff.Identities = append(eff.Identities, id)
 			continue
 		}
-		refused[id.ID()] = refusal{id: id, reason: reason}
-		if old, ok := a.present[id.ID()]; ok {
+		refused[id.Key()] = refusal{id: id, reason: reason}
+		if old, ok := a.present[id.Key()]; ok {
 			eff.Identities = append(eff.Identities, old) // sorted as st: same key
 		}
 	}
@@ -173,7 +173,7 @@ func (a *Agent) Refusals() []gwstate.Refusal {
 		}
 		out = append(out, gwstate.Refusal{IdentityKey: k, Reason: reason})
 	}
-	slices.SortFunc(out, func(x, y gwstate.Refusal) int { return gwstate.CompareKeys(x.IdentityKey, y.IdentityKey) })
+	slices.SortFunc(out, func(x, y gwstate.Refusal) int { return x.IdentityKey.Compare(y.IdentityKey) })
 	return out
 }
 

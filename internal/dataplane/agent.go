@@ -3,6 +3,7 @@ package dataplane
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -50,7 +51,7 @@ type Agent struct {
 	// present holds every identity of the committed state, with or without backends.
 	present map[gwstate.IdentityKey]gwstate.Identity
 	// vipRefs counts the applied identities per VIP: VIPSet holds the VIPs counted here.
-	vipRefs map[string]int
+	vipRefs map[netip.Addr]int
 	// last, with pending applied over it, is the last valid desired state, committed or not:
 	// what Retry and Verify converge to. Read it through desired(). A delta applied by the fast
 	// path (applyDelta) only records its identities in pending, lastGen and lastClusterIPs, so
@@ -61,7 +62,7 @@ type Agent struct {
 	pending map[gwstate.IdentityKey]pendingID
 	// lastGen and lastClusterIPs are the generation and the ClusterIPs of the desired state.
 	lastGen        int64
-	lastClusterIPs []string
+	lastClusterIPs []netip.Addr
 	// synced is false until a full reconcile succeeded, and again after any failed Apply or
 	// when drift was found, so that the next transaction starts from what the kernel has.
 	synced bool
@@ -103,7 +104,7 @@ func newAgent(be backend, log logr.Logger, iface string, vips vipHolder, ct flow
 		iface = DefaultVPCInterface
 	}
 	return &Agent{be: be, log: log, iface: iface, vips: vips, ct: ct, stageChunk: defaultStageChunk, kernelRounds: defaultKernelRounds,
-		applied: map[gwstate.IdentityKey]gwstate.Identity{}, present: map[gwstate.IdentityKey]gwstate.Identity{}, vipRefs: map[string]int{}}
+		applied: map[gwstate.IdentityKey]gwstate.Identity{}, present: map[gwstate.IdentityKey]gwstate.Identity{}, vipRefs: map[netip.Addr]int{}}
 }
 
 // Config says how an agent reaches the kernel of the network namespace it runs in.
@@ -237,11 +238,9 @@ func (a *Agent) expectation() expectation {
 	return expectation{ids: a.applied, vips: a.vipRefs}
 }
 
-func wantVIPs(ips []string) []netip.Addr {
-	out := make([]netip.Addr, 0, len(ips))
-	for _, s := range ips {
-		out = append(out, netip.MustParseAddr(s))
-	}
+// wantVIPs is the set lo must hold: ips sorted, without duplicates (a copy: ips is a state's).
+func wantVIPs(ips []netip.Addr) []netip.Addr {
+	out := slices.Clone(ips)
 	slices.SortFunc(out, netip.Addr.Compare)
 	return slices.Compact(out)
 }
@@ -254,7 +253,7 @@ func (a *Agent) Applied() []gwstate.Identity {
 	for _, id := range a.applied {
 		out = append(out, id)
 	}
-	slices.SortFunc(out, func(x, y gwstate.Identity) int { return strings.Compare(x.Key(), y.Key()) })
+	slices.SortFunc(out, func(x, y gwstate.Identity) int { return x.Key().Compare(y.Key()) })
 	return out
 }
 
@@ -276,7 +275,7 @@ func (a *Agent) planStaging(inv *inventory, ids []gwstate.Identity, desired map[
 			if len(id.Backends) == 0 {
 				continue
 			}
-			if _, ok := a.applied[id.ID()]; !ok {
+			if _, ok := a.applied[id.Key()]; !ok {
 				stage = append(stage, id)
 			}
 		}
@@ -292,13 +291,13 @@ func (a *Agent) planStaging(inv *inventory, ids []gwstate.Identity, desired map[
 			if len(id.Backends) == 0 {
 				continue
 			}
-			idc := IdentityChain(id.VIP, id.Port, id.Protocol)
+			idc := IdentityChain(id.Key())
 			if !chains[idc] {
 				stage = append(stage, id)
 				continue
 			}
-			if old, ok := a.staged[id.ID()]; ok && identityEqual(old, id) && !referenced[idc] && present(id, chains, sets) {
-				ready[id.ID()] = true
+			if old, ok := a.staged[id.Key()]; ok && identityEqual(old, id) && !referenced[idc] && present(id, chains, sets) {
+				ready[id.Key()] = true
 			}
 		}
 	}
@@ -377,8 +376,8 @@ func (a *Agent) stage(ctx context.Context, stage []gwstate.Identity, ready map[g
 		}
 		transactions++
 		for _, id := range chunk {
-			a.staged[id.ID()] = id
-			ready[id.ID()] = true
+			a.staged[id.Key()] = id
+			ready[id.Key()] = true
 		}
 	}
 	return ops, transactions, nil
@@ -408,10 +407,10 @@ func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired
 		ownedKeys[strings.Join(k, " . ")] = true
 	}
 	for k := range a.staged {
-		mine[IdentityHash(k.VIP, k.Port, k.Protocol)] = true
+		mine[IdentityHash(k)] = true
 	}
 	for k := range desired {
-		mine[IdentityHash(k.VIP, k.Port, k.Protocol)] = true
+		mine[IdentityHash(k)] = true
 	}
 	isMine := func(name string) bool {
 		h, ok := objectHash(name)
@@ -441,7 +440,7 @@ func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired
 		}
 	}
 	// VIPSet: exactly the desired identities' VIPs.
-	wantVIPs := make(map[string]bool, len(desired))
+	wantVIPs := make(map[netip.Addr]bool, len(desired))
 	for k := range desired {
 		wantVIPs[k.VIP] = true
 	}
@@ -450,11 +449,7 @@ func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired
 			tx.deleteVIP(v)
 		}
 	}
-	vips := make([]string, 0, len(wantVIPs))
-	for v := range wantVIPs {
-		vips = append(vips, v)
-	}
-	slices.SortFunc(vips, gwstate.CompareAddrs)
+	vips := slices.SortedFunc(maps.Keys(wantVIPs), netip.Addr.Compare)
 	for _, v := range vips {
 		tx.addVIP(v) // a no-op for those present
 	}
@@ -472,9 +467,9 @@ func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired
 		if len(id.Backends) == 0 {
 			continue
 		}
-		old, staged := a.staged[id.ID()]
+		old, staged := a.staged[id.Key()]
 		switch {
-		case ready[id.ID()]:
+		case ready[id.Key()]:
 			addReadyElement(tx, id)
 		case staged && present(old, chains, sets):
 			// A leftover of a failed staged sync with other content: rewrite it from what it
@@ -491,7 +486,7 @@ func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired
 		default:
 			writeIdentity(tx, nil, &id)
 		}
-		keepChains[IdentityChain(id.VIP, id.Port, id.Protocol)] = true
+		keepChains[IdentityChain(id.Key())] = true
 		if len(id.SourceRanges) > 0 {
 			keepSets[SourceSet(id)] = true
 		}

@@ -105,7 +105,7 @@ func TestVerifyFindsAndRepairsDrift(t *testing.T) {
 	vips := &fakeVIPs{}
 	a := newAgent(&knftBackend{nft: f}, logr.Discard(), "", vips, nil)
 	ctx := context.Background()
-	aff := gwstate.Identity{VIP: "10.0.0.9", Port: 443, Protocol: gwstate.TCP, AffinityTimeoutSeconds: 60,
+	aff := gwstate.Identity{VIP: netip.MustParseAddr("10.0.0.9"), Port: 443, Protocol: gwstate.TCP, AffinityTimeoutSeconds: 60,
 		Backends: []gwstate.Backend{be("10.0.1.1", 443), be("10.0.1.2", 443)}}
 	st := withClusterIPs(state(1, ident("10.0.0.1", 80, gwstate.TCP, be("10.0.1.1", 8080)), aff), "10.96.0.10")
 	mustApply(t, a, st)
@@ -120,12 +120,12 @@ func TestVerifyFindsAndRepairsDrift(t *testing.T) {
 		// kube-ovn master's nft-dnat-map-add for a key the agent serves (C5): same names,
 		// same counts, other rules.
 		"identity chain rewritten by kube-ovn": func(tx *knftables.Transaction) {
-			c := IdentityChain("10.0.0.1", 80, gwstate.TCP)
+			c := IdentityChain(key("10.0.0.1", 80, gwstate.TCP))
 			tx.Flush(&knftables.Chain{Name: c})
 			tx.Add(&knftables.Rule{Chain: c, Rule: "meta l4proto tcp dnat ip addr . port to numgen random mod 1 map { 0 : 10.0.1.9 . 8080 }"})
 		},
 		"affinity identity rewritten by kube-ovn": func(tx *knftables.Transaction) {
-			c := IdentityChain(aff.VIP, aff.Port, aff.Protocol)
+			c := IdentityChain(aff.Key())
 			tx.Flush(&knftables.Chain{Name: c})
 			tx.Add(&knftables.Rule{Chain: c, Rule: "meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.0.1.1 . 443, 1 : 10.0.1.2 . 443 }"})
 		},
@@ -133,7 +133,7 @@ func TestVerifyFindsAndRepairsDrift(t *testing.T) {
 			tx.Delete(&knftables.Element{Set: OwnedSet, Key: []string{"10.0.0.1", "tcp", "80"}})
 		},
 		"hairpin VIP deleted": func(tx *knftables.Transaction) {
-			tx.Delete(&knftables.Element{Set: VIPSet, Key: []string{aff.VIP}})
+			tx.Delete(&knftables.Element{Set: VIPSet, Key: []string{aff.VIP.String()}})
 		},
 		"element deleted": func(tx *knftables.Transaction) {
 			tx.Delete(&knftables.Element{Map: ServiceMap, Key: []string{"10.0.0.1", "tcp", "80"}})
@@ -200,7 +200,7 @@ func TestValidateOnlyChangedButAlwaysDuplicates(t *testing.T) {
 	if err := a.Apply(context.Background(), state(2, ok, bad)); err != nil {
 		t.Errorf("a state with one invalid identity: %v, want it refused alone", err)
 	}
-	if r := a.Refusals(); len(r) != 1 || r[0].IdentityKey != bad.ID() || !strings.Contains(r[0].Reason, "port 0") {
+	if r := a.Refusals(); len(r) != 1 || r[0].IdentityKey != bad.Key() || !strings.Contains(r[0].Reason, "port 0") {
 		t.Errorf("refusals %+v, want %s refused for its port 0", r, bad.Key())
 	}
 	if got := a.Applied(); len(got) != 1 || !got[0].Equal(ok) {
@@ -260,7 +260,7 @@ func TestAdoptsTableOfOlderAgent(t *testing.T) {
 	tx.Add(&knftables.Chain{Name: legacyHairpinChain, Type: knftables.PtrTo(knftables.NATType), Hook: knftables.PtrTo(knftables.PostroutingHook), Priority: knftables.PtrTo(knftables.BaseChainPriority("100")), Policy: knftables.PtrTo(knftables.AcceptPolicy)})
 	tx.Add(&knftables.Rule{Chain: legacyHairpinChain, Rule: `iifname "eth0" oifname "eth0" ct status dnat masquerade fully-random`})
 	for _, id := range []gwstate.Identity{keep, stale} {
-		c := IdentityChain(id.VIP, id.Port, id.Protocol)
+		c := IdentityChain(id.Key())
 		tx.Add(&knftables.Chain{Name: c})
 		tx.Add(&knftables.Rule{Chain: c, Rule: dnatRule(id.Protocol, id.Backends).text()})
 		tx.Add(&knftables.Element{Map: ServiceMap, Key: elementKey(id), Value: elementValue(id)})
@@ -298,12 +298,12 @@ func TestRefusalHoldsItsGroup(t *testing.T) {
 			t.Fatalf("generation %d: %v", msg.Generation, err)
 		}
 		r := a.Refusals()
-		if len(r) != 2 || r[0].IdentityKey != cip.ID() || r[1].IdentityKey != eip.ID() ||
+		if len(r) != 2 || r[0].IdentityKey != cip.Key() || r[1].IdentityKey != eip.Key() ||
 			!strings.Contains(r[0].Reason, "held back with identity 172.18.0.10:80:tcp") || !strings.Contains(r[1].Reason, "port 0") {
 			t.Fatalf("generation %d: refusals %+v, want the invalid EIP identity and its group's ClusterIP identity", msg.Generation, r)
 		}
 		got := a.Applied()
-		want := []gwstate.Identity{cip, other2, eip} // sorted by key string
+		want := []gwstate.Identity{cip, other2, eip} // sorted by key
 		if len(got) != 3 || !identityEqual(got[0], want[0]) || !identityEqual(got[1], want[1]) || !identityEqual(got[2], want[2]) {
 			t.Fatalf("generation %d: applied %+v, want svc-a as before and svc-b's change", msg.Generation, got)
 		}

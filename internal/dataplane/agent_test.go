@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -31,10 +32,25 @@ add rule ip kube-ovn vpcgw-hairpin iifname "eth0" oifname "eth0" ct status dnat 
 
 func newFake() *knftables.Fake { return knftables.NewFake(knftables.IPv4Family, TableName) }
 
-func be(ip string, port int32) gwstate.Backend { return gwstate.Backend{IP: ip, Port: port} }
+// be, ident and key build the contract's values from address literals.
+func be(ip string, port int32) gwstate.Backend {
+	return gwstate.Backend{IP: netip.MustParseAddr(ip), Port: port}
+}
 
 func ident(vip string, port int32, proto gwstate.Protocol, bes ...gwstate.Backend) gwstate.Identity {
-	return gwstate.Identity{VIP: vip, Port: port, Protocol: proto, Backends: bes}
+	return gwstate.Identity{VIP: netip.MustParseAddr(vip), Port: port, Protocol: proto, Backends: bes}
+}
+
+func key(vip string, port int32, proto gwstate.Protocol) gwstate.IdentityKey {
+	return gwstate.IdentityKey{VIP: netip.MustParseAddr(vip), Port: port, Protocol: proto}
+}
+
+func addrs(ips ...string) []netip.Addr {
+	out := make([]netip.Addr, 0, len(ips))
+	for _, ip := range ips {
+		out = append(out, netip.MustParseAddr(ip))
+	}
+	return out
 }
 
 func state(gen int64, ids ...gwstate.Identity) gwstate.State {
@@ -60,7 +76,7 @@ func freshDump(t *testing.T, st gwstate.State) string {
 
 func TestChainNames(t *testing.T) {
 	// md5("10.0.0.1:80:tcp") = f5227434ff40...
-	if got := IdentityChain("10.0.0.1", 80, gwstate.TCP); got != "dnat-f5227434ff40" {
+	if got := IdentityChain(key("10.0.0.1", 80, gwstate.TCP)); got != "dnat-f5227434ff40" {
 		t.Errorf("IdentityChain = %q", got)
 	}
 	id := ident("10.0.0.2", 80, gwstate.TCP)
@@ -147,7 +163,7 @@ add element ip kube-ovn service-ips { 10.0.0.1 . tcp . 80 : goto dnat-f5227434ff
 `,
 	}, {
 		name: "client ip affinity",
-		st: state(1, gwstate.Identity{VIP: "10.0.0.2", Port: 80, Protocol: gwstate.TCP, AffinityTimeoutSeconds: 300,
+		st: state(1, gwstate.Identity{VIP: netip.MustParseAddr("10.0.0.2"), Port: 80, Protocol: gwstate.TCP, AffinityTimeoutSeconds: 300,
 			Backends: []gwstate.Backend{be("10.0.1.2", 8080), be("10.0.1.1", 8080)}}),
 		want: `add table ip kube-ovn
 add chain ip kube-ovn dnat-cfeb8225efaf
@@ -207,7 +223,7 @@ func TestIncrementalMatchesFresh(t *testing.T) {
 	a1b := ident("10.0.0.1", 80, gwstate.TCP, be("10.0.1.2", 8080))
 	a1none := ident("10.0.0.1", 80, gwstate.TCP)
 	u53 := ident("10.0.0.1", 53, gwstate.UDP, be("10.0.1.5", 53))
-	aff := gwstate.Identity{VIP: "10.0.0.9", Port: 443, Protocol: gwstate.TCP, AffinityTimeoutSeconds: 60,
+	aff := gwstate.Identity{VIP: netip.MustParseAddr("10.0.0.9"), Port: 443, Protocol: gwstate.TCP, AffinityTimeoutSeconds: 60,
 		Backends: []gwstate.Backend{be("10.0.1.1", 443), be("10.0.1.2", 443)}}
 	affChanged := aff
 	affChanged.Backends = []gwstate.Backend{be("10.0.1.2", 443), be("10.0.1.3", 443)}
@@ -256,14 +272,14 @@ func TestRemovalDeletesElementAndChain(t *testing.T) {
 	// The identity's key leaves the ownership set and its VIP, served by nothing else, the
 	// hairpin set (SPEC K8, D4).
 	want := "delete element ip kube-ovn service-ips { 10.0.0.2 . tcp . 80 }\n" +
-		"flush chain ip kube-ovn " + IdentityChain("10.0.0.2", 80, gwstate.TCP) + "\n" +
-		"delete chain ip kube-ovn " + IdentityChain("10.0.0.2", 80, gwstate.TCP) + "\n" +
+		"flush chain ip kube-ovn " + IdentityChain(key("10.0.0.2", 80, gwstate.TCP)) + "\n" +
+		"delete chain ip kube-ovn " + IdentityChain(key("10.0.0.2", 80, gwstate.TCP)) + "\n" +
 		"delete element ip kube-ovn vpcgw-identities { 10.0.0.2 . tcp . 80 }\n" +
 		"delete element ip kube-ovn vpcgw-vips { 10.0.0.2 }\n"
 	if tx != want {
 		t.Errorf("removal transaction:\n%s\nwant:\n%s", tx, want)
 	}
-	if strings.Contains(f.Dump(), "10.0.0.2") || strings.Contains(f.Dump(), IdentityChain("10.0.0.2", 80, gwstate.TCP)) {
+	if strings.Contains(f.Dump(), "10.0.0.2") || strings.Contains(f.Dump(), IdentityChain(key("10.0.0.2", 80, gwstate.TCP))) {
 		t.Errorf("removed identity still in the table:\n%s", f.Dump())
 	}
 	// A VIP stays in the hairpin set while another identity serves it.
@@ -284,7 +300,7 @@ func TestRemovalDeletesElementAndChain(t *testing.T) {
 func TestAffinityEntriesSurviveBackendChange(t *testing.T) {
 	f := newFake()
 	ag := NewAgent(f, logr.Discard())
-	id := gwstate.Identity{VIP: "10.0.0.9", Port: 443, Protocol: gwstate.TCP, AffinityTimeoutSeconds: 60,
+	id := gwstate.Identity{VIP: netip.MustParseAddr("10.0.0.9"), Port: 443, Protocol: gwstate.TCP, AffinityTimeoutSeconds: 60,
 		Backends: []gwstate.Backend{be("10.0.1.1", 443), be("10.0.1.2", 443)}}
 	mustApply(t, ag, state(1, id))
 	stay := AffinitySet(id, be("10.0.1.2", 443))
@@ -334,7 +350,7 @@ func TestFailedApplyKeepsPreviousState(t *testing.T) {
 	if f.Dump() != before {
 		t.Errorf("table changed by a failed apply")
 	}
-	if got := ag.Applied(); len(got) != 1 || got[0].VIP != "10.0.0.1" {
+	if got := ag.Applied(); len(got) != 1 || got[0].VIP != netip.MustParseAddr("10.0.0.1") {
 		t.Errorf("agent memory changed by a failed apply: %+v", got)
 	}
 
@@ -355,9 +371,9 @@ func TestAdoptsPopulatedTable(t *testing.T) {
 	// OwnedSet); kube-ovn added an identity of its own (element and chain, key not in
 	// OwnedSet); someone else added a foreign chain in our table and a table of their own.
 	mustApply(t, NewAgent(f, logr.Discard()), state(1, keep, gone))
-	goneHash := IdentityHash(gone.VIP, gone.Port, gone.Protocol)
+	goneHash := IdentityHash(gone.Key())
 	staleSet, staleEP := "aff-"+goneHash+"-01234567", "ep-"+goneHash+"-01234567"
-	kubeOVN := IdentityChain("10.0.0.3", 80, gwstate.TCP)
+	kubeOVN := IdentityChain(key("10.0.0.3", 80, gwstate.TCP))
 	tx := f.NewTransaction()
 	tx.Add(&knftables.Set{Name: staleSet, Type: "ipv4_addr"})
 	tx.Add(&knftables.Chain{Name: staleEP})
@@ -384,7 +400,7 @@ func TestAdoptsPopulatedTable(t *testing.T) {
 	ag := NewAgent(f, logr.Discard())
 	mustApply(t, ag, state(2, keep))
 	dump := f.Dump()
-	for _, s := range []string{"10.0.0.2", IdentityChain("10.0.0.2", 80, gwstate.TCP), staleSet, staleEP} {
+	for _, s := range []string{"10.0.0.2", IdentityChain(key("10.0.0.2", 80, gwstate.TCP)), staleSet, staleEP} {
 		if strings.Contains(dump, "kube-ovn "+s) || strings.Contains(dump, "{ "+s) {
 			t.Errorf("stale %s not removed:\n%s", s, dump)
 		}
@@ -393,7 +409,7 @@ func TestAdoptsPopulatedTable(t *testing.T) {
 		t.Errorf("foreign table ip other or its chain was removed")
 	}
 	for _, s := range []string{"add chain ip kube-ovn mychain", "add rule ip kube-ovn mychain counter",
-		"10.0.0.1 . tcp . 80 : goto " + IdentityChain("10.0.0.1", 80, gwstate.TCP),
+		"10.0.0.1 . tcp . 80 : goto " + IdentityChain(key("10.0.0.1", 80, gwstate.TCP)),
 		"10.0.0.3 . tcp . 80 : goto " + kubeOVN, "add rule ip kube-ovn " + kubeOVN + " meta l4proto tcp dnat"} {
 		if !strings.Contains(dump, s) {
 			t.Errorf("missing %q after adoption:\n%s", s, dump)
@@ -439,6 +455,10 @@ func TestRunAgentAcks(t *testing.T) {
 		`{"generation":4,"identities":[{"vip":"10.0.0.1","port":80,"protocol":"tcp"},{"vip":"10.0.0.1","port":80,"protocol":"tcp"}]}`,
 		`{"generation":5, this is not json`,
 		`{"generation":6,"identities":[{"vip":"10.0.0.1","port":80,"protocol":"tcp","backends":[{"ip":"10.0.1.1","port":70000}]}]}`,
+		// An address text that does not parse is a malformed message, like any undecodable
+		// line; one that parses but is no backend (127.0.0.1) refuses its identity alone.
+		`{"generation":8,"identities":[{"vip":"10.0.0.1","port":80,"protocol":"tcp","backends":[{"ip":"10.0.1.300","port":8080}]}]}`,
+		`{"generation":9,"identities":[{"vip":"10.0.0.1","port":80,"protocol":"tcp","backends":[{"ip":"127.0.0.1","port":8080}]}]}`,
 		``, // blank lines are ignored
 		good,
 	}
@@ -448,7 +468,8 @@ func TestRunAgentAcks(t *testing.T) {
 	want := []struct {
 		gen          int64
 		err, refused string
-	}{{1, "", "not an IPv4 address"}, {2, "", "port 0"}, {3, "", `"sctp"`}, {4, "appears twice", ""}, {0, "cannot decode", ""}, {6, "", "port 70000"}, {7, "", ""}}
+	}{{1, "", "not an IPv4 address"}, {2, "", "port 0"}, {3, "", `"sctp"`}, {4, "appears twice", ""}, {0, "cannot decode", ""}, {6, "", "port 70000"},
+		{0, `cannot decode state: ParseAddr("10.0.1.300")`, ""}, {9, "", "loopback"}, {7, "", ""}}
 	if len(acks) != len(want) {
 		t.Fatalf("got %d acks %+v, want %d", len(acks), acks, len(want))
 	}

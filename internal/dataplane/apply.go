@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -27,21 +28,21 @@ type changes struct {
 func (a *Agent) diff(st gwstate.State) changes {
 	var c changes
 	for _, id := range st.Identities {
-		if old, ok := a.present[id.ID()]; !ok || !identityEqual(old, id) {
+		if old, ok := a.present[id.Key()]; !ok || !identityEqual(old, id) {
 			c.upserts = append(c.upserts, id)
 		}
 	}
 	if len(a.present) > len(st.Identities)-len(c.upserts) {
 		keep := make(map[gwstate.IdentityKey]bool, len(st.Identities))
 		for _, id := range st.Identities {
-			keep[id.ID()] = true
+			keep[id.Key()] = true
 		}
 		for k, old := range a.present {
 			if !keep[k] {
 				c.removed = append(c.removed, old)
 			}
 		}
-		slices.SortFunc(c.removed, func(x, y gwstate.Identity) int { return gwstate.CompareKeys(x.ID(), y.ID()) })
+		slices.SortFunc(c.removed, func(x, y gwstate.Identity) int { return x.Key().Compare(y.Key()) })
 	}
 	return c
 }
@@ -58,10 +59,10 @@ func (a *Agent) applyLocked(ctx context.Context, st gwstate.State) error {
 // identity chains than one chunk, see stage), commits it and books it: the committed maps, the
 // VIP counts, lo (when convergeLo) and conntrack (SPEC D6). Its work is O(changed). A failed
 // transaction leaves the table and the committed maps as they were and marks the agent unsynced.
-func (a *Agent) applyChanges(ctx context.Context, c changes, generation int64, clusterIPs []string, convergeLo bool) error {
+func (a *Agent) applyChanges(ctx context.Context, c changes, generation int64, clusterIPs []netip.Addr, convergeLo bool) error {
 	var gone, added []gwstate.Identity // committed identities that lose their objects; new ones with backends
 	for _, id := range c.upserts {
-		old, had := a.applied[id.ID()]
+		old, had := a.applied[id.Key()]
 		switch {
 		case len(id.Backends) == 0 && had:
 			gone = append(gone, old)
@@ -74,7 +75,7 @@ func (a *Agent) applyChanges(ctx context.Context, c changes, generation int64, c
 			gone = append(gone, old)
 		}
 	}
-	slices.SortFunc(gone, func(x, y gwstate.Identity) int { return gwstate.CompareKeys(x.ID(), y.ID()) })
+	slices.SortFunc(gone, func(x, y gwstate.Identity) int { return x.Key().Compare(y.Key()) })
 
 	a.commitTime = 0
 	ready := map[gwstate.IdentityKey]bool{}
@@ -97,8 +98,8 @@ func (a *Agent) applyChanges(ctx context.Context, c changes, generation int64, c
 		if len(id.Backends) == 0 {
 			continue
 		}
-		switch old, had := a.applied[id.ID()]; {
-		case !had && ready[id.ID()]:
+		switch old, had := a.applied[id.Key()]; {
+		case !had && ready[id.Key()]:
 			addReadyElement(tx, *id)
 		case !had:
 			writeIdentity(tx, nil, id)
@@ -114,15 +115,15 @@ func (a *Agent) applyChanges(ctx context.Context, c changes, generation int64, c
 	targets := a.targets(false, c)
 	applyVIPDelta(a.vipRefs, vipDelta)
 	for _, old := range c.removed {
-		delete(a.present, old.ID())
-		delete(a.applied, old.ID())
+		delete(a.present, old.Key())
+		delete(a.applied, old.Key())
 	}
 	for _, id := range c.upserts {
-		a.present[id.ID()] = id
+		a.present[id.Key()] = id
 		if len(id.Backends) > 0 {
-			a.applied[id.ID()] = id
+			a.applied[id.Key()] = id
 		} else {
-			delete(a.applied, id.ID())
+			delete(a.applied, id.Key())
 		}
 	}
 	a.staged = nil
@@ -137,9 +138,9 @@ func (a *Agent) fullApply(ctx context.Context, st gwstate.State) error {
 	desired := make(map[gwstate.IdentityKey]gwstate.Identity, len(st.Identities))
 	present := make(map[gwstate.IdentityKey]gwstate.Identity, len(st.Identities))
 	for _, id := range st.Identities {
-		present[id.ID()] = id
+		present[id.Key()] = id
 		if len(id.Backends) > 0 {
-			desired[id.ID()] = id
+			desired[id.Key()] = id
 		}
 	}
 	inv, err := a.be.inventory(ctx)
@@ -203,20 +204,20 @@ func (a *Agent) targets(full bool, c changes) []cleanTarget {
 	}
 	var out []cleanTarget
 	for _, id := range c.upserts {
-		old, had := a.applied[id.ID()]
+		old, had := a.applied[id.Key()]
 		if t, ok := flowTarget(full, id, old, had); ok {
 			out = append(out, t)
 		}
 	}
 	for _, old := range c.removed {
-		out = append(out, newCleanTarget(old.VIP, old.Port, old.Protocol, nil))
+		out = append(out, newCleanTarget(old.Key(), nil))
 	}
 	return out
 }
 
 // finish converges lo to clusterIPs (when convergeLo, SPEC D5) and deletes the conntrack
 // entries targets name. A lo failure is returned (the next message or retry converges again).
-func (a *Agent) finish(targets []cleanTarget, clusterIPs []string, convergeLo bool) error {
+func (a *Agent) finish(targets []cleanTarget, clusterIPs []netip.Addr, convergeLo bool) error {
 	var errs []error
 	switch {
 	case a.vips == nil:

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"runtime"
 	"testing"
 	"time"
@@ -58,7 +59,7 @@ func enter(b *testing.B, ns string) {
 func scaleState(gen int64, n, backends int) gwstate.State {
 	st := gwstate.State{Generation: gen, Identities: make([]gwstate.Identity, n)}
 	for i := range n {
-		id := gwstate.Identity{VIP: fmt.Sprintf("10.200.%d.%d", i/250, i%250+1), Port: 80, Protocol: gwstate.TCP}
+		id := gwstate.Identity{VIP: netip.MustParseAddr(fmt.Sprintf("10.200.%d.%d", i/250, i%250+1)), Port: 80, Protocol: gwstate.TCP}
 		for j := range backends {
 			id.Backends = append(id.Backends, be(fmt.Sprintf("10.1.%d.%d", j, i%250+1), 8080))
 		}
@@ -369,11 +370,11 @@ func BenchmarkP4NewConnectionRate(b *testing.B) {
 				}
 			}()
 			// Warm up (ARP, listener).
-			if _, err := l.Probe(ext, helperCmd(b, "probe"), netlab.ProbeOptions{Target: target.VIP + ":80", Proto: "connect", Count: 100}); err != nil {
+			if _, err := l.Probe(ext, helperCmd(b, "probe"), netlab.ProbeOptions{Target: target.VIP.String() + ":80", Proto: "connect", Count: 100}); err != nil {
 				b.Fatal(err)
 			}
 			b.ResetTimer()
-			res, err := l.Probe(ext, helperCmd(b, "probe"), netlab.ProbeOptions{Target: target.VIP + ":80", Proto: "connect", Count: b.N, Timeout: 5 * time.Second})
+			res, err := l.Probe(ext, helperCmd(b, "probe"), netlab.ProbeOptions{Target: target.VIP.String() + ":80", Proto: "connect", Count: b.N, Timeout: 5 * time.Second})
 			b.StopTimer()
 			if err != nil {
 				b.Fatal(err)

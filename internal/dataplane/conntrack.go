@@ -32,10 +32,10 @@ type cleanTarget struct {
 
 // newCleanTarget names the flows of an identity whose reply does not come from one of
 // backends (nil: all its flows).
-func newCleanTarget(vip string, port int32, proto gwstate.Protocol, backends []gwstate.Backend) cleanTarget {
-	t := cleanTarget{vip: netip.MustParseAddr(vip), port: uint16(port), proto: protoNumber(proto), byReply: true, keep: map[netip.AddrPort]bool{}}
+func newCleanTarget(k gwstate.IdentityKey, backends []gwstate.Backend) cleanTarget {
+	t := cleanTarget{vip: k.VIP, port: uint16(k.Port), proto: protoNumber(k.Protocol), byReply: true, keep: map[netip.AddrPort]bool{}}
 	for _, b := range backends {
-		t.keep[netip.AddrPortFrom(netip.MustParseAddr(b.IP), uint16(b.Port))] = true
+		t.keep[netip.AddrPortFrom(b.IP, uint16(b.Port))] = true
 	}
 	return t
 }
@@ -56,7 +56,7 @@ func flowTarget(full bool, id, old gwstate.Identity, had bool) (cleanTarget, boo
 	if !byReply && !byRange {
 		return cleanTarget{}, false
 	}
-	t := newCleanTarget(id.VIP, id.Port, id.Protocol, id.Backends)
+	t := newCleanTarget(id.Key(), id.Backends)
 	t.byReply = byReply
 	if byRange {
 		t.allow = sourcePrefixes(slices.Clone(id.SourceRanges))

@@ -96,7 +96,7 @@ func (a *Agent) recordDelta(msg gwstate.State) {
 		a.pending[k] = pendingID{removed: true}
 	}
 	for _, id := range msg.Identities {
-		a.pending[id.ID()] = pendingID{id: id}
+		a.pending[id.Key()] = pendingID{id: id}
 	}
 	a.lastGen, a.lastClusterIPs = msg.Generation, msg.ClusterIPs
 }
@@ -122,20 +122,20 @@ func (a *Agent) applyDelta(ctx context.Context, msg gwstate.State) error {
 			delete(refused, k)
 		}
 		for _, id := range msg.Identities {
-			delete(refused, id.ID())
+			delete(refused, id.Key())
 		}
 		if len(refused) > 0 {
 			upserts = slices.Clone(upserts)
 			for _, r := range refused {
 				upserts = append(upserts, r.id)
 			}
-			slices.SortFunc(upserts, func(x, y gwstate.Identity) int { return gwstate.CompareKeys(x.ID(), y.ID()) })
+			slices.SortFunc(upserts, func(x, y gwstate.Identity) int { return x.Key().Compare(y.Key()) })
 			clear(refused)
 		}
 	}
 	var candidates []gwstate.Identity // upserts that differ from the committed identities
 	for _, id := range upserts {
-		if old, ok := a.present[id.ID()]; ok && identityEqual(old, id) {
+		if old, ok := a.present[id.Key()]; ok && identityEqual(old, id) {
 			continue
 		}
 		candidates = append(candidates, id)
@@ -150,11 +150,11 @@ func (a *Agent) applyDelta(ctx context.Context, msg gwstate.State) error {
 
 	var c changes
 	for _, id := range candidates {
-		if reason, no := reasons[id.ID()]; no {
+		if reason, no := reasons[id.Key()]; no {
 			if refused == nil {
 				refused = map[gwstate.IdentityKey]refusal{}
 			}
-			refused[id.ID()] = refusal{id: id, reason: reason}
+			refused[id.Key()] = refusal{id: id, reason: reason}
 			continue
 		}
 		c.upserts = append(c.upserts, id)

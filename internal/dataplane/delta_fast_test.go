@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -165,7 +166,7 @@ func TestDeltaFastPathConntrack(t *testing.T) {
 		{gwstate.State{Identities: []gwstate.Identity{ident("10.0.0.1", 80, gwstate.TCP, be("10.0.1.1", 80))}}, nil},
 		{gwstate.State{Identities: []gwstate.Identity{ident("10.0.0.1", 53, gwstate.UDP)}}, []string{"10.0.0.1:udp:"}},
 		{gwstate.State{Identities: []gwstate.Identity{udp}}, []string{"10.0.0.1:udp:10.0.1.1:53,10.0.1.2:53"}},
-		{gwstate.State{Removed: []gwstate.IdentityKey{udp.ID(), tcp.ID()}}, []string{"10.0.0.1:tcp:", "10.0.0.1:udp:"}},
+		{gwstate.State{Removed: []gwstate.IdentityKey{udp.Key(), tcp.Key()}}, []string{"10.0.0.1:tcp:", "10.0.0.1:udp:"}},
 	}
 	for i, s := range steps {
 		n := len(ct.calls)
@@ -202,7 +203,7 @@ func TestDeltaFastPathFailedTransaction(t *testing.T) {
 			mustApply(t, a, s1)
 			// Commit one delta through the fast path first, so that the desired state is pending.
 			s1b := state(2, web, dns, aff)
-			s1b.ClusterIPs = []string{"10.0.0.1"}
+			s1b.ClusterIPs = addrs("10.0.0.1")
 			if ack := handleLine(ctx, a, deltaLine(t, s1, s1b), logr.Discard()); ack.Error != "" {
 				t.Fatal(ack.Error)
 			}
@@ -288,11 +289,11 @@ func TestDeltaStagesManyNewIdentities(t *testing.T) {
 	// A delta with an invalid identity: that identity is refused by name, and it keeps what was
 	// committed for it; the table does not change.
 	before := f.Dump()
-	bad := gwstate.State{Generation: 3, Base: 2, Identities: []gwstate.Identity{ident("10.0.0.1", 80, gwstate.TCP, be("10.0.1.300", 80))}}
+	bad := gwstate.State{Generation: 3, Base: 2, Identities: []gwstate.Identity{ident("10.0.0.1", 80, gwstate.TCP, be("fd00::300", 80))}}
 	if err := a.ApplyMessage(context.Background(), bad); err != nil {
 		t.Fatalf("a delta with one invalid identity: %v, want it refused by name", err)
 	}
-	if r := a.Refusals(); len(r) != 1 || r[0].IdentityKey != bad.Identities[0].ID() || !strings.Contains(r[0].Reason, "not an IPv4 address") {
+	if r := a.Refusals(); len(r) != 1 || r[0].IdentityKey != bad.Identities[0].Key() || !strings.Contains(r[0].Reason, "not an IPv4 address") {
 		t.Fatalf("refusals %+v, want %s refused", r, bad.Identities[0].Key())
 	}
 	if f.Dump() != before || a.lastGen != 3 {
@@ -300,7 +301,7 @@ func TestDeltaStagesManyNewIdentities(t *testing.T) {
 	}
 	// A malformed delta (an identity both set and removed) is refused whole: the desired state
 	// stays generation 3.
-	malformed := gwstate.State{Generation: 4, Base: 3, Identities: []gwstate.Identity{s2.Identities[0]}, Removed: []gwstate.IdentityKey{s2.Identities[0].ID()}}
+	malformed := gwstate.State{Generation: 4, Base: 3, Identities: []gwstate.Identity{s2.Identities[0]}, Removed: []gwstate.IdentityKey{s2.Identities[0].Key()}}
 	if err := a.ApplyMessage(context.Background(), malformed); err == nil || !strings.Contains(err.Error(), "both set and removed") {
 		t.Fatalf("malformed delta: %v", err)
 	}
@@ -395,7 +396,7 @@ func TestRealDeltaFastPathMatchesFresh(t *testing.T) {
 // nothing); an identity is refused only when it is invalid or shares a group with a changed
 // invalid one; and both paths give the same table and the same refusals.
 func TestRefusalsRandomKeepThePromise(t *testing.T) {
-	poison := gwstate.Backend{IP: "10.0.9.9", Port: 0}
+	poison := gwstate.Backend{IP: netip.MustParseAddr("10.0.9.9"), Port: 0}
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 13))
@@ -403,7 +404,7 @@ func TestRefusalsRandomKeepThePromise(t *testing.T) {
 			for i := range states {
 				for j := range states[i].Identities {
 					id := &states[i].Identities[j]
-					id.Group = fmt.Sprint("g", id.Port%7, len(id.VIP)%3)
+					id.Group = fmt.Sprint("g", id.Port%7, len(id.VIP.String())%3)
 					if len(id.Backends) > 0 && r.IntN(6) == 0 {
 						id.Backends = append(slices.Clone(id.Backends), poison)
 					}
@@ -419,7 +420,7 @@ func TestRefusalsRandomKeepThePromise(t *testing.T) {
 			for i, st := range states {
 				prev := map[gwstate.IdentityKey]gwstate.Identity{}
 				for _, id := range a.Applied() {
-					prev[id.ID()] = id
+					prev[id.Key()] = id
 				}
 				var ack gwstate.Ack
 				if i == 0 {
@@ -444,17 +445,17 @@ func TestRefusalsRandomKeepThePromise(t *testing.T) {
 				}
 				applied := map[gwstate.IdentityKey]gwstate.Identity{}
 				for _, id := range a.Applied() {
-					applied[id.ID()] = id
+					applied[id.Key()] = id
 				}
 				poisonedGroups := map[string]bool{}
 				for _, id := range st.Identities {
-					old, had := prev[id.ID()]
+					old, had := prev[id.Key()]
 					if slices.Contains(id.Backends, poison) && !(had && identityEqual(old, id)) {
 						poisonedGroups[id.Group] = true
 					}
 				}
 				for _, id := range st.Identities {
-					k := id.ID()
+					k := id.Key()
 					got, has := applied[k]
 					old, had := prev[k]
 					bad := slices.Contains(id.Backends, poison)

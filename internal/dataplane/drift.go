@@ -2,6 +2,8 @@ package dataplane
 
 import (
 	"fmt"
+	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -57,8 +59,8 @@ func compareTable(ts tableState, want expectation) string {
 	wantChains := make(map[string]bool, len(want.ids))
 	wantSets := map[string]bool{}
 	for _, id := range want.ids {
-		idc := IdentityChain(id.VIP, id.Port, id.Protocol)
-		if !ownedHashes[IdentityHash(id.VIP, id.Port, id.Protocol)] {
+		idc := IdentityChain(id.Key())
+		if !ownedHashes[IdentityHash(id.Key())] {
 			return fmt.Sprintf("identity %s is missing from set %s", id.Key(), OwnedSet)
 		}
 		key := strings.Join(elementKey(id), " . ")
@@ -116,8 +118,8 @@ func chainDrift(ts tableState, chains map[string]bool, name string, n int) strin
 }
 
 // countVIPs counts the identities per VIP.
-func countVIPs(ids map[gwstate.IdentityKey]gwstate.Identity) map[string]int {
-	out := make(map[string]int, len(ids))
+func countVIPs(ids map[gwstate.IdentityKey]gwstate.Identity) map[netip.Addr]int {
+	out := make(map[netip.Addr]int, len(ids))
 	for k := range ids {
 		out[k.VIP]++
 	}
@@ -126,23 +128,18 @@ func countVIPs(ids map[gwstate.IdentityKey]gwstate.Identity) map[string]int {
 
 // vipChanges writes the VIPSet changes that take refs (identities per VIP) to refs + delta,
 // in address order, and returns the delta to apply to refs once the transaction committed.
-func vipChanges(tx txn, refs map[string]int, gone, added []gwstate.Identity) map[string]int {
+func vipChanges(tx txn, refs map[netip.Addr]int, gone, added []gwstate.Identity) map[netip.Addr]int {
 	if len(gone)+len(added) == 0 {
 		return nil
 	}
-	delta := map[string]int{}
+	delta := map[netip.Addr]int{}
 	for _, id := range gone {
 		delta[id.VIP]--
 	}
 	for _, id := range added {
 		delta[id.VIP]++
 	}
-	vips := make([]string, 0, len(delta))
-	for v := range delta {
-		vips = append(vips, v)
-	}
-	slices.SortFunc(vips, gwstate.CompareAddrs)
-	for _, v := range vips {
+	for _, v := range slices.SortedFunc(maps.Keys(delta), netip.Addr.Compare) {
 		before := refs[v]
 		after := before + delta[v]
 		switch {
@@ -156,7 +153,7 @@ func vipChanges(tx txn, refs map[string]int, gone, added []gwstate.Identity) map
 }
 
 // applyVIPDelta adds delta to refs.
-func applyVIPDelta(refs, delta map[string]int) {
+func applyVIPDelta(refs, delta map[netip.Addr]int) {
 	for v, d := range delta {
 		if n := refs[v] + d; n > 0 {
 			refs[v] = n

@@ -202,7 +202,7 @@ func TestRealSourceRanges(t *testing.T) {
 				return expiresRE.ReplaceAllString(nftList(t, g.l, g.gw, "list", "table", "ip", TableName), "")
 			}
 			want := listing()
-			chain := IdentityChain(web.VIP, web.Port, web.Protocol)
+			chain := IdentityChain(web.Key())
 			out := nftList(t, g.l, g.gw, "-a", "list", "chain", "ip", TableName, chain)
 			handle := ""
 			for _, l := range strings.Split(out, "\n") {
@@ -367,7 +367,7 @@ func TestRealOwnAddressBackendRefused(t *testing.T) {
 		ack := send(t, a, st)
 		wantErr := fmt.Sprintf("backend %s:8080 is an address of the gateway itself (on %s)", bad.ip, bad.on)
 		refusedAlone := func(ack gwstate.Ack) bool {
-			return ack.Error == "" && len(ack.Refused) == 1 && ack.Refused[0].IdentityKey == evil.ID() && strings.Contains(ack.Refused[0].Reason, wantErr)
+			return ack.Error == "" && len(ack.Refused) == 1 && ack.Refused[0].IdentityKey == evil.Key() && strings.Contains(ack.Refused[0].Reason, wantErr)
 		}
 		if !refusedAlone(ack) {
 			t.Errorf("backend %s: ack %+v, want %s refused with %q", bad.ip, ack, evil.Key(), wantErr)
@@ -377,7 +377,7 @@ func TestRealOwnAddressBackendRefused(t *testing.T) {
 		gen++
 		evil2 := ident(eip, 80, gwstate.TCP, be(bad.ip, 8080))
 		evil = evil2 // what refusedAlone checks now
-		delta := gwstate.State{Generation: gen, Base: base, Identities: []gwstate.Identity{evil2}, ClusterIPs: []string{clusterIP}}
+		delta := gwstate.State{Generation: gen, Base: base, Identities: []gwstate.Identity{evil2}, ClusterIPs: addrs(clusterIP)}
 		if ack := send(t, a, delta); !refusedAlone(ack) {
 			t.Errorf("backend %s in a delta: ack %+v, want %s refused with %q", bad.ip, ack, evil2.Key(), wantErr)
 		}
@@ -393,7 +393,7 @@ func TestRealOwnAddressBackendRefused(t *testing.T) {
 	evil := ident(eip, 80, gwstate.TCP, be(g.backendIPs[0], 8080), be(gwLanIP, 8080))
 	fresh := ident(eip, 83, gwstate.TCP, g.bes(8080, 0)...)
 	ack := send(t, a, withClusterIPs(state(gen, evil, fresh, ident(clusterIP, 80, gwstate.TCP, g.bes(8080, 0)...)), clusterIP))
-	if ack.Error != "" || len(ack.Refused) != 1 || ack.Refused[0].IdentityKey != evil.ID() {
+	if ack.Error != "" || len(ack.Refused) != 1 || ack.Refused[0].IdentityKey != evil.Key() {
 		t.Errorf("beside a good identity: ack %+v, want %s alone refused", ack, evil.Key())
 	}
 	if res := g.probe(t, g.ext, netlab.ProbeOptions{Target: eip + ":83", Count: 4, Timeout: 2 * time.Second}); res.Answers["be1"] != 4 {
@@ -411,7 +411,7 @@ func TestRealOwnAddressBackendRefused(t *testing.T) {
 	gen++
 	web2 := ident(eip, 80, gwstate.TCP, g.bes(8080, 0)...)
 	web2.SourceRanges = []string{"172.31.0.0/24"}
-	mustSend(t, a, gwstate.State{Generation: gen, Base: base, Identities: []gwstate.Identity{web2}, ClusterIPs: []string{clusterIP}})
+	mustSend(t, a, gwstate.State{Generation: gen, Base: base, Identities: []gwstate.Identity{web2}, ClusterIPs: addrs(clusterIP)})
 	served("after a valid delta")
 	if err := a.Close(); err != nil {
 		t.Fatalf("agent at EOF: %v", err)

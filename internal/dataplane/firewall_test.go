@@ -64,7 +64,7 @@ add element ip kube-ovn service-ips { 172.31.0.100 . tcp . 80 : goto dnat-71a63d
 			t.Errorf("owned(%q) = %v, want %v", name, !want, want)
 		}
 	}
-	if h, ok := objectHash(SourceSet(id)); !ok || h != IdentityHash(id.VIP, id.Port, id.Protocol) {
+	if h, ok := objectHash(SourceSet(id)); !ok || h != IdentityHash(id.Key()) {
 		t.Errorf("objectHash(%s) = %q, %v", SourceSet(id), h, ok)
 	}
 	id.AffinityTimeoutSeconds = 60
@@ -160,18 +160,18 @@ func TestSourceRangesDriftIsRepaired(t *testing.T) {
 	a := NewAgent(f, logr.Discard())
 	ctx := context.Background()
 	web := withRanges(ident("172.31.0.100", 80, gwstate.TCP, be("10.0.1.1", 8080)), "10.0.0.0/8")
-	aff := withRanges(gwstate.Identity{VIP: "172.31.0.100", Port: 443, Protocol: gwstate.TCP, AffinityTimeoutSeconds: 60,
+	aff := withRanges(gwstate.Identity{VIP: netip.MustParseAddr("172.31.0.100"), Port: 443, Protocol: gwstate.TCP, AffinityTimeoutSeconds: 60,
 		Backends: []gwstate.Backend{be("10.0.1.1", 443), be("10.0.1.2", 443)}}, "192.168.0.0/16")
 	mustApply(t, a, state(1, web, aff))
 	want := f.Dump()
-	chain := IdentityChain(web.VIP, web.Port, web.Protocol)
+	chain := IdentityChain(web.Key())
 	for name, breakIt := range map[string]func(tx *knftables.Transaction){
 		"identity chain rewritten without the firewall": func(tx *knftables.Transaction) {
 			tx.Flush(&knftables.Chain{Name: chain})
 			tx.Add(&knftables.Rule{Chain: chain, Rule: "meta l4proto tcp dnat ip to 10.0.1.1:8080", Comment: knftables.PtrTo(RuleComment)})
 		},
 		"affinity chain rewritten without the firewall": func(tx *knftables.Transaction) {
-			c := IdentityChain(aff.VIP, aff.Port, aff.Protocol)
+			c := IdentityChain(aff.Key())
 			tx.Flush(&knftables.Chain{Name: c})
 			for _, r := range affinityRules(aff) {
 				tx.Add(&knftables.Rule{Chain: c, Rule: r.text(), Comment: knftables.PtrTo(RuleComment)})
@@ -339,7 +339,7 @@ func TestOwnAddressBackendRefused(t *testing.T) {
 		evil := ident("172.31.0.100", 80, gwstate.TCP, be("10.77.1.11", 8080), be(bad, 8080))
 		check := func(how string, refused []gwstate.Refusal) {
 			t.Helper()
-			if len(refused) != 1 || refused[0].IdentityKey != evil.ID() || !strings.Contains(refused[0].Reason, "backend "+bad+":8080 is an address of the gateway itself") {
+			if len(refused) != 1 || refused[0].IdentityKey != evil.Key() || !strings.Contains(refused[0].Reason, "backend "+bad+":8080 is an address of the gateway itself") {
 				t.Errorf("backend %s (%s): refused %+v, want %s refused for the gateway's own address", bad, how, refused, evil.Key())
 			}
 			if got := sortElements(f.Dump()); got != want {

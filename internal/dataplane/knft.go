@@ -34,7 +34,7 @@ type inventory struct {
 	elements []element
 	// owned are the keys in OwnedSet (vip, proto, port); vips the elements of VIPSet.
 	owned [][]string
-	vips  []string
+	vips  []netip.Addr
 }
 
 type element struct {
@@ -45,7 +45,7 @@ type element struct {
 // expectation is what the agent committed, for the drift check.
 type expectation struct {
 	ids  map[gwstate.IdentityKey]gwstate.Identity // applied: identities with backends
-	vips map[string]int                           // identities per VIP
+	vips map[netip.Addr]int                       // identities per VIP
 }
 
 // ruleMarks counts a chain's rules and those carrying RuleComment.
@@ -85,9 +85,11 @@ func (t *knftTxn) addOwnedKey(key []string) { t.tx.Add(&knftables.Element{Set: O
 func (t *knftTxn) deleteOwnedKey(key []string) {
 	t.tx.Delete(&knftables.Element{Set: OwnedSet, Key: key})
 }
-func (t *knftTxn) addVIP(vip string) { t.tx.Add(&knftables.Element{Set: VIPSet, Key: []string{vip}}) }
-func (t *knftTxn) deleteVIP(vip string) {
-	t.tx.Delete(&knftables.Element{Set: VIPSet, Key: []string{vip}})
+func (t *knftTxn) addVIP(vip netip.Addr) {
+	t.tx.Add(&knftables.Element{Set: VIPSet, Key: []string{vip.String()}})
+}
+func (t *knftTxn) deleteVIP(vip netip.Addr) {
+	t.tx.Delete(&knftables.Element{Set: VIPSet, Key: []string{vip.String()}})
 }
 func (t *knftTxn) addChain(n string) { t.tx.Add(&knftables.Chain{Name: n}) }
 func (t *knftTxn) flushChain(n string) {
@@ -162,7 +164,12 @@ func (b *knftBackend) inventory(ctx context.Context) (*inventory, error) {
 				if s == OwnedSet {
 					inv.owned = append(inv.owned, e.Key)
 				} else if len(e.Key) == 1 {
-					inv.vips = append(inv.vips, e.Key[0])
+					// The set's type is ipv4_addr: nft lists only addresses.
+					vip, err := netip.ParseAddr(e.Key[0])
+					if err != nil {
+						return nil, fmt.Errorf("listing set %s: %w", VIPSet, err)
+					}
+					inv.vips = append(inv.vips, vip)
 				}
 			}
 		default:

@@ -296,7 +296,7 @@ func TestRealKubeOVNShareDNATSurvivesTheAgent(t *testing.T) {
 			mustSend(t, a, state(4))
 			kubeOVNIntact("after the agent withdrew its identities", []int{9443, 2})
 			wantLacks(t, "table after withdrawal", nftList(t, g.l, g.gw, "list", "table", "ip", TableName),
-				IdentityChain(web.VIP, web.Port, web.Protocol), eip+" . tcp . 80 ")
+				IdentityChain(web.Key()), eip+" . tcp . 80 ")
 			if err := a.Close(); err != nil {
 				t.Fatalf("agent at EOF: %v", err)
 			}
@@ -342,7 +342,7 @@ func TestRealKubeOVNRewriteIsRepaired(t *testing.T) {
 				if n := strings.Count(a.Stderr(), "drift repaired"); n != repaired {
 					t.Errorf("after kube-ovn rewrote %s: %d repairs logged, want %d:\n%s", rewrite.what, n, repaired, a.Stderr())
 				}
-				wantContains(t, "agent log", a.Stderr(), "chain "+IdentityChain(eip, int32(rewrite.port), gwstate.TCP)+" has 1 rules (0 of the agent's)")
+				wantContains(t, "agent log", a.Stderr(), "chain "+IdentityChain(key(eip, int32(rewrite.port), gwstate.TCP))+" has 1 rules (0 of the agent's)")
 			}
 			// Affinity is back: one client always gets the same backend (20 new connections
 			// all on one of two backends by chance: 2^-19).
@@ -516,7 +516,7 @@ func TestRealAdoptsTableOfOlderAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	keep := ident("10.96.0.10", 80, gwstate.TCP, be("10.0.1.11", 8080))
-	stale := IdentityChain("10.96.0.20", 80, gwstate.TCP)
+	stale := IdentityChain(key("10.96.0.20", 80, gwstate.TCP))
 	old := filepath.Join(t.TempDir(), "old.nft")
 	if err := os.WriteFile(old, []byte(`add table ip kube-ovn
 add chain ip kube-ovn prerouting { type nat hook prerouting priority -150 ; policy accept ; }
@@ -524,9 +524,9 @@ add map ip kube-ovn service-ips { type ipv4_addr . inet_proto . inet_service : v
 add rule ip kube-ovn prerouting ip daddr . meta l4proto . th dport vmap @service-ips
 add chain ip kube-ovn postrouting { type nat hook postrouting priority 100 ; policy accept ; }
 add rule ip kube-ovn postrouting iifname "eth0" oifname "eth0" ct status dnat masquerade fully-random
-add chain ip kube-ovn `+IdentityChain(keep.VIP, keep.Port, keep.Protocol)+`
-add rule ip kube-ovn `+IdentityChain(keep.VIP, keep.Port, keep.Protocol)+` meta l4proto tcp dnat ip to 10.0.1.11:8080
-add element ip kube-ovn service-ips { 10.96.0.10 . tcp . 80 : goto `+IdentityChain(keep.VIP, keep.Port, keep.Protocol)+` }
+add chain ip kube-ovn `+IdentityChain(keep.Key())+`
+add rule ip kube-ovn `+IdentityChain(keep.Key())+` meta l4proto tcp dnat ip to 10.0.1.11:8080
+add element ip kube-ovn service-ips { 10.96.0.10 . tcp . 80 : goto `+IdentityChain(keep.Key())+` }
 add chain ip kube-ovn `+stale+`
 add rule ip kube-ovn `+stale+` meta l4proto tcp dnat ip to 10.0.1.12:8080
 add element ip kube-ovn service-ips { 10.96.0.20 . tcp . 80 : goto `+stale+` }

@@ -139,7 +139,7 @@ type msgOwner struct {
 func (t *nlTxn) identity(id *gwstate.Identity) {
 	o := msgOwner{from: len(*queuedMessages(t.b.conn)), none: id == nil}
 	if id != nil {
-		o.key = id.ID()
+		o.key = id.Key()
 	}
 	if n := len(t.owners); n > 0 && t.owners[n-1].from == o.from {
 		t.owners[n-1] = o
@@ -457,24 +457,23 @@ func (t *nlTxn) deleteOwnedKey(key []string) {
 	}
 }
 
-func (t *nlTxn) vipKey(vip string) ([]byte, bool) {
-	a, err := netip.ParseAddr(vip)
-	if err != nil || !a.Is4() {
+func (t *nlTxn) vipKey(vip netip.Addr) ([]byte, bool) {
+	if !vip.Is4() {
 		t.fail(fmt.Errorf("bad VIP %q", vip))
 		return nil, false
 	}
-	b := a.As4()
+	b := vip.As4()
 	return b[:], true
 }
 
-func (t *nlTxn) addVIP(vip string) {
+func (t *nlTxn) addVIP(vip netip.Addr) {
 	t.n++
 	if k, ok := t.vipKey(vip); ok {
 		t.fail(t.b.conn.SetAddElements(t.vipSet(), []nftables.SetElement{{Key: k}}))
 	}
 }
 
-func (t *nlTxn) deleteVIP(vip string) {
+func (t *nlTxn) deleteVIP(vip netip.Addr) {
 	t.n++
 	if k, ok := t.vipKey(vip); ok {
 		t.fail(t.b.conn.SetDeleteElements(t.vipSet(), []nftables.SetElement{{Key: k}}))
@@ -583,14 +582,14 @@ func (t *nlTxn) fail(err error) {
 func (t *nlTxn) addElement(id gwstate.Identity) {
 	t.n++
 	t.fail(t.b.conn.SetAddElements(t.serviceMap(), []nftables.SetElement{{
-		Key:         serviceKey(id.VIP, id.Protocol, id.Port),
-		VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: IdentityChain(id.VIP, id.Port, id.Protocol)},
+		Key:         serviceKey(id.Key()),
+		VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: IdentityChain(id.Key())},
 	}}))
 }
 
 func (t *nlTxn) deleteElement(id gwstate.Identity) {
 	t.n++
-	t.fail(t.b.conn.SetDeleteElements(t.serviceMap(), []nftables.SetElement{{Key: serviceKey(id.VIP, id.Protocol, id.Port)}}))
+	t.fail(t.b.conn.SetDeleteElements(t.serviceMap(), []nftables.SetElement{{Key: serviceKey(id.Key())}}))
 }
 
 func (t *nlTxn) deleteElementKey(key []string) {
@@ -602,12 +601,12 @@ func (t *nlTxn) deleteElementKey(key []string) {
 
 // serviceKey is the concatenation ipv4_addr . inet_proto . inet_service, each part padded to
 // a 4-byte register.
-func serviceKey(vip string, proto gwstate.Protocol, port int32) []byte {
+func serviceKey(id gwstate.IdentityKey) []byte {
 	k := make([]byte, 12)
-	a := netip.MustParseAddr(vip).As4()
+	a := id.VIP.As4()
 	copy(k, a[:])
-	k[4] = protoNumber(proto)
-	binary.BigEndian.PutUint16(k[8:], uint16(port))
+	k[4] = protoNumber(id.Protocol)
+	binary.BigEndian.PutUint16(k[8:], uint16(id.Port))
 	return k
 }
 
@@ -676,7 +675,7 @@ func (t *nlTxn) addRule(chain string, r rule) {
 			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{protoNumber(r.proto)}},
 		}
 		if len(r.backends) == 1 {
-			a := netip.MustParseAddr(r.backends[0].IP).As4()
+			a := r.backends[0].IP.As4()
 			exprs = append(exprs,
 				&expr.Immediate{Register: reg1, Data: a[:]},
 				&expr.Immediate{Register: reg2, Data: binaryutil.BigEndian.PutUint16(uint16(r.backends[0].Port))},
@@ -690,7 +689,7 @@ func (t *nlTxn) addRule(chain string, r rule) {
 		elems := make([]nftables.SetElement, len(r.backends))
 		for i, be := range r.backends {
 			v := make([]byte, 8)
-			a := netip.MustParseAddr(be.IP).As4()
+			a := be.IP.As4()
 			copy(v, a[:])
 			binary.BigEndian.PutUint16(v[4:], uint16(be.Port))
 			elems[i] = nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)), Val: v}
@@ -927,7 +926,7 @@ func (b *nlBackend) inventory(context.Context) (*inventory, error) {
 			}
 			for _, e := range elems {
 				if s.Name == VIPSet && len(e.Key) == 4 {
-					inv.vips = append(inv.vips, netip.AddrFrom4([4]byte(e.Key)).String())
+					inv.vips = append(inv.vips, netip.AddrFrom4([4]byte(e.Key)))
 				} else if k, ok := listedKey(e.Key); ok && s.Name == OwnedSet {
 					inv.owned = append(inv.owned, k)
 				}

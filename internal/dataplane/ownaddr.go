@@ -228,18 +228,11 @@ func (a *Agent) ownAddrRefusals(ids []gwstate.Identity) (map[gwstate.IdentityKey
 	var out map[gwstate.IdentityKey]string
 	for _, id := range ids {
 		for _, b := range id.Backends {
-			ip, err := netip.ParseAddr(b.IP)
-			reason := ""
-			if err != nil {
-				reason = fmt.Sprintf("identity %s: backend %s: %q is not an IPv4 address", id.Key(), b, b.IP)
-			} else if label, ok := a.own.lookup(ip); ok {
-				reason = fmt.Sprintf("identity %s: backend %s is an address of the gateway itself (on %s)", id.Key(), b, label)
-			}
-			if reason != "" {
+			if label, ok := a.own.lookup(b.IP); ok {
 				if out == nil {
 					out = map[gwstate.IdentityKey]string{}
 				}
-				out[id.ID()] = reason
+				out[id.Key()] = fmt.Sprintf("identity %s: backend %s is an address of the gateway itself (on %s)", id.Key(), b, label)
 				break
 			}
 		}

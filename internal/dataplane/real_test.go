@@ -2,6 +2,7 @@
 package dataplane
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -83,15 +84,15 @@ func TestRealApplyAdoptAndForeignObjects(t *testing.T) {
 	}
 	web := ident("10.96.0.10", 80, gwstate.TCP, be("10.0.1.12", 8080), be("10.0.1.11", 8080))
 	dns := ident("10.96.0.10", 53, gwstate.UDP, be("10.0.1.11", 53))
-	aff := gwstate.Identity{VIP: "10.96.0.11", Port: 443, Protocol: gwstate.TCP, AffinityTimeoutSeconds: 600,
+	aff := gwstate.Identity{VIP: netip.MustParseAddr("10.96.0.11"), Port: 443, Protocol: gwstate.TCP, AffinityTimeoutSeconds: 600,
 		Backends: []gwstate.Backend{be("10.0.1.11", 443), be("10.0.1.12", 443)}}
 
 	a1 := startAgent(t, l, gw)
 	mustSend(t, a1, state(1, web, dns, aff))
 	table := nftList(t, l, gw, "list", "table", "ip", "kube-ovn")
-	webChain := IdentityChain(web.VIP, web.Port, web.Protocol)
-	dnsChain := IdentityChain(dns.VIP, dns.Port, dns.Protocol)
-	affChain := IdentityChain(aff.VIP, aff.Port, aff.Protocol)
+	webChain := IdentityChain(web.Key())
+	dnsChain := IdentityChain(dns.Key())
+	affChain := IdentityChain(aff.Key())
 	wantContains(t, "table after generation 1", table,
 		"chain prerouting {\n\t\ttype nat hook prerouting priority mangle; policy accept;\n\t\tip daddr . meta l4proto . th dport vmap @service-ips\n\t}",
 		"type ipv4_addr . inet_proto . inet_service : verdict",
@@ -116,9 +117,9 @@ func TestRealApplyAdoptAndForeignObjects(t *testing.T) {
 
 	// Someone else's objects, stale objects of ours (dns's key is in OwnedSet: an endpoint
 	// chain and set of its), and an identity kube-ovn's share DNAT wrote (key not in OwnedSet).
-	dnsHash := IdentityHash(dns.VIP, dns.Port, dns.Protocol)
+	dnsHash := IdentityHash(dns.Key())
 	staleEP, staleSet := "ep-"+dnsHash+"-01234567", "aff-"+dnsHash+"-01234567"
-	kubeOVN := IdentityChain("10.96.0.99", 80, gwstate.TCP)
+	kubeOVN := IdentityChain(key("10.96.0.99", 80, gwstate.TCP))
 	nftApply(t, l, gw, `
 add table ip foreign
 add chain ip foreign dnat-0123456789ab
@@ -167,7 +168,7 @@ func TestRealKernelRefusalNamesIdentities(t *testing.T) {
 	web := ident("10.96.0.10", 80, gwstate.TCP, be("10.0.1.11", 8080), be("10.0.1.12", 8080))
 	next := ident("10.96.0.20", 80, gwstate.TCP, be("10.0.1.13", 8080))
 	late := ident("10.96.0.30", 80, gwstate.TCP, be("10.0.1.14", 8080))
-	clash := IdentityChain(next.VIP, next.Port, next.Protocol)
+	clash := IdentityChain(next.Key())
 	addClash := func(gw string) {
 		// A foreign object named like the chain the next identity needs, but of an incompatible
 		// type: a filter base chain cannot hold dnat and cannot be a goto target. The state is
@@ -188,14 +189,14 @@ func TestRealKernelRefusalNamesIdentities(t *testing.T) {
 		web2 := web
 		web2.Backends = web.Backends[:1]
 		ack := send(t, a, state(2, web2, next, late))
-		if ack.Error != "" || len(ack.Refused) != 1 || ack.Refused[0].IdentityKey != next.ID() ||
+		if ack.Error != "" || len(ack.Refused) != 1 || ack.Refused[0].IdentityKey != next.Key() ||
 			!strings.Contains(strings.ToLower(ack.Refused[0].Reason), "operation not supported") || ack.Protocol != gwstate.ProtocolVersion {
 			t.Fatalf("ack %+v, want %s alone refused with the kernel's 'operation not supported'", ack, next.Key())
 		}
 		table := nftList(t, l, gw, "list", "table", "ip", "kube-ovn")
 		wantContains(t, "table beside the refused identity", table,
-			"chain "+IdentityChain(web.VIP, web.Port, web.Protocol)+" {\n\t\tmeta l4proto tcp dnat to 10.0.1.11:8080",
-			"chain "+IdentityChain(late.VIP, late.Port, late.Protocol)+" {\n\t\tmeta l4proto tcp dnat to 10.0.1.14:8080",
+			"chain "+IdentityChain(web.Key())+" {\n\t\tmeta l4proto tcp dnat to 10.0.1.11:8080",
+			"chain "+IdentityChain(late.Key())+" {\n\t\tmeta l4proto tcp dnat to 10.0.1.14:8080",
 			"chain "+clash+" {\n\t\ttype filter hook input priority filter; policy accept;\n\t}")
 		if strings.Contains(table, "10.96.0.20 . tcp . 80") || strings.Contains(table, "10.0.1.13") {
 			t.Errorf("the refused identity is programmed:\n%s", table)
@@ -203,7 +204,7 @@ func TestRealKernelRefusalNamesIdentities(t *testing.T) {
 		// Unchanged, it is named again with the next message (a delta that changes another).
 		late2 := late
 		late2.Backends = append(late2.Backends, be("10.0.1.15", 8080))
-		if ack := send(t, a, state(3, web2, next, late2)); ack.Error != "" || len(ack.Refused) != 1 || ack.Refused[0].IdentityKey != next.ID() {
+		if ack := send(t, a, state(3, web2, next, late2)); ack.Error != "" || len(ack.Refused) != 1 || ack.Refused[0].IdentityKey != next.Key() {
 			t.Fatalf("ack %+v, want %s refused again", ack, next.Key())
 		}
 		wantContains(t, "table after the next change", nftList(t, l, gw, "list", "table", "ip", "kube-ovn"), "10.0.1.15 . 8080")
@@ -216,9 +217,14 @@ func TestRealKernelRefusalNamesIdentities(t *testing.T) {
 		}
 		wantContains(t, "table once the cause is gone", nftList(t, l, gw, "list", "table", "ip", "kube-ovn"),
 			"chain "+clash+" {\n\t\tmeta l4proto tcp dnat to 10.0.1.13:8080", "10.96.0.20 . tcp . 80 : goto "+clash)
-		// A bad line in between does not kill it.
+		// A bad line in between does not kill it, nor does one whose backend address does not
+		// parse (a malformed message, refused whole).
 		if ack, err := a.SendLine([]byte("{not json"), 10*time.Second); err != nil || ack.Error == "" || ack.Generation != 0 {
 			t.Errorf("bad line: ack %+v, err %v", ack, err)
+		}
+		badAddr := `{"generation":5,"identities":[{"vip":"10.96.0.10","port":80,"protocol":"tcp","backends":[{"ip":"10.0.1.300","port":8080}]}]}`
+		if ack, err := a.SendLine([]byte(badAddr), 10*time.Second); err != nil || ack.Generation != 0 || !strings.Contains(ack.Error, `cannot decode state: ParseAddr("10.0.1.300")`) {
+			t.Errorf("line with a malformed backend address: ack %+v, err %v", ack, err)
 		}
 		mustSend(t, a, state(5, web2))
 		if err := a.Close(); err != nil {
@@ -247,7 +253,7 @@ func TestRealKernelRefusalNamesIdentities(t *testing.T) {
 		web2.Backends = web.Backends[:1]
 		mustSend(t, a, state(3, web2))
 		wantContains(t, "table after recovery", nftList(t, l, gw, "list", "table", "ip", "kube-ovn"),
-			"chain "+IdentityChain(web.VIP, web.Port, web.Protocol)+" {\n\t\tmeta l4proto tcp dnat to 10.0.1.11:8080")
+			"chain "+IdentityChain(web.Key())+" {\n\t\tmeta l4proto tcp dnat to 10.0.1.11:8080")
 	})
 }
 

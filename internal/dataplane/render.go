@@ -89,39 +89,39 @@ const (
 	sourcePrefix   = "src-"
 )
 
-// IdentityHash is the 12 hex characters of md5("<vip>:<port>:<proto>") that name an identity's
-// objects.
-func IdentityHash(vip string, port int32, proto gwstate.Protocol) string {
-	sum := md5.Sum([]byte(fmt.Sprintf("%s:%d:%s", vip, port, proto)))
+// IdentityHash is the 12 hex characters of md5("<vip>:<port>:<proto>") (the key's String) that
+// name an identity's objects.
+func IdentityHash(k gwstate.IdentityKey) string {
+	sum := md5.Sum([]byte(k.String()))
 	return hex.EncodeToString(sum[:])[:12]
 }
 
-// BackendHash is the 8 hex characters of md5("<ip>:<port>") that name a backend's affinity
-// objects.
-func BackendHash(ip string, port int32) string {
-	sum := md5.Sum([]byte(fmt.Sprintf("%s:%d", ip, port)))
+// BackendHash is the 8 hex characters of md5("<ip>:<port>") (the backend's String) that name a
+// backend's affinity objects.
+func BackendHash(b gwstate.Backend) string {
+	sum := md5.Sum([]byte(b.String()))
 	return hex.EncodeToString(sum[:])[:8]
 }
 
 // IdentityChain is the name of the identity chain: "dnat-<12 hex>" (SPEC D2).
-func IdentityChain(vip string, port int32, proto gwstate.Protocol) string {
-	return identityPrefix + IdentityHash(vip, port, proto)
+func IdentityChain(k gwstate.IdentityKey) string {
+	return identityPrefix + IdentityHash(k)
 }
 
 // EndpointChain is the name of a backend's affinity chain: "ep-<idhash>-<bkhash>" (SPEC D3).
 func EndpointChain(id gwstate.Identity, b gwstate.Backend) string {
-	return endpointPrefix + IdentityHash(id.VIP, id.Port, id.Protocol) + "-" + BackendHash(b.IP, b.Port)
+	return endpointPrefix + IdentityHash(id.Key()) + "-" + BackendHash(b)
 }
 
 // AffinitySet is the name of a backend's affinity set: "aff-<idhash>-<bkhash>" (SPEC D3).
 func AffinitySet(id gwstate.Identity, b gwstate.Backend) string {
-	return affinityPrefix + IdentityHash(id.VIP, id.Port, id.Protocol) + "-" + BackendHash(b.IP, b.Port)
+	return affinityPrefix + IdentityHash(id.Key()) + "-" + BackendHash(b)
 }
 
 // SourceSet is the name of the set of client prefixes that may reach an identity with source
 // ranges: "src-<idhash>" (SPEC N7).
 func SourceSet(id gwstate.Identity) string {
-	return sourcePrefix + IdentityHash(id.VIP, id.Port, id.Protocol)
+	return sourcePrefix + IdentityHash(id.Key())
 }
 
 // sourcePrefixes are an identity's source ranges as the elements of its src- set: sorted by
@@ -190,18 +190,19 @@ func keyHash(key []string) string {
 		return ""
 	}
 	port, err := strconv.Atoi(key[2])
-	if err != nil {
+	vip, verr := netip.ParseAddr(key[0])
+	if err != nil || verr != nil {
 		return ""
 	}
-	return IdentityHash(key[0], int32(port), gwstate.Protocol(key[1]))
+	return IdentityHash(gwstate.IdentityKey{VIP: vip, Port: int32(port), Protocol: gwstate.Protocol(key[1])})
 }
 
 func elementKey(id gwstate.Identity) []string {
-	return []string{id.VIP, string(id.Protocol), strconv.Itoa(int(id.Port))}
+	return []string{id.VIP.String(), string(id.Protocol), strconv.Itoa(int(id.Port))}
 }
 
 func elementValue(id gwstate.Identity) []string {
-	return []string{"goto " + IdentityChain(id.VIP, id.Port, id.Protocol)}
+	return []string{"goto " + IdentityChain(id.Key())}
 }
 
 // HairpinRule is the only rule of the hairpin chain (SPEC D4): a connection that came in from
@@ -343,8 +344,8 @@ type txn interface {
 	addOwnedKey(key []string)
 	deleteOwnedKey(key []string)
 	// addVIP and deleteVIP add and delete an element of VIPSet.
-	addVIP(vip string)
-	deleteVIP(vip string)
+	addVIP(vip netip.Addr)
+	deleteVIP(vip netip.Addr)
 	// size is the number of operations so far.
 	size() int
 	// identity says that the operations that follow are id's (nil: shared objects), so that a
@@ -374,7 +375,7 @@ func writeIdentity(tx txn, old, new *gwstate.Identity) {
 	defer tx.identity(nil)
 	if new == nil {
 		tx.identity(old)
-		idc := IdentityChain(old.VIP, old.Port, old.Protocol)
+		idc := IdentityChain(old.Key())
 		tx.deleteElement(*old)
 		tx.flushChain(idc)
 		tx.deleteChain(idc)
@@ -403,7 +404,7 @@ func addReadyElement(tx txn, id gwstate.Identity) {
 // by an agent that died are still known as its own; an installed one's is there already.
 func writeObjects(tx txn, old, new *gwstate.Identity) {
 	tx.identity(new)
-	idc := IdentityChain(new.VIP, new.Port, new.Protocol)
+	idc := IdentityChain(new.Key())
 	if old == nil {
 		tx.addOwnedKey(elementKey(*new))
 	}
@@ -468,7 +469,7 @@ func writeObjects(tx txn, old, new *gwstate.Identity) {
 
 // objectNames lists the chains and sets an installed identity owns.
 func objectNames(id gwstate.Identity) (chains, sets []string) {
-	chains = []string{IdentityChain(id.VIP, id.Port, id.Protocol)}
+	chains = []string{IdentityChain(id.Key())}
 	if id.AffinityTimeoutSeconds > 0 {
 		for _, b := range id.Backends {
 			chains = append(chains, EndpointChain(id, b))

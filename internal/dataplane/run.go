@@ -23,10 +23,10 @@ import (
 
 // RunAgent reads one JSON gwstate.State per line from in, normalizes, validates and applies it,
 // and writes one JSON gwstate.Ack line per input line to out. Blank lines are ignored. A line
-// that cannot be decoded is answered with Generation 0 and an error; an invalid state or a
-// failed apply is answered with the state's generation and the error. None of these stop the
-// loop. RunAgent returns nil at EOF, ctx.Err() when ctx ends, or an error when in cannot be read
-// or out cannot be written.
+// that cannot be decoded (an address text that does not parse among them) is answered with
+// Generation 0 and an error; an invalid state or a failed apply is answered with the state's
+// generation and the error. None of these stop the loop. RunAgent returns nil at EOF, ctx.Err()
+// when ctx ends, or an error when in cannot be read or out cannot be written.
 func RunAgent(ctx context.Context, in io.Reader, out io.Writer, nft knftables.Interface, log logr.Logger) error {
 	return Serve(ctx, NewAgent(nft, log), in, out, ServeOptions{}, log)
 }

@@ -195,7 +195,7 @@ func TestRealStagedFinalFailureKeepsPreviousAndConverges(t *testing.T) {
 	mustApply(t, a1, s1)
 
 	clash := ident("10.220.0.1", 80, gwstate.TCP, be("10.1.0.1", 80), be("10.1.0.2", 80))
-	clashChain := IdentityChain(clash.VIP, clash.Port, clash.Protocol)
+	clashChain := IdentityChain(clash.Key())
 	mustExec(t, l, gw, "nft", "add", "chain", "ip", TableName, clashChain, "{", "type", "filter", "hook", "input", "priority", "0", ";", "}")
 	before := nftList(t, l, gw, "list", "table", "ip", TableName)
 
@@ -248,12 +248,12 @@ func TestRealStagedFinalFailureKeepsPreviousAndConverges(t *testing.T) {
 		t.Errorf("%d staged objects missing after the failed apply", len(staged))
 	}
 	for _, id := range ids[5:] {
-		if strings.Contains(after, "goto "+IdentityChain(id.VIP, id.Port, id.Protocol)) {
+		if strings.Contains(after, "goto "+IdentityChain(id.Key())) {
 			t.Errorf("a staged chain is referenced after the failed apply")
 			break
 		}
 	}
-	sample := IdentityChain(ids[200].VIP, ids[200].Port, ids[200].Protocol)
+	sample := IdentityChain(ids[200].Key())
 	sampleBefore := nftList(t, l, gw, "-a", "list", "chain", "ip", TableName, sample)
 
 	// The foreign object goes; the next sync converges in one transaction.
@@ -298,19 +298,19 @@ func TestRealStagedSyncRefusesOnlyTheClash(t *testing.T) {
 	a1, _ := kernelAgentIn(t, gw, 100)
 	mustApply(t, a1, state(1, ids[:5]...))
 	clash := ident("10.220.0.1", 80, gwstate.TCP, be("10.1.0.1", 80), be("10.1.0.2", 80))
-	clashChain := IdentityChain(clash.VIP, clash.Port, clash.Protocol)
+	clashChain := IdentityChain(clash.Key())
 	mustExec(t, l, gw, "nft", "add", "chain", "ip", TableName, clashChain, "{", "type", "filter", "hook", "input", "priority", "0", ";", "}")
 
 	a2, _ := kernelAgentIn(t, gw, 100)
 	if err := a2.Apply(ctx, state(2, append(slices.Clone(ids), clash)...)); err != nil {
 		t.Fatalf("apply: %v, want the clashing identity refused alone", err)
 	}
-	if r := a2.Refusals(); len(r) != 1 || r[0].IdentityKey != clash.ID() || !strings.Contains(strings.ToLower(r[0].Reason), "operation not supported") {
+	if r := a2.Refusals(); len(r) != 1 || r[0].IdentityKey != clash.Key() || !strings.Contains(strings.ToLower(r[0].Reason), "operation not supported") {
 		t.Fatalf("refusals %+v, want %s alone, refused by the kernel", r, clash.Key())
 	}
 	table := nftList(t, l, gw, "list", "table", "ip", TableName)
 	for _, id := range ids {
-		if !strings.Contains(table, "goto "+IdentityChain(id.VIP, id.Port, id.Protocol)) {
+		if !strings.Contains(table, "goto "+IdentityChain(id.Key())) {
 			t.Fatalf("identity %s is not dispatched beside the refused one", id.Key())
 		}
 	}

@@ -4,6 +4,7 @@ package dataplane
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -44,7 +45,7 @@ func mixedIdentities(n, seed int) []gwstate.Identity {
 		if i%7 == 3 {
 			proto = gwstate.UDP
 		}
-		id := gwstate.Identity{VIP: fmt.Sprintf("10.210.%d.%d", i/200, i%200+1), Port: int32(80 + i%3), Protocol: proto}
+		id := gwstate.Identity{VIP: netip.MustParseAddr(fmt.Sprintf("10.210.%d.%d", i/200, i%200+1)), Port: int32(80 + i%3), Protocol: proto}
 		nb := 1 + (i+seed)%5
 		for j := range nb {
 			id.Backends = append(id.Backends, be(fmt.Sprintf("10.1.%d.%d", j+seed%3, i%250+1), 8080))
@@ -173,7 +174,7 @@ func TestStagedFinalFailureKeepsPreviousAndConverges(t *testing.T) {
 		t.Fatalf("recovery ran %d transactions, want 1 (staged objects reused)", len(f.runs))
 	}
 	for _, id := range s2.Identities[4:] {
-		if c := IdentityChain(id.VIP, id.Port, id.Protocol); strings.Contains(f.runs[0], "add chain ip kube-ovn "+c) {
+		if c := IdentityChain(id.Key()); strings.Contains(f.runs[0], "add chain ip kube-ovn "+c) {
 			t.Errorf("staged chain %s written again instead of reused", c)
 		}
 	}

@@ -3,6 +3,7 @@ package dataplane
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -111,7 +112,7 @@ func startAgentArgs(t *testing.T, l *netlab.Lab, ns string, args ...string) *net
 }
 
 func withClusterIPs(st gwstate.State, ips ...string) gwstate.State {
-	st.ClusterIPs = ips
+	st.ClusterIPs = addrs(ips...)
 	st.Normalize()
 	return st
 }
@@ -429,7 +430,7 @@ func TestRealNetlinkMatchesText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	aff := gwstate.Identity{VIP: "10.96.0.11", Port: 443, Protocol: gwstate.TCP, AffinityTimeoutSeconds: 600,
+	aff := gwstate.Identity{VIP: netip.MustParseAddr("10.96.0.11"), Port: 443, Protocol: gwstate.TCP, AffinityTimeoutSeconds: 600,
 		Backends: []gwstate.Backend{be("10.0.1.11", 443), be("10.0.1.12", 443), be("10.0.1.13", 443)}}
 	states := []gwstate.State{
 		state(1,

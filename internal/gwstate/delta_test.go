@@ -5,6 +5,7 @@ package gwstate
 import (
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -18,9 +19,9 @@ func randomState(r *rand.Rand, gen int64) State {
 			if r.IntN(3) == 0 {
 				continue
 			}
-			id := Identity{VIP: fmt.Sprintf("10.0.0.%d", v+1), Port: 80, Protocol: proto}
+			id := Identity{VIP: netip.MustParseAddr(fmt.Sprintf("10.0.0.%d", v+1)), Port: 80, Protocol: proto}
 			for b := range r.IntN(4) {
-				id.Backends = append(id.Backends, Backend{IP: fmt.Sprintf("10.1.0.%d", b+r.IntN(3)+1), Port: 8080})
+				id.Backends = append(id.Backends, Backend{IP: netip.MustParseAddr(fmt.Sprintf("10.1.0.%d", b+r.IntN(3)+1)), Port: 8080})
 			}
 			if r.IntN(4) == 0 {
 				id.AffinityTimeoutSeconds = 10800
@@ -28,7 +29,7 @@ func randomState(r *rand.Rand, gen int64) State {
 			st.Identities = append(st.Identities, id)
 		}
 		if r.IntN(2) == 0 {
-			st.ClusterIPs = append(st.ClusterIPs, fmt.Sprintf("10.96.0.%d", v+1))
+			st.ClusterIPs = append(st.ClusterIPs, netip.MustParseAddr(fmt.Sprintf("10.96.0.%d", v+1)))
 		}
 	}
 	st.Normalize()
@@ -63,15 +64,15 @@ func TestDeltaMergeRoundTrip(t *testing.T) {
 func TestDeltaCarriesOnlyChanges(t *testing.T) {
 	old := State{Generation: 1}
 	for i := range 1000 {
-		old.Identities = append(old.Identities, Identity{VIP: fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), Port: 80, Protocol: TCP,
-			Backends: []Backend{{IP: "10.1.0.1", Port: 80}, {IP: "10.1.0.2", Port: 80}}})
+		old.Identities = append(old.Identities, Identity{VIP: netip.MustParseAddr(fmt.Sprintf("10.0.%d.%d", i/250, i%250+1)), Port: 80, Protocol: TCP,
+			Backends: []Backend{{IP: netip.MustParseAddr("10.1.0.1"), Port: 80}, {IP: netip.MustParseAddr("10.1.0.2"), Port: 80}}})
 	}
 	old.Normalize()
 	new := State{Generation: 2, Identities: append([]Identity(nil), old.Identities...)}
-	new.Identities[500] = Identity{VIP: new.Identities[500].VIP, Port: 80, Protocol: TCP, Backends: []Backend{{IP: "10.1.0.3", Port: 80}}}
+	new.Identities[500] = Identity{VIP: new.Identities[500].VIP, Port: 80, Protocol: TCP, Backends: []Backend{{IP: netip.MustParseAddr("10.1.0.3"), Port: 80}}}
 	new.Identities = append(new.Identities[:10], new.Identities[11:]...)
 	d := Delta(old, new)
-	if len(d.Identities) != 1 || d.Identities[0].VIP != old.Identities[500].VIP || len(d.Removed) != 1 || d.Removed[0] != old.Identities[10].ID() {
+	if len(d.Identities) != 1 || d.Identities[0].VIP != old.Identities[500].VIP || len(d.Removed) != 1 || d.Removed[0] != old.Identities[10].Key() {
 		t.Fatalf("delta = %d identities, removed %v; want the changed identity and the removed one", len(d.Identities), d.Removed)
 	}
 }
@@ -83,16 +84,16 @@ func TestDeltaRejected(t *testing.T) {
 	if _, err := held.Merge(State{Generation: 9, Base: 8}); err == nil || !strings.Contains(err.Error(), "generation 7") {
 		t.Fatalf("merge against the wrong base: err = %v", err)
 	}
-	id := Identity{VIP: "10.0.0.1", Port: 80, Protocol: TCP}
+	id := Identity{VIP: netip.MustParseAddr("10.0.0.1"), Port: 80, Protocol: TCP}
 	for name, c := range map[string]struct {
 		st   State
 		want string
 	}{
-		"removal in a complete state": {State{Generation: 2, Removed: []IdentityKey{id.ID()}}, "cannot remove"},
-		"set and removed":             {State{Generation: 2, Base: 1, Identities: []Identity{id}, Removed: []IdentityKey{id.ID()}}, "both set and removed"},
-		"bad removed vip":             {State{Generation: 2, Base: 1, Removed: []IdentityKey{{VIP: "fe80::1", Port: 80, Protocol: TCP}}}, "not an IPv4"},
-		"bad removed port":            {State{Generation: 2, Base: 1, Removed: []IdentityKey{{VIP: "10.0.0.1", Port: 0, Protocol: TCP}}}, "outside 1..65535"},
-		"bad removed protocol":        {State{Generation: 2, Base: 1, Removed: []IdentityKey{{VIP: "10.0.0.1", Port: 80, Protocol: "sctp"}}}, "not tcp or udp"},
+		"removal in a complete state": {State{Generation: 2, Removed: []IdentityKey{id.Key()}}, "cannot remove"},
+		"set and removed":             {State{Generation: 2, Base: 1, Identities: []Identity{id}, Removed: []IdentityKey{id.Key()}}, "both set and removed"},
+		"bad removed vip":             {State{Generation: 2, Base: 1, Removed: []IdentityKey{{VIP: netip.MustParseAddr("fe80::1"), Port: 80, Protocol: TCP}}}, "not an IPv4"},
+		"bad removed port":            {State{Generation: 2, Base: 1, Removed: []IdentityKey{{VIP: netip.MustParseAddr("10.0.0.1"), Port: 0, Protocol: TCP}}}, "outside 1..65535"},
+		"bad removed protocol":        {State{Generation: 2, Base: 1, Removed: []IdentityKey{{VIP: netip.MustParseAddr("10.0.0.1"), Port: 80, Protocol: "sctp"}}}, "not tcp or udp"},
 		"negative base":               {State{Generation: 2, Base: -1}, "negative"},
 	} {
 		if err := c.st.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
@@ -102,22 +103,24 @@ func TestDeltaRejected(t *testing.T) {
 }
 
 // Identities sort numerically by address (10.0.0.9 before 10.0.0.10), then port and protocol;
-// ClusterIPs likewise, without duplicates; garbage sorts by string and does not panic.
+// ClusterIPs likewise, without duplicates; an address Validate refuses (IPv6) sorts after IPv4
+// and does not panic.
 func TestSortIdentities(t *testing.T) {
+	a := netip.MustParseAddr
 	st := State{
 		Identities: []Identity{
-			{VIP: "10.0.0.10", Port: 80, Protocol: TCP}, {VIP: "10.0.0.9", Port: 443, Protocol: TCP},
-			{VIP: "10.0.0.9", Port: 80, Protocol: UDP}, {VIP: "10.0.0.9", Port: 80, Protocol: TCP}, {VIP: "bad", Port: 1, Protocol: TCP},
+			{VIP: a("10.0.0.10"), Port: 80, Protocol: TCP}, {VIP: a("10.0.0.9"), Port: 443, Protocol: TCP},
+			{VIP: a("10.0.0.9"), Port: 80, Protocol: UDP}, {VIP: a("10.0.0.9"), Port: 80, Protocol: TCP}, {VIP: a("fd00::1"), Port: 1, Protocol: TCP},
 		},
-		ClusterIPs: []string{"10.96.0.10", "10.96.0.9", "10.96.0.10"},
+		ClusterIPs: []netip.Addr{a("10.96.0.10"), a("10.96.0.9"), a("10.96.0.10")},
 	}
 	st.SortIdentities()
 	var got []string
 	for _, id := range st.Identities {
-		got = append(got, id.Key())
+		got = append(got, id.Key().String())
 	}
-	want := []string{"10.0.0.9:80:tcp", "10.0.0.9:80:udp", "10.0.0.9:443:tcp", "10.0.0.10:80:tcp", "bad:1:tcp"}
-	if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(st.ClusterIPs, []string{"10.96.0.9", "10.96.0.10"}) {
+	want := []string{"10.0.0.9:80:tcp", "10.0.0.9:80:udp", "10.0.0.9:443:tcp", "10.0.0.10:80:tcp", "fd00::1:1:tcp"}
+	if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(st.ClusterIPs, []netip.Addr{a("10.96.0.9"), a("10.96.0.10")}) {
 		t.Fatalf("sorted identities %v, clusterIPs %v; want %v and [10.96.0.9 10.96.0.10]", got, st.ClusterIPs, want)
 	}
 }

@@ -1,6 +1,17 @@
 // Package gwstate is the wire contract between the controller and the gateway agent: the complete
 // desired data plane of one gateway instance, and the agent's acknowledgement. It is pure data with
 // normalisation and validation, so both ends agree on what a valid state is.
+//
+// Addresses (VIPs, backend IPs, ClusterIPs) are netip.Addr: they travel as their text form, so
+// the JSON is the same as when they were strings, and they are parsed once, when a line is
+// decoded, instead of at every comparison. IdentityKey is the one key of an identity (map key,
+// sort order, log form); netip.Addr.Compare is the one address order.
+//
+// An address whose text does not parse (say "10.0.1.300") fails decoding: the line is a
+// malformed message, which the agent answers with Ack.Error for the whole message, as any
+// undecodable line. An address that parses but may not be used (not IPv4, loopback, multicast
+// ...: ValidBackendAddr) stays a refusal of its identity alone (Identity.Validate, Ack.Refused).
+// The controller builds states from typed values, so it never sends the first kind.
 package gwstate
 
 import (
@@ -8,6 +19,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 )
 
 // Protocol is a transport protocol as nftables spells it (lowercase).
@@ -27,7 +39,7 @@ type State struct {
 	Identities []Identity `json:"identities"`
 	// ClusterIPs are the Service ClusterIPs the instance holds as <ip>/32 on lo with label
 	// lo:ko-vip (SPEC D5), sorted. The agent converges that label's addresses to exactly this set.
-	ClusterIPs []string `json:"clusterIPs,omitempty"`
+	ClusterIPs []netip.Addr `json:"clusterIPs,omitempty"`
 
 	// Base > 0 makes the message a delta against the state of generation Base, the last one the
 	// agent accepted on this stream: Identities then adds or replaces identities by key, Removed
@@ -44,9 +56,9 @@ type State struct {
 
 // Identity is one (VIP, port, protocol) the gateway answers for (SPEC I1) with its backends.
 type Identity struct {
-	VIP      string   `json:"vip"`
-	Port     int32    `json:"port"`
-	Protocol Protocol `json:"protocol"`
+	VIP      netip.Addr `json:"vip"`
+	Port     int32      `json:"port"`
+	Protocol Protocol   `json:"protocol"`
 	// Backends are sorted and de-duplicated by Normalize. An identity with no backends is not
 	// dispatched: packets to it are not DNATed.
 	Backends []Backend `json:"backends"`
@@ -63,16 +75,25 @@ type Identity struct {
 	Group string `json:"group,omitempty"`
 }
 
+// IdentityKey names an identity: (VIP, port, protocol). It is comparable: the map key of
+// identities on both ends.
+type IdentityKey struct {
+	VIP      netip.Addr `json:"vip"`
+	Port     int32      `json:"port"`
+	Protocol Protocol   `json:"protocol"`
+}
+
 // Equal reports whether two identities program the same thing.
 func (id Identity) Equal(o Identity) bool {
-	return id.ID() == o.ID() && id.AffinityTimeoutSeconds == o.AffinityTimeoutSeconds && id.Group == o.Group &&
+	return id.Key() == o.Key() && id.AffinityTimeoutSeconds == o.AffinityTimeoutSeconds && id.Group == o.Group &&
 		slices.Equal(id.Backends, o.Backends) && slices.Equal(id.SourceRanges, o.SourceRanges)
 }
 
-// Backend is one DNAT target.
+// Backend is one DNAT target. The port stays an int32 beside the address (not a
+// netip.AddrPort): it is validated like the identity's port, and the wire keeps "ip" and "port".
 type Backend struct {
-	IP   string `json:"ip"`
-	Port int32  `json:"port"`
+	IP   netip.Addr `json:"ip"`
+	Port int32      `json:"port"`
 }
 
 // Ack is the agent's answer to one State: the generation it applied, or why it could not.
@@ -94,7 +115,9 @@ type Ack struct {
 	// than named refusals leave it out (version 1).
 	Protocol int `json:"protocol,omitempty"`
 	// Refused names the identities of the state the agent did not program, and why: its
-	// validation or the kernel refused them (SPEC D8, N2, N4). For each, the gateway keeps what
+	// validation or the kernel refused them (SPEC D8, N2, N4). An address that parses but may not
+	// be used (ValidBackendAddr) is such a refusal; an address text that does not parse is not:
+	// the line does not decode, and Error answers the whole message. For each, the gateway keeps what
 	// this agent had committed for that key before (or nothing); every other identity of the state
 	// is programmed, in the same round trip. The list is complete on every acknowledgement of a
 	// state: an identity refused before and still in the state is named again (the agent tries it
@@ -114,83 +137,52 @@ const MaxRefusals = 2048
 // MaxRefusalReason bounds the bytes of one Refusal.Reason.
 const MaxRefusalReason = 240
 
-// Refusal is one identity the agent refused, with the validation's or the kernel's words.
+// Refusal is one identity the agent refused, with the validation's or the kernel's words. The
+// embedded key flattens in JSON (vip, port, protocol, reason). An identity whose address text did
+// not parse is never refused by name: its line was not decoded (Ack.Error).
 type Refusal struct {
 	IdentityKey
 	Reason string `json:"reason"`
 }
 
-// Key identifies an identity in maps and logs: "<vip>:<port>:<proto>".
-func (id Identity) Key() string { return id.ID().String() }
+// Key is the identity's key.
+func (id Identity) Key() IdentityKey {
+	return IdentityKey{VIP: id.VIP, Port: id.Port, Protocol: id.Protocol}
+}
 
-func (b Backend) String() string { return fmt.Sprintf("%s:%d", b.IP, b.Port) }
+// String is "<ip>:<port>", as logs and refusals name a backend (and the agent hashes it into
+// object names).
+func (b Backend) String() string {
+	s := b.IP.AppendTo(make([]byte, 0, 24)) // the zero Addr appends nothing, as on the wire
+	s = append(s, ':')
+	return string(strconv.AppendInt(s, int64(b.Port), 10))
+}
+
+// Compare orders backends by address, then port.
+func (b Backend) Compare(o Backend) int {
+	return cmp.Or(b.IP.Compare(o.IP), cmp.Compare(b.Port, o.Port))
+}
 
 // Normalize sorts identities and backends and removes duplicate backends, so that equal desired
 // states have equal encodings (SPEC D2: an unchanged backend set yields an identical ruleset).
 func (s *State) Normalize() {
 	for i := range s.Identities {
 		id := &s.Identities[i]
-		slices.SortFunc(id.Backends, compareBackends)
+		slices.SortFunc(id.Backends, Backend.Compare)
 		id.Backends = slices.Compact(id.Backends)
 	}
 	s.SortIdentities()
-	slices.SortFunc(s.Removed, CompareKeys)
+	slices.SortFunc(s.Removed, IdentityKey.Compare)
 	s.Removed = slices.Compact(s.Removed)
 }
 
 // SortIdentities is Normalize for a state whose backends are already sorted and de-duplicated
-// (the controller's model makes them so): it sorts the identities and ClusterIPs only. Each
-// address is parsed once, not at every comparison: at 10,000 identities per sync that parsing
-// was most of the controller's time.
+// (the controller's model makes them so): it sorts the identities by key and the ClusterIPs,
+// removing duplicate ClusterIPs.
 func (s *State) SortIdentities() {
-	type keyed struct {
-		addr netip.Addr
-		ok   bool
-		id   Identity
-	}
-	ks := make([]keyed, len(s.Identities))
-	for i, id := range s.Identities {
-		a, err := netip.ParseAddr(id.VIP)
-		ks[i] = keyed{addr: a, ok: err == nil, id: id}
-	}
-	slices.SortFunc(ks, func(a, b keyed) int {
-		c := 0
-		if a.ok && b.ok {
-			c = a.addr.Compare(b.addr)
-		} else {
-			c = cmp.Compare(a.id.VIP, b.id.VIP)
-		}
-		return cmp.Or(c, cmp.Compare(a.id.Port, b.id.Port), cmp.Compare(a.id.Protocol, b.id.Protocol))
-	})
-	for i := range ks {
-		s.Identities[i] = ks[i].id
-	}
-	s.ClusterIPs = SortAddrs(s.ClusterIPs)
-}
-
-// SortAddrs sorts addresses numerically (garbage by string order, as Validate rejects it anyway)
-// and removes duplicates, parsing each address once.
-func SortAddrs(addrs []string) []string {
-	type keyed struct {
-		addr netip.Addr
-		ok   bool
-		s    string
-	}
-	ks := make([]keyed, len(addrs))
-	for i, a := range addrs {
-		p, err := netip.ParseAddr(a)
-		ks[i] = keyed{addr: p, ok: err == nil, s: a}
-	}
-	slices.SortFunc(ks, func(a, b keyed) int {
-		if a.ok && b.ok {
-			return a.addr.Compare(b.addr)
-		}
-		return cmp.Compare(a.s, b.s)
-	})
-	for i := range ks {
-		addrs[i] = ks[i].s
-	}
-	return slices.Compact(addrs)
+	slices.SortFunc(s.Identities, func(a, b Identity) int { return a.Key().Compare(b.Key()) })
+	slices.SortFunc(s.ClusterIPs, netip.Addr.Compare)
+	s.ClusterIPs = slices.Compact(s.ClusterIPs)
 }
 
 // Validate reports the first problem that would make the state unsafe to apply: its shape
@@ -214,10 +206,10 @@ func (s State) Validate() error {
 func (s State) ValidateShape() error {
 	seen := make(map[IdentityKey]bool, len(s.Identities))
 	for _, id := range s.Identities {
-		if seen[id.ID()] {
+		if seen[id.Key()] {
 			return fmt.Errorf("identity %s appears twice", id.Key())
 		}
-		seen[id.ID()] = true
+		seen[id.Key()] = true
 	}
 	for _, ip := range s.ClusterIPs {
 		if err := validIPv4(ip); err != nil {
@@ -243,7 +235,7 @@ func (s State) ValidateShape() error {
 
 // Validate reports the first problem that would make the identity unsafe to program.
 func (id Identity) Validate() error {
-	if err := id.ID().validate(); err != nil {
+	if err := id.Key().validate(); err != nil {
 		return fmt.Errorf("identity %s: %w", id.Key(), err)
 	}
 	if id.AffinityTimeoutSeconds < 0 || id.AffinityTimeoutSeconds > 86400 {
@@ -282,37 +274,56 @@ func (k IdentityKey) validate() error {
 	return nil
 }
 
-// String is the key as Identity.Key spells it: "<vip>:<port>:<proto>".
-func (k IdentityKey) String() string { return fmt.Sprintf("%s:%d:%s", k.VIP, k.Port, k.Protocol) }
+// String is the key as logs and refusals spell it (and the agent hashes it into object names):
+// "<vip>:<port>:<proto>". Appended, not formatted: the agent names objects by it at every sync.
+func (k IdentityKey) String() string {
+	s := k.VIP.AppendTo(make([]byte, 0, 32)) // the zero Addr appends nothing, as on the wire
+	s = append(s, ':')
+	s = strconv.AppendInt(s, int64(k.Port), 10)
+	s = append(s, ':')
+	return string(append(s, k.Protocol...))
+}
+
+// Compare orders keys by VIP, port, then protocol: the order of identities in a state.
+func (k IdentityKey) Compare(o IdentityKey) int {
+	return cmp.Or(k.VIP.Compare(o.VIP), cmp.Compare(k.Port, o.Port), cmp.Compare(k.Protocol, o.Protocol))
+}
 
 // ValidBackendAddr refuses what must never be a DNAT target (SPEC N2): anything but a unicast
 // IPv4 address, and loopback, link-local (the metadata address among them), multicast, broadcast
 // and unspecified addresses.
-func ValidBackendAddr(s string) error {
-	a, err := netip.ParseAddr(s)
+func ValidBackendAddr(a netip.Addr) error {
 	switch {
-	case err != nil || !a.Is4():
-		return fmt.Errorf("%q is not an IPv4 address", s)
+	case !a.Is4():
+		return fmt.Errorf("%q is not an IPv4 address", addrText(a))
 	case a.IsLoopback():
-		return fmt.Errorf("%s is a loopback address", s)
+		return fmt.Errorf("%s is a loopback address", a)
 	case a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast():
-		return fmt.Errorf("%s is a link-local address", s)
+		return fmt.Errorf("%s is a link-local address", a)
 	case a.IsMulticast():
-		return fmt.Errorf("%s is a multicast address", s)
+		return fmt.Errorf("%s is a multicast address", a)
 	case a.IsUnspecified():
-		return fmt.Errorf("%s is the unspecified address", s)
+		return fmt.Errorf("%s is the unspecified address", a)
 	case a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
-		return fmt.Errorf("%s is the broadcast address", s)
+		return fmt.Errorf("%s is the broadcast address", a)
 	}
 	return nil
 }
 
-func validIPv4(s string) error {
-	a, err := netip.ParseAddr(s)
-	if err != nil || !a.Is4() {
-		return fmt.Errorf("%q is not an IPv4 address", s)
+func validIPv4(a netip.Addr) error {
+	if !a.Is4() {
+		return fmt.Errorf("%q is not an IPv4 address", addrText(a))
 	}
 	return nil
+}
+
+// addrText is the address as the wire spells it: the zero Addr (a missing or empty address) is
+// "", not String's "invalid IP".
+func addrText(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
 }
 
 func validPort(p int32) error {
@@ -320,37 +331,6 @@ func validPort(p int32) error {
 		return fmt.Errorf("port %d is outside 1..65535", p)
 	}
 	return nil
-}
-
-func compareBackends(a, b Backend) int {
-	return cmp.Or(CompareAddrs(a.IP, b.IP), cmp.Compare(a.Port, b.Port))
-}
-
-// CompareAddrs orders IPv4 addresses numerically, falling back to string order for garbage so
-// that sorting never panics on input Validate will reject.
-func CompareAddrs(a, b string) int {
-	pa, errA := netip.ParseAddr(a)
-	pb, errB := netip.ParseAddr(b)
-	if errA != nil || errB != nil {
-		return cmp.Compare(a, b)
-	}
-	return pa.Compare(pb)
-}
-
-// IdentityKey names an identity: (VIP, port, protocol).
-type IdentityKey struct {
-	VIP      string   `json:"vip"`
-	Port     int32    `json:"port"`
-	Protocol Protocol `json:"protocol"`
-}
-
-// ID is the identity's key.
-func (id Identity) ID() IdentityKey {
-	return IdentityKey{VIP: id.VIP, Port: id.Port, Protocol: id.Protocol}
-}
-
-func CompareKeys(a, b IdentityKey) int {
-	return cmp.Or(CompareAddrs(a.VIP, b.VIP), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Protocol, b.Protocol))
 }
 
 // IsDelta reports whether the message is a delta (Base > 0) rather than a complete state.
@@ -363,8 +343,7 @@ func (s State) IsDelta() bool { return s.Base > 0 }
 // instead of megabytes (SPEC P1, P3).
 func Delta(old, new State) State {
 	d := State{Identities: []Identity{}, ClusterIPs: new.ClusterIPs}
-	// Both lists are sorted: walk them together. Keys are compared as strings first; the
-	// ordering comparison (which parses addresses) runs only where the lists differ.
+	// Both lists are sorted: walk them together.
 	i, j := 0, 0
 	for i < len(old.Identities) || j < len(new.Identities) {
 		var c int
@@ -373,14 +352,12 @@ func Delta(old, new State) State {
 			c = 1
 		case j == len(new.Identities):
 			c = -1
-		case old.Identities[i].ID() == new.Identities[j].ID():
-			c = 0
 		default:
-			c = CompareKeys(old.Identities[i].ID(), new.Identities[j].ID())
+			c = old.Identities[i].Key().Compare(new.Identities[j].Key())
 		}
 		switch {
 		case c < 0:
-			d.Removed = append(d.Removed, old.Identities[i].ID())
+			d.Removed = append(d.Removed, old.Identities[i].Key())
 			i++
 		case c > 0:
 			d.Identities = append(d.Identities, new.Identities[j])
@@ -408,16 +385,16 @@ func (s State) Merge(d State) (State, error) {
 		drop[k] = true
 	}
 	for _, id := range d.Identities {
-		drop[id.ID()] = true
+		drop[id.Key()] = true
 	}
 	out := State{Generation: d.Generation, Identities: make([]Identity, 0, len(s.Identities)+len(d.Identities)), ClusterIPs: d.ClusterIPs}
 	// Both lists are sorted: merge them.
 	i, j := 0, 0
 	for i < len(s.Identities) || j < len(d.Identities) {
 		switch {
-		case i < len(s.Identities) && drop[s.Identities[i].ID()]:
+		case i < len(s.Identities) && drop[s.Identities[i].Key()]:
 			i++
-		case j >= len(d.Identities) || (i < len(s.Identities) && CompareKeys(s.Identities[i].ID(), d.Identities[j].ID()) < 0):
+		case j >= len(d.Identities) || (i < len(s.Identities) && s.Identities[i].Key().Compare(d.Identities[j].Key()) < 0):
 			out.Identities = append(out.Identities, s.Identities[i])
 			i++
 		default:

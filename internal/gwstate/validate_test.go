@@ -3,6 +3,7 @@ package gwstate
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 )
@@ -12,7 +13,7 @@ import (
 // network (the metadata address, loopback, multicast ...) and malformed source ranges.
 func TestValidateRefusesUnsafeBackendsAndRanges(t *testing.T) {
 	base := func(mut func(*Identity)) State {
-		id := Identity{VIP: "172.18.0.10", Port: 80, Protocol: TCP, Backends: []Backend{{IP: "10.0.1.11", Port: 8080}}}
+		id := Identity{VIP: netip.MustParseAddr("172.18.0.10"), Port: 80, Protocol: TCP, Backends: []Backend{{IP: netip.MustParseAddr("10.0.1.11"), Port: 8080}}}
 		mut(&id)
 		return State{Identities: []Identity{id}}
 	}
@@ -26,12 +27,12 @@ func TestValidateRefusesUnsafeBackendsAndRanges(t *testing.T) {
 		mut  func(*Identity)
 		want string
 	}{
-		"metadata address":    {func(id *Identity) { id.Backends[0].IP = "169.254.169.254" }, "link-local"},
-		"loopback":            {func(id *Identity) { id.Backends[0].IP = "127.0.0.1" }, "loopback"},
-		"multicast":           {func(id *Identity) { id.Backends[0].IP = "239.1.1.1" }, "multicast"},
-		"broadcast":           {func(id *Identity) { id.Backends[0].IP = "255.255.255.255" }, "broadcast"},
-		"unspecified":         {func(id *Identity) { id.Backends[0].IP = "0.0.0.0" }, "unspecified"},
-		"IPv6":                {func(id *Identity) { id.Backends[0].IP = "fd00::1" }, "not an IPv4"},
+		"metadata address":    {func(id *Identity) { id.Backends[0].IP = netip.MustParseAddr("169.254.169.254") }, "link-local"},
+		"loopback":            {func(id *Identity) { id.Backends[0].IP = netip.MustParseAddr("127.0.0.1") }, "loopback"},
+		"multicast":           {func(id *Identity) { id.Backends[0].IP = netip.MustParseAddr("239.1.1.1") }, "multicast"},
+		"broadcast":           {func(id *Identity) { id.Backends[0].IP = netip.MustParseAddr("255.255.255.255") }, "broadcast"},
+		"unspecified":         {func(id *Identity) { id.Backends[0].IP = netip.MustParseAddr("0.0.0.0") }, "unspecified"},
+		"IPv6":                {func(id *Identity) { id.Backends[0].IP = netip.MustParseAddr("fd00::1") }, "not an IPv4"},
 		"range not masked":    {func(id *Identity) { id.SourceRanges = []string{"10.1.2.3/16"} }, "canonical"},
 		"range IPv6":          {func(id *Identity) { id.SourceRanges = []string{"fd00::/8"} }, "canonical"},
 		"range garbage":       {func(id *Identity) { id.SourceRanges = []string{"any"} }, "canonical"},
@@ -48,7 +49,7 @@ func TestValidateRefusesUnsafeBackendsAndRanges(t *testing.T) {
 // covers: N7, D2
 // An identity whose source ranges change is in the delta, like one whose backends change.
 func TestDeltaSeesSourceRanges(t *testing.T) {
-	id := Identity{VIP: "172.18.0.10", Port: 80, Protocol: TCP, Backends: []Backend{{IP: "10.0.1.11", Port: 8080}}}
+	id := Identity{VIP: netip.MustParseAddr("172.18.0.10"), Port: 80, Protocol: TCP, Backends: []Backend{{IP: netip.MustParseAddr("10.0.1.11"), Port: 8080}}}
 	old := State{Identities: []Identity{id}}
 	id.SourceRanges = []string{"10.0.0.0/8"}
 	d := Delta(old, State{Identities: []Identity{id}})
@@ -64,10 +65,10 @@ func TestMaxEncodedSize(t *testing.T) {
 	const ids, perID = 200, 7
 	st := State{Generation: 1<<62 + 1, Identities: make([]Identity, 0, ids)}
 	for i := range ids {
-		id := Identity{VIP: fmt.Sprintf("255.255.%d.%d", 100+i/100, 100+i%100), Port: 65535, Protocol: UDP,
+		id := Identity{VIP: netip.MustParseAddr(fmt.Sprintf("255.255.%d.%d", 100+i/100, 100+i%100)), Port: 65535, Protocol: UDP,
 			AffinityTimeoutSeconds: 86400, Group: "ffffffffffff"}
 		for j := range perID {
-			id.Backends = append(id.Backends, Backend{IP: fmt.Sprintf("255.255.%d.%d", 100+j, 100+i%100), Port: 65535})
+			id.Backends = append(id.Backends, Backend{IP: netip.MustParseAddr(fmt.Sprintf("255.255.%d.%d", 100+j, 100+i%100)), Port: 65535})
 			id.SourceRanges = append(id.SourceRanges, fmt.Sprintf("255.255.%d.%d/32", 100+j, 100+i%100))
 		}
 		st.Identities = append(st.Identities, id)

@@ -3,6 +3,7 @@ package inspect
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -96,14 +97,14 @@ func (v *View) ServiceStatus(sp *model.ServicePlan) ServiceStatus {
 	}
 	for _, id := range sp.Identities {
 		part := "ClusterIP"
-		if id.VIP == sp.EIP && sp.EIP != "" {
+		if id.VIP == sp.EIP {
 			part = "EIP"
 		}
 		bs := make([]string, 0, len(id.Backends))
 		for _, b := range id.Backends {
 			bs = append(bs, b.String())
 		}
-		st.Identities = append(st.Identities, Identity{Part: part, VIP: id.VIP, Port: id.Port, Protocol: string(id.Protocol), Backends: bs,
+		st.Identities = append(st.Identities, Identity{Part: part, VIP: id.VIP.String(), Port: id.Port, Protocol: string(id.Protocol), Backends: bs,
 			AffinityTimeoutSeconds: id.AffinityTimeoutSeconds, SourceRanges: id.SourceRanges})
 		if id.AffinityTimeoutSeconds > 0 {
 			st.Affinity = fmt.Sprintf("ClientIP(%ds)", id.AffinityTimeoutSeconds)
@@ -149,7 +150,7 @@ func (v *View) parts(sp *model.ServicePlan, svc *corev1.Service) (eip, cip Part)
 	case !v.Gates.LoadBalancer:
 		eip = Part{State: PartOff, Reason: "the controller runs without --enable-gw-nftable-lb-svc", EventReason: ReasonGateOff}
 	case sp.EIPServed:
-		eip = Part{State: PartServed, VIP: sp.EIP}
+		eip = Part{State: PartServed, VIP: sp.EIP.String()}
 	default:
 		eip = v.notServed(sp, svc, sp.EIPReason, "EIP")
 	}
@@ -157,7 +158,7 @@ func (v *View) parts(sp *model.ServicePlan, svc *corev1.Service) (eip, cip Part)
 	case !v.Gates.ClusterIP:
 		cip = Part{State: PartOff, Reason: "the controller runs without --enable-gw-nftable-svc-cluster-ip", EventReason: ReasonGateOff}
 	case sp.ClusterIPServed:
-		cip = Part{State: PartServed, VIP: sp.ClusterIP}
+		cip = Part{State: PartServed, VIP: sp.ClusterIP.String()}
 	default:
 		cip = v.notServed(sp, svc, sp.ClusterIPReason, "ClusterIP")
 	}
@@ -383,9 +384,9 @@ func (v *View) Explain(namespace, name string) (ServiceExplanation, error) {
 		if sp.Served() {
 			rt := gs.Routes
 			rt.VIPs = []string{}
-			for _, vip := range []string{sp.EIP, sp.ClusterIP} {
-				if vip != "" {
-					rt.VIPs = append(rt.VIPs, vip)
+			for _, vip := range []netip.Addr{sp.EIP, sp.ClusterIP} {
+				if vip.IsValid() {
+					rt.VIPs = append(rt.VIPs, vip.String())
 				}
 			}
 			ex.Routes = &rt

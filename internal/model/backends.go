@@ -45,12 +45,7 @@ func (ix *Index) backendsFor(svc *corev1.Service, port corev1.ServicePort, r *re
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b gwstate.Backend) int {
-		if c := netip.MustParseAddr(a.IP).Compare(netip.MustParseAddr(b.IP)); c != 0 {
-			return c
-		}
-		return int(a.Port - b.Port)
-	})
+	slices.SortFunc(out, gwstate.Backend.Compare)
 	return slices.Compact(out)
 }
 
@@ -78,7 +73,7 @@ type resolver struct {
 	// infra are the addresses of the VPC's own machinery, never a backend (SPEC N2): the
 	// gateways' addresses, the Subnets' gateway (the VPC router's port) and reserved addresses.
 	infra   []infraRange
-	memo    map[types.NamespacedName]string
+	memo    map[types.NamespacedName]netip.Addr
 	skipped []string
 	seen    map[string]bool
 }
@@ -92,7 +87,7 @@ type infraRange struct {
 }
 
 func (ix *Index) newResolver(svc *corev1.Service, gw *kubeovnv1.VpcNatGateway) *resolver {
-	r := &resolver{ix: ix, vpc: gw.Spec.Vpc, namespace: svc.Namespace, memo: map[types.NamespacedName]string{}, seen: map[string]bool{}}
+	r := &resolver{ix: ix, vpc: gw.Spec.Vpc, namespace: svc.Namespace, memo: map[types.NamespacedName]netip.Addr{}, seen: map[string]bool{}}
 	r.infra = ix.vpcInfra(gw)
 	return r
 }
@@ -170,20 +165,20 @@ func (r *resolver) skip(why string) {
 // the Pod is reported and not used. An endpoint without a Pod is used only when the controller
 // allows it, with an address inside a Subnet of the VPC. Never the VPC's own machinery (infra),
 // nor loopback, link-local, multicast or broadcast addresses.
-func (r *resolver) resolve(namespace string, ep *discoveryv1.Endpoint) (string, bool) {
+func (r *resolver) resolve(namespace string, ep *discoveryv1.Endpoint) (netip.Addr, bool) {
 	if ep.TargetRef == nil || ep.TargetRef.Kind != "Pod" {
 		ip, ok := firstIPv4(ep.Addresses)
 		switch {
 		case !ok:
-			return "", false
+			return netip.Addr{}, false
 		case !r.ix.gates.EndpointsWithoutPods:
-			r.skip("endpoint " + ip + " has no Pod target: such endpoints are not used (the controller's --allow-endpoints-without-pods)")
-			return "", false
+			r.skip("endpoint " + ip.String() + " has no Pod target: such endpoints are not used (the controller's --allow-endpoints-without-pods)")
+			return netip.Addr{}, false
 		case !r.inVpcSubnet(ip):
-			r.skip("endpoint " + ip + " is not an address of a Subnet of VPC " + r.vpc + ": it is not used")
-			return "", false
-		case !r.safe(ip, "endpoint "+ip):
-			return "", false
+			r.skip("endpoint " + ip.String() + " is not an address of a Subnet of VPC " + r.vpc + ": it is not used")
+			return netip.Addr{}, false
+		case !r.safe(ip, "endpoint "+ip.String()):
+			return netip.Addr{}, false
 		}
 		return ip, true
 	}
@@ -194,21 +189,22 @@ func (r *resolver) resolve(namespace string, ep *discoveryv1.Endpoint) (string, 
 	key := types.NamespacedName{Namespace: ns, Name: ep.TargetRef.Name}
 	if ns != r.namespace {
 		r.skip("an endpoint targets a Pod of another namespace: it is not used")
-		return "", false
+		return netip.Addr{}, false
 	}
 	if ip, ok := r.memo[key]; ok {
-		return ip, ip != ""
+		return ip, ip.IsValid()
 	}
-	ip := ""
+	var ip netip.Addr                      // the zero Addr: no backend for this Pod
 	if pod := r.ix.pods[key]; pod != nil { // not in the cache yet: wait for it rather than guess
 		ip = r.podAddress(pod)
 	}
 	r.memo[key] = ip
-	return ip, ip != ""
+	return ip, ip.IsValid()
 }
 
-// podAddress is the lowest address kube-ovn allocated to pod in the resolver's VPC, or "".
-func (r *resolver) podAddress(pod *corev1.Pod) string {
+// podAddress is the lowest address kube-ovn allocated to pod in the resolver's VPC, or the zero
+// Addr.
+func (r *resolver) podAddress(pod *corev1.Pod) netip.Addr {
 	key := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
 	var inVpc, allocated []netip.Addr
 	for _, a := range r.ix.podAddrs[key] {
@@ -222,9 +218,9 @@ func (r *resolver) podAddress(pod *corev1.Pod) string {
 		if !ok {
 			continue
 		}
-		allocated = append(allocated, netip.MustParseAddr(ip))
-		if r.ix.subnetHolds(a.Spec.Subnet, ip) && r.safe(ip, "backend Pod "+key.String()+" address "+ip) {
-			inVpc = append(inVpc, netip.MustParseAddr(ip))
+		allocated = append(allocated, ip)
+		if r.ix.subnetHolds(a.Spec.Subnet, ip) && r.safe(ip, "backend Pod "+key.String()+" address "+ip.String()) {
+			inVpc = append(inVpc, ip)
 		}
 	}
 	slices.SortFunc(inVpc, netip.Addr.Compare)
@@ -238,25 +234,21 @@ func (r *resolver) podAddress(pod *corev1.Pod) string {
 	}
 	if len(inVpc) == 0 {
 		r.skip("backend Pod " + key.String() + " has no address in VPC " + r.vpc + " that kube-ovn allocated: it is not used")
-		return ""
+		return netip.Addr{}
 	}
-	return inVpc[0].String()
+	return inVpc[0]
 }
 
 // safe refuses the VPC's machinery and the address classes that are never a backend, saying why
 // for what (an endpoint or a Pod's address).
-func (r *resolver) safe(ip, what string) bool {
-	a, err := netip.ParseAddr(ip)
-	if err != nil {
-		return false
-	}
+func (r *resolver) safe(a netip.Addr, what string) bool {
 	for _, in := range r.infra {
 		if in.from.Compare(a) <= 0 && a.Compare(in.to) <= 0 {
 			r.skip(what + " is " + in.what + ": it is not used")
 			return false
 		}
 	}
-	if err := gwstate.ValidBackendAddr(ip); err != nil {
+	if err := gwstate.ValidBackendAddr(a); err != nil {
 		r.skip(what + ": " + err.Error() + ": it is not used")
 		return false
 	}
@@ -264,7 +256,7 @@ func (r *resolver) safe(ip, what string) bool {
 }
 
 // inVpcSubnet reports whether ip lies in a Subnet of the resolver's VPC.
-func (r *resolver) inVpcSubnet(ip string) bool {
+func (r *resolver) inVpcSubnet(ip netip.Addr) bool {
 	for name := range r.ix.subnets {
 		if r.ix.subnetVpc(name) == r.vpc && r.ix.subnetHolds(name, ip) {
 			return true
@@ -299,7 +291,7 @@ func podClaims(pod *corev1.Pod) []claim {
 			continue
 		}
 		if ip, ok := firstIPv4(strings.Split(v, ",")); ok {
-			out = append(out, claim{ip: netip.MustParseAddr(ip), logicalSwitch: pod.Annotations[provider+logicalSwitchSuffix], annotation: k})
+			out = append(out, claim{ip: ip, logicalSwitch: pod.Annotations[provider+logicalSwitchSuffix], annotation: k})
 		}
 	}
 	slices.SortFunc(out, func(a, b claim) int { return strings.Compare(a.annotation, b.annotation) })
@@ -317,11 +309,11 @@ func (ix *Index) subnetVpc(name string) string {
 	return s.Spec.Vpc
 }
 
-func firstIPv4(addrs []string) (string, bool) {
+func firstIPv4(addrs []string) (netip.Addr, bool) {
 	for _, a := range addrs {
 		if ip, err := netip.ParseAddr(strings.TrimSpace(a)); err == nil && ip.Is4() {
-			return ip.String(), true
+			return ip, true
 		}
 	}
-	return "", false
+	return netip.Addr{}, false
 }

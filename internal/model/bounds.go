@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"net/netip"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -73,7 +74,7 @@ func (ix *Index) takeLoad(namespace string, sp *ServicePlan) {
 	if sp.ClusterIPServed {
 		sp.ClusterIPReason = ev.Message
 	}
-	sp.EIPServed, sp.ClusterIPServed, sp.EIP, sp.ClusterIP = false, false, "", ""
+	sp.EIPServed, sp.ClusterIPServed, sp.EIP, sp.ClusterIP = false, false, netip.Addr{}, netip.Addr{}
 	sp.Identities, sp.Record, sp.Records = nil, nil, nil
 	sp.Limited = true
 	sp.Events = append(sp.Events, *ev)

@@ -207,6 +207,8 @@ func recordedState(recs []vpcgwv1alpha1.ServiceRecord, gw string) gwstate.State 
 			continue
 		}
 		group := IdentityGroup(types.UID(r.Labels[LabelRecordUID]))
+		eip, eipErr := netip.ParseAddr(r.Spec.EIPAddress)
+		cip, cipErr := netip.ParseAddr(r.Spec.ClusterIP)
 		for _, p := range r.Spec.Ports {
 			proto, ok := ServedProtocol(corev1.Protocol(strings.ToUpper(p.Protocol)))
 			if !ok {
@@ -218,19 +220,19 @@ func recordedState(recs []vpcgwv1alpha1.ServiceRecord, gw string) gwstate.State 
 				if err != nil {
 					continue
 				}
-				backends = append(backends, gwstate.Backend{IP: ap.Addr().String(), Port: int32(ap.Port())})
+				backends = append(backends, gwstate.Backend{IP: ap.Addr(), Port: int32(ap.Port())})
 			}
-			if r.Spec.EIPAddress != "" {
-				st.Identities = append(st.Identities, gwstate.Identity{VIP: r.Spec.EIPAddress, Port: p.Port, Protocol: proto, Backends: backends,
+			if eipErr == nil {
+				st.Identities = append(st.Identities, gwstate.Identity{VIP: eip, Port: p.Port, Protocol: proto, Backends: backends,
 					AffinityTimeoutSeconds: r.Spec.SessionAffinityTimeoutSeconds, SourceRanges: r.Spec.SourceRanges, Group: group})
 			}
-			if r.Spec.ClusterIP != "" {
-				st.Identities = append(st.Identities, gwstate.Identity{VIP: r.Spec.ClusterIP, Port: p.Port, Protocol: proto, Backends: slices.Clone(backends),
+			if cipErr == nil {
+				st.Identities = append(st.Identities, gwstate.Identity{VIP: cip, Port: p.Port, Protocol: proto, Backends: slices.Clone(backends),
 					AffinityTimeoutSeconds: r.Spec.SessionAffinityTimeoutSeconds, Group: group})
 			}
 		}
-		if r.Spec.ClusterIP != "" {
-			st.ClusterIPs = append(st.ClusterIPs, r.Spec.ClusterIP)
+		if cipErr == nil {
+			st.ClusterIPs = append(st.ClusterIPs, cip)
 		}
 	}
 	st.Normalize()

@@ -2,6 +2,7 @@ package model
 
 import (
 	"math/rand/v2"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -18,7 +19,7 @@ import (
 	"github.com/vpcgw/vpcgw/internal/gwstate"
 )
 
-var twoBackends = []gwstate.Backend{{IP: "10.0.1.11", Port: 8080}, {IP: "10.0.1.12", Port: 8080}}
+var twoBackends = []gwstate.Backend{{IP: netip.MustParseAddr("10.0.1.11"), Port: 8080}, {IP: netip.MustParseAddr("10.0.1.12"), Port: 8080}}
 
 // covers: S1, S2, I1, B1, D2, D5, D7, R1, R2, T1, T2, V1
 func TestServedLoadBalancerWithBothGates(t *testing.T) {
@@ -33,10 +34,10 @@ func TestServedLoadBalancerWithBothGates(t *testing.T) {
 	gp := p.Gateway("gw1")
 	g := IdentityGroup(sp.UID) // one Service: programmed or refused together (SPEC D8)
 	want := []gwstate.Identity{
-		{VIP: "10.96.0.10", Port: 80, Protocol: gwstate.TCP, Backends: twoBackends, Group: g},
-		{VIP: "172.18.0.10", Port: 80, Protocol: gwstate.TCP, Backends: twoBackends, Group: g},
+		{VIP: netip.MustParseAddr("10.96.0.10"), Port: 80, Protocol: gwstate.TCP, Backends: twoBackends, Group: g},
+		{VIP: netip.MustParseAddr("172.18.0.10"), Port: 80, Protocol: gwstate.TCP, Backends: twoBackends, Group: g},
 	}
-	if !reflect.DeepEqual(gp.State.Identities, want) || !reflect.DeepEqual(gp.State.ClusterIPs, []string{"10.96.0.10"}) {
+	if !reflect.DeepEqual(gp.State.Identities, want) || !reflect.DeepEqual(gp.State.ClusterIPs, []netip.Addr{netip.MustParseAddr("10.96.0.10")}) {
 		t.Fatalf("gateway state = %+v, want %+v and ClusterIP held", gp.State, want)
 	}
 	if len(gp.Instances) != 1 || gp.Instances[0].LanIP != "10.0.1.254" {
@@ -169,7 +170,7 @@ func TestDualStackServesIPv4Part(t *testing.T) {
 		s.Spec.ClusterIP, s.Spec.ClusterIPs = "fd00::10", []string{"fd00::10", "10.96.0.10"}
 	})
 	sp := servicePlan(Compute(baseSnapshot(svc), bothGates), "web")
-	if !sp.EIPServed || sp.ClusterIP != "10.96.0.10" {
+	if !sp.EIPServed || sp.ClusterIP != netip.MustParseAddr("10.96.0.10") {
 		t.Fatalf("dual-stack: %+v", sp)
 	}
 }
@@ -235,8 +236,8 @@ func TestEndpointSelection(t *testing.T) {
 	st := p.Gateway("gw1").State
 	g := IdentityGroup(servicePlan(p, "web").UID)
 	want := []gwstate.Identity{
-		{VIP: "172.18.0.10", Port: 53, Protocol: gwstate.UDP, Backends: []gwstate.Backend{{IP: "10.0.1.30", Port: 5353}}, Group: g},
-		{VIP: "172.18.0.10", Port: 80, Protocol: gwstate.TCP, Backends: twoBackends, Group: g},
+		{VIP: netip.MustParseAddr("172.18.0.10"), Port: 53, Protocol: gwstate.UDP, Backends: []gwstate.Backend{{IP: netip.MustParseAddr("10.0.1.30"), Port: 5353}}, Group: g},
+		{VIP: netip.MustParseAddr("172.18.0.10"), Port: 80, Protocol: gwstate.TCP, Backends: twoBackends, Group: g},
 	}
 	if !reflect.DeepEqual(st.Identities, want) {
 		t.Fatalf("identities = %+v\nwant %+v", st.Identities, want)
@@ -265,7 +266,7 @@ func TestBackendNICResolution(t *testing.T) {
 	}
 	s.PodAddresses = addressesOf(s.Pods...)
 	sp := servicePlan(Compute(s, lbGates), "web")
-	want := []gwstate.Backend{{IP: "10.0.1.9", Port: 8080}, {IP: "10.0.1.31", Port: 8080}, {IP: "10.0.1.60", Port: 8080}}
+	want := []gwstate.Backend{{IP: netip.MustParseAddr("10.0.1.9"), Port: 8080}, {IP: netip.MustParseAddr("10.0.1.31"), Port: 8080}, {IP: netip.MustParseAddr("10.0.1.60"), Port: 8080}}
 	if len(sp.Identities) != 1 || !reflect.DeepEqual(sp.Identities[0].Backends, want) {
 		t.Fatalf("backends = %+v, want %+v", sp.Identities, want)
 	}
@@ -296,7 +297,7 @@ func TestConflictOldestWins(t *testing.T) {
 		t.Fatalf("newer Service = %+v, want the ClusterIP kept and a conflict naming ns/zzz-old", loser)
 	}
 	for _, id := range loser.Identities {
-		if id.VIP == "172.18.0.10" {
+		if id.VIP == netip.MustParseAddr("172.18.0.10") {
 			t.Fatalf("loser serves EIP identity %s", id.Key())
 		}
 	}
@@ -570,7 +571,7 @@ func stripPods(p Plan) Plan {
 		slices.SortFunc(evs, func(a, b Event) int { return strings.Compare(a.Reason+a.Message, b.Reason+b.Message) })
 		p.Services[i].Events = evs
 		ids := slices.Clone(p.Services[i].Identities)
-		slices.SortFunc(ids, func(a, b gwstate.Identity) int { return strings.Compare(a.Key(), b.Key()) })
+		slices.SortFunc(ids, func(a, b gwstate.Identity) int { return a.Key().Compare(b.Key()) })
 		p.Services[i].Identities = ids
 	}
 	return p

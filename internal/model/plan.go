@@ -2,6 +2,7 @@ package model
 
 import (
 	"cmp"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -159,8 +160,8 @@ func compareBool(a, b bool) int {
 type Contribution struct {
 	Service    types.NamespacedName
 	Identities []gwstate.Identity
-	// EIP and ClusterIP are the served addresses ("" when that part is not served).
-	EIP, ClusterIP string
+	// EIP and ClusterIP are the served addresses (the zero Addr when that part is not served).
+	EIP, ClusterIP netip.Addr
 }
 
 // Contribution is what the Service adds to its gateway: nothing unless some part is served.
@@ -202,17 +203,17 @@ func (gp GatewayPlan) Base() GatewayPlan {
 // Add adds one served Service to the gateway's state, ClusterIPs and route VIPs. Call Finish
 // when every Service is in.
 func (gp *GatewayPlan) Add(c Contribution) {
-	if c.EIP == "" && c.ClusterIP == "" {
+	if !c.EIP.IsValid() && !c.ClusterIP.IsValid() {
 		return
 	}
 	gp.State.Identities = append(gp.State.Identities, c.Identities...)
 	gp.Services = append(gp.Services, c.Service)
-	if c.ClusterIP != "" {
+	if c.ClusterIP.IsValid() {
 		gp.State.ClusterIPs = append(gp.State.ClusterIPs, c.ClusterIP)
 	}
-	for _, vip := range []string{c.EIP, c.ClusterIP} {
-		if vip != "" {
-			gp.Routes.VIPs = append(gp.Routes.VIPs, vip)
+	for _, vip := range []netip.Addr{c.EIP, c.ClusterIP} {
+		if vip.IsValid() {
+			gp.Routes.VIPs = append(gp.Routes.VIPs, vip.String())
 		}
 	}
 }
@@ -221,9 +222,26 @@ func (gp *GatewayPlan) Add(c Contribution) {
 func (gp *GatewayPlan) Finish() {
 	// Backends come sorted and de-duplicated from backendsFor.
 	gp.State.SortIdentities()
-	gp.Routes.NextHops = gwstate.SortAddrs(gp.Routes.NextHops)
-	gp.Routes.VIPs = gwstate.SortAddrs(gp.Routes.VIPs)
+	gp.Routes.NextHops = sortAddrs(gp.Routes.NextHops)
+	gp.Routes.VIPs = sortAddrs(gp.Routes.VIPs)
 	slices.SortFunc(gp.Services, compareKeys)
+}
+
+// sortAddrs sorts route addresses (text: the OVN writer's vocabulary) in address order and
+// removes duplicates. They are the text of addresses the model parsed, so each parses again.
+func sortAddrs(addrs []string) []string {
+	parsed := make([]netip.Addr, 0, len(addrs))
+	for _, s := range addrs {
+		if a, err := netip.ParseAddr(s); err == nil {
+			parsed = append(parsed, a)
+		}
+	}
+	slices.SortFunc(parsed, netip.Addr.Compare)
+	out := addrs[:0]
+	for _, a := range slices.Compact(parsed) {
+		out = append(out, a.String())
+	}
+	return out
 }
 
 func compareKeys(a, b types.NamespacedName) int {
@@ -252,7 +270,7 @@ func (ix *Index) instances(gw string) []Instance {
 		// The route's next hop comes from the Pod's status (the kubelet's report of the address
 		// kube-ovn allocated), never from an annotation its owner could write (SPEC N5).
 		lan, _ := firstIPv4([]string{p.Status.PodIP})
-		out = append(out, Instance{Pod: p, LanIP: lan, Initialized: p.Annotations[AnnotationGwInit] == "true", Workload: app, WorkloadNamespace: ns})
+		out = append(out, Instance{Pod: p, LanIP: addrText(lan), Initialized: p.Annotations[AnnotationGwInit] == "true", Workload: app, WorkloadNamespace: ns})
 	}
 	slices.SortFunc(out, func(a, b Instance) int { return strings.Compare(a.Pod.Name, b.Pod.Name) })
 	return out

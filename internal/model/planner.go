@@ -196,7 +196,7 @@ func (p *Planner) Quarantined(refused map[gwstate.IdentityKey]string) (map[types
 	uids := map[types.NamespacedName]types.UID{}
 	for k, kp := range p.services {
 		for _, id := range kp.part.Identities {
-			if reason, ok := refused[id.ID()]; ok {
+			if reason, ok := refused[id.Key()]; ok {
 				out[k], uids[k] = reason, kp.uid
 				break
 			}

@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strconv"
@@ -424,7 +425,7 @@ func TestQuarantinedServices(t *testing.T) {
 	if q, _ := p.Quarantined(nil); len(q) != 0 {
 		t.Fatalf("quarantined %v with nothing refused", q)
 	}
-	refused := map[gwstate.IdentityKey]string{{VIP: "172.18.0.10", Port: 81, Protocol: gwstate.TCP}: "the kernel refused it"}
+	refused := map[gwstate.IdentityKey]string{{VIP: netip.MustParseAddr("172.18.0.10"), Port: 81, Protocol: gwstate.TCP}: "the kernel refused it"}
 	q, uids := p.Quarantined(refused)
 	other := types.NamespacedName{Namespace: "ns", Name: "other"}
 	if len(q) != 1 || q[other] != "the kernel refused it" || uids[other] != "uid-other" {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,15 +45,15 @@ func desiredServiceRecord(svc *corev1.Service, b binding, sp *ServicePlan, timeo
 		Spec: vpcgwv1alpha1.ServiceRecordSpec{
 			Service:                       vpcgwv1alpha1.ServiceReference{Namespace: svc.Namespace, Name: svc.Name, UID: svc.UID},
 			Gateway:                       b.gateway,
-			ClusterIP:                     sp.ClusterIP,
+			ClusterIP:                     addrText(sp.ClusterIP),
 			SessionAffinityTimeoutSeconds: timeout,
 			Ports:                         []vpcgwv1alpha1.RecordPort{},
 		},
 	}
-	if sp.EIP != "" {
-		labels[LabelEIPAddress] = sp.EIP
+	if sp.EIP.IsValid() {
+		labels[LabelEIPAddress] = sp.EIP.String()
 		labels[LabelEIPUID] = string(b.eip.UID)
-		rec.Spec.EIP, rec.Spec.EIPUID, rec.Spec.EIPAddress = b.eipName, b.eip.UID, sp.EIP
+		rec.Spec.EIP, rec.Spec.EIPUID, rec.Spec.EIPAddress = b.eipName, b.eip.UID, sp.EIP.String()
 	}
 	for _, id := range sp.Identities {
 		if id.VIP == sp.EIP && len(id.SourceRanges) > 0 {
@@ -62,7 +63,7 @@ func desiredServiceRecord(svc *corev1.Service, b binding, sp *ServicePlan, timeo
 	}
 	// Both identities of a port have the same backends (SPEC I1): take them from one VIP.
 	vip := cmp.Or(sp.EIP, sp.ClusterIP)
-	addrs := map[string]bool{}
+	addrs := map[netip.Addr]bool{}
 	var ports []string
 	for _, id := range sp.Identities {
 		if id.VIP != vip {
@@ -70,7 +71,7 @@ func desiredServiceRecord(svc *corev1.Service, b binding, sp *ServicePlan, timeo
 		}
 		p := vpcgwv1alpha1.RecordPort{Port: id.Port, Protocol: string(id.Protocol)}
 		for _, be := range id.Backends {
-			p.Backends = append(p.Backends, be.IP+":"+strconv.Itoa(int(be.Port)))
+			p.Backends = append(p.Backends, be.String())
 			addrs[be.IP] = true
 		}
 		rec.Spec.Ports = append(rec.Spec.Ports, p)
@@ -121,8 +122,8 @@ func recordLabels(svc *corev1.Service, b binding, sp *ServicePlan, port int32) m
 		LabelGateway:         b.gateway,
 		LabelExternalPort:    strconv.Itoa(int(port)),
 	}
-	if sp.EIP != "" {
-		l[LabelEIPAddress] = sp.EIP
+	if sp.EIP.IsValid() {
+		l[LabelEIPAddress] = sp.EIP.String()
 		l[LabelEIPUID] = string(b.eip.UID)
 	}
 	return l
@@ -134,7 +135,7 @@ func desiredRecord(svc *corev1.Service, b binding, sp *ServicePlan, labels map[s
 	target := strconv.Itoa(int(be.Port))
 	r := kubeovnv1.IptablesDnatRule{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:   RecordName(svc.Namespace, svc.Name, proto, p.Port, be.IP, be.Port),
+			Name:   RecordName(svc.Namespace, svc.Name, proto, p.Port, be.IP.String(), be.Port),
 			Labels: labels,
 		},
 		Spec: kubeovnv1.IptablesDnatRuleSpec{
@@ -142,17 +143,17 @@ func desiredRecord(svc *corev1.Service, b binding, sp *ServicePlan, labels map[s
 			EIP:          b.eipName,
 			ExternalPort: port,
 			Protocol:     string(proto),
-			InternalIP:   be.IP,
+			InternalIP:   be.IP.String(),
 			InternalPort: target,
-			ClusterIP:    sp.ClusterIP,
+			ClusterIP:    addrText(sp.ClusterIP),
 		},
 		Status: kubeovnv1.IptablesDnatRuleStatus{
 			Ready: true, NatGwDp: b.gateway, Protocol: string(proto),
-			InternalIP: be.IP, InternalPort: target, ExternalPort: port,
-			V4IP: cmp.Or(sp.EIP, sp.ClusterIP),
+			InternalIP: be.IP.String(), InternalPort: target, ExternalPort: port,
+			V4IP: addrText(cmp.Or(sp.EIP, sp.ClusterIP)),
 		},
 	}
-	if sp.EIP == "" {
+	if !sp.EIP.IsValid() {
 		r.Spec.EIP = ""
 	}
 	if timeout > 0 {
@@ -231,7 +232,7 @@ func (ix *Index) planWrites(svc *corev1.Service, b binding, sp *ServicePlan) {
 	// vpcgw owns the ingress of LoadBalancer Services it serves or served (finalizer).
 	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer && (served || hasFinalizer) {
 		if sp.EIPServed {
-			sp.Ingress = []corev1.LoadBalancerIngress{{IP: sp.EIP}}
+			sp.Ingress = []corev1.LoadBalancerIngress{{IP: sp.EIP.String()}}
 		}
 		sp.IngressWrite = !ingressEqual(svc.Status.LoadBalancer.Ingress, sp.Ingress)
 	}
@@ -254,4 +255,12 @@ func labelsInclude(have, want map[string]string) bool {
 
 func ingressEqual(a, b []corev1.LoadBalancerIngress) bool {
 	return slices.EqualFunc(a, b, func(x, y corev1.LoadBalancerIngress) bool { return x.IP == y.IP && x.Hostname == y.Hostname })
+}
+
+// addrText is an address as the objects spell it: "" for the zero Addr (a part not served).
+func addrText(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
 }

@@ -34,9 +34,10 @@ type ServicePlan struct {
 
 	// Identities this Service contributes to its gateway (SPEC I1).
 	Identities []gwstate.Identity
-	// EIP is the served EIP address ("" when the EIP part is not served); ClusterIP likewise.
-	EIP       string
-	ClusterIP string
+	// EIP is the served EIP address (the zero Addr when the EIP part is not served); ClusterIP
+	// likewise.
+	EIP       netip.Addr
+	ClusterIP netip.Addr
 
 	// Record is the desired ServiceRecord of the Service (SPEC R6; nil when nothing is served or
 	// the ledger is kept as IptablesDnatRules). WriteRecord: it differs from the existing one and is
@@ -90,13 +91,13 @@ func (sp *ServicePlan) Served() bool { return sp.EIPServed || sp.ClusterIPServed
 type binding struct {
 	gateway string
 	gw      *kubeovnv1.VpcNatGateway
-	// eipName, eip, eipAddr: the EIP part is eligible when eipAddr != "".
+	// eipName, eip, eipAddr: the EIP part is eligible when eipAddr is valid.
 	eipName string
 	eip     *kubeovnv1.IptablesEIP
-	eipAddr string
+	eipAddr netip.Addr
 	eipWhy  *Event
 	// clusterIP is the IPv4 ClusterIP when the ClusterIP part is eligible.
-	clusterIP string
+	clusterIP netip.Addr
 	cipWhy    string
 	// blocked explains why no part can be served at all (type, family, policy, gateway ...).
 	blocked *Event
@@ -152,8 +153,8 @@ func (ix *Index) bind(svc *corev1.Service) (b binding) {
 			n, ix.gates.maxPorts(), b.gateway)
 		return b
 	}
-	clusterIP := ipv4ClusterIP(svc)
-	if clusterIP == "" {
+	clusterIP, ok := ipv4ClusterIP(svc)
+	if !ok {
 		b.blocked = warning(ReasonUnsupported, "the Service has no IPv4 ClusterIP (%v): only IPv4 is served through gateway %s", clusterIPsOf(svc), b.gateway)
 		return b
 	}
@@ -258,7 +259,7 @@ func (ix *Index) checkFromSubnet(svc *corev1.Service, b *binding) {
 	if !ok || b.blocked != nil {
 		return
 	}
-	if b.eipAddr != "" && ix.subnetHolds(name, b.eipAddr) {
+	if b.eipAddr.IsValid() && ix.subnetHolds(name, b.eipAddr) {
 		return
 	}
 	*b = binding{gateway: b.gateway, blocked: warning(ReasonUnsupported,
@@ -266,14 +267,10 @@ func (ix *Index) checkFromSubnet(svc *corev1.Service, b *binding) {
 		AnnotationGateway, AnnotationExternalIPFromSubnet, AnnotationExternalIPFromSubnet)}
 }
 
-// subnetHolds reports whether Subnet name exists and one of its CIDRs contains addr.
-func (ix *Index) subnetHolds(name, addr string) bool {
+// subnetHolds reports whether Subnet name exists and one of its CIDRs contains ip.
+func (ix *Index) subnetHolds(name string, ip netip.Addr) bool {
 	sub := ix.subnets[name]
 	if sub == nil {
-		return false
-	}
-	ip, err := netip.ParseAddr(addr)
-	if err != nil {
 		return false
 	}
 	for _, c := range strings.Split(sub.Spec.CIDRBlock, ",") {
@@ -319,9 +316,9 @@ func (ix *Index) PlanService(svc *corev1.Service) ServicePlan {
 
 // planIdentities fills identities and records for an eligible Service (SPEC I1, I2, B1-B3, S7).
 func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan) {
-	serveEIP := b.eipAddr != "" && ix.freeOfKubeOVNNat(svc, sp, b.eipName) &&
+	serveEIP := b.eipAddr.IsValid() && ix.freeOfKubeOVNNat(svc, sp, b.eipName) &&
 		ix.holdsAll(svc, sp, b.eipAddr, fmt.Sprintf("EIP %s (%s)", b.eipName, b.eipAddr), &sp.EIPReason)
-	serveCIP := b.clusterIP != "" && ix.holdsAll(svc, sp, b.clusterIP, "ClusterIP "+b.clusterIP, &sp.ClusterIPReason)
+	serveCIP := b.clusterIP.IsValid() && ix.holdsAll(svc, sp, b.clusterIP, "ClusterIP "+b.clusterIP.String(), &sp.ClusterIPReason)
 	sp.EIPServed, sp.ClusterIPServed = serveEIP, serveCIP
 	if serveEIP {
 		sp.EIP = b.eipAddr
@@ -344,7 +341,7 @@ func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan)
 		}
 		if ranges, from, ok = sourceRanges(svc); !ok {
 			ev := warning(ReasonUnsupported, "%s has no valid IPv4 range: the EIP (IPv4) would admit nobody, so it is not served", from)
-			sp.EIPServed, sp.EIP, sp.EIPReason = false, "", ev.Message
+			sp.EIPServed, sp.EIP, sp.EIPReason = false, netip.Addr{}, ev.Message
 			sp.Events = append(sp.Events, *ev)
 			if !serveCIP {
 				return
@@ -366,12 +363,12 @@ func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan)
 				p.Port, proto, len(backends), max))
 			backends = backends[:max]
 		}
-		if sp.EIP != "" {
+		if sp.EIP.IsValid() {
 			// Only the listed sources reach the EIP identity (SPEC N7); as with kube-proxy, the
 			// ClusterIP stays open to the VPC.
 			sp.Identities = append(sp.Identities, gwstate.Identity{VIP: sp.EIP, Port: p.Port, Protocol: proto, Backends: backends, AffinityTimeoutSeconds: timeout, SourceRanges: ranges, Group: group})
 		}
-		if sp.ClusterIP != "" {
+		if sp.ClusterIP.IsValid() {
 			sp.Identities = append(sp.Identities, gwstate.Identity{VIP: sp.ClusterIP, Port: p.Port, Protocol: proto, Backends: backends, AffinityTimeoutSeconds: timeout, Group: group})
 		}
 		if !ix.gates.dnatRuleLedger() {
@@ -410,13 +407,19 @@ func (ix *Index) freeOfKubeOVNNat(svc *corev1.Service, sp *ServicePlan, eip stri
 // records) and the whole EIP of a floating IP. vpcgw's DNAT would shadow them, so they are held
 // (SPEC N3), in the model and in the webhook alike.
 type KubeOVNNat struct {
-	ports map[string]map[claimKey]bool // by EIP name; claimKey.vip unused
+	ports map[string]map[natPort]bool // by EIP name
 	fips  map[string]bool
+}
+
+// natPort is one EIP port kube-ovn's NAT forwards.
+type natPort struct {
+	port     int32
+	protocol corev1.Protocol
 }
 
 // NewKubeOVNNat reads kube-ovn's DNAT and FIP rules; records and rules being deleted hold nothing.
 func NewKubeOVNNat(dnat []kubeovnv1.IptablesDnatRule, fips []kubeovnv1.IptablesFIPRule) KubeOVNNat {
-	n := KubeOVNNat{ports: map[string]map[claimKey]bool{}, fips: map[string]bool{}}
+	n := KubeOVNNat{ports: map[string]map[natPort]bool{}, fips: map[string]bool{}}
 	for i := range dnat {
 		r := &dnat[i]
 		port, err := strconv.ParseUint(strings.TrimSpace(r.Spec.ExternalPort), 10, 16)
@@ -424,12 +427,12 @@ func NewKubeOVNNat(dnat []kubeovnv1.IptablesDnatRule, fips []kubeovnv1.IptablesF
 			continue
 		}
 		if n.ports[r.Spec.EIP] == nil {
-			n.ports[r.Spec.EIP] = map[claimKey]bool{}
+			n.ports[r.Spec.EIP] = map[natPort]bool{}
 		}
 		// A rule without a protocol is taken to forward both.
 		for _, proto := range []corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP} {
 			if r.Spec.Protocol == "" || strings.EqualFold(r.Spec.Protocol, string(proto)) {
-				n.ports[r.Spec.EIP][claimKey{port: int32(port), protocol: proto}] = true
+				n.ports[r.Spec.EIP][natPort{port: int32(port), protocol: proto}] = true
 			}
 		}
 	}
@@ -447,7 +450,7 @@ func (n KubeOVNNat) Holds(eip string, svc *corev1.Service) string {
 		return fmt.Sprintf("IptablesEIP %s is a floating IP of kube-ovn (an IptablesFIPRule maps all its ports); use another EIP", eip)
 	}
 	for _, p := range svc.Spec.Ports {
-		if _, ok := ServedProtocol(p.Protocol); ok && n.ports[eip][claimKey{port: p.Port, protocol: PortProtocol(p.Protocol)}] {
+		if _, ok := ServedProtocol(p.Protocol); ok && n.ports[eip][natPort{port: p.Port, protocol: PortProtocol(p.Protocol)}] {
 			return fmt.Sprintf("IptablesEIP %s port %d/%s is forwarded by kube-ovn's own NAT (an IptablesDnatRule); use another port or another EIP",
 				eip, p.Port, PortProtocol(p.Protocol))
 		}
@@ -457,7 +460,7 @@ func (n KubeOVNNat) Holds(eip string, svc *corev1.Service) string {
 
 // holdsAll reports whether svc holds every identity it would serve on vip; otherwise it records
 // the conflict (SPEC I2): the part is not served at all.
-func (ix *Index) holdsAll(svc *corev1.Service, sp *ServicePlan, vip, what string, reason *string) bool {
+func (ix *Index) holdsAll(svc *corev1.Service, sp *ServicePlan, vip netip.Addr, what string, reason *string) bool {
 	for _, p := range svc.Spec.Ports {
 		if _, ok := ServedProtocol(p.Protocol); !ok {
 			continue
@@ -581,13 +584,13 @@ func clusterIPsOf(svc *corev1.Service) []string {
 }
 
 // ipv4ClusterIP returns the Service's IPv4 ClusterIP (the IPv4 part of a dual-stack Service).
-func ipv4ClusterIP(svc *corev1.Service) string {
+func ipv4ClusterIP(svc *corev1.Service) (netip.Addr, bool) {
 	for _, s := range clusterIPsOf(svc) {
 		if ip, err := netip.ParseAddr(s); err == nil && ip.Is4() {
-			return ip.String()
+			return ip, true
 		}
 	}
-	return ""
+	return netip.Addr{}, false
 }
 
 // readyEIPAddress returns the EIP's bound IPv4 address when it is Ready (SPEC S4), or while
@@ -595,14 +598,14 @@ func ipv4ClusterIP(svc *corev1.Service) string {
 // ready=false with a redo time and replays eip-add into the new pod, keeping status.ip. That is a
 // transient state of the same address, not an EIP going away: withdrawing ingress and records for
 // it would only add churn and a gap after the gateway is back.
-func readyEIPAddress(eip *kubeovnv1.IptablesEIP) (string, bool) {
+func readyEIPAddress(eip *kubeovnv1.IptablesEIP) (netip.Addr, bool) {
 	redoing := eip.Status.Redo != "" && (eip.Spec.V4ip == "" || eip.Spec.V4ip == eip.Status.IP)
 	if !eip.Status.Ready && !redoing {
-		return "", false
+		return netip.Addr{}, false
 	}
 	ip, err := netip.ParseAddr(eip.Status.IP)
 	if err != nil || !ip.Is4() {
-		return "", false
+		return netip.Addr{}, false
 	}
-	return ip.String(), true
+	return ip, true
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strconv"
 
@@ -13,6 +14,7 @@ import (
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
+	"github.com/vpcgw/vpcgw/internal/gwstate"
 )
 
 // Gates are the two feature gates of SPEC F1, and the form of the ledger the controller keeps
@@ -154,7 +156,7 @@ type Index struct {
 	svcRecords  map[types.UID][]*vpcgwv1alpha1.ServiceRecord // by owner UID label
 	// claims lists, per identity, the Services that could serve it, best claim first (I2). A
 	// ClusterIP is unique in a cluster, but a snapshot is input like any other.
-	claims map[claimKey][]claimant
+	claims map[gwstate.IdentityKey][]claimant
 	// load counts, per gateway, what was given so far (SPEC N4): GatewayLoad, then each Service
 	// as PlanService serves it; nsLoad the same per namespace. shares, for a gateway that is full,
 	// is what each namespace may take (bounds.go); nil: only the gateway's bounds apply.
@@ -165,12 +167,6 @@ type Index struct {
 	infra map[string][]infraRange
 	// nat is what kube-ovn's own NAT holds on the EIPs (SPEC N3).
 	nat KubeOVNNat
-}
-
-type claimKey struct {
-	vip      string // EIP address or ClusterIP
-	port     int32
-	protocol corev1.Protocol
 }
 
 type claimant struct {
@@ -196,7 +192,7 @@ func NewIndex(s Snapshot, gates Gates) *Index {
 		slices:      map[types.NamespacedName][]*discoveryv1.EndpointSlice{},
 		records:     map[types.UID][]*kubeovnv1.IptablesDnatRule{},
 		svcRecords:  map[types.UID][]*vpcgwv1alpha1.ServiceRecord{},
-		claims:      map[claimKey][]claimant{},
+		claims:      map[gwstate.IdentityKey][]claimant{},
 		load:        maps.Clone(s.GatewayLoad),
 		infra:       map[string][]infraRange{},
 	}
@@ -275,17 +271,15 @@ func compareClaimants(a, b claimant) int {
 }
 
 // recordedIdentities are the identities the existing records of a Service say are programmed for
-// it, in either ledger form.
-func (ix *Index) recordedIdentities(uid types.UID) map[claimKey]bool {
-	out := map[claimKey]bool{}
+// it, in either ledger form. The records spell addresses as text: one that does not parse names
+// no identity the Service could serve.
+func (ix *Index) recordedIdentities(uid types.UID) map[gwstate.IdentityKey]bool {
+	out := map[gwstate.IdentityKey]bool{}
 	for _, r := range ix.svcRecords[uid] {
-		for _, vip := range []string{r.Spec.EIPAddress, r.Spec.ClusterIP} {
-			if vip == "" {
-				continue
-			}
+		for _, vip := range recordAddrs(r.Spec.EIPAddress, r.Spec.ClusterIP) {
 			for _, p := range r.Spec.Ports {
 				if proto, ok := protocolOfRecord(p.Protocol); ok {
-					out[claimKey{vip: vip, port: p.Port, protocol: proto}] = true
+					out[gwstate.IdentityKey{VIP: vip, Port: p.Port, Protocol: proto}] = true
 				}
 			}
 		}
@@ -296,22 +290,31 @@ func (ix *Index) recordedIdentities(uid types.UID) map[claimKey]bool {
 		if err != nil || !ok || !r.Status.Ready {
 			continue
 		}
-		for _, vip := range []string{r.Labels[LabelEIPAddress], r.Spec.ClusterIP} {
-			if vip != "" {
-				out[claimKey{vip: vip, port: int32(port), protocol: proto}] = true
-			}
+		for _, vip := range recordAddrs(r.Labels[LabelEIPAddress], r.Spec.ClusterIP) {
+			out[gwstate.IdentityKey{VIP: vip, Port: int32(port), Protocol: proto}] = true
 		}
 	}
 	return out
 }
 
-// protocolOfRecord maps a record's lowercase protocol to a Service's.
-func protocolOfRecord(p string) (corev1.Protocol, bool) {
+// recordAddrs parses a record's addresses, leaving out the empty ones and those that do not parse.
+func recordAddrs(texts ...string) []netip.Addr {
+	out := make([]netip.Addr, 0, len(texts))
+	for _, s := range texts {
+		if a, err := netip.ParseAddr(s); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// protocolOfRecord maps a record's lowercase protocol to a served one.
+func protocolOfRecord(p string) (gwstate.Protocol, bool) {
 	switch p {
 	case "tcp":
-		return corev1.ProtocolTCP, true
+		return gwstate.TCP, true
 	case "udp":
-		return corev1.ProtocolUDP, true
+		return gwstate.UDP, true
 	}
 	return "", false
 }
@@ -321,16 +324,17 @@ func (ix *Index) addClaims(svc *corev1.Service) {
 	b := ix.bind(svc)
 	c := claimant{key: types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}, created: svc.CreationTimestamp.UnixNano()}
 	recorded := ix.recordedIdentities(svc.UID)
-	seen := map[claimKey]bool{}
-	for _, vip := range []string{b.eipAddr, b.clusterIP} {
-		if vip == "" {
+	seen := map[gwstate.IdentityKey]bool{}
+	for _, vip := range []netip.Addr{b.eipAddr, b.clusterIP} {
+		if !vip.IsValid() {
 			continue
 		}
 		for _, p := range svc.Spec.Ports {
-			if _, ok := ServedProtocol(p.Protocol); !ok {
+			proto, ok := ServedProtocol(p.Protocol)
+			if !ok {
 				continue
 			}
-			k := claimKey{vip: vip, port: p.Port, protocol: PortProtocol(p.Protocol)}
+			k := gwstate.IdentityKey{VIP: vip, Port: p.Port, Protocol: proto}
 			if !seen[k] {
 				seen[k] = true
 				ck := c
@@ -343,8 +347,9 @@ func (ix *Index) addClaims(svc *corev1.Service) {
 
 // holder is the Service that holds an identity (SPEC I2, N3): the one whose records say it is
 // programmed for it, else the first created, then by name.
-func (ix *Index) holder(vip string, p corev1.ServicePort, self types.NamespacedName) types.NamespacedName {
-	if cs := ix.claims[claimKey{vip: vip, port: p.Port, protocol: PortProtocol(p.Protocol)}]; len(cs) > 0 {
+func (ix *Index) holder(vip netip.Addr, p corev1.ServicePort, self types.NamespacedName) types.NamespacedName {
+	proto, _ := ServedProtocol(p.Protocol) // only served ports are asked for
+	if cs := ix.claims[gwstate.IdentityKey{VIP: vip, Port: p.Port, Protocol: proto}]; len(cs) > 0 {
 		return cs[0].key
 	}
 	return self // a Service planned outside its snapshot claims for itself

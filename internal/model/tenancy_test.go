@@ -3,6 +3,7 @@ package model
 
 import (
 	"fmt"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -133,7 +134,7 @@ func TestLoadBalancerSourceRanges(t *testing.T) {
 	gp := Compute(baseSnapshot(svc), srGates).Gateway("gw1")
 	for _, id := range gp.State.Identities {
 		want := []string(nil)
-		if id.VIP == "172.18.0.10" {
+		if id.VIP == netip.MustParseAddr("172.18.0.10") {
 			want = []string{"10.0.0.0/8", "192.168.7.0/24"}
 		}
 		if !slices.Equal(id.SourceRanges, want) {
@@ -232,7 +233,7 @@ func TestHostileTenantBackendsOnlyFromKubeOVNAllocations(t *testing.T) {
 	}
 	got, skipped := backends(strictGates)
 	// The thief is served at the address kube-ovn gave it, never at the one it claims.
-	if want := []gwstate.Backend{{IP: "10.0.1.31", Port: 8080}, {IP: "10.0.1.46", Port: 8080}}; !reflect.DeepEqual(got, want) {
+	if want := []gwstate.Backend{{IP: netip.MustParseAddr("10.0.1.31"), Port: 8080}, {IP: netip.MustParseAddr("10.0.1.46"), Port: 8080}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("default: backends %v, want only %v (skipped: %v)", got, want, skipped)
 	}
 	for _, w := range [][]string{
@@ -255,7 +256,7 @@ func TestHostileTenantBackendsOnlyFromKubeOVNAllocations(t *testing.T) {
 		}
 	}
 	got, skipped = backends(Gates{LoadBalancer: true, ClusterIP: true, EndpointsWithoutPods: true})
-	if want := []gwstate.Backend{{IP: "10.0.1.31", Port: 8080}, {IP: "10.0.1.46", Port: 8080}, {IP: "10.0.1.60", Port: 8080}}; !reflect.DeepEqual(got, want) {
+	if want := []gwstate.Backend{{IP: netip.MustParseAddr("10.0.1.31"), Port: 8080}, {IP: netip.MustParseAddr("10.0.1.46"), Port: 8080}, {IP: netip.MustParseAddr("10.0.1.60"), Port: 8080}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("with endpoints without Pods: backends %v, want %v (skipped: %v)", got, want, skipped)
 	}
 	for _, w := range [][]string{
@@ -286,7 +287,7 @@ func TestPerServiceBounds(t *testing.T) {
 		t.Fatalf("5 ports with a bound of 4: served %v, events %v", sp.Served(), sp.Events)
 	}
 	sp = servicePlan(Compute(baseSnapshot(service("web", t0)), gates), "web")
-	if !sp.EIPServed || len(sp.Identities) != 2 || len(sp.Identities[0].Backends) != 1 || sp.Identities[0].Backends[0].IP != "10.0.1.11" {
+	if !sp.EIPServed || len(sp.Identities) != 2 || len(sp.Identities[0].Backends) != 1 || sp.Identities[0].Backends[0].IP != netip.MustParseAddr("10.0.1.11") {
 		t.Fatalf("2 backends with a bound of 1: %+v", sp.Identities)
 	}
 	if !slices.ContainsFunc(sp.Events, func(e Event) bool { return e.Reason == ReasonLimit }) {
@@ -396,7 +397,7 @@ func TestHostileTenantCannotShadowKubeOVNsOwnNAT(t *testing.T) {
 			t.Errorf("%s: no conflict event among %v", c.svc, sp.Events)
 		}
 		for _, id := range sp.Identities {
-			if id.VIP == "172.18.0.10" || id.VIP == "172.18.0.11" {
+			if id.VIP.String() == "172.18.0.10" || id.VIP.String() == "172.18.0.11" {
 				t.Errorf("%s: identity %s on the EIP", c.svc, id.Key())
 			}
 		}
@@ -417,7 +418,7 @@ func TestLegacySourceRangesAnnotationIsNeverSilentlyIgnored(t *testing.T) {
 	sp := servicePlan(Compute(baseSnapshot(legacy), srGates), "web")
 	var eipID *gwstate.Identity
 	for i := range sp.Identities {
-		if sp.Identities[i].VIP == "172.18.0.10" {
+		if sp.Identities[i].VIP.String() == "172.18.0.10" {
 			eipID = &sp.Identities[i]
 		}
 	}
@@ -430,7 +431,7 @@ func TestLegacySourceRangesAnnotationIsNeverSilentlyIgnored(t *testing.T) {
 	})
 	sp = servicePlan(Compute(baseSnapshot(both), srGates), "web")
 	for _, id := range sp.Identities {
-		if id.VIP == "172.18.0.10" && !slices.Equal(id.SourceRanges, []string{"198.51.100.0/24"}) {
+		if id.VIP.String() == "172.18.0.10" && !slices.Equal(id.SourceRanges, []string{"198.51.100.0/24"}) {
 			t.Fatalf("both: source ranges %v, want the field's", id.SourceRanges)
 		}
 	}

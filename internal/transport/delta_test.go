@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"reflect"
 	"sync"
 	"testing"
@@ -18,12 +19,12 @@ import (
 func state(backends ...string) gwstate.State {
 	st := gwstate.State{}
 	for i := range 50 {
-		id := gwstate.Identity{VIP: fmt.Sprintf("10.0.0.%d", i+1), Port: 80, Protocol: gwstate.TCP}
+		id := gwstate.Identity{VIP: netip.MustParseAddr(fmt.Sprintf("10.0.0.%d", i+1)), Port: 80, Protocol: gwstate.TCP}
 		for _, b := range backends {
-			id.Backends = append(id.Backends, gwstate.Backend{IP: b, Port: 8080})
+			id.Backends = append(id.Backends, gwstate.Backend{IP: netip.MustParseAddr(b), Port: 8080})
 		}
 		if i == 7 {
-			id.Backends = []gwstate.Backend{{IP: "10.1.9.9", Port: 8080}}
+			id.Backends = []gwstate.Backend{{IP: netip.MustParseAddr("10.1.9.9"), Port: 8080}}
 		}
 		st.Identities = append(st.Identities, id)
 	}
@@ -137,7 +138,7 @@ func TestNoDeltasToAnOlderAgent(t *testing.T) {
 // *RefusedError with the names, the stream stays usable, and the next state is a delta against
 // the one sent (the agent's desired state includes the refused identities).
 func TestRefusedIdentitiesKeepTheStream(t *testing.T) {
-	refuse := gwstate.IdentityKey{VIP: "10.96.0.1", Port: 1, Protocol: gwstate.TCP}
+	refuse := gwstate.IdentityKey{VIP: netip.MustParseAddr("10.96.0.1"), Port: 1, Protocol: gwstate.TCP}
 	a := &deltaAgent{accepts: true}
 	conn, stop := agenttest.Pipe(func(st gwstate.State) gwstate.Ack {
 		ack := a.answer(st)

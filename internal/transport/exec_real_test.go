@@ -69,7 +69,7 @@ func nftChains(t *testing.T, l *netlab.Lab, ns string) string {
 func identityChains(st gwstate.State) []string {
 	var names []string
 	for _, id := range st.Identities {
-		names = append(names, "chain "+dataplane.IdentityChain(id.VIP, id.Port, id.Protocol)+" ")
+		names = append(names, "chain "+dataplane.IdentityChain(id.Key())+" ")
 	}
 	return names
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -83,7 +84,7 @@ func testState(gen int64, n, backends int, base int32) gwstate.State {
 	st := gwstate.State{Generation: gen}
 	for i := range n {
 		id := gwstate.Identity{
-			VIP:      fmt.Sprintf("10.96.%d.%d", i/250, i%250+1),
+			VIP:      netip.MustParseAddr(fmt.Sprintf("10.96.%d.%d", i/250, i%250+1)),
 			Port:     base + int32(i%1000),
 			Protocol: gwstate.TCP,
 		}
@@ -94,11 +95,11 @@ func testState(gen int64, n, backends int, base int32) gwstate.State {
 			id.AffinityTimeoutSeconds = 10800
 		}
 		for b := range backends {
-			id.Backends = append(id.Backends, gwstate.Backend{IP: fmt.Sprintf("10.244.%d.%d", (i+b)/250%250, (i+b)%250+1), Port: 8080 + int32(b)})
+			id.Backends = append(id.Backends, gwstate.Backend{IP: netip.MustParseAddr(fmt.Sprintf("10.244.%d.%d", (i+b)/250%250, (i+b)%250+1)), Port: 8080 + int32(b)})
 		}
 		st.Identities = append(st.Identities, id)
 	}
-	st.ClusterIPs = []string{"10.96.255.1"}
+	st.ClusterIPs = []netip.Addr{netip.MustParseAddr("10.96.255.1")}
 	return st
 }
 
@@ -184,10 +185,10 @@ func TestExecStreamsStatesToTheAgent(t *testing.T) {
 
 			// An invalid identity is refused by name (SPEC D8), the rest of the state applied.
 			bad := testState(2, 1, 1, 80)
-			bad.Identities[0].VIP = "10.96.0.300"
+			bad.Identities[0].VIP = netip.MustParseAddr("fd00::300") // not IPv4
 			err := c.Apply(context.Background(), bad)
 			var refused *RefusedError
-			if !errors.As(err, &refused) || refused.Generation != 2 || len(refused.Refused) != 1 || refused.Refused[0].VIP != "10.96.0.300" {
+			if !errors.As(err, &refused) || refused.Generation != 2 || len(refused.Refused) != 1 || refused.Refused[0].VIP != netip.MustParseAddr("fd00::300") {
 				t.Fatalf("invalid identity: got %v, want a RefusedError naming it for generation 2", err)
 			}
 			// A malformed state is refused whole.

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -88,7 +89,7 @@ func TestKeepalive(t *testing.T) {
 	defer c.Close()
 	c.StartKeepalive(40*time.Millisecond, 500*time.Millisecond)
 
-	st := gwstate.State{Generation: 1, Identities: []gwstate.Identity{{VIP: "172.31.0.10", Port: 80, Protocol: gwstate.TCP, Backends: []gwstate.Backend{{IP: "10.0.1.5", Port: 8080}}}}}
+	st := gwstate.State{Generation: 1, Identities: []gwstate.Identity{{VIP: netip.MustParseAddr("172.31.0.10"), Port: 80, Protocol: gwstate.TCP, Backends: []gwstate.Backend{{IP: netip.MustParseAddr("10.0.1.5"), Port: 8080}}}}}
 	if err := c.Apply(ctx, st); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestKeepalive(t *testing.T) {
 	st2 := st
 	st2.Generation = 2
 	st2.Identities = append([]gwstate.Identity{}, st.Identities...)
-	st2.Identities[0].Backends = []gwstate.Backend{{IP: "10.0.1.6", Port: 8080}}
+	st2.Identities[0].Backends = []gwstate.Backend{{IP: netip.MustParseAddr("10.0.1.6"), Port: 8080}}
 	if err := c.Apply(ctx, st2); err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"io"
 	"io/fs"
 	"maps"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path"
@@ -708,7 +709,7 @@ func runAgentInNetns(t *testing.T, exe, tag string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := gwstate.Identity{VIP: "172.31.0.10", Port: 80, Protocol: gwstate.TCP, Backends: []gwstate.Backend{{IP: "10.0.1.5", Port: 8080}}}
+	id := gwstate.Identity{VIP: netip.MustParseAddr("172.31.0.10"), Port: 80, Protocol: gwstate.TCP, Backends: []gwstate.Backend{{IP: netip.MustParseAddr("10.0.1.5"), Port: 8080}}}
 	ack, err := a.Send(gwstate.State{Generation: 1, Identities: []gwstate.Identity{id}})
 	if err != nil {
 		t.Fatal(err)
