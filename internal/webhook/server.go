@@ -54,6 +54,11 @@ type Options struct {
 	MetricsAddr string
 	// MaxPortsPerService is the controller's --max-ports-per-service (0: the model's default).
 	MaxPortsPerService int
+	// ClientCAName, when set, names a CA bundle file in CertDir: the server then requires a client
+	// certificate it signs, so that only the API server (configured with a client certificate for
+	// the webhook in its AdmissionConfiguration) may call it, not any client that reaches the
+	// Service (SPEC N8: a request tells what it was asked about).
+	ClientCAName string
 }
 
 // CacheOptions restrict what the webhook caches: managed fields are dropped, and only Service
@@ -112,9 +117,10 @@ func NewManager(ctx context.Context, cfg *rest.Config, opts Options, log logr.Lo
 // CVE-2023-44487 and CVE-2023-39325).
 func ServerOptions(opts Options) webhook.Options {
 	return webhook.Options{
-		Host:    opts.Host,
-		Port:    opts.Port,
-		CertDir: opts.CertDir,
+		Host:         opts.Host,
+		Port:         opts.Port,
+		CertDir:      opts.CertDir,
+		ClientCAName: opts.ClientCAName,
 		TLSOpts: []func(*tls.Config){func(c *tls.Config) {
 			c.MinVersion = tls.VersionTLS12
 			c.NextProtos = []string{"http/1.1"}
@@ -173,6 +179,8 @@ func Main(ctx context.Context, args []string) error {
 		"user name of kube-ovn-controller's identity: its requests are always admitted (SPEC K7); empty: none")
 	fs.IntVar(&opts.MaxPortsPerService, "max-ports-per-service", model.DefaultMaxPortsPerService,
 		"the controller's --max-ports-per-service: a Service naming a gateway with more TCP/UDP ports is rejected before anything else is read (SPEC N4)")
+	fs.StringVar(&opts.ClientCAName, "client-ca-name", "",
+		"file in --cert-dir with the CA bundle of the API server's client certificate: when set, every caller must present a certificate it signs (SPEC N8); empty: any caller")
 	fs.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", `health probe listen address ("0" turns it off)`)
 	fs.StringVar(&opts.MetricsAddr, "metrics-bind-address", "0", `metrics listen address ("0" turns it off)`)
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: in-cluster or $KUBECONFIG)")
