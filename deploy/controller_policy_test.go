@@ -37,6 +37,9 @@ const (
 	onlyLoadBalancer   = "the vpcgw controller may only change a Service's status.loadBalancer through services/status"
 	noServiceLifecycle = "the vpcgw controller may not create Service"
 	onlyRecords        = "the vpcgw controller may only write its own IptablesDnatRule records, labelled ovn.kubernetes.io/nftable-lb-svc-record: \"true\""
+	onlyOwnFinalizer   = "the vpcgw controller may only add or remove its own finalizer"
+	onlyIPIngress      = "the vpcgw controller may publish an ingress only of IP addresses, on a Service that names a gateway"
+	onlyStatusConfig   = "the vpcgw controller may only write its status ConfigMap kube-system/vpcgw-controller"
 )
 
 // checkControllerPolicy: the rendering bounds the controller's user (its service account in its
@@ -253,6 +256,37 @@ func TestControllerPolicyOnAPIServer(t *testing.T) {
 		if s.Annotations[model.AnnotationEIP] != "policy-eip" || s.Labels["app"] != "web" || s.Spec.Ports[0].Port != 80 || len(s.OwnerReferences) != 0 {
 			t.Errorf("the Service changed: %+v", s.ObjectMeta)
 		}
+	})
+
+	t.Run("its own finalizer, IP ingress on its Services, its status ConfigMap only", func(t *testing.T) {
+		// Another controller's finalizer on the Service: the vpcgw controller may neither remove
+		// nor add one.
+		must(t, k8s.Patch(ctx, cur(t), merge(`{"metadata":{"finalizers":["example.com/keep"]}}`)))
+		denied(t, "the controller removes another finalizer", ctrl.Patch(ctx, cur(t), merge(`{"metadata":{"finalizers":null}}`), client.DryRunAll), onlyOwnFinalizer)
+		denied(t, "the controller adds another finalizer", ctrl.Patch(ctx, cur(t),
+			merge(`{"metadata":{"finalizers":["example.com/keep","example.com/mine"]}}`), client.DryRunAll), onlyOwnFinalizer)
+		admitted(t, "the controller adds its own beside another", ctrl.Patch(ctx, cur(t), finalizerPatch(true, nil), client.DryRunAll))
+		must(t, k8s.Patch(ctx, cur(t), merge(`{"metadata":{"finalizers":null}}`)))
+
+		denied(t, "the controller publishes a hostname", ctrl.Status().Patch(ctx, cur(t),
+			merge(`{"status":{"loadBalancer":{"ingress":[{"hostname":"evil.example.com"}]}}}`), client.DryRunAll), onlyIPIngress)
+		plain := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: ns},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, AllocateLoadBalancerNodePorts: ptr.To(false),
+				Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}}}}
+		must(t, k8s.Create(ctx, plain))
+		denied(t, "the controller sets the ingress of a Service that names no gateway", ctrl.Status().Patch(ctx, plain,
+			merge(`{"status":{"loadBalancer":{"ingress":[{"ip":"172.19.3.10"}]}}}`), client.DryRunAll), onlyIPIngress)
+		admitted(t, "the controller clears the ingress of a Service that names no gateway", ctrl.Status().Patch(ctx, plain,
+			merge(`{"status":{"loadBalancer":{"ingress":null}}}`), client.DryRunAll))
+
+		cm := func(ns, name string) *corev1.ConfigMap {
+			return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		}
+		// With every RBAC permission: the policy alone decides.
+		all := as(t, controllerUser)
+		admitted(t, "the controller creates its status ConfigMap", all.Create(ctx, cm("kube-system", "vpcgw-controller"), client.DryRunAll))
+		denied(t, "the controller creates another ConfigMap of its namespace", all.Create(ctx, cm("kube-system", "coredns-override"), client.DryRunAll), onlyStatusConfig)
+		denied(t, "the controller creates a ConfigMap elsewhere", all.Create(ctx, cm("default", "vpcgw-controller"), client.DryRunAll), onlyStatusConfig)
 	})
 
 	t.Run("records only", func(t *testing.T) {
