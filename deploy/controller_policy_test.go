@@ -290,6 +290,9 @@ func TestControllerPolicyOnAPIServer(t *testing.T) {
 	})
 
 	t.Run("records only", func(t *testing.T) {
+		// The chart grants record writes as IptablesDnatRules only with ledger iptables-dnat-rule;
+		// with every RBAC permission, the policy alone decides here.
+		ctrl := as(t, controllerUser)
 		denied(t, "the controller creates an unlabelled DNAT rule", ctrl.Create(ctx, dnat("policy-new", nil), client.DryRunAll), onlyRecords)
 		denied(t, "the controller creates a rule labelled record=false", ctrl.Create(ctx,
 			dnat("policy-new", map[string]string{model.LabelRecord: "false"}), client.DryRunAll), onlyRecords)

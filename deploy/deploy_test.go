@@ -302,20 +302,19 @@ var execRules = map[string][]string{
 // controllerRules is what the controller's code needs cluster-wide (see the comments in
 // helm/vpcgw/templates/rbac-controller.yaml for the code behind each verb).
 var controllerRules = map[string][]string{
-	"/services":                             {"list", "watch", "patch"},
-	"/services/status":                      {"patch"},
-	"/pods":                                 {"list", "watch"},
-	"discovery.k8s.io/endpointslices":       {"list", "watch"},
-	"kubeovn.io/vpc-nat-gateways":           {"list", "watch"},
-	"kubeovn.io/iptables-eips":              {"list", "watch"},
-	"kubeovn.io/subnets":                    {"list", "watch"},
-	"kubeovn.io/ips":                        {"list", "watch"},
-	"kubeovn.io/iptables-fip-rules":         {"list", "watch"},
-	"kubeovn.io/iptables-dnat-rules":        {"list", "watch", "create", "update", "delete"},
-	"kubeovn.io/iptables-dnat-rules/status": {"update"},
-	"vpcgw.io/servicerecords":               {"get", "list", "watch", "create", "update", "patch", "delete"},
-	"kubeovn.io/vpcs":                       {"get", "list", "watch"},
-	"events.k8s.io/events":                  {"create", "patch"},
+	"/services":                       {"list", "watch", "patch"},
+	"/services/status":                {"patch"},
+	"/pods":                           {"list", "watch"},
+	"discovery.k8s.io/endpointslices": {"list", "watch"},
+	"kubeovn.io/vpc-nat-gateways":     {"list", "watch"},
+	"kubeovn.io/iptables-eips":        {"list", "watch"},
+	"kubeovn.io/subnets":              {"list", "watch"},
+	"kubeovn.io/ips":                  {"list", "watch"},
+	"kubeovn.io/iptables-fip-rules":   {"list", "watch"},
+	"kubeovn.io/iptables-dnat-rules":  {"list", "watch", "delete"}, // the other ledger form's, released only
+	"vpcgw.io/servicerecords":         {"get", "list", "watch", "create", "update", "patch", "delete"},
+	"kubeovn.io/vpcs":                 {"get", "list", "watch"},
+	"events.k8s.io/events":            {"create", "patch"},
 }
 
 // TestChartRenders renders the chart with default and non-default values, checks the objects
@@ -471,6 +470,11 @@ func TestChartRenders(t *testing.T) {
 			for k, v := range controllerRules {
 				want[k] = v
 			}
+			// Ledger form by ledger form (SPEC N5): records are written as IptablesDnatRules, and
+			// ServiceRecords of the other form are only read and released.
+			want["kubeovn.io/iptables-dnat-rules"] = []string{"list", "watch", "create", "update", "delete"}
+			want["kubeovn.io/iptables-dnat-rules/status"] = []string{"update"}
+			want["vpcgw.io/servicerecords"] = []string{"list", "watch", "delete"}
 			cr := m.must(t, "ClusterRole", "", "vpcgw-controller")
 			wantRules(t, cr, want)
 			if !strings.Contains(fmt.Sprint(cr.Object["rules"]), "resourceNames:[iptables-dnat-rules.kubeovn.io]") {

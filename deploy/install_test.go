@@ -319,12 +319,15 @@ func TestControllerRBACSuffices(t *testing.T) {
 		// Secure metrics: it reviews scrapers' tokens and access.
 		{authorizationv1.ResourceAttributes{Verb: "create", Group: "authentication.k8s.io", Resource: "tokenreviews"}, true},
 		{authorizationv1.ResourceAttributes{Verb: "create", Group: "authorization.k8s.io", Resource: "subjectaccessreviews"}, true},
-		// The ledger (SPEC R6) in both forms.
+		// The ledger (SPEC R6), the default form: ServiceRecords written; IptablesDnatRules of the
+		// other form only read and released (SPEC N5).
 		{authorizationv1.ResourceAttributes{Verb: "create", Group: "vpcgw.io", Resource: "servicerecords"}, true},
 		{authorizationv1.ResourceAttributes{Verb: "patch", Group: "vpcgw.io", Resource: "servicerecords"}, true},
 		{authorizationv1.ResourceAttributes{Verb: "delete", Group: "vpcgw.io", Resource: "servicerecords"}, true},
 		{authorizationv1.ResourceAttributes{Verb: "get", Group: "vpcgw.io", Resource: "servicerecords"}, true},
-		{authorizationv1.ResourceAttributes{Verb: "create", Group: "kubeovn.io", Resource: "iptables-dnat-rules"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "create", Group: "kubeovn.io", Resource: "iptables-dnat-rules"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "update", Group: "kubeovn.io", Resource: "iptables-dnat-rules", Subresource: "status"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "delete", Group: "kubeovn.io", Resource: "iptables-dnat-rules"}, true},
 		// kube-ovn's Vpcs and its ConfigMap, read only and only in kube-ovn's namespace.
 		{authorizationv1.ResourceAttributes{Verb: "watch", Group: "kubeovn.io", Resource: "vpcs"}, true},
 		{authorizationv1.ResourceAttributes{Verb: "update", Group: "kubeovn.io", Resource: "vpcs"}, false},
