@@ -25,6 +25,7 @@ import (
 
 	"github.com/vpcgw/vpcgw/internal/cluster"
 	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
+	"github.com/vpcgw/vpcgw/internal/netlab"
 	"github.com/vpcgw/vpcgw/internal/transport"
 )
 
@@ -201,17 +202,29 @@ func TestAgentDeliveredIntoKubeOVNsContainer(t *testing.T) {
 	delivered("back to the lab's build", want)
 }
 
-// agentPIDs are the host PIDs of the delivered agents running (the lab node runs no PID
-// namespace, so the host sees the container's processes).
-func agentPIDs(t *testing.T) []int {
+// agentPIDs are the host PIDs of the delivered agents running in this lab's gateway Pod (the lab
+// node runs no PID namespace, so the host sees the container's processes).
+func agentPIDs(t *testing.T, c *cluster.Cluster) []int {
 	t.Helper()
-	out, err := exec.Command("pgrep", "-f", "^"+transport.AgentInstallDir+"/"+transport.DefaultAgentBinary+"-").Output()
-	if err != nil && len(out) == 0 {
-		return nil // pgrep exits 1 when nothing matches
+	// Only this lab's gateway: the processes of its Pod's network namespace, never the machine's
+	// (another lab's agents may run beside this one).
+	ns, ok := c.GatewayNetns()
+	if !ok {
+		return nil
 	}
+	out, err := netlab.Run("ip", "netns", "pids", ns)
+	if err != nil {
+		t.Fatalf("listing the processes of the gateway's namespace %s: %v", ns, err)
+	}
+	prefix := transport.AgentInstallDir + "/" + transport.DefaultAgentBinary + "-"
 	var pids []int
 	for _, f := range strings.Fields(string(out)) {
-		if pid, err := strconv.Atoi(f); err == nil {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + f + "/cmdline")
+		if argv0, _, _ := strings.Cut(string(cmdline), "\x00"); err == nil && strings.HasPrefix(argv0, prefix) {
 			pids = append(pids, pid)
 		}
 	}
@@ -248,8 +261,8 @@ func TestAgentStreamKeptAlive(t *testing.T) {
 	if err := c.WaitReachable(ctx, c.ExternalClient(), "tcp", cluster.EIPAddress+":80", 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the agent stream opened", func(context.Context) (bool, error) { return opened() == 1 && len(agentPIDs(t)) == 1, nil })
-	pids := agentPIDs(t)
+	eventually(t, 30*time.Second, "the agent stream opened", func(context.Context) (bool, error) { return opened() == 1 && len(agentPIDs(t, c)) == 1, nil })
+	pids := agentPIDs(t, c)
 	// Consistently, for 2.5 idle timeouts: the poll ends by its deadline unless the stream is cut.
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, idle*5/2, true, func(context.Context) (bool, error) {
 		if ended() != 0 || opened() != 1 {
@@ -260,7 +273,7 @@ func TestAgentStreamKeptAlive(t *testing.T) {
 	if !wait.Interrupted(err) {
 		t.Fatal(err)
 	}
-	if now := agentPIDs(t); len(now) != 1 || now[0] != pids[0] {
+	if now := agentPIDs(t, c); len(now) != 1 || now[0] != pids[0] {
 		t.Fatalf("the agent process changed: %v then %v", pids, now)
 	}
 	if r, err := c.Probe(c.ExternalClient(), "tcp", cluster.EIPAddress+":80", 10); err != nil || r.Total() != 10 {
