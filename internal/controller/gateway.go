@@ -514,7 +514,7 @@ func recordLabel(o client.Object, label string) []string {
 func (r *GatewayReconciler) recordChangedByOthers() predicate.Funcs {
 	return predicate.Funcs{
 		// A record's creation is this controller's; kube-ovn's own rule on an EIP holds its port.
-		CreateFunc: func(e event.CreateEvent) bool { return !isRecord(e.Object) },
+		CreateFunc: func(e event.CreateEvent) bool { return !model.HasRecordLabels(e.Object.GetLabels()) },
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			// A ServiceRecord has no status subresource: the controller's own write changes its
 			// generation too, and is recognised by the resourceVersion the API returned.
@@ -537,7 +537,7 @@ func (r *GatewayReconciler) recordChangedByOthers() predicate.Funcs {
 // record's owner.
 func (r *GatewayReconciler) gatewayOfRecord(ctx context.Context, o client.Object) []reconcile.Request {
 	l := o.GetLabels()
-	if !isRecord(o) {
+	if !model.HasRecordLabels(l) {
 		return r.gatewayOfNatRule(ctx, o)
 	}
 	if l[model.LabelGateway] == "" {
@@ -545,12 +545,6 @@ func (r *GatewayReconciler) gatewayOfRecord(ctx context.Context, o client.Object
 	}
 	r.changes.markOwner(l[model.LabelGateway], types.NamespacedName{Namespace: l[model.LabelRecordNamespace], Name: l[model.LabelRecordName]}, types.UID(l[model.LabelRecordUID]))
 	return requests([]string{l[model.LabelGateway]})
-}
-
-// isRecord tells a Service record (either ledger form) from any other object.
-func isRecord(o client.Object) bool {
-	l := o.GetLabels()
-	return l[model.LabelRecord] == "true" && l[model.LabelRecordUID] != ""
 }
 
 // gatewayOfNatRule wakes the gateway of the EIP that one of kube-ovn's own DNAT or FIP rules

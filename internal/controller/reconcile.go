@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"slices"
 	"sync"
@@ -455,6 +456,16 @@ func (r *GatewayReconciler) emit(sp *model.ServicePlan) {
 	}
 }
 
+// eventAction names the cause of an event: events.k8s.io folds events of one object, reason and
+// action into a series that keeps its first note (client-go tools/events getKey), so a later,
+// different cause of the same reason would never be shown. The action carries a digest of the
+// note: one cause repeated is one series, a new cause a new event (SPEC T3).
+func eventAction(note string) string {
+	h := fnv.New32a()
+	h.Write([]byte(note))
+	return fmt.Sprintf("Reconcile-%08x", h.Sum32())
+}
+
 func (r *GatewayReconciler) emitOnce(sp *model.ServicePlan, ev model.Event) {
 	ev.Message = model.BoundMessage(ev.Message) // the API refuses longer notes (SPEC N6)
 	r.eventsMu.Lock()
@@ -470,5 +481,5 @@ func (r *GatewayReconciler) emitOnce(sp *model.ServicePlan, ev model.Event) {
 		return
 	}
 	ref := &corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: sp.Key.Namespace, Name: sp.Key.Name, UID: sp.UID}
-	r.Recorder.Eventf(ref, nil, ev.Type, ev.Reason, "Reconcile", "%s", ev.Message)
+	r.Recorder.Eventf(ref, nil, ev.Type, ev.Reason, eventAction(ev.Message), "%s", ev.Message)
 }

@@ -1,3 +1,4 @@
+// covers: D8, N6 (the wire contract: golden lines, typed addresses, malformed text refused whole)
 package gwstate
 
 import (

@@ -356,11 +356,13 @@ func (ix *Index) holder(vip netip.Addr, p corev1.ServicePort, self types.Namespa
 }
 
 // IsRecord tells a Service record from a hand-made rule or one of kube-ovn's own.
-func IsRecord(r *kubeovnv1.IptablesDnatRule) bool {
-	return r.Labels[LabelRecord] == "true" && r.Labels[LabelRecordUID] != ""
+func IsRecord(r *kubeovnv1.IptablesDnatRule) bool { return HasRecordLabels(r.Labels) }
+
+// HasRecordLabels reports whether an object's labels make it a Service record (SPEC R2), of either
+// ledger form.
+func HasRecordLabels(l map[string]string) bool {
+	return l[LabelRecord] == "true" && l[LabelRecordUID] != ""
 }
 
 // IsServiceRecord tells a record of this controller (labels of SPEC R2) from any other object.
-func IsServiceRecord(r *vpcgwv1alpha1.ServiceRecord) bool {
-	return r.Labels[LabelRecord] == "true" && r.Labels[LabelRecordUID] != ""
-}
+func IsServiceRecord(r *vpcgwv1alpha1.ServiceRecord) bool { return HasRecordLabels(r.Labels) }

@@ -63,17 +63,18 @@ func servedCN(addr string) (string, error) {
 	return conn.ConnectionState().PeerCertificates[0].Subject.CommonName, nil
 }
 
-func TestServingCertificateReload(t *testing.T) {
-	dir := t.TempDir()
-	writeCert(t, dir, "first")
+// startServer serves the handlers with opts on a free loopback port until the test ends, and
+// returns the address.
+func startServer(t *testing.T, opts Options) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-
-	srv := webhook.NewServer(ServerOptions(Options{Host: "127.0.0.1", Port: port, CertDir: dir}))
+	opts.Host, opts.Port = "127.0.0.1", port
+	srv := webhook.NewServer(ServerOptions(opts))
 	scheme, err := vpcgwscheme.New()
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +89,13 @@ func TestServingCertificateReload(t *testing.T) {
 			t.Errorf("server: %v", err)
 		}
 	})
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+}
+
+func TestServingCertificateReload(t *testing.T) {
+	dir := t.TempDir()
+	writeCert(t, dir, "first")
+	addr := startServer(t, Options{CertDir: dir})
 
 	waitCN := func(want string, within time.Duration) {
 		t.Helper()
@@ -145,28 +152,7 @@ func TestClientCertificateRequired(t *testing.T) {
 	}
 	clientCert := tls.Certificate{Certificate: [][]byte{clientDER}, PrivateKey: clientKey}
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	srv := webhook.NewServer(ServerOptions(Options{Host: "127.0.0.1", Port: port, CertDir: dir, ClientCAName: "client-ca.crt"}))
-	scheme, err := vpcgwscheme.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	NewHandlers(nil, scheme, ctrlUser).Register(srv)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server: %v", err)
-		}
-	})
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	addr := startServer(t, Options{CertDir: dir, ClientCAName: "client-ca.crt"})
 	// handshake completes a TLS handshake as a client with certs, and reads one byte (a server
 	// that refuses the client certificate fails the handshake or closes the connection).
 	handshake := func(certs []tls.Certificate) error {

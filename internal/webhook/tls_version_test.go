@@ -2,44 +2,17 @@
 package webhook
 
 import (
-	"context"
 	"crypto/tls"
 	"net"
-	"strconv"
 	"testing"
 	"time"
-
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
-
-	vpcgwscheme "github.com/vpcgw/vpcgw/internal/scheme"
 )
 
 // covers: N6
 func TestWebhookRefusesTLSBelow1_2(t *testing.T) {
 	dir := t.TempDir()
 	writeCert(t, dir, "webhook")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	srv := webhook.NewServer(ServerOptions(Options{Host: "127.0.0.1", Port: port, CertDir: dir}))
-	scheme, err := vpcgwscheme.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	NewHandlers(nil, scheme, "system:serviceaccount:kube-system:vpcgw-controller").Register(srv)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server: %v", err)
-		}
-	})
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	addr := startServer(t, Options{CertDir: dir})
 
 	dial := func(cfg *tls.Config) (tls.ConnectionState, error) {
 		cfg.InsecureSkipVerify = true //nolint:gosec // only the protocol version is under test
@@ -54,6 +27,7 @@ func TestWebhookRefusesTLSBelow1_2(t *testing.T) {
 	// Wait until it serves at all (a TLS 1.2 client, with HTTP/2 offered first as the API server does).
 	deadline := time.Now().Add(10 * time.Second)
 	var st tls.ConnectionState
+	var err error
 	for {
 		if st, err = dial(&tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}); err == nil {
 			break

@@ -68,25 +68,11 @@ func fileDigest(t *testing.T, path string) string {
 
 // runningAgent is the executable of the agent running in the gateway container, as the container
 // sees it ("" while none runs), and that file's SHA-256 read in the container.
-func runningAgent(ctx context.Context, c *cluster.Cluster) (exe, digest string) {
-	out, err := execInGateway(ctx, c, "pgrep", "-f", transport.AgentInstallDir+"/")
-	if err != nil {
-		return "", ""
-	}
-	for _, pid := range strings.Fields(out) {
-		if _, err := strconv.Atoi(pid); err != nil {
-			continue
-		}
-		// argv[0] is the path the agent was started by, in the container's view (the /proc/<pid>/exe
-		// link would name it through the lab node's mounts).
-		cmdline, err := execInGateway(ctx, c, "cat", "/proc/"+pid+"/cmdline")
-		link, _, _ := strings.Cut(cmdline, "\x00")
-		if err != nil || !strings.HasPrefix(link, transport.AgentInstallDir+"/") {
-			continue
-		}
-		sum, err := execInGateway(ctx, c, "sha256sum", link)
+func runningAgent(ctx context.Context, t *testing.T, c *cluster.Cluster) (exe, digest string) {
+	for _, a := range gatewayAgents(t, c) {
+		sum, err := execInGateway(ctx, c, "sha256sum", a.argv0)
 		if f := strings.Fields(sum); err == nil && len(f) > 0 {
-			return link, f[0]
+			return a.argv0, f[0]
 		}
 	}
 	return "", ""
@@ -119,7 +105,7 @@ func TestAgentDeliveredIntoKubeOVNsContainer(t *testing.T) {
 	delivered := func(what, digest string) {
 		t.Helper()
 		eventually(t, 90*time.Second, what+": the delivered agent runs in the container", func(ctx context.Context) (bool, error) {
-			exe, sum := runningAgent(ctx, c)
+			exe, sum := runningAgent(ctx, t, c)
 			return sum == digest && exe == transport.AgentInstallDir+"/"+transport.DefaultAgentBinary+"-"+digest[:16], nil
 		})
 	}
@@ -202,12 +188,19 @@ func TestAgentDeliveredIntoKubeOVNsContainer(t *testing.T) {
 	delivered("back to the lab's build", want)
 }
 
-// agentPIDs are the host PIDs of the delivered agents running in this lab's gateway Pod (the lab
-// node runs no PID namespace, so the host sees the container's processes).
-func agentPIDs(t *testing.T, c *cluster.Cluster) []int {
+// agentProcess is a delivered agent running in the gateway container: its host PID and argv[0],
+// the path it was started by in the container's view (the /proc/<pid>/exe link would name it
+// through the lab node's mounts).
+type agentProcess struct {
+	pid   int
+	argv0 string
+}
+
+// gatewayAgents are the delivered agents running in this lab's gateway Pod: the processes of its
+// network namespace (the lab node runs no PID namespace, so the host sees the container's
+// processes), never the machine's, where another lab's agents may run.
+func gatewayAgents(t *testing.T, c *cluster.Cluster) []agentProcess {
 	t.Helper()
-	// Only this lab's gateway: the processes of its Pod's network namespace, never the machine's
-	// (another lab's agents may run beside this one).
 	ns, ok := c.GatewayNetns()
 	if !ok {
 		return nil
@@ -217,7 +210,7 @@ func agentPIDs(t *testing.T, c *cluster.Cluster) []int {
 		t.Fatalf("listing the processes of the gateway's namespace %s: %v", ns, err)
 	}
 	prefix := transport.AgentInstallDir + "/" + transport.DefaultAgentBinary + "-"
-	var pids []int
+	var agents []agentProcess
 	for _, f := range strings.Fields(string(out)) {
 		pid, err := strconv.Atoi(f)
 		if err != nil {
@@ -225,8 +218,18 @@ func agentPIDs(t *testing.T, c *cluster.Cluster) []int {
 		}
 		cmdline, err := os.ReadFile("/proc/" + f + "/cmdline")
 		if argv0, _, _ := strings.Cut(string(cmdline), "\x00"); err == nil && strings.HasPrefix(argv0, prefix) {
-			pids = append(pids, pid)
+			agents = append(agents, agentProcess{pid: pid, argv0: argv0})
 		}
+	}
+	return agents
+}
+
+// agentPIDs are the host PIDs of gatewayAgents.
+func agentPIDs(t *testing.T, c *cluster.Cluster) []int {
+	t.Helper()
+	var pids []int
+	for _, a := range gatewayAgents(t, c) {
+		pids = append(pids, a.pid)
 	}
 	return pids
 }
