@@ -383,8 +383,9 @@ func TestChartRenders(t *testing.T) {
 			m.must(t, "ClusterRoleBinding", "", "vpcgw-controller-metrics-auth")
 			wantRules(t, m.must(t, "ClusterRole", "", "vpcgw-metrics-reader"), map[string][]string{"nonResourceURL:/metrics": {"get"}})
 			m.must(t, "Service", "kube-system", "vpcgw-controller-metrics")
-			// kube-ovn's ConfigMap ovn-vpc-nat-config, read only, in kube-ovn's namespace only.
-			wantRules(t, m.must(t, "Role", "kube-system", "vpcgw-controller-kube-ovn-config"), map[string][]string{"/configmaps": {"get", "list", "watch"}})
+			// kube-ovn's ConfigMap ovn-vpc-nat-config and kube-ovn-controller's Deployment (SPEC K10),
+			// read only, in kube-ovn's namespace only.
+			wantRules(t, m.must(t, "Role", "kube-system", "vpcgw-controller-kube-ovn-config"), map[string][]string{"/configmaps": {"get", "list", "watch"}, "apps/deployments": {"get", "list", "watch"}})
 			m.must(t, "RoleBinding", "kube-system", "vpcgw-controller-kube-ovn-config")
 			// The controller's published status (SPEC O2): its ConfigMap in its namespace, readable
 			// by nobody else by default (controller.statusReaders, SPEC N8), the namespace from the

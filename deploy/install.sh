@@ -43,6 +43,10 @@
 #                                           kube-ovn's CRDs are never installed, whatever the value
 #   LEDGER=service-record                   --ledger: service-record or iptables-dnat-rule (SPEC R6)
 #   KUBE_OVN_NAMESPACE=kube-system          kube-ovn's namespace (its ConfigMap ovn-vpc-nat-config)
+#   KUBE_OVN_CONTROLLER_DEPLOYMENT=kube-ovn-controller
+#                                           kube-ovn-controller's Deployment there: the install is
+#                                           refused while its flags turn on kube-ovn's own Service
+#                                           controller, and vpcgw stands aside if they do later (K10)
 #   KUBE_OVN_SERVICE_ACCOUNT=system:serviceaccount:kube-system:ovn
 #                                           kube-ovn-controller's user, exempt from the webhook (K7)
 #   ROLLOUT_TIMEOUT=5m                      wait for the Deployments to be ready; 0: do not wait
@@ -89,6 +93,7 @@ INSTALL_CRDS=${INSTALL_CRDS:-true}
 LEDGER=${LEDGER:-service-record}
 KUBE_OVN_NAMESPACE=${KUBE_OVN_NAMESPACE:-kube-system}
 KUBE_OVN_SERVICE_ACCOUNT=${KUBE_OVN_SERVICE_ACCOUNT:-system:serviceaccount:kube-system:ovn}
+KUBE_OVN_CONTROLLER_DEPLOYMENT=${KUBE_OVN_CONTROLLER_DEPLOYMENT:-kube-ovn-controller}
 ROLLOUT_TIMEOUT=${ROLLOUT_TIMEOUT:-5m}
 KUBECTL=${KUBECTL:-kubectl}
 
@@ -107,6 +112,7 @@ check ROLLOUT_TIMEOUT "$ROLLOUT_TIMEOUT" '^(0|[1-9][0-9]*[smh])$' "0 or a durati
 check NAMESPACE "$NAMESPACE" "$dns_label" "a namespace name"
 check LEDGER "$LEDGER" '^(service-record|iptables-dnat-rule)$' "service-record or iptables-dnat-rule"
 check KUBE_OVN_NAMESPACE "$KUBE_OVN_NAMESPACE" "$dns_label" "a namespace name"
+check KUBE_OVN_CONTROLLER_DEPLOYMENT "$KUBE_OVN_CONTROLLER_DEPLOYMENT" '^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$' "a Deployment name"
 check KUBE_OVN_SERVICE_ACCOUNT "$KUBE_OVN_SERVICE_ACCOUNT" '^[A-Za-z0-9][-A-Za-z0-9_.:@]*$' "a user name like system:serviceaccount:kube-system:ovn"
 check CONTROLLER_REPLICAS "$CONTROLLER_REPLICAS" '^[1-9][0-9]?$' "a number from 1 to 99"
 # The image: IMAGE split into its parts, or the tag and digest from images.json; checked below.
@@ -170,9 +176,6 @@ if [ "$dry_run" = false ]; then
 	if [ "$CERT_MANAGER" = true ]; then
 		kube get crd certificates.cert-manager.io >/dev/null 2>&1 || die "CERT_MANAGER=true but cert-manager is not installed"
 	fi
-	for ns in "$NAMESPACE" "${gateway_namespaces[@]}"; do
-		kube get namespace "$ns" >/dev/null 2>&1 || kube create namespace "$ns"
-	done
 	# Idempotence: keep the webhook certificate of an earlier run instead of generating another.
 	if [ "$ENABLE_WEBHOOK" = true ] && [ "$CERT_MANAGER" = false ]; then
 		existing_ca=$(kube get secret --namespace "$NAMESPACE" vpcgw-webhook-cert --ignore-not-found -o 'jsonpath={.data.ca\.crt}')
@@ -194,6 +197,7 @@ values=$work/values.yaml
 	echo "kubeOvn:"
 	echo "  namespace: \"$KUBE_OVN_NAMESPACE\""
 	echo "  serviceAccount: \"$KUBE_OVN_SERVICE_ACCOUNT\""
+	echo "  controllerDeployment: \"$KUBE_OVN_CONTROLLER_DEPLOYMENT\""
 	echo "image:"
 	echo "  repository: \"$IMAGE_REPOSITORY\""
 	echo "  tag: \"$IMAGE_TAG\""
@@ -221,7 +225,13 @@ values=$work/values.yaml
 } >"$values"
 
 manifests=$work/vpcgw.yaml
-"$HELM" template vpcgw "$chart" --namespace "$NAMESPACE" --values "$values" >"$manifests"
+# Against the cluster, the chart renders as helm install does (--dry-run=server: its lookups see
+# the cluster), so that its refusals hold here too: never beside kube-ovn's own Service controller
+# (SPEC K10). helm reaches the cluster through the same KUBECONFIG as KUBECTL.
+online=()
+[ "$dry_run" = true ] || online=(--dry-run=server)
+"$HELM" template vpcgw "$chart" --namespace "$NAMESPACE" --values "$values" "${online[@]}" >"$manifests" ||
+	die "the chart refused to render (above): nothing was applied"
 # The chart renders no kubeovn.io CRD (it fails instead); this holds for any CHART too (SPEC K1).
 kubeovn_crds=$(awk '
 	function done() { if (kind == "CustomResourceDefinition" && (name ~ /\.kubeovn\.io$/ || group == "kubeovn.io")) print name }
@@ -237,6 +247,10 @@ if [ "$dry_run" = true ]; then
 	cat -- "$manifests"
 	exit 0
 fi
+# Only now, with every check passed, is anything created.
+for ns in "$NAMESPACE" "${gateway_namespaces[@]}"; do
+	kube get namespace "$ns" >/dev/null 2>&1 || kube create namespace "$ns"
+done
 kube apply --server-side --force-conflicts --field-manager=vpcgw-install --filename "$manifests"
 if [ "$ROLLOUT_TIMEOUT" != 0 ]; then
 	deployments=(deployment/vpcgw-controller)

@@ -66,9 +66,12 @@ var leastPrivilege = map[string]map[grant]string{
 		"apps/deployments get":  "transport/verify.go:OwnerChainVerifier (kube-ovn master's Deployment)",
 	},
 	"Role controller-kube-ovn-config": {
-		"/configmaps get":   "gateway.go:placement reads ovn-vpc-nat-config (SPEC K5), by name",
-		"/configmaps list":  "informer on ovn-vpc-nat-config (field selector metadata.name), by name",
-		"/configmaps watch": "informer on ovn-vpc-nat-config (field selector metadata.name), by name",
+		"/configmaps get":        "gateway.go:placement reads ovn-vpc-nat-config (SPEC K5), by name",
+		"/configmaps list":       "informer on ovn-vpc-nat-config (field selector metadata.name), by name",
+		"/configmaps watch":      "informer on ovn-vpc-nat-config (field selector metadata.name), by name",
+		"apps/deployments get":   "secondwriter.go:secondWriter reads kube-ovn-controller's flags (SPEC K10), by name",
+		"apps/deployments list":  "informer on kube-ovn-controller's Deployment (field selector metadata.name), by name",
+		"apps/deployments watch": "informer on kube-ovn-controller's Deployment (field selector metadata.name), by name",
 	},
 	"Role controller-status": {
 		"/configmaps get":    "status/publisher.go:Publisher.write reads ConfigMap vpcgw-controller past the cache (SPEC O2), by name",

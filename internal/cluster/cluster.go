@@ -101,6 +101,8 @@ type Cluster struct {
 	network *network
 
 	Webhook, Controller *process
+	// metricsAddr is where the running controller serves /metrics (plain HTTP, loopback only).
+	metricsAddr         string
 	controllerArgs      []string
 	extraControllerArgs []string
 
@@ -196,6 +198,10 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	if err := c.KubeOVN.WaitReady(ctx, c.Client, c.OVN); err != nil {
 		return nil, fmt.Errorf("kube-ovn-controller: %w", err)
+	}
+	// Before vpcgw starts: it reads kube-ovn-controller's flags from there (SPEC K10).
+	if err := c.KubeOVN.RecordDeployment(ctx, c.Client); err != nil {
+		return nil, err
 	}
 
 	// The VPC router follows the NB DB's VIP policies (OVN's data path, played).
@@ -366,14 +372,19 @@ func (c *Cluster) StartController(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	metrics, err := freePort()
+	if err != nil {
+		return err
+	}
 	agents, err := c.agentBinaries()
 	if err != nil {
 		return err
 	}
+	c.metricsAddr = "127.0.0.1:" + strconv.Itoa(metrics)
 	argv := append([]string{c.opts.Bins.Vpcgw, "controller",
 		"--kubeconfig", kc, "--transport", "exec", "--agent-binaries", agents,
 		"--ovn-nb-addr", c.OVN.NBAddr(), "--kube-ovn-namespace", kubeovnrun.Namespace,
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(health),
+		"--metrics-bind-address", c.metricsAddr, "--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(health),
 	}, append(slices.Clone(c.controllerArgs), c.extraControllerArgs...)...)
 	c.Controller = &process{name: "vpcgw controller", argv: argv}
 	if err := c.Controller.start(); err != nil {
@@ -381,6 +392,10 @@ func (c *Cluster) StartController(ctx context.Context) error {
 	}
 	return waitHTTP(ctx, "vpcgw controller", c.Controller, "http://127.0.0.1:"+strconv.Itoa(health)+"/readyz", 60*time.Second)
 }
+
+// MetricsURL is the running controller's /metrics (plain HTTP on loopback, as the chart's
+// controller.metricsSecure=false serves it).
+func (c *Cluster) MetricsURL() string { return "http://" + c.metricsAddr + "/metrics" }
 
 // SetExtraControllerArgs adds args to the controller's command line from its next start.
 func (c *Cluster) SetExtraControllerArgs(args ...string) { c.extraControllerArgs = args }

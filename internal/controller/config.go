@@ -32,6 +32,9 @@ type Flags struct {
 	// KubeOVNNamespace is kube-ovn-controller's namespace: its ovn-vpc-nat-config ConfigMap and,
 	// unless a gateway's spec.namespace says otherwise, its gateway pods (SPEC K5).
 	KubeOVNNamespace string
+	// KubeOVNControllerDeployment is kube-ovn-controller's Deployment in KubeOVNNamespace, whose
+	// arguments tell whether kube-ovn serves Services through the gateways itself (SPEC K10).
+	KubeOVNControllerDeployment string
 }
 
 // RemovedFlag is the flag of kube-ovn's first implementation, which vpcgw does not accept (SPEC F3).
@@ -56,6 +59,8 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 		"a gateway serves at most this many backends (source ranges count too), with the same order and fair share")
 	fs.StringVar(&f.KubeOVNNamespace, "kube-ovn-namespace", model.DefaultGatewayNamespace,
 		"kube-ovn-controller's namespace: where its "+model.GatewayConfigMap+" ConfigMap is and where it runs gateway pods without spec.namespace")
+	fs.StringVar(&f.KubeOVNControllerDeployment, "kube-ovn-controller-deployment", model.DefaultKubeOVNControllerDeployment,
+		"kube-ovn-controller's Deployment in --kube-ovn-namespace: while its arguments turn on kube-ovn's own Service controller, vpcgw serves and releases nothing")
 }
 
 // Validate applies the startup matrix of SPEC F2.
@@ -72,6 +77,9 @@ func (f Flags) Validate() error {
 	}
 	if errs2 := validation.IsDNS1123Label(f.kubeOVNNamespace()); len(errs2) > 0 {
 		errs = append(errs, fmt.Errorf("--kube-ovn-namespace=%q is not a namespace name: %s", f.KubeOVNNamespace, errs2[0]))
+	}
+	if errs2 := validation.IsDNS1123Subdomain(f.kubeOVNControllerDeployment()); len(errs2) > 0 {
+		errs = append(errs, fmt.Errorf("--kube-ovn-controller-deployment=%q is not a Deployment name: %s", f.KubeOVNControllerDeployment, errs2[0]))
 	}
 	if f.MaxPortsPerService < 0 || f.MaxBackendsPerIdentity < 0 || f.MaxIdentitiesPerGateway < 0 || f.MaxBackendsPerGateway < 0 {
 		errs = append(errs, errors.New("--max-ports-per-service, --max-backends-per-identity, --max-identities-per-gateway and --max-backends-per-gateway must not be negative (0: the defaults)"))
@@ -99,6 +107,13 @@ func (f Flags) kubeOVNNamespace() string {
 		return model.DefaultGatewayNamespace
 	}
 	return f.KubeOVNNamespace
+}
+
+func (f Flags) kubeOVNControllerDeployment() string {
+	if f.KubeOVNControllerDeployment == "" {
+		return model.DefaultKubeOVNControllerDeployment
+	}
+	return f.KubeOVNControllerDeployment
 }
 
 // CheckRemovedFlags fails with a message naming the replacements when args use the removed flag.

@@ -14,6 +14,7 @@ import (
 	"unique"
 
 	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -57,16 +58,17 @@ const (
 // CacheOptions keeps the caches small: no object keeps its managedFields (at 100,000 records they
 // were most of the controller's memory), and Pods keep only what the model reads (vpcgw caches
 // every Pod: backends can be anywhere).
-func CacheOptions(kubeOVNNamespace string) cache.Options {
-	if kubeOVNNamespace == "" {
-		kubeOVNNamespace = model.DefaultGatewayNamespace
-	}
+func CacheOptions(f Flags) cache.Options {
+	kubeOVNNamespace := f.kubeOVNNamespace()
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			// Only kube-ovn's gateway configuration is read, not every ConfigMap of the cluster.
 			&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{kubeOVNNamespace: {}},
 				Field: fields.OneTermEqualSelector("metadata.name", model.GatewayConfigMap)},
+			// Only kube-ovn-controller's own Deployment, for its flags (SPEC K10).
+			&appsv1.Deployment{}: {Namespaces: map[string]cache.Config{kubeOVNNamespace: {}},
+				Field: fields.OneTermEqualSelector("metadata.name", f.kubeOVNControllerDeployment()), Transform: trimDeployment},
 			&corev1.Pod{}:                  {Transform: trimPod},
 			&kubeovnv1.IP{}:                {Transform: trimAddress},
 			&kubeovnv1.IptablesDnatRule{}:  {Transform: trimRecord},
@@ -207,6 +209,9 @@ type GatewayReconciler struct {
 	ownWrites sync.Map
 	// lastEvent remembers the last event per Service UID and reason, so that a cause is reported
 	// once, not on every reconcile (SPEC T3).
+	// second is what secondWriter last found (nil: not read yet), for logging changes only.
+	secondMu  sync.Mutex
+	second    *model.SecondWriter
 	eventsMu  sync.Mutex
 	lastEvent map[types.UID]map[string]string
 }
@@ -316,8 +321,11 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 		Watches(&vpcgwv1alpha1.ServiceRecord{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfRecord), builder.WithPredicates(r.recordChangedByOthers())).
 		// A Vpc's namespaces admit Services to its gateways (SPEC N1).
 		Watches(&kubeovnv1.Vpc{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfVpc), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		// A new natGwNamePrefix moves every gateway's pods: replan them all.
-		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.allGateways)).
+		// A new natGwNamePrefix moves every gateway's pods: replan them all. Its keys and
+		// kube-ovn-controller's flags may also turn kube-ovn's own Service controller on or off
+		// (SPEC K10): every gateway, and the Services bound to none, stand aside or resume.
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.secondWriterChanged)).
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(r.secondWriterChanged), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Channel(ended, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 }

@@ -113,6 +113,12 @@ var (
 		Name: "vpcgw_partial_plans_total",
 		Help: "Syncs that replanned only the Services changed since the last sync.",
 	})
+	// kubeOVNServes is 1 while kube-ovn-controller serves Services through the gateways itself and
+	// vpcgw stands aside (SPEC K10).
+	kubeOVNServes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "vpcgw_kube_ovn_serves_services",
+		Help: "1 while kube-ovn-controller's own Service controller is on (or may be): vpcgw then serves and releases nothing.",
+	})
 	planDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "vpcgw_plan_duration_seconds",
 		Help:    "Time to read a gateway's snapshot and plan it, by kind: full (every Service) or partial (the changed ones).",
@@ -122,7 +128,7 @@ var (
 
 func init() {
 	ctrlmetrics.Registry.MustRegister(syncDuration, programmingLatency, syncFailures, identities, backends, recordsWritten, conntrackDeleted,
-		fullSyncs, partialSyncs, planDuration)
+		fullSyncs, partialSyncs, planDuration, kubeOVNServes)
 }
 
 // triggerAnnotation is set by the EndpointSlice controller to the time of the change that caused

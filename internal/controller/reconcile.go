@@ -34,6 +34,9 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	if wait := r.throttle(key); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
+	if w := r.secondWriter(ctx); w.Serves {
+		return r.standAside(ctx, key, w)
+	}
 	planner := r.planners.of(key)
 	plan, gp, endpointSlices, err := r.plan(ctx, key, planner)
 	if err != nil {

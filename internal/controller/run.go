@@ -94,7 +94,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Logger:                  log,
-		Cache:                   CacheOptions(opts.Flags.KubeOVNNamespace),
+		Cache:                   CacheOptions(opts.Flags),
 		Metrics:                 metrics,
 		HealthProbeBindAddress:  defaultAddr(opts.HealthAddr),
 		PprofBindAddress:        pprofAddr(opts.PprofAddr),

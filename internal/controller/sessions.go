@@ -202,6 +202,17 @@ func (s *sessions) drop(gw string, uid types.UID, conn *transport.Conn) {
 	_ = conn.Close()
 }
 
+// closeGateway ends the streams of one gateway's instances (SPEC K10: vpcgw stands aside).
+func (s *sessions) closeGateway(gw string) {
+	s.mu.Lock()
+	live := s.byGw[gw]
+	delete(s.byGw, gw)
+	s.mu.Unlock()
+	for _, sess := range live {
+		_ = sess.conn.Close()
+	}
+}
+
 // closeAll ends every stream (controller shutdown).
 func (s *sessions) closeAll() {
 	s.mu.Lock()

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/vpcgw/vpcgw/internal/model"
@@ -19,6 +20,8 @@ type StatusRecorder interface {
 	GatewaySynced(gateway string, s status.Sync)
 	RoutesSynced(gateway string, r status.RouteSync)
 	GatewayRemoved(gateway string)
+	// SetCondition records a condition of the controller as a whole (status.ConditionServing).
+	SetCondition(c metav1.Condition)
 }
 
 // statusPublisher is the leader's writer of ConfigMap <StatusNamespace>/vpcgw-controller.

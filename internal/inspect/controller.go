@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vpcgw/vpcgw/internal/model"
@@ -48,6 +49,9 @@ func ReadController(ctx context.Context, c client.Reader, namespace string, stal
 	}
 	info.Version, info.Holder, info.Heartbeat, info.Stopped = pub.Version, pub.Holder, pub.Heartbeat, pub.Stopped
 	info.Gates, info.Flags = pub.Gates, &pub.Flags
+	if c := pub.Condition(status.ConditionServing); c != nil && c.Status == metav1.ConditionFalse {
+		info.StandingAside = c.Message
+	}
 	age := now.Sub(pub.Heartbeat)
 	switch {
 	case !pub.Stopped.IsZero():

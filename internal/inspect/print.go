@@ -209,7 +209,11 @@ func controllerLine(c ControllerInfo, now time.Time) string {
 	if !c.Running {
 		return c.Message
 	}
-	return fmt.Sprintf("vpcgw %s running (%s, holder %s, heartbeat %s)", c.Version, c.ConfigMap, dash(c.Holder), ago(c.Heartbeat, now))
+	line := fmt.Sprintf("vpcgw %s running (%s, holder %s, heartbeat %s)", c.Version, c.ConfigMap, dash(c.Holder), ago(c.Heartbeat, now))
+	if c.StandingAside != "" {
+		line += "; it serves and releases nothing: " + c.StandingAside
+	}
+	return line
 }
 
 // PrintVersion writes the plugin's and the controller's versions.

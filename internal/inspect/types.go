@@ -76,6 +76,9 @@ type ControllerInfo struct {
 	Gates        status.Gates `json:"gates"`
 	// Flags are the controller's other published settings (absent when nothing was published).
 	Flags *status.Flags `json:"flags,omitempty"`
+	// StandingAside says why a running controller serves and releases nothing: kube-ovn's own
+	// Service controller is on (its Serving condition is False, SPEC K10). Empty: it serves.
+	StandingAside string `json:"standingAside,omitempty"`
 }
 
 // Part is one part of a Service: its EIP or its ClusterIP.

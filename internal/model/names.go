@@ -113,6 +113,9 @@ const (
 	ReasonNotAdmitted       = "NftableLbSvcNotAdmitted"
 	ReasonLimit             = "NftableLbSvcLimit"
 	ReasonQuarantined       = "NftableLbSvcQuarantined"
+	// ReasonKubeOVNServesEvent: kube-ovn-controller serves Services itself, so vpcgw serves and
+	// releases nothing (SPEC K10).
+	ReasonKubeOVNServesEvent = "NftableLbSvcKubeOVNServes"
 )
 
 // IdentityGroup names the identities of the Service with uid on the wire (gwstate.Identity.Group):

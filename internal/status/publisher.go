@@ -99,7 +99,8 @@ func (p *Publisher) Start(ctx context.Context) error {
 
 // write makes the ConfigMap hold the current status.
 func (p *Publisher) write(ctx context.Context, gws map[string]Gateway, stopped time.Time) error {
-	pub := Published{Version: p.Version, Holder: p.Holder, Heartbeat: time.Now(), Stopped: stopped, Gates: p.Gates, Flags: p.Flags, Gateways: gws}
+	pub := Published{Version: p.Version, Holder: p.Holder, Heartbeat: time.Now(), Stopped: stopped, Gates: p.Gates, Flags: p.Flags, Gateways: gws,
+		Conditions: p.Recorder.Conditions()}
 	if len(gws) > MaxGateways {
 		pub.Gateways = map[string]Gateway{}
 		for _, name := range slices.Sorted(maps.Keys(gws))[:MaxGateways] {

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // InstanceRef names a gateway instance.
@@ -43,6 +46,7 @@ type Recorder struct {
 	seq     uint64
 	changed chan struct{}
 	now     func() time.Time
+	conds   []metav1.Condition
 }
 
 // NewRecorder returns an empty Recorder.
@@ -69,6 +73,31 @@ func (r *Recorder) Gateways() (map[string]Gateway, uint64) {
 		out[name] = copyGateway(*g)
 	}
 	return out, r.seq
+}
+
+// SetCondition records a condition of the controller as a whole; its transition time moves only
+// when its status does (meta.SetStatusCondition).
+func (r *Recorder) SetCondition(c metav1.Condition) {
+	r.mu.Lock()
+	c.LastTransitionTime = metav1.NewTime(r.now().UTC().Truncate(time.Second))
+	changed := meta.SetStatusCondition(&r.conds, c)
+	if changed {
+		r.seq++
+	}
+	r.mu.Unlock()
+	if changed {
+		select {
+		case r.changed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Conditions returns a copy of the conditions recorded.
+func (r *Recorder) Conditions() []metav1.Condition {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.conds)
 }
 
 func copyGateway(g Gateway) Gateway {

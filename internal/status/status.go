@@ -12,6 +12,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 const (
@@ -42,7 +44,14 @@ const (
 	KeyHolder    = "holder"
 	KeyGateways  = "gateways"
 	KeyStopped   = "stopped"
+	// KeyConditions is JSON: the controller's conditions as a whole (ConditionServing).
+	KeyConditions = "conditions"
 )
+
+// ConditionServing is True while the controller serves, and False while it stands aside because
+// kube-ovn-controller serves Services through the gateways itself (SPEC K10); its reason is one of
+// model.SecondWriter's.
+const ConditionServing = "Serving"
 
 // Gates are the controller's mode switches (SPEC F1, F2, R6), as it runs.
 type Gates struct {
@@ -122,6 +131,18 @@ type Published struct {
 	Gateways map[string]Gateway
 	// GatewaysOmitted counts gateways left out past MaxGateways.
 	GatewaysOmitted int
+	// Conditions of the controller as a whole (ConditionServing).
+	Conditions []metav1.Condition
+}
+
+// Condition returns the condition of type t, or nil.
+func (p Published) Condition(t string) *metav1.Condition {
+	for i := range p.Conditions {
+		if p.Conditions[i].Type == t {
+			return &p.Conditions[i]
+		}
+	}
+	return nil
 }
 
 type gatewaysDoc struct {
@@ -158,6 +179,13 @@ func Encode(p Published) (map[string]string, error) {
 	if !p.Stopped.IsZero() {
 		data[KeyStopped] = p.Stopped.UTC().Format(time.RFC3339)
 	}
+	if len(p.Conditions) > 0 {
+		conds, err := json.Marshal(p.Conditions)
+		if err != nil {
+			return nil, err
+		}
+		data[KeyConditions] = string(conds)
+	}
 	return data, nil
 }
 
@@ -183,6 +211,14 @@ func Decode(data map[string]string) (Published, error) {
 	}
 	if err := json.Unmarshal([]byte(data[KeyFlags]), &p.Flags); err != nil {
 		return p, fmt.Errorf("%s: %w", KeyFlags, err)
+	}
+	if s, ok := data[KeyConditions]; ok {
+		if err := json.Unmarshal([]byte(s), &p.Conditions); err != nil {
+			return p, fmt.Errorf("%s: %w", KeyConditions, err)
+		}
+		for i := range p.Conditions { // metav1.Time decodes to local time; the rest here is UTC
+			p.Conditions[i].LastTransitionTime = metav1.NewTime(p.Conditions[i].LastTransitionTime.UTC())
+		}
 	}
 	var doc gatewaysDoc
 	if s := data[KeyGateways]; s != "" {

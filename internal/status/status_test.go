@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -29,12 +30,14 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 			Instances: []Instance{{Pod: "kube-system/vpc-nat-gw-gw1-0", UID: "u", AckedGeneration: 7, LastAckTime: at, AgentVersion: "v1.2.3"}},
 			Routes:    &Routes{NextHops: []string{"10.0.1.254"}, VIPs: 2, Synced: true, LastSyncTime: at}}},
 		GatewaysOmitted: 2,
+		Conditions: []metav1.Condition{{Type: ConditionServing, Status: metav1.ConditionFalse, Reason: "KubeOVNServesServices",
+			Message: "--enable-gw-nftable-lb-svc is on", LastTransitionTime: metav1.NewTime(at)}},
 	}
 	data, err := Encode(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{KeyVersion, KeyGates, KeyFlags, KeyHeartbeat, KeyHolder, KeyGateways, KeyStopped} {
+	for _, k := range []string{KeyVersion, KeyGates, KeyFlags, KeyHeartbeat, KeyHolder, KeyGateways, KeyStopped, KeyConditions} {
 		if data[k] == "" {
 			t.Errorf("no %q in %v", k, data)
 		}
@@ -52,6 +55,32 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 	delete(data, KeyHeartbeat)
 	if _, err := Decode(data); err == nil {
 		t.Error("a status without heartbeat decoded")
+	}
+}
+
+// A condition's transition time moves only when its status does; a new reason alone is a change
+// to publish (SPEC K10: why vpcgw stands aside).
+// covers: K10, O2
+func TestRecorderConditions(t *testing.T) {
+	r := NewRecorder()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	r.now = func() time.Time { return now }
+	r.SetCondition(metav1.Condition{Type: ConditionServing, Status: metav1.ConditionTrue, Reason: "KubeOVNDoesNotServeServices", Message: "v1.16"})
+	seq := r.Seq()
+	now = now.Add(time.Minute)
+	r.SetCondition(metav1.Condition{Type: ConditionServing, Status: metav1.ConditionTrue, Reason: "KubeOVNDoesNotServeServices", Message: "v1.16"})
+	if r.Seq() != seq {
+		t.Error("the same condition again counted as a change")
+	}
+	r.SetCondition(metav1.Condition{Type: ConditionServing, Status: metav1.ConditionFalse, Reason: "KubeOVNServesServices", Message: "on"})
+	c := r.Conditions()
+	if r.Seq() == seq || len(c) != 1 || c[0].Status != metav1.ConditionFalse || !c[0].LastTransitionTime.Time.Equal(now) {
+		t.Fatalf("after the status changed: %+v (seq %d → %d)", c, seq, r.Seq())
+	}
+	now = now.Add(time.Minute)
+	r.SetCondition(metav1.Condition{Type: ConditionServing, Status: metav1.ConditionFalse, Reason: "KubeOVNServesServicesByDefault", Message: "default"})
+	if c2 := r.Conditions(); c2[0].Reason != "KubeOVNServesServicesByDefault" || !c2[0].LastTransitionTime.Equal(&c[0].LastTransitionTime) {
+		t.Errorf("a new reason of the same status: %+v", c2)
 	}
 }
 

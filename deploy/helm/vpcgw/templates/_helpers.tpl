@@ -169,3 +169,82 @@ helm.sh/resource-policy: keep (crds.keep, true by default then).
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+vpcgw.refuseSecondWriter fails helm install/upgrade (and helm template --dry-run=server, which
+install.sh runs) where kube-ovn-controller serves Services through the gateways itself (SPEC K10):
+the same rules as internal/model/secondwriter.go, which the running controller applies. A gate
+flag of its Deployment given without a value or with a true one, or one this cannot read (a
+value other than a boolean, or $(VAR) without a literal env value), refuses; so does kube-ovn's
+ConfigMap ovn-vpc-nat-config with such a key. A flag not given is off on kube-ovn v1.16 and older
+(they have none); on newer or unknown releases --enable-nftable-lb-svc is on by default (#7403),
+so the Deployment must turn the gates off explicitly: that flag, or both of #7451's split flags.
+Without a cluster (plain helm template) every lookup is empty and nothing is checked.
+*/}}
+{{- define "vpcgw.refuseSecondWriter" -}}
+{{- $ns := .Values.kubeOvn.namespace -}}
+{{- $name := .Values.kubeOvn.controllerDeployment | default "kube-ovn-controller" -}}
+{{- $flags := list "enable-nftable-lb-svc" "enable-gw-nftable-lb-svc" "enable-gw-nftable-svc-cluster-ip" -}}
+{{- $cm := lookup "v1" "ConfigMap" $ns "ovn-vpc-nat-config" -}}
+{{- if $cm -}}
+{{- range $flag := $flags -}}
+{{- $v := index ($cm.data | default dict) $flag -}}
+{{- if and (hasKey ($cm.data | default dict) $flag) (not (has (trim $v) (list "0" "f" "F" "FALSE" "false" "False"))) -}}
+{{- fail (printf "kube-ovn's ConfigMap %s/ovn-vpc-nat-config sets %s=%q: kube-ovn serves Services through the gateways itself, and vpcgw must not be a second writer (SPEC K10); see the user guide's migration section" $ns $flag $v) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $d := lookup "apps/v1" "Deployment" $ns $name -}}
+{{- if $d -}}
+{{- $where := printf "kube-ovn-controller's Deployment %s/%s" $ns $name -}}
+{{- $explicit := dict -}}
+{{- $minor := -1 -}}
+{{- range $c := $d.spec.template.spec.containers -}}
+{{- $env := dict -}}
+{{- range $e := $c.env | default list -}}
+{{- if not $e.valueFrom -}}{{- $_ := set $env $e.name ($e.value | default "") -}}{{- end -}}
+{{- end -}}
+{{- range $arg := concat ($c.command | default list) ($c.args | default list) -}}
+{{- if hasPrefix "-" $arg -}}
+{{- $s := trimPrefix "-" (trimPrefix "-" $arg) -}}
+{{- $kv := splitn "=" 2 $s -}}
+{{- if has $kv._0 $flags -}}
+{{- if not (hasKey $kv "_1") -}}
+{{- fail (printf "%s, container %s: --%s is given without a value (on): kube-ovn serves Services through the gateways itself, and vpcgw must not be a second writer (SPEC K10); see the user guide's migration section" $where $c.name $kv._0) -}}
+{{- end -}}
+{{- $v := $kv._1 -}}
+{{- $ref := regexFind "^\\$\\([A-Za-z_][A-Za-z0-9_]*\\)$" $v -}}
+{{- if $ref -}}
+{{- $var := trimSuffix ")" (trimPrefix "$(" $ref) -}}
+{{- $v = ternary (index $env $var) "unreadable" (hasKey $env $var) -}}
+{{- end -}}
+{{- $v = trim $v -}}
+{{- if has $v (list "1" "t" "T" "TRUE" "true" "True") -}}
+{{- fail (printf "%s, container %s: --%s is on: kube-ovn serves Services through the gateways itself, and vpcgw must not be a second writer (SPEC K10); see the user guide's migration section" $where $c.name $kv._0) -}}
+{{- else if has $v (list "0" "f" "F" "FALSE" "false" "False") -}}
+{{- $_ := set $explicit $kv._0 true -}}
+{{- else -}}
+{{- fail (printf "%s, container %s: cannot read --%s=%s, so kube-ovn may serve Services through the gateways itself: give it as true or false (SPEC K10)" $where $c.name $kv._0 $kv._1) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $ref := first (splitList "@" ($c.image | default "")) -}}
+{{- $last := last (splitList "/" $ref) -}}
+{{- if and (contains ":" $last) (eq (first (splitList ":" $last)) "kube-ovn") -}}
+{{- $m := regexFind "^v?1\\.[0-9]+" (last (splitList ":" $last)) -}}
+{{- if $m -}}
+{{- $mm := last (splitList "." $m) | atoi -}}
+{{- if gt $mm $minor -}}{{- $minor = $mm -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if not (and (ge $minor 0) (le $minor 16)) -}}
+{{- $split := or (hasKey $explicit "enable-gw-nftable-lb-svc") (hasKey $explicit "enable-gw-nftable-svc-cluster-ip") -}}
+{{- $off := or (and (hasKey $explicit "enable-gw-nftable-lb-svc") (hasKey $explicit "enable-gw-nftable-svc-cluster-ip")) (and (not $split) (hasKey $explicit "enable-nftable-lb-svc")) -}}
+{{- if not $off -}}
+{{- fail (printf "%s runs a kube-ovn release newer than v1.16 (or one the chart cannot tell from its image), whose own Service controller is on unless turned off: set --enable-nftable-lb-svc=false on it (or, on releases with --enable-gw-nftable-lb-svc, both --enable-gw-nftable-lb-svc=false and --enable-gw-nftable-svc-cluster-ip=false) before installing vpcgw, so that there are never two writers (SPEC K10)" $where) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

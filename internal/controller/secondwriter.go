@@ -1,0 +1,129 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/vpcgw/vpcgw/internal/model"
+	"github.com/vpcgw/vpcgw/internal/status"
+)
+
+// trimDeployment keeps of kube-ovn-controller's Deployment what tells its flags (SPEC K10).
+func trimDeployment(obj any) (any, error) {
+	d, ok := obj.(*appsv1.Deployment)
+	if !ok {
+		return obj, nil
+	}
+	d.ManagedFields, d.Annotations = nil, nil
+	cs := make([]corev1.Container, 0, len(d.Spec.Template.Spec.Containers))
+	for _, c := range d.Spec.Template.Spec.Containers {
+		cs = append(cs, corev1.Container{Name: c.Name, Image: c.Image, Command: c.Command, Args: c.Args, Env: c.Env})
+	}
+	d.Spec = appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: cs}}}
+	d.Status = appsv1.DeploymentStatus{}
+	return d, nil
+}
+
+// secondWriter reads whether kube-ovn-controller serves Services through the gateways itself
+// (SPEC K10), and makes the metric, the status condition and the log say what it found. An error
+// reading the cache counts as "serves": vpcgw writes only when it knows it is the only writer.
+func (r *GatewayReconciler) secondWriter(ctx context.Context) model.SecondWriter {
+	ns := r.Flags.kubeOVNNamespace()
+	var d *appsv1.Deployment
+	var got appsv1.Deployment
+	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: r.Flags.kubeOVNControllerDeployment()}, &got); {
+	case err == nil:
+		d = &got
+	case !apierrors.IsNotFound(err):
+		return r.noteSecondWriter(model.SecondWriter{Serves: true, Reason: model.ReasonKubeOVNUnreadable,
+			Message: fmt.Sprintf("cannot read kube-ovn-controller's Deployment %s/%s: %v", ns, r.Flags.kubeOVNControllerDeployment(), err)})
+	}
+	var cm corev1.ConfigMap
+	var natConfig map[string]string
+	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: model.GatewayConfigMap}, &cm); {
+	case err == nil:
+		natConfig = cm.Data
+	case !apierrors.IsNotFound(err):
+		return r.noteSecondWriter(model.SecondWriter{Serves: true, Reason: model.ReasonKubeOVNUnreadable,
+			Message: fmt.Sprintf("cannot read kube-ovn's ConfigMap %s/%s: %v", ns, model.GatewayConfigMap, err)})
+	}
+	return r.noteSecondWriter(model.KubeOVNServesServices(d, natConfig))
+}
+
+func (r *GatewayReconciler) noteSecondWriter(w model.SecondWriter) model.SecondWriter {
+	r.secondMu.Lock()
+	changed := r.second == nil || *r.second != w
+	was := r.second
+	r.second = &w
+	r.secondMu.Unlock()
+	if !changed {
+		return w
+	}
+	kubeOVNServes.Set(boolGauge(w.Serves))
+	if w.Serves {
+		r.Log.Info("kube-ovn-controller serves Services through the gateways itself: vpcgw serves and releases nothing", "reason", w.Reason, "why", w.Message)
+	} else {
+		r.Log.Info("vpcgw serves", "reason", w.Reason, "why", w.Message)
+		if was != nil && was.Serves {
+			r.forgetReason(model.ReasonKubeOVNServesEvent) // a later stand-aside is news again
+		}
+	}
+	if r.Status != nil {
+		st := metav1.ConditionTrue
+		if w.Serves {
+			st = metav1.ConditionFalse
+		}
+		r.Status.SetCondition(metav1.Condition{Type: status.ConditionServing, Status: st, Reason: w.Reason, Message: w.Message})
+	}
+	return w
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// standAside is a sync of gateway key while kube-ovn serves Services itself (SPEC K10): nothing is
+// written, released or programmed. The gateway's agent streams are closed, so that no agent of
+// vpcgw acts in the gateway, and its planner forgets what it planned, so that the first sync after
+// kube-ovn stands down plans and programs the whole gateway again. Each Service bound to it is told
+// why once.
+func (r *GatewayReconciler) standAside(ctx context.Context, key string, w model.SecondWriter) (reconcile.Result, error) {
+	r.planners.of(key).Invalidate()
+	r.sessions.closeGateway(key)
+	var svcs corev1.ServiceList
+	if err := r.Client.List(ctx, &svcs, client.MatchingFields{indexServiceGateway: key}); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing the Services of gateway %q: %w", key, err)
+	}
+	for i := range svcs.Items {
+		svc := &svcs.Items[i]
+		r.emitOnce(&model.ServicePlan{Key: client.ObjectKeyFromObject(svc), UID: svc.UID}, model.Event{Type: corev1.EventTypeWarning,
+			Reason: model.ReasonKubeOVNServesEvent, Message: "kube-ovn-controller may serve this Service itself, so vpcgw serves and releases nothing for it: " + w.Message})
+	}
+	return reconcile.Result{}, nil
+}
+
+// secondWriterChanged wakes every gateway and the Services bound to none, when kube-ovn's
+// configuration changed: each stands aside or resumes (SPEC K10).
+func (r *GatewayReconciler) secondWriterChanged(ctx context.Context, o client.Object) []reconcile.Request {
+	r.secondWriter(ctx)
+	return append(r.allGateways(ctx, o), reconcile.Request{NamespacedName: client.ObjectKey{Name: unboundKey}})
+}
+
+// forgetReason forgets the events of one reason given so far, so that the next is given again.
+func (r *GatewayReconciler) forgetReason(reason string) {
+	r.eventsMu.Lock()
+	defer r.eventsMu.Unlock()
+	for _, m := range r.lastEvent {
+		delete(m, reason)
+	}
+}
