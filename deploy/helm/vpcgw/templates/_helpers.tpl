@@ -207,12 +207,18 @@ Without a cluster (plain helm template) every lookup is empty and nothing is che
 {{- range $arg := concat ($c.command | default list) ($c.args | default list) -}}
 {{- if hasPrefix "-" $arg -}}
 {{- $s := trimPrefix "-" (trimPrefix "-" $arg) -}}
+{{- $flag := $s -}}
+{{- $given := "" -}}
+{{- if contains "=" $s -}}
 {{- $kv := splitn "=" 2 $s -}}
-{{- if has $kv._0 $flags -}}
-{{- if not (hasKey $kv "_1") -}}
-{{- fail (printf "%s, container %s: --%s is given without a value (on): kube-ovn serves Services through the gateways itself, and vpcgw must not be a second writer (SPEC K10); see the user guide's migration section" $where $c.name $kv._0) -}}
+{{- $flag = $kv._0 -}}
+{{- $given = $kv._1 -}}
 {{- end -}}
-{{- $v := $kv._1 -}}
+{{- if has $flag $flags -}}
+{{- if not (contains "=" $s) -}}
+{{- fail (printf "%s, container %s: --%s is given without a value (on): kube-ovn serves Services through the gateways itself, and vpcgw must not be a second writer (SPEC K10); see the user guide's migration section" $where $c.name $flag) -}}
+{{- end -}}
+{{- $v := $given -}}
 {{- $ref := regexFind "^\\$\\([A-Za-z_][A-Za-z0-9_]*\\)$" $v -}}
 {{- if $ref -}}
 {{- $var := trimSuffix ")" (trimPrefix "$(" $ref) -}}
@@ -220,11 +226,11 @@ Without a cluster (plain helm template) every lookup is empty and nothing is che
 {{- end -}}
 {{- $v = trim $v -}}
 {{- if has $v (list "1" "t" "T" "TRUE" "true" "True") -}}
-{{- fail (printf "%s, container %s: --%s is on: kube-ovn serves Services through the gateways itself, and vpcgw must not be a second writer (SPEC K10); see the user guide's migration section" $where $c.name $kv._0) -}}
+{{- fail (printf "%s, container %s: --%s is on: kube-ovn serves Services through the gateways itself, and vpcgw must not be a second writer (SPEC K10); see the user guide's migration section" $where $c.name $flag) -}}
 {{- else if has $v (list "0" "f" "F" "FALSE" "false" "False") -}}
-{{- $_ := set $explicit $kv._0 true -}}
+{{- $_ := set $explicit $flag true -}}
 {{- else -}}
-{{- fail (printf "%s, container %s: cannot read --%s=%s, so kube-ovn may serve Services through the gateways itself: give it as true or false (SPEC K10)" $where $c.name $kv._0 $kv._1) -}}
+{{- fail (printf "%s, container %s: cannot read --%s=%s, so kube-ovn may serve Services through the gateways itself: give it as true or false (SPEC K10)" $where $c.name $flag $given) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
