@@ -110,7 +110,7 @@ var (
 	})
 	recordsWritten = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "vpcgw_records_written_total",
-		Help: "Service records (share IptablesDnatRules) written, by operation.",
+		Help: "Service records written (ServiceRecords, or share IptablesDnatRules), by operation.",
 	}, []string{"op"})
 )
 

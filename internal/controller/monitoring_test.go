@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -374,5 +375,55 @@ func TestRegisteredMetrics(t *testing.T) {
 	}
 	if len(ms) != len(collectors)+1 {
 		t.Errorf("%d metrics described, %d collectors and the route writer's one registered", len(ms), len(collectors))
+	}
+}
+
+// covers: O3
+// The user guide's Monitoring section lists every metric the controller registers, each in a
+// table row with its type and labels, so that the list stays true.
+func TestUserGuideListsEveryMetric(t *testing.T) {
+	guide, err := os.ReadFile("../../docs/user-guide.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(guide), "\n## Monitoring\n")
+	if !ok {
+		t.Fatal("docs/user-guide.md has no ## Monitoring section")
+	}
+	if i := strings.Index(sec, "\n## "); i >= 0 {
+		sec = sec[:i]
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(sec, "\n") {
+		if name, ok := strings.CutPrefix(line, "| `vpcgw_"); ok {
+			name, _, _ = strings.Cut(name, "`")
+			rows["vpcgw_"+name] = line
+		}
+	}
+	ms, err := RegisteredMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		row, ok := rows[m.Name]
+		if !ok {
+			t.Errorf("the user guide does not list %s (%s)", m.Name, m.Type)
+			continue
+		}
+		cells := strings.Split(row, "|")
+		if len(cells) < 5 || strings.TrimSpace(cells[2]) != m.Type {
+			t.Errorf("the user guide's row of %s does not give its type %s second: %s", m.Name, m.Type, row)
+			continue
+		}
+		labels := strings.TrimSpace(cells[3])
+		for _, l := range m.Labels {
+			if !strings.Contains(labels, "`"+l+"`") {
+				t.Errorf("the user guide's row of %s does not name its label %s: %s", m.Name, l, row)
+			}
+		}
+		delete(rows, m.Name)
+	}
+	for name := range rows {
+		t.Errorf("the user guide lists %s, which the controller does not register", name)
 	}
 }
