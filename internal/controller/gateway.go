@@ -368,8 +368,9 @@ func (r *GatewayReconciler) gatewayExists(ctx context.Context, gw string) bool {
 }
 
 // forgetGateway drops what the controller remembers of a gateway that is gone (its planner, its
-// last sync time, its pending work, its agent streams, its metric series): tenants choose gateway names in annotations, so nothing keyed by one may
-// outlive the gateway (SPEC N4). Its Services' changes stay marked for when it comes back.
+// last sync time, its pending work, its agent streams, its metric series): tenants choose gateway
+// names in annotations, so nothing keyed by one may outlive the gateway (SPEC N4). Its Services'
+// changes stay marked for when it comes back.
 func (r *GatewayReconciler) forgetGateway(gw string) {
 	r.planners.forget(gw)
 	r.syncMu.Lock()

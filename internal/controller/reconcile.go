@@ -27,7 +27,8 @@ import (
 
 // Reconcile writes the plan of gateway req.Name in the order SPEC R3 and T2 ask for:
 // finalizers, record claims, the gateway's instances, VIP routes, then record status, ingress,
-// record deletions and finalizer releases.
+// record deletions and finalizer releases (sync does; Reconcile throttles, times the pass and
+// tells readiness how it ended).
 func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	key := req.Name
 	if wait := r.throttle(key); wait > 0 {
