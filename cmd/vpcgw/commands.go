@@ -60,6 +60,8 @@ func runController(ctx context.Context, args []string) error {
 	fs.StringVar(&tlsFiles.CAFile, "ovn-nb-ca", "", "CA certificate for an ssl: NB address")
 	fs.IntVar(&opts.GatewayWorkers, "gateway-workers", controller.DefaultGatewayWorkers, "how many gateways are synced at once (one gateway is never synced twice at once)")
 	fs.DurationVar(&opts.MinSyncInterval, "min-sync-interval", controller.DefaultMinSyncInterval, "least time between two syncs of one gateway: bursts of changes are coalesced, a lone change is not delayed")
+	fs.DurationVar(&opts.SyncStaleAfter, "sync-stale-after", controller.DefaultSyncStaleAfter,
+		"/readyz fails while a gateway has changes that no sync applied for longer than this (a gateway where nothing changed is never stale); 0: off")
 	fs.StringVar(&opts.StatusNamespace, "status-namespace", defaultStatusNamespace(),
 		"namespace where the leader publishes what the controller runs (version, gates, flags) and what it knows of each gateway, ConfigMap "+status.ConfigMapName+
 			", for `kubectl vpcgw`; default: $POD_NAMESPACE, else "+status.DefaultNamespace+`; "" turns it off`)
@@ -70,6 +72,9 @@ func runController(ctx context.Context, args []string) error {
 	opts.StatusHolder = statusHolder()
 	if opts.AgentKeepalive == 0 {
 		opts.AgentKeepalive = -1 // Options: negative is off, 0 the default
+	}
+	if opts.SyncStaleAfter == 0 {
+		opts.SyncStaleAfter = -1 // Options: negative is off, 0 the default
 	}
 	if tlsFiles != (ovn.TLSFiles{}) {
 		opts.NB.TLS = &tlsFiles

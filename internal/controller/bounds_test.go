@@ -11,11 +11,11 @@ import (
 	"github.com/vpcgw/vpcgw/internal/model"
 )
 
-// covers: N4
+// covers: N4, O3
 // Against the real API server: a gateway serves at most --max-identities-per-gateway identities.
 // The Service past the bound gets an event and nothing else (no ingress, no record, no
-// finalizer, no identity); a Service that lets go makes room, and the waiting one is served
-// although it did not change itself.
+// finalizer, no identity) and is counted as waiting for room; a Service that lets go makes room,
+// and the waiting one is served although it did not change itself.
 func TestIdentityBoundOnTheAPIServer(t *testing.T) {
 	f := newFixture(t, "gw-bound", 1)
 	f.stopController()
@@ -27,6 +27,8 @@ func TestIdentityBoundOnTheAPIServer(t *testing.T) {
 	f.eventually("second served", func() bool { return ingressIs(f.get("second"), "172.18.21.10") })
 	f.service("third", "eip-bound", 82, "10.0.1.13")
 	f.eventually("the bound's event", func() bool { return f.hasEvent("third", model.ReasonLimit, "--max-identities-per-gateway") })
+	gw := map[string]string{"gateway": f.gw}
+	f.eventually("one Service waiting for room", func() bool { return metricValue(t, "vpcgw_gateway_services_waiting_for_room", gw) == 1 })
 	if s := f.get("third"); !ingressIs(s, "") || hasFinalizer(s) || len(f.records("third")) != 0 || f.data.serves(f.pods[0], "172.18.21.10:82:tcp") {
 		t.Fatalf("the Service past the bound got ingress %v, finalizer %v, records %d or its identity", s.Status.LoadBalancer.Ingress, s.Finalizers, len(f.records("third")))
 	}
@@ -37,11 +39,14 @@ func TestIdentityBoundOnTheAPIServer(t *testing.T) {
 	if !f.data.serves(f.pods[0], "172.18.21.10:81:tcp") {
 		t.Fatal("second lost its identity")
 	}
+	if n := metricValue(t, "vpcgw_gateway_services_waiting_for_room", gw); n != 0 {
+		t.Fatalf("%v Services waiting for room once all are served", n)
+	}
 }
 
-// covers: N4
+// covers: N4, O3
 // One Service whose part the agent refuses does not block its gateway: it is quarantined (an
-// event, no ingress, no record) and keeps what it was served before; the gateway's other
+// event, no ingress, no record, counted per gateway) and keeps what it was served before; the gateway's other
 // Services, old and new, are programmed; once its change goes through, it is served. In memory
 // the agents refuse the Service's identity as a kernel short of memory would; with the real
 // agent the Service's backend is an address of the gateway's own namespace that the model cannot
@@ -82,6 +87,8 @@ func TestRejectedServiceQuarantined(t *testing.T) {
 		refuse(true)
 		f.service("bad", "eip-q", 81, badIP)
 		f.eventually("the quarantine event", func() bool { return f.hasEvent("bad", model.ReasonQuarantined, "refused this Service's change") })
+		gw := map[string]string{"gateway": f.gw}
+		f.eventually("one Service quarantined", func() bool { return metricValue(t, "vpcgw_gateway_quarantined_services", gw) == 1 })
 		// Before its backend was ready the Service may have been served without backends: that
 		// it keeps. Nothing records or programs the refused change.
 		for _, r := range f.records("bad") {
@@ -124,7 +131,8 @@ func TestRejectedServiceQuarantined(t *testing.T) {
 		refuse(false)
 		f.backend("bad", 1, "10.0.1.15")
 		f.eventually("bad served after its change", func() bool {
-			return ingressIs(f.get("bad"), "172.18.22.10") && allReady(f.records("bad"), "172.18.22.10") && f.data.serves(f.pods[0], "172.18.22.10:81:tcp")
+			return ingressIs(f.get("bad"), "172.18.22.10") && allReady(f.records("bad"), "172.18.22.10") && f.data.serves(f.pods[0], "172.18.22.10:81:tcp") &&
+				metricValue(t, "vpcgw_gateway_quarantined_services", gw) == 0
 		})
 	})
 }

@@ -22,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -192,7 +194,12 @@ type GatewayReconciler struct {
 	OnProgrammed func(gateway string, latencies []time.Duration)
 	// Status, when set, learns each gateway's programming for the published status (SPEC O2).
 	Status StatusRecorder
-	Log    logr.Logger
+	// SyncStaleAfter is how long a gateway's changes may wait unapplied before readiness fails
+	// (0: DefaultSyncStaleAfter; negative: never).
+	SyncStaleAfter time.Duration
+	Log            logr.Logger
+
+	health *syncHealth
 
 	syncMu   sync.Mutex
 	lastSync map[string]time.Time
@@ -245,6 +252,21 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 	r.lastEvent = map[types.UID]map[string]string{}
 	r.changes, r.planners = newChangeTracker(), newPlanners()
 	r.lastSync = map[string]time.Time{}
+	staleAfter := r.SyncStaleAfter
+	if staleAfter == 0 {
+		staleAfter = DefaultSyncStaleAfter
+	}
+	r.health = newSyncHealth(staleAfter, clock.RealClock{})
+	r.health.gauge = func(gw string, since time.Time) {
+		if gw == unboundKey {
+			return
+		}
+		v := 0.0
+		if !since.IsZero() {
+			v = float64(since.UnixNano()) / 1e9
+		}
+		pendingSince.WithLabelValues(gw).Set(v)
+	}
 	go func() { <-ctx.Done(); r.sessions.closeAll() }()
 
 	idx := mgr.GetFieldIndexer()
@@ -293,7 +315,11 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("vpcgw-gateway").
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers,
+			// The queue tells readiness when work for a gateway arrives (SPEC O3).
+			NewQueue: func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+				return newNoticingQueue(name, rl, r.health, r.Log)
+			}}).
 		For(&kubeovnv1.VpcNatGateway{}).
 		Watches(&corev1.Service{}, handler.Funcs{
 			CreateFunc: func(_ context.Context, e handlerCreate, q reqQueue) { enqueue(q, r.serviceChanged(e.Object)) },
@@ -350,13 +376,17 @@ func (r *GatewayReconciler) gatewayExists(ctx context.Context, gw string) bool {
 }
 
 // forgetGateway drops what the controller remembers of a gateway that is gone (its planner, its
-// last sync time): tenants choose gateway names in annotations, so nothing keyed by one may
-// outlive the gateway (SPEC N4). Its Services' changes stay marked for when it comes back.
+// last sync time, its pending work, its agent streams, its metric series): tenants choose gateway
+// names in annotations, so nothing keyed by one may outlive the gateway (SPEC N4). Its Services'
+// changes stay marked for when it comes back.
 func (r *GatewayReconciler) forgetGateway(gw string) {
 	r.planners.forget(gw)
 	r.syncMu.Lock()
 	delete(r.lastSync, gw)
 	r.syncMu.Unlock()
+	r.health.forget(gw)
+	r.sessions.forget(gw)
+	deleteGatewaySeries(gw)
 }
 
 // serviceChanged marks a Service for replanning on the gateways it wakes, and returns them.

@@ -3,8 +3,15 @@ package controller
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
+	"regexp"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +25,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/vpcgw/vpcgw/internal/ovn"
+	"github.com/vpcgw/vpcgw/internal/version"
 )
 
 // DefaultMetricsAddr is --metrics-bind-address's default: plain HTTP on the pod's loopback only,
@@ -100,7 +110,7 @@ var (
 	})
 	recordsWritten = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "vpcgw_records_written_total",
-		Help: "Service records (share IptablesDnatRules) written, by operation.",
+		Help: "Service records written (ServiceRecords, or share IptablesDnatRules), by operation.",
 	}, []string{"op"})
 )
 
@@ -124,11 +134,142 @@ var (
 		Help:    "Time to read a gateway's snapshot and plan it, by kind: full (every Service) or partial (the changed ones).",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
 	}, []string{"kind"})
+	// The whole pass, as kube-proxy's sync_full/partial_proxy_rules_duration_seconds: the plan's
+	// kind decides how much is read and planned, so full and partial passes are told apart.
+	reconcileDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "vpcgw_reconcile_duration_seconds",
+		Help:    "Time of one sync pass of a gateway (plan, programming of every instance, VIP routes, records, Service status), by the kind of its plan (full, partial) and result (ok, error).",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 20),
+	}, []string{"kind", "result"})
 )
 
+// Operating metrics (SPEC O3): what the alerts and the dashboard read.
+var (
+	buildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "vpcgw_build_info",
+		Help: "Always 1; its labels say which build of the controller runs (version, Go version, VCS revision or \"unknown\").",
+	}, []string{"version", "goversion", "revision"})
+	lastSuccessfulSync = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "vpcgw_gateway_last_successful_sync_timestamp_seconds",
+		Help: "Unix time of the last state of a gateway that every instance acknowledged.",
+	}, []string{"gateway"})
+	pendingSince = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "vpcgw_gateway_pending_since_timestamp_seconds",
+		Help: "Unix time of the oldest change of a gateway that no sync pass has applied yet; 0 when nothing waits (readiness fails once it is older than --sync-stale-after).",
+	}, []string{"gateway"})
+	agentsConnected = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "vpcgw_gateway_agents_connected",
+		Help: "Instances of a gateway whose agent stream is up.",
+	}, []string{"gateway"})
+	gatewayInstances = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "vpcgw_gateway_instances",
+		Help: "Running instances (pods) of a gateway that its last plan programs.",
+	}, []string{"gateway"})
+	quarantinedServices = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "vpcgw_gateway_quarantined_services",
+		Help: "Services of a gateway held back at its last sync because an instance refused one of their identities (event NftableLbSvcQuarantined).",
+	}, []string{"gateway"})
+	waitingForRoom = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "vpcgw_gateway_services_waiting_for_room",
+		Help: "Services of a gateway not served because the gateway's identity or backend bound, or their namespace's fair share of it, is reached (event NftableLbSvcLimit).",
+	}, []string{"gateway"})
+)
+
+// collectors are the controller's own metrics, registered with controller-runtime's registry.
+var collectors = []prometheus.Collector{
+	syncDuration, programmingLatency, syncFailures, identities, backends, recordsWritten, conntrackDeleted,
+	fullSyncs, partialSyncs, planDuration, reconcileDuration,
+	buildInfo, lastSuccessfulSync, pendingSince, agentsConnected, gatewayInstances, quarantinedServices, waitingForRoom,
+	kubeOVNServes,
+}
+
+// gatewaySeries are the metrics with a gateway label that this package sets: a gateway's series
+// go with the gateway (tenants name gateways in annotations, SPEC N4).
+var gatewaySeries = []*prometheus.MetricVec{
+	syncFailures.MetricVec, identities.MetricVec, backends.MetricVec, lastSuccessfulSync.MetricVec, pendingSince.MetricVec,
+	agentsConnected.MetricVec, gatewayInstances.MetricVec, quarantinedServices.MetricVec, waitingForRoom.MetricVec,
+}
+
 func init() {
-	ctrlmetrics.Registry.MustRegister(syncDuration, programmingLatency, syncFailures, identities, backends, recordsWritten, conntrackDeleted,
-		fullSyncs, partialSyncs, planDuration, kubeOVNServes)
+	ctrlmetrics.Registry.MustRegister(collectors...)
+	buildInfo.WithLabelValues(version.Version, runtime.Version(), buildRevision()).Set(1)
+}
+
+// buildRevision is the VCS revision the Go toolchain stamped into the binary, "unknown" when the
+// build had none (-buildvcs=false, a source tree without .git).
+func buildRevision() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && s.Value != "" {
+				return s.Value
+			}
+		}
+	}
+	return "unknown"
+}
+
+// deleteGatewaySeries drops every series of gateway gw.
+func deleteGatewaySeries(gw string) {
+	for _, v := range gatewaySeries {
+		v.DeletePartialMatch(prometheus.Labels{"gateway": gw})
+	}
+}
+
+// MetricDesc describes one metric the controller serves on /metrics.
+type MetricDesc struct {
+	Name string
+	// Type is counter, gauge or histogram.
+	Type   string
+	Labels []string
+	Help   string
+}
+
+var descFields = regexp.MustCompile(`^Desc\{fqName: ("(?:[^"\\]|\\.)*"), help: ("(?:[^"\\]|\\.)*"), .*variableLabels: \{([^}]*)\}\}$`)
+
+// RegisteredMetrics describes the vpcgw metrics the controller's process registers (its own and
+// the VIP route writer's), read from the collectors themselves, so that docs, alerts and the
+// dashboard can be checked against what is really served.
+func RegisteredMetrics() ([]MetricDesc, error) {
+	var out []MetricDesc
+	for _, c := range append(slices.Clone(collectors), ovn.Collectors()...) {
+		typ, err := metricType(c)
+		if err != nil {
+			return nil, err
+		}
+		ch := make(chan *prometheus.Desc, 1)
+		go func() { c.Describe(ch); close(ch) }()
+		for d := range ch {
+			m := descFields.FindStringSubmatch(d.String())
+			if m == nil {
+				return nil, fmt.Errorf("unexpected descriptor %s", d)
+			}
+			name, err1 := strconv.Unquote(m[1])
+			help, err2 := strconv.Unquote(m[2])
+			if err := errors.Join(err1, err2); err != nil {
+				return nil, fmt.Errorf("descriptor %s: %w", d, err)
+			}
+			md := MetricDesc{Name: name, Type: typ, Help: help}
+			if m[3] != "" {
+				md.Labels = strings.Split(m[3], ",")
+			}
+			out = append(out, md)
+		}
+	}
+	slices.SortFunc(out, func(a, b MetricDesc) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// metricType names a collector's type; a Gauge also has a Counter's methods, so it goes first.
+func metricType(c prometheus.Collector) (string, error) {
+	switch c.(type) {
+	case *prometheus.GaugeVec, prometheus.Gauge:
+		return "gauge", nil
+	case *prometheus.CounterVec, prometheus.Counter:
+		return "counter", nil
+	case *prometheus.HistogramVec, prometheus.Histogram:
+		return "histogram", nil
+	}
+	return "", fmt.Errorf("metric collector of unknown type %T", c)
 }
 
 // triggerAnnotation is set by the EndpointSlice controller to the time of the change that caused

@@ -27,22 +27,54 @@ import (
 
 // Reconcile writes the plan of gateway req.Name in the order SPEC R3 and T2 ask for:
 // finalizers, record claims, the gateway's instances, VIP routes, then record status, ingress,
-// record deletions and finalizer releases.
+// record deletions and finalizer releases (sync does; Reconcile throttles, times the pass and
+// tells readiness how it ended).
 func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	key := req.Name
-	log := r.Log.WithValues("gateway", key)
 	if wait := r.throttle(key); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
+	r.health.started(key)
+	start := time.Now()
+	res, full, err := r.sync(ctx, key)
+	r.health.ended(key, err == nil)
+	reconcileDuration.WithLabelValues(planKind(full), resultOf(err)).Observe(time.Since(start).Seconds())
+	return res, err
+}
+
+func planKind(full bool) string {
+	if full {
+		return "full"
+	}
+	return "partial"
+}
+
+func resultOf(err error) string {
+	if err != nil {
+		return "error"
+	}
+	return "ok"
+}
+
+// sync is one pass of gateway key; full says whether its plan was full.
+func (r *GatewayReconciler) sync(ctx context.Context, key string) (_ reconcile.Result, full bool, _ error) {
+	log := r.Log.WithValues("gateway", key)
+	// kube-ovn's own Service controller serves: vpcgw writes nothing (SPEC K10). A deliberate
+	// state, told by the Serving condition and a metric, not a stale sync.
 	if w := r.secondWriter(ctx); w.Serves {
-		return r.standAside(ctx, key, w)
+		res, err := r.standAside(ctx, key, w)
+		return res, false, err
 	}
 	planner := r.planners.of(key)
-	plan, gp, endpointSlices, err := r.plan(ctx, key, planner)
+	plan, gp, endpointSlices, full, err := r.plan(ctx, key, planner)
 	if err != nil {
 		// The marks this pass consumed are lost: the next pass plans the whole gateway.
 		planner.Invalidate()
-		return reconcile.Result{}, err
+		return reconcile.Result{}, full, err
+	}
+	if gp != nil {
+		waitingForRoom.WithLabelValues(key).Set(float64(planner.Limited()))
+		gatewayInstances.WithLabelValues(key).Set(float64(len(gp.Instances)))
 	}
 
 	// Only the Services this gateway is responsible for; others are written by their own.
@@ -99,6 +131,7 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		switch {
 		case len(gp.Instances) == 0:
 			log.Info("gateway has no running instance: nothing programmed until one runs")
+			quarantinedServices.WithLabelValues(key).Set(0)
 			r.noteSync(key, gp, 0, nil)
 		default:
 			changed := r.latency.pending(endpointSlices)
@@ -129,9 +162,12 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 					}
 				}
 				r.noteSync(key, gp, 0, err)
-				return reconcile.Result{}, errors.Join(append(errs, fmt.Errorf("programming gateway %s: %w", key, err))...)
+				r.sessions.publish(key)
+				return reconcile.Result{}, full, errors.Join(append(errs, fmt.Errorf("programming gateway %s: %w", key, err))...)
 			}
 			now := time.Now()
+			lastSuccessfulSync.WithLabelValues(key).Set(float64(now.UnixNano()) / 1e9)
+			quarantinedServices.WithLabelValues(key).Set(float64(len(held)))
 			syncDuration.WithLabelValues("ok").Observe(now.Sub(start).Seconds())
 			if lat := r.latency.observe(changed, now); r.OnProgrammed != nil {
 				r.OnProgrammed(key, lat)
@@ -146,6 +182,7 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 			r.noteSync(key, gp, acked.Generation, nil)
 			log.V(1).Info("gateway programmed", "instances", len(gp.Instances), "identities", len(gp.State.Identities), "clusterIPs", len(gp.State.ClusterIPs))
 		}
+		r.sessions.publish(key)
 		if r.Routes != nil {
 			err := r.Routes.Sync(ctx, gp.Routes)
 			r.noteRoutes(key, gp.Routes, err)
@@ -198,32 +235,30 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	if len(held) > 0 {
 		res.RequeueAfter = model.QuarantineRetry
 	}
-	return res, errors.Join(errs...)
+	return res, full, errors.Join(errs...)
 }
 
 // plan asks the model what gateway key must serve: the planner says what to read (all of the
 // gateway, or the Services the changes touch), the cache is read, and the planner plans it. It
 // returns the plan of the Services planned, the plan of the whole gateway (nil: the gateway does
-// not exist, or key is the unbound key) and the EndpointSlices read.
-func (r *GatewayReconciler) plan(ctx context.Context, key string, p *model.Planner) (model.Plan, *model.GatewayPlan, []discoveryv1.EndpointSlice, error) {
+// not exist, or key is the unbound key), the EndpointSlices read and whether the plan was full.
+func (r *GatewayReconciler) plan(ctx context.Context, key string, p *model.Planner) (model.Plan, *model.GatewayPlan, []discoveryv1.EndpointSlice, bool, error) {
 	base, err := r.gatewayObjects(ctx, key)
 	if err != nil {
-		return model.Plan{}, nil, nil, err
+		return model.Plan{}, nil, nil, true, err // the next pass plans in full
 	}
 	start := time.Now()
 	plan, gp, snap, full, err := p.Sync(cacheReader{ctx: ctx, c: r.Client}, base, key, r.changes.take(key), r.Flags.Gates())
 	if err != nil {
-		return model.Plan{}, nil, nil, err
+		return model.Plan{}, nil, nil, full, err
 	}
-	kind := "partial"
 	if full {
-		kind = "full"
 		fullSyncs.Inc()
 	} else {
 		partialSyncs.Inc()
 	}
-	planDuration.WithLabelValues(kind).Observe(time.Since(start).Seconds())
-	return plan, gp, snap.EndpointSlices, nil
+	planDuration.WithLabelValues(planKind(full)).Observe(time.Since(start).Seconds())
+	return plan, gp, snap.EndpointSlices, full, nil
 }
 
 func transportInstances(gp *model.GatewayPlan) []transport.Instance {

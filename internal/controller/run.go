@@ -41,6 +41,9 @@ type Options struct {
 	GatewayWorkers int
 	// OnProgrammed: see GatewayReconciler.OnProgrammed.
 	OnProgrammed func(gateway string, latencies []time.Duration)
+	// SyncStaleAfter is how long a gateway's changes may wait unapplied before /readyz fails
+	// (0: DefaultSyncStaleAfter; negative: never).
+	SyncStaleAfter time.Duration
 	// AgentKeepalive is how long an agent stream may be idle before it is pinged, and how long
 	// the agent has to answer (0: DefaultAgentKeepalive; negative: no keepalives).
 	AgentKeepalive time.Duration
@@ -110,8 +113,9 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
-		return err
+	// Ready once the caches have synced; the gateway syncs' check is added with the reconciler.
+	if err := mgr.AddReadyzCheck("informers", cacheSynced(mgr.GetCache())); err != nil {
+		return fmt.Errorf("adding the informers' readiness check: %w", err)
 	}
 	var routes RouteWriter
 	if opts.NB.Address != "" {
@@ -130,6 +134,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 		Workers:         opts.GatewayWorkers,
 		OnProgrammed:    opts.OnProgrammed,
 		AgentKeepalive:  opts.AgentKeepalive,
+		SyncStaleAfter:  opts.SyncStaleAfter,
 		Client:          mgr.GetClient(),
 		Recorder:        mgr.GetEventRecorder("vpcgw-controller"),
 		Flags:           opts.Flags,
@@ -145,6 +150,10 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return err
+	}
+	// Not ready while a gateway's changes wait unapplied for too long (kube-proxy's healthz).
+	if err := mgr.AddReadyzCheck("gateway-syncs", r.health.check); err != nil {
+		return fmt.Errorf("adding the gateway syncs' readiness check: %w", err)
 	}
 	log.Info("starting controller", "enableGwNftableLbSvc", opts.Flags.EnableGwNftableLbSvc,
 		"enableGwNftableSvcClusterIP", opts.Flags.EnableGwNftableSvcClusterIP)

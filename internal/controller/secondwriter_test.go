@@ -44,7 +44,9 @@ func TestStandsAsideWhileKubeOVNServes(t *testing.T) {
 
 		d.Spec.Template.Spec.Containers[0].Args = []string{"--enable-lb=false", "--enable-gw-nftable-lb-svc=true"}
 		must(t, k8s.Update(ctx, d))
-		f.eventually("the stand-aside event", func() bool { return f.hasEvent("old", model.ReasonKubeOVNServesEvent, "--enable-gw-nftable-lb-svc is on") })
+		f.eventually("the stand-aside event", func() bool {
+			return f.hasEvent("old", model.ReasonKubeOVNServesEvent, "--enable-gw-nftable-lb-svc is on")
+		})
 		must(t, k8s.Delete(ctx, old))
 		f.service("new", "eip-k10", 81, "10.0.1.12")
 		// Its event comes from a sync that also saw the deletion before it (one informer, in order).

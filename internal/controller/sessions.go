@@ -72,6 +72,7 @@ func (s *sessions) apply(ctx context.Context, gw string, instances []transport.I
 			delete(live, uid)
 		}
 	}
+	s.publishLocked(gw)
 	s.nextG++
 	st.Generation = s.nextG
 	s.mu.Unlock()
@@ -169,6 +170,7 @@ func (s *sessions) conn(ctx context.Context, gw string, inst transport.Instance)
 	conn.StartKeepalive(s.keepalive, s.keepalive)
 	sess = &session{inst: inst, conn: conn}
 	s.byGw[gw][inst.UID] = sess
+	s.publishLocked(gw)
 	s.mu.Unlock()
 	if old != nil {
 		go old.conn.Close()
@@ -184,6 +186,7 @@ func (s *sessions) watch(gw string, sess *session) {
 	current := s.byGw[gw][sess.inst.UID] == sess
 	if current {
 		delete(s.byGw[gw], sess.inst.UID)
+		s.publishLocked(gw)
 	}
 	s.mu.Unlock()
 	_ = sess.conn.Close()
@@ -197,19 +200,54 @@ func (s *sessions) drop(gw string, uid types.UID, conn *transport.Conn) {
 	s.mu.Lock()
 	if sess := s.byGw[gw][uid]; sess != nil && sess.conn == conn {
 		delete(s.byGw[gw], uid)
+		s.publishLocked(gw)
 	}
 	s.mu.Unlock()
 	_ = conn.Close()
 }
 
-// closeGateway ends the streams of one gateway's instances (SPEC K10: vpcgw stands aside).
+// closeGateway ends the streams of one gateway's instances (SPEC K10: vpcgw stands aside); the
+// agents keep what the kernel has.
 func (s *sessions) closeGateway(gw string) {
 	s.mu.Lock()
 	live := s.byGw[gw]
 	delete(s.byGw, gw)
+	s.publishLocked(gw)
 	s.mu.Unlock()
 	for _, sess := range live {
 		_ = sess.conn.Close()
+	}
+}
+
+// publishLocked shows how many instances of gw have their agent stream up (s.mu held).
+func (s *sessions) publishLocked(gw string) {
+	n := 0
+	for _, sess := range s.byGw[gw] {
+		if !sess.conn.Broken() {
+			n++
+		}
+	}
+	agentsConnected.WithLabelValues(gw).Set(float64(n))
+}
+
+// publish makes sure gw's agent count is shown, also before any stream was opened (the
+// disconnected alert compares it with the gateway's instances).
+func (s *sessions) publish(gw string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.publishLocked(gw)
+}
+
+// forget ends the streams of a gateway that is gone, as apply ends those of instances that are
+// gone (the agents keep what the kernel has), and drops its count.
+func (s *sessions) forget(gw string) {
+	s.mu.Lock()
+	live := s.byGw[gw]
+	delete(s.byGw, gw)
+	agentsConnected.DeleteLabelValues(gw)
+	s.mu.Unlock()
+	for _, sess := range live {
+		go sess.conn.Close()
 	}
 }
 
@@ -222,6 +260,7 @@ func (s *sessions) closeAll() {
 			all = append(all, sess.conn)
 		}
 		delete(s.byGw, gw)
+		agentsConnected.DeleteLabelValues(gw) // a stopped controller has no agent streams
 	}
 	s.mu.Unlock()
 	var wg sync.WaitGroup

@@ -85,6 +85,11 @@ type Scope struct {
 	fingerprint string
 }
 
+// Limited is how many Services of the gateway its last plan left waiting for room: the gateway's
+// bounds, or their namespace's share of it, are reached (SPEC N4). Every plan while one waits is
+// full, so the count is the whole gateway's.
+func (p *Planner) Limited() int { return p.limited }
+
 // Invalidate makes the next plan full (after a failed sync: what it decided is unknown).
 func (p *Planner) Invalidate() { p.valid = false }
 

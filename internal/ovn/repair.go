@@ -39,6 +39,9 @@ var repairsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 
 func init() { ctrlmetrics.Registry.MustRegister(repairsTotal) }
 
+// Collectors are the metrics this package registers (the controller lists them, SPEC O3).
+func Collectors() []prometheus.Collector { return []prometheus.Collector{repairsTotal} }
+
 // repairer is the writer's memory of each gateway's last desired routes and its pending repairs.
 type repairer struct {
 	mu      sync.Mutex

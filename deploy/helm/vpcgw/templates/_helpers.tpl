@@ -254,3 +254,24 @@ Without a cluster (plain helm template) every lookup is empty and nothing is che
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+vpcgw.seconds turns a duration value (list <value> <name>) such as "5m" or "1h30m" (units s, m,
+h, d, w) into whole seconds, for PromQL comparisons (PromQL has no duration literals there).
+Anything else fails the render.
+*/}}
+{{- define "vpcgw.seconds" -}}
+{{- $d := toString (index . 0) -}}
+{{- if not (regexMatch "^([0-9]+[smhdw])+$" $d) -}}
+{{- fail (printf "%s must be a duration in s, m, h, d or w, like 5m or 1h30m, not %q" (index . 1) $d) -}}
+{{- end -}}
+{{- $units := dict "s" 1 "m" 60 "h" 3600 "d" 86400 "w" 604800 -}}
+{{- $total := 0 -}}
+{{- range regexFindAll "[0-9]+[smhdw]" $d -1 -}}
+{{- $total = add $total (mul (regexFind "^[0-9]+" . | atoi) (index $units (regexFind "[smhdw]$" .))) -}}
+{{- end -}}
+{{- if eq (int $total) 0 -}}
+{{- fail (printf "%s must be longer than 0, not %q" (index . 1) $d) -}}
+{{- end -}}
+{{- $total -}}
+{{- end -}}

@@ -1,0 +1,199 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// DefaultSyncStaleAfter is --sync-stale-after's default: far above a healthy sync (milliseconds,
+// SPEC P3) and the agents' apply timeout with its retries, so that only a gateway whose work has
+// not been applied for minutes makes the controller unready.
+const DefaultSyncStaleAfter = 5 * time.Minute
+
+// syncHealth knows, per gateway, since when work has waited that no sync pass has applied. As
+// kube-proxy's healthz, a gateway is stale only while it has such work and it has waited longer
+// than staleAfter: a gateway where nothing changed for hours is not stale (there are no periodic
+// syncs to wait for).
+//
+// Work arrives through the gateway work queue (every event handler and retry adds to it); a pass
+// that ends without error applied what was there when it started.
+type syncHealth struct {
+	staleAfter time.Duration // <= 0: never stale
+	clock      clock.PassiveClock
+	// gauge, when set, shows each gateway's pending time (vpcgw_gateway_pending_since_timestamp_seconds).
+	gauge func(gw string, since time.Time)
+
+	mu  sync.Mutex
+	gws map[string]*pendingWork
+}
+
+type pendingWork struct {
+	since   time.Time // oldest work not applied; zero: none
+	syncing bool
+	// during is when work first arrived while a pass runs: that pass may not have seen it.
+	during time.Time
+}
+
+func newSyncHealth(staleAfter time.Duration, c clock.PassiveClock) *syncHealth {
+	return &syncHealth{staleAfter: staleAfter, clock: c, gws: map[string]*pendingWork{}}
+}
+
+func (h *syncHealth) show(gw string, p *pendingWork) {
+	if h.gauge != nil {
+		h.gauge(gw, p.since)
+	}
+}
+
+// queued records that work for gateway gw arrived now.
+func (h *syncHealth) queued(gw string) {
+	now := h.clock.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p := h.gws[gw]
+	if p == nil {
+		p = &pendingWork{}
+		h.gws[gw] = p
+	}
+	if p.syncing && p.during.IsZero() {
+		p.during = now
+	}
+	if p.since.IsZero() {
+		p.since = now
+		h.show(gw, p)
+	}
+}
+
+// started records that a sync pass of gw starts.
+func (h *syncHealth) started(gw string) {
+	now := h.clock.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p := h.gws[gw]
+	if p == nil {
+		// A pass without queued work (a retry the queue scheduled for later): it is work too.
+		p = &pendingWork{since: now}
+		h.gws[gw] = p
+		h.show(gw, p)
+	}
+	p.syncing, p.during = true, time.Time{}
+}
+
+// ended records how a sync pass of gw ended: without error it applied what waited when it
+// started, and what arrived meanwhile still waits. A gateway forgotten meanwhile stays forgotten.
+func (h *syncHealth) ended(gw string, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p := h.gws[gw]
+	if p == nil {
+		return
+	}
+	if ok {
+		p.since = p.during
+		h.show(gw, p)
+	}
+	p.syncing, p.during = false, time.Time{}
+}
+
+// forget drops a gateway that is gone (nothing keyed by a tenant-chosen name outlives it, SPEC N4).
+func (h *syncHealth) forget(gw string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.gws, gw)
+}
+
+// stale lists the gateways whose oldest unapplied work waited longer than staleAfter, sorted.
+func (h *syncHealth) stale() []string {
+	if h.staleAfter <= 0 {
+		return nil
+	}
+	now := h.clock.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for gw, p := range h.gws {
+		if !p.since.IsZero() && now.Sub(p.since) > h.staleAfter {
+			out = append(out, gw)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// check is the readiness check of the gateway syncs. The probe's answer withholds the reason
+// (controller-runtime's healthz); the error, logged by it, names the gateways.
+func (h *syncHealth) check(*http.Request) error {
+	gws := h.stale()
+	if len(gws) == 0 {
+		return nil
+	}
+	const shown = 5 // bounded: a log line, not a listing
+	more := ""
+	if len(gws) > shown {
+		more = fmt.Sprintf(" and %d more", len(gws)-shown)
+		gws = gws[:shown]
+	}
+	return fmt.Errorf("changes of gateways %q%s have waited longer than %s without a successful sync", gws, more, h.staleAfter)
+}
+
+// cacheSyncWait bounds one readiness probe's wait for the caches: probes time out after 1 s.
+const cacheSyncWait = 200 * time.Millisecond
+
+// cacheSynced is the readiness check of the manager's caches: not ready until every informer
+// has synced. Once they have, they stay synced (informers never unsync), so that is remembered.
+func cacheSynced(c interface{ WaitForCacheSync(context.Context) bool }) healthz.Checker {
+	var synced atomic.Bool
+	return func(req *http.Request) error {
+		if synced.Load() {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(req.Context(), cacheSyncWait)
+		defer cancel()
+		if !c.WaitForCacheSync(ctx) {
+			return errors.New("the informer caches have not synced yet")
+		}
+		synced.Store(true)
+		return nil
+	}
+}
+
+// noticingQueue is the gateway work queue that tells syncHealth when work arrives. Items to be
+// handed out later (a pass's RequeueAfter: the throttle, the quarantine retry) are not new work:
+// the throttled work was noted when it arrived, and a pass that errs keeps its work pending.
+type noticingQueue struct {
+	priorityqueue.PriorityQueue[reconcile.Request]
+	health *syncHealth
+}
+
+func newNoticingQueue(name string, rl workqueue.TypedRateLimiter[reconcile.Request], h *syncHealth, log logr.Logger) *noticingQueue {
+	return &noticingQueue{health: h, PriorityQueue: priorityqueue.New(name, func(o *priorityqueue.Opts[reconcile.Request]) {
+		o.Log = log.WithValues("controller", name)
+		o.RateLimiter = rl
+	})}
+}
+
+func (q *noticingQueue) Add(r reconcile.Request) {
+	q.health.queued(r.Name)
+	q.PriorityQueue.Add(r)
+}
+
+func (q *noticingQueue) AddWithOpts(o priorityqueue.AddOpts, rs ...reconcile.Request) {
+	if o.After <= 0 && !o.RateLimited {
+		for _, r := range rs {
+			q.health.queued(r.Name)
+		}
+	}
+	q.PriorityQueue.AddWithOpts(o, rs...)
+}

@@ -1,0 +1,429 @@
+package controller
+
+import (
+	"context"
+	"net/http/httptest"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/vpcgw/vpcgw/internal/gwstate"
+	"github.com/vpcgw/vpcgw/internal/transport"
+	"github.com/vpcgw/vpcgw/internal/transport/agenttest"
+	"github.com/vpcgw/vpcgw/internal/version"
+)
+
+// covers: O3
+// Readiness goes stale as kube-proxy's healthz does: only while a gateway has work that no pass
+// applied, counted from when that work arrived; a gateway where nothing changed for hours is
+// fresh, a failed pass keeps the work waiting, and work that arrives during a pass is not
+// applied by it.
+func TestSyncHealthStaleOnlyWithPendingWork(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	h := newSyncHealth(5*time.Minute, clk)
+	shown := map[string]time.Time{}
+	h.gauge = func(gw string, since time.Time) { shown[gw] = since }
+	step := func(d time.Duration) { clk.SetTime(clk.Now().Add(d)) }
+	wantStale := func(want ...string) {
+		t.Helper()
+		got := h.stale()
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Fatalf("at %s stale %v, want %v", clk.Now().Format(time.TimeOnly), got, want)
+		}
+		err := h.check(httptest.NewRequest("GET", "/readyz", nil))
+		if (err != nil) != (len(want) > 0) {
+			t.Fatalf("check: %v with stale %v", err, want)
+		}
+		for _, gw := range want {
+			if !strings.Contains(err.Error(), gw) {
+				t.Fatalf("check error %q does not name %s", err, gw)
+			}
+		}
+	}
+
+	// A synced gateway where nothing changes is never stale.
+	h.queued("quiet")
+	h.started("quiet")
+	h.ended("quiet", true)
+	step(10 * time.Hour)
+	wantStale()
+	if !shown["quiet"].IsZero() {
+		t.Fatalf("quiet gateway shows pending since %s", shown["quiet"])
+	}
+
+	// Work that waits: fresh up to the bound, stale past it, fresh again once a pass applies it.
+	h.queued("busy")
+	queuedAt := clk.Now()
+	if !shown["busy"].Equal(queuedAt) {
+		t.Fatalf("pending since %s shown, want %s", shown["busy"], queuedAt)
+	}
+	step(time.Minute)
+	h.queued("busy") // more work: the oldest counts
+	step(4 * time.Minute)
+	wantStale()
+	step(time.Second)
+	wantStale("busy")
+	h.started("busy")
+	step(time.Second)
+	h.ended("busy", false) // a failed pass applied nothing
+	wantStale("busy")
+	if !shown["busy"].Equal(queuedAt) {
+		t.Fatalf("after a failed pass pending since %s shown, want %s", shown["busy"], queuedAt)
+	}
+	h.started("busy")
+	step(time.Second)
+	h.ended("busy", true)
+	wantStale()
+	if !shown["busy"].IsZero() {
+		t.Fatalf("applied gateway shows pending since %s", shown["busy"])
+	}
+
+	// Work that arrives while a pass runs waits for the next pass, counted from its arrival.
+	h.queued("racy")
+	h.started("racy")
+	step(time.Second)
+	h.queued("racy")
+	arrived := clk.Now()
+	step(time.Second)
+	h.ended("racy", true)
+	if !shown["racy"].Equal(arrived) {
+		t.Fatalf("work queued during a pass: pending since %s shown, want %s", shown["racy"], arrived)
+	}
+	step(5*time.Minute - time.Second)
+	wantStale()
+	step(2 * time.Second)
+	wantStale("racy")
+
+	// A pass the queue scheduled without new work (a retry) that fails leaves its work pending.
+	h.forget("racy")
+	h.started("retry")
+	startedAt := clk.Now()
+	h.ended("retry", false)
+	if !shown["retry"].Equal(startedAt) {
+		t.Fatalf("failed retry: pending since %s shown, want %s", shown["retry"], startedAt)
+	}
+	step(6 * time.Minute)
+	wantStale("retry")
+
+	// A gateway forgotten during its pass stays forgotten.
+	h.started("retry")
+	h.forget("retry")
+	h.ended("retry", true)
+	wantStale()
+	if _, kept := h.gws["retry"]; kept {
+		t.Fatal("a forgotten gateway came back when its pass ended")
+	}
+
+	// Off: never stale.
+	off := newSyncHealth(-1, clk)
+	off.queued("gw")
+	step(time.Hour)
+	if err := off.check(nil); err != nil {
+		t.Fatalf("check with staleness off: %v", err)
+	}
+}
+
+// covers: O3
+// The readiness message names at most a few gateways: it is one log line (the probe's answer
+// withholds it).
+func TestSyncHealthCheckIsBounded(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	h := newSyncHealth(time.Minute, clk)
+	for _, gw := range []string{"a", "b", "c", "d", "e", "f", "g"} {
+		h.queued(gw)
+	}
+	clk.SetTime(clk.Now().Add(2 * time.Minute))
+	err := h.check(nil)
+	if err == nil || !strings.Contains(err.Error(), "and 2 more") || strings.Contains(err.Error(), `"f"`) {
+		t.Fatalf("check: %v, want five gateways named and 2 more", err)
+	}
+}
+
+type fakeCache struct {
+	mu     sync.Mutex
+	synced bool
+	calls  int
+}
+
+func (c *fakeCache) WaitForCacheSync(ctx context.Context) bool {
+	c.mu.Lock()
+	c.calls++
+	synced := c.synced
+	c.mu.Unlock()
+	if !synced {
+		<-ctx.Done() // as the informers do: wait until synced or the probe's deadline
+	}
+	return synced
+}
+
+// covers: O3
+// Readiness fails until the manager's caches have synced, and once they have it asks no more.
+func TestCacheSyncedCheck(t *testing.T) {
+	c := &fakeCache{}
+	check := cacheSynced(c)
+	req := httptest.NewRequest("GET", "/readyz", nil)
+	if err := check(req); err == nil {
+		t.Fatal("ready before the caches synced")
+	}
+	c.mu.Lock()
+	c.synced = true
+	c.mu.Unlock()
+	for range 3 {
+		if err := check(req); err != nil {
+			t.Fatalf("not ready with synced caches: %v", err)
+		}
+	}
+	if c.calls != 2 {
+		t.Fatalf("the caches were asked %d times, want 2 (synced is remembered)", c.calls)
+	}
+}
+
+// covers: O3
+// The gateway work queue tells readiness of new work (handlers' adds, with or without priority)
+// and not of what a pass scheduled for later (throttle, quarantine retry) or a retry after an
+// error (that pass kept its work pending).
+func TestNoticingQueueNotesNewWorkOnly(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	h := newSyncHealth(time.Minute, clk)
+	q := newNoticingQueue("test", workqueue.DefaultTypedItemBasedRateLimiter[reconcile.Request](), h, logr.Discard())
+	defer q.ShutDown()
+	req := func(gw string) reconcile.Request {
+		return reconcile.Request{NamespacedName: types.NamespacedName{Name: gw}}
+	}
+	var _ priorityqueue.PriorityQueue[reconcile.Request] = q // handlers keep their priorities
+
+	q.Add(req("added"))
+	q.AddWithOpts(priorityqueue.AddOpts{Priority: new(-100)}, req("low"), req("low2"))
+	q.AddAfter(req("later"), time.Hour)
+	q.AddWithOpts(priorityqueue.AddOpts{After: time.Hour}, req("later2"))
+	q.AddWithOpts(priorityqueue.AddOpts{RateLimited: true}, req("retried"))
+	q.AddRateLimited(req("retried2"))
+	clk.SetTime(clk.Now().Add(2 * time.Minute))
+	if got := strings.Join(h.stale(), ","); got != "added,low,low2" {
+		t.Fatalf("pending work of %s, want added,low,low2", got)
+	}
+}
+
+// seriesOf lists the label values of c's series that have gateway gw (collecting, unlike
+// WithLabelValues, creates nothing).
+func seriesOf(t *testing.T, c prometheus.Collector, gw string) int {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "gateway" && l.GetValue() == gw {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
+// covers: O3
+// vpcgw_build_info is 1 with the running build's version and Go version.
+func TestBuildInfo(t *testing.T) {
+	if n := testutil.CollectAndCount(buildInfo); n != 1 {
+		t.Fatalf("%d build_info series, want 1", n)
+	}
+	if v := testutil.ToFloat64(buildInfo.WithLabelValues(version.Version, runtime.Version(), buildRevision())); v != 1 {
+		t.Fatalf("build_info{version=%q,goversion=%q} = %v, want 1", version.Version, runtime.Version(), v)
+	}
+}
+
+// covers: O3
+// vpcgw_gateway_agents_connected counts a gateway's instances with a live agent stream: up with
+// each stream, down when one ends or its instance goes, and gone with the gateway.
+func TestAgentsConnectedGauge(t *testing.T) {
+	const gw = "gw-unit-agents"
+	var mu sync.Mutex
+	stops := map[types.UID]func(){}
+	dial := dialerFunc(func(_ context.Context, inst transport.Instance) (*transport.Conn, error) {
+		conn, stop := agenttest.Pipe(nil)
+		mu.Lock()
+		stops[inst.UID] = stop
+		mu.Unlock()
+		return conn, nil
+	})
+	ended := make(chan string, 4)
+	s := newSessions(dial, 10*time.Second, logr.Discard(), func(g string) { ended <- g })
+	defer s.closeAll()
+	a := transport.Instance{Gateway: gw, Namespace: "kube-system", Pod: "a", UID: "uid-a"}
+	b := transport.Instance{Gateway: gw, Namespace: "kube-system", Pod: "b", UID: "uid-b"}
+	connected := func() float64 { return testutil.ToFloat64(agentsConnected.WithLabelValues(gw)) }
+
+	if _, err := s.apply(context.Background(), gw, []transport.Instance{a, b}, gwstate.State{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := connected(); n != 2 {
+		t.Fatalf("%v agents connected, want 2", n)
+	}
+	mu.Lock()
+	stops[a.UID]() // a's agent exits
+	mu.Unlock()
+	if g := <-ended; g != gw {
+		t.Fatalf("ended stream of %s", g)
+	}
+	if n := connected(); n != 1 {
+		t.Fatalf("%v agents connected after one exited, want 1", n)
+	}
+	if _, err := s.apply(context.Background(), gw, []transport.Instance{a, b}, gwstate.State{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := connected(); n != 2 {
+		t.Fatalf("%v agents connected after the redial, want 2", n)
+	}
+	if _, err := s.apply(context.Background(), gw, []transport.Instance{b}, gwstate.State{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := connected(); n != 1 {
+		t.Fatalf("%v agents connected after instance a went, want 1", n)
+	}
+	s.forget(gw)
+	if n := seriesOf(t, agentsConnected, gw); n != 0 {
+		t.Fatalf("%d agents_connected series of a forgotten gateway", n)
+	}
+}
+
+type dialerFunc func(context.Context, transport.Instance) (*transport.Conn, error)
+
+func (d dialerFunc) Dial(ctx context.Context, inst transport.Instance) (*transport.Conn, error) {
+	return d(ctx, inst)
+}
+
+// covers: O3, N4
+// A gateway that is gone takes every one of its series with it (tenants choose gateway names
+// in annotations), and nothing else's.
+func TestGatewaySeriesForgotten(t *testing.T) {
+	const gone, kept = "gw-unit-gone", "gw-unit-kept"
+	r := &GatewayReconciler{planners: newPlanners(), lastSync: map[string]time.Time{}, health: newSyncHealth(time.Minute, clocktesting.NewFakePassiveClock(time.Now())),
+		sessions: newSessions(nil, time.Second, logr.Discard(), nil)}
+	for _, gw := range []string{gone, kept} {
+		syncFailures.WithLabelValues(gw).Inc()
+		identities.WithLabelValues(gw).Set(1)
+		backends.WithLabelValues(gw).Set(1)
+		lastSuccessfulSync.WithLabelValues(gw).SetToCurrentTime()
+		pendingSince.WithLabelValues(gw).Set(0)
+		agentsConnected.WithLabelValues(gw).Set(1)
+		gatewayInstances.WithLabelValues(gw).Set(1)
+		quarantinedServices.WithLabelValues(gw).Set(0)
+		waitingForRoom.WithLabelValues(gw).Set(0)
+	}
+	r.forgetGateway(gone)
+	for _, c := range []prometheus.Collector{syncFailures, identities, backends, lastSuccessfulSync, pendingSince, agentsConnected, gatewayInstances, quarantinedServices, waitingForRoom} {
+		if n := seriesOf(t, c, gone); n != 0 {
+			t.Errorf("%d series of the gone gateway left in %v", n, c)
+		}
+		if n := seriesOf(t, c, kept); n != 1 {
+			t.Errorf("%d series of the kept gateway in %v, want 1", n, c)
+		}
+	}
+	if len(gatewaySeries) != 9 {
+		t.Errorf("gatewaySeries has %d metrics; this test sets 9: add the new one here", len(gatewaySeries))
+	}
+	deleteGatewaySeries(kept)
+}
+
+// covers: O3
+// RegisteredMetrics describes every vpcgw metric of the process with its type and labels.
+func TestRegisteredMetrics(t *testing.T) {
+	ms, err := RegisteredMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]MetricDesc{}
+	for _, m := range ms {
+		if !strings.HasPrefix(m.Name, "vpcgw_") || m.Help == "" {
+			t.Errorf("metric %+v: not vpcgw_ or without help", m)
+		}
+		byName[m.Name] = m
+	}
+	for name, want := range map[string]string{
+		"vpcgw_build_info": "gauge version,goversion,revision",
+		"vpcgw_gateway_last_successful_sync_timestamp_seconds": "gauge gateway",
+		"vpcgw_gateway_agents_connected":                       "gauge gateway",
+		"vpcgw_gateway_sync_failures_total":                    "counter gateway",
+		"vpcgw_network_programming_latency_seconds":            "histogram ",
+		"vpcgw_reconcile_duration_seconds":                     "histogram kind,result",
+		"vpcgw_vip_route_repairs_total":                        "counter gateway",
+	} {
+		m := byName[name]
+		if got := m.Type + " " + strings.Join(m.Labels, ","); got != want {
+			t.Errorf("%s: %q, want %q", name, got, want)
+		}
+	}
+	if len(ms) != len(collectors)+1 {
+		t.Errorf("%d metrics described, %d collectors and the route writer's one registered", len(ms), len(collectors))
+	}
+}
+
+// covers: O3
+// The user guide's Monitoring section lists every metric the controller registers, each in a
+// table row with its type and labels, so that the list stays true.
+func TestUserGuideListsEveryMetric(t *testing.T) {
+	guide, err := os.ReadFile("../../docs/user-guide.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(guide), "\n## Monitoring\n")
+	if !ok {
+		t.Fatal("docs/user-guide.md has no ## Monitoring section")
+	}
+	if i := strings.Index(sec, "\n## "); i >= 0 {
+		sec = sec[:i]
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(sec, "\n") {
+		if name, ok := strings.CutPrefix(line, "| `vpcgw_"); ok {
+			name, _, _ = strings.Cut(name, "`")
+			rows["vpcgw_"+name] = line
+		}
+	}
+	ms, err := RegisteredMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		row, ok := rows[m.Name]
+		if !ok {
+			t.Errorf("the user guide does not list %s (%s)", m.Name, m.Type)
+			continue
+		}
+		cells := strings.Split(row, "|")
+		if len(cells) < 5 || strings.TrimSpace(cells[2]) != m.Type {
+			t.Errorf("the user guide's row of %s does not give its type %s second: %s", m.Name, m.Type, row)
+			continue
+		}
+		labels := strings.TrimSpace(cells[3])
+		for _, l := range m.Labels {
+			if !strings.Contains(labels, "`"+l+"`") {
+				t.Errorf("the user guide's row of %s does not name its label %s: %s", m.Name, l, row)
+			}
+		}
+		delete(rows, m.Name)
+	}
+	for name := range rows {
+		t.Errorf("the user guide lists %s, which the controller does not register", name)
+	}
+}
