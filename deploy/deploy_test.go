@@ -464,7 +464,7 @@ func TestChartRenders(t *testing.T) {
 			wantFlags(t, args(t, container(t, m.must(t, "Deployment", "kube-system", "vpcgw-controller"), "controller")), map[string]string{
 				"ledger": "iptables-dnat-rule", "kube-ovn-namespace": "kube-ovn",
 			})
-			wantRules(t, m.must(t, "Role", "kube-ovn", "vpcgw-controller-kube-ovn-config"), map[string][]string{"/configmaps": {"get", "list", "watch"}})
+			wantRules(t, m.must(t, "Role", "kube-ovn", "vpcgw-controller-kube-ovn-config"), map[string][]string{"/configmaps": {"get", "list", "watch"}, "apps/deployments": {"get", "list", "watch"}})
 			// The seed's ledger form reads kube-ovn's IptablesDnatRule CRD (that one only) to refuse
 			// a schema that prunes the record fields.
 			want := map[string][]string{"apiextensions.k8s.io/customresourcedefinitions": {"get"}}

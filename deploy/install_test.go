@@ -104,7 +104,7 @@ func TestInstallScriptDryRun(t *testing.T) {
 		flags: map[string]string{"ledger": "iptables-dnat-rule", "kube-ovn-namespace": "kube-ovn"},
 		check: func(t *testing.T, m manifest) {
 			checkNoKubeOVNCRDs(t, m, true)
-			wantRules(t, m.must(t, "Role", "kube-ovn", "vpcgw-controller-kube-ovn-config"), map[string][]string{"/configmaps": {"get", "list", "watch"}})
+			wantRules(t, m.must(t, "Role", "kube-ovn", "vpcgw-controller-kube-ovn-config"), map[string][]string{"/configmaps": {"get", "list", "watch"}, "apps/deployments": {"get", "list", "watch"}})
 			checkKubeOVNExcluded(t, m, "system:serviceaccount:kube-ovn:ovn")
 		},
 	}, {
