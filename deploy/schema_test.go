@@ -167,10 +167,10 @@ func TestChartSchemaRejects(t *testing.T) {
 	}
 }
 
-// installDryRun runs `helm install --dry-run=client` on the chart against the test's API server
-// and returns helm's output. It renders NOTES.txt, which helm template does not; helm 3 needs a
-// reachable cluster for it (only helm template renders without one), but the client dry run
-// creates nothing and looks nothing up.
+// installDryRun runs `helm install --dry-run=client` on the chart against the API server of
+// kubeconfig and returns helm's output. It renders NOTES.txt, which helm template does not; helm 3
+// needs a reachable cluster for it (only helm template renders without one), but the client dry
+// run creates nothing and looks nothing up.
 func installDryRun(t *testing.T, kubeconfig string, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(helmBin(t), append([]string{"install", "vpcgw", chartDir, "--dry-run=client", "--namespace", "kube-system",
