@@ -342,8 +342,9 @@ func TestChartRenders(t *testing.T) {
 			if as[0] != "controller" {
 				t.Errorf("controller args start with %q", as[0])
 			}
+			// The chart serves LoadBalancer Services by default; ClusterIPs stay opt-in (SPEC O4).
 			wantFlags(t, as, map[string]string{
-				"enable-gw-nftable-lb-svc": "false", "enable-gw-nftable-svc-cluster-ip": "false",
+				"enable-gw-nftable-lb-svc": "true", "enable-gw-nftable-svc-cluster-ip": "false",
 				"enable-lb": "true", "enable-lb-svc": "false", "transport": "exec", "leader-elect": "false",
 				"leader-election-namespace": "<absent>", "metrics-bind-address": ":8443", "metrics-secure": "true",
 				"health-probe-bind-address": ":8081", "min-sync-interval": "20ms", "ovn-nb-addr": "<absent>",
@@ -448,6 +449,23 @@ func TestChartRenders(t *testing.T) {
 		check: func(t *testing.T, m manifest) {
 			wantFlags(t, args(t, container(t, m.must(t, "Deployment", "kube-system", "vpcgw-controller"), "controller")), map[string]string{
 				"enable-gw-nftable-lb-svc": "false", "enable-gw-nftable-svc-cluster-ip": "true",
+			})
+		},
+	}, {
+		// The default is the last rule of the precedence: a v1 key set to false turns it off.
+		name: "v1 key turns the default LoadBalancer gate off",
+		args: []string{"--set", "func.ENABLE_GW_NFTABLE_LB_SVC=false"},
+		check: func(t *testing.T, m manifest) {
+			wantFlags(t, args(t, container(t, m.must(t, "Deployment", "kube-system", "vpcgw-controller"), "controller")), map[string]string{
+				"enable-gw-nftable-lb-svc": "false", "enable-gw-nftable-svc-cluster-ip": "false",
+			})
+		},
+	}, {
+		name: "LoadBalancer gate off beside kube-ovn's LB pods",
+		args: []string{"--set", "features.enableGwNftableLoadbalancerService=false", "--set", "enableLbSvc=true"},
+		check: func(t *testing.T, m manifest) {
+			wantFlags(t, args(t, container(t, m.must(t, "Deployment", "kube-system", "vpcgw-controller"), "controller")), map[string]string{
+				"enable-gw-nftable-lb-svc": "false", "enable-lb-svc": "true", "enable-lb": "true",
 			})
 		},
 	}, {
@@ -794,12 +812,20 @@ func TestChartRejects(t *testing.T) {
 		{[]string{"--set", "features.enableGwNftableServiceClusterIp=true"}, "--enable-gw-nftable-svc-cluster-ip and --enable-lb both claim Service ClusterIPs"},
 		{[]string{"--set", "func.ENABLE_GW_NFTABLE_SVC_CLUSTER_IP=true", "--set", "func.ENABLE_LB=true"}, "--enable-gw-nftable-svc-cluster-ip and --enable-lb"},
 		{[]string{"--set", "features.enableGwNftableLoadbalancerService=true", "--set", "enableLbSvc=true"}, "--enable-gw-nftable-lb-svc and --enable-lb-svc both claim"},
-		{[]string{"--set", "enableLbSvc=true", "--set", "enableLb=false"}, "--enable-lb-svc needs ClusterIPs to be served"},
-		{[]string{"--set-string", "features.enableGwNftableLoadbalancerService=yes"}, "must be true or false"},
-		{[]string{"--set", "transport=ssh"}, "transport must be exec or local"},
+		// The LoadBalancer gate is on by default: kube-ovn's LB pods beside it are refused, naming the switch.
+		{[]string{"--set", "enableLbSvc=true"}, "--enable-gw-nftable-lb-svc and --enable-lb-svc both claim LoadBalancer ingress: turn one off (the LoadBalancer gate is on unless features.enableGwNftableLoadbalancerService=false)"},
+		{[]string{"--set", "func.ENABLE_LB_SVC=true"}, "--enable-gw-nftable-lb-svc and --enable-lb-svc both claim"},
+		{[]string{"--set", "enableLbSvc=true", "--set", "enableLb=false", "--set", "features.enableGwNftableLoadbalancerService=false"}, "--enable-lb-svc needs ClusterIPs to be served"},
+		// The schema refuses these first (TestChartSchemaRejects); the templates' own checks stay
+		// for a render that skips it.
+		{[]string{"--set-string", "features.enableGwNftableLoadbalancerService=yes"}, "/features/enableGwNftableLoadbalancerService': value must be one of"},
+		{[]string{"--skip-schema-validation", "--set-string", "features.enableGwNftableLoadbalancerService=yes"}, "must be true or false"},
+		{[]string{"--set", "transport=ssh"}, "/transport': value must be one of 'exec', 'local'"},
+		{[]string{"--skip-schema-validation", "--set", "transport=ssh"}, "transport must be exec or local"},
 		{[]string{"--set", "controller.replicas=2", "--set", "controller.leaderElect=false"}, "needs leader election"},
 		{[]string{"--set", "webhook.certs.existingSecret=true"}, "needs webhook.certs.caBundle"},
-		{[]string{"--set", "ledger=configmap"}, "ledger must be service-record or iptables-dnat-rule"},
+		{[]string{"--set", "ledger=configmap"}, "/ledger': value must be one of 'service-record', 'iptables-dnat-rule'"},
+		{[]string{"--skip-schema-validation", "--set", "ledger=configmap"}, "ledger must be service-record or iptables-dnat-rule"},
 		{[]string{"--set", "kubeOvn.namespace=Kube_OVN"}, "kubeOvn.namespace must be a namespace name"},
 		// Quoted into CEL: nothing may end the string.
 		{[]string{"--set-string", "kubeOvn.serviceAccount=ovn' || true || '"}, "kubeOvn.serviceAccount must be kube-ovn-controller's user name"},
@@ -864,6 +890,9 @@ func TestPlainManifestsUpToDate(t *testing.T) {
 		t.Fatal("deploy/manifests/vpcgw.yaml is stale: run deploy/manifests/generate.sh")
 	}
 	m := manifest(decode(t, got))
+	// The plain manifests serve LoadBalancer Services, as the chart does by default (SPEC O4).
+	wantFlags(t, args(t, container(t, m.must(t, "Deployment", "kube-system", "vpcgw-controller"), "controller")), map[string]string{
+		"enable-gw-nftable-lb-svc": "true", "enable-gw-nftable-svc-cluster-ip": "false", "enable-lb": "true", "enable-lb-svc": "false"})
 	checkWebhook(t, m, "cert-manager")
 	checkCommon(t, m)
 	checkNoKubeOVNCRDs(t, m, true)

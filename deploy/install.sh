@@ -16,8 +16,10 @@
 # cannot check for kube-ovn).
 #
 # Environment (all optional):
-#   ENABLE_GW_NFTABLE_LB_SVC=false          --enable-gw-nftable-lb-svc (LoadBalancer through the EIP)
-#   ENABLE_GW_NFTABLE_SVC_CLUSTER_IP=false  --enable-gw-nftable-svc-cluster-ip (ClusterIPs on the gateway)
+#   ENABLE_GW_NFTABLE_LB_SVC=true           --enable-gw-nftable-lb-svc (LoadBalancer through the EIP; on,
+#                                           as in the chart: false beside kube-ovn's --enable-lb-svc)
+#   ENABLE_GW_NFTABLE_SVC_CLUSTER_IP=false  --enable-gw-nftable-svc-cluster-ip (ClusterIPs on the gateway;
+#                                           opt-in: needs ENABLE_LB=false and kube-ovn's --enable-lb=false)
 #   ENABLE_LB=true                          kube-ovn's --enable-lb (must be false with the ClusterIP gate)
 #   ENABLE_LB_SVC=false                     kube-ovn's --enable-lb-svc
 #   NAMESPACE=kube-system                   where vpcgw runs
@@ -72,7 +74,7 @@ for arg in "$@"; do
 	esac
 done
 
-ENABLE_GW_NFTABLE_LB_SVC=${ENABLE_GW_NFTABLE_LB_SVC:-false}
+ENABLE_GW_NFTABLE_LB_SVC=${ENABLE_GW_NFTABLE_LB_SVC:-true}
 ENABLE_GW_NFTABLE_SVC_CLUSTER_IP=${ENABLE_GW_NFTABLE_SVC_CLUSTER_IP:-false}
 ENABLE_LB=${ENABLE_LB:-true}
 ENABLE_LB_SVC=${ENABLE_LB_SVC:-false}
@@ -261,3 +263,5 @@ if [ "$ROLLOUT_TIMEOUT" != 0 ]; then
 	done
 fi
 echo "vpcgw installed in namespace $NAMESPACE (LoadBalancer gate: $ENABLE_GW_NFTABLE_LB_SVC, ClusterIP gate: $ENABLE_GW_NFTABLE_SVC_CLUSTER_IP)" >&2
+[ -n "$OVN_NB_ADDR" ] || echo "VIP routes are not written (OVN_NB_ADDR is empty): route the VIPs to the gateways by hand" >&2
+echo "next: kubectl vpcgw explain svc/<service> -n <namespace> --controller-namespace $NAMESPACE" >&2

@@ -71,8 +71,9 @@ func TestInstallScriptDryRun(t *testing.T) {
 		flags map[string]string
 		check func(t *testing.T, m manifest)
 	}{{
+		// The script serves LoadBalancer Services by default, as the chart does (SPEC O4, F4).
 		name: "defaults",
-		flags: map[string]string{"enable-gw-nftable-lb-svc": "false", "enable-gw-nftable-svc-cluster-ip": "false", "enable-lb": "true", "transport": "exec", "leader-elect": "false",
+		flags: map[string]string{"enable-gw-nftable-lb-svc": "true", "enable-gw-nftable-svc-cluster-ip": "false", "enable-lb": "true", "transport": "exec", "leader-elect": "false",
 			"ledger": "service-record", "kube-ovn-namespace": "kube-system"},
 		check: func(t *testing.T, m manifest) {
 			// vpcgw's own CRD, and never kube-ovn's (SPEC K1).
@@ -96,6 +97,11 @@ func TestInstallScriptDryRun(t *testing.T) {
 				t.Errorf("image = %v", c["image"])
 			}
 		},
+	}, {
+		name:  "LoadBalancer gate off beside kube-ovn's LB pods",
+		env:   map[string]string{"ENABLE_GW_NFTABLE_LB_SVC": "false", "ENABLE_LB_SVC": "true"},
+		flags: map[string]string{"enable-gw-nftable-lb-svc": "false", "enable-gw-nftable-svc-cluster-ip": "false", "enable-lb-svc": "true"},
+		check: func(t *testing.T, m manifest) {},
 	}, {
 		// INSTALL_CRDS=auto once meant "kube-ovn's CRDs when missing"; now it is vpcgw's own only.
 		name: "INSTALL_CRDS=auto, the seed's ledger, kube-ovn elsewhere",
@@ -160,6 +166,8 @@ func TestInstallScriptRejects(t *testing.T) {
 	}{
 		{map[string]string{"ENABLE_GW_NFTABLE_LB_SVC": "yes"}, "ENABLE_GW_NFTABLE_LB_SVC"},
 		{map[string]string{"ENABLE_GW_NFTABLE_SVC_CLUSTER_IP": "true"}, "--enable-gw-nftable-svc-cluster-ip and --enable-lb"},
+		// The LoadBalancer gate is on by default: beside kube-ovn's LB pods it must be turned off.
+		{map[string]string{"ENABLE_LB_SVC": "true"}, "--enable-gw-nftable-lb-svc and --enable-lb-svc both claim"},
 		{map[string]string{"NAMESPACE": "kube-system; touch " + marker}, "NAMESPACE"},
 		{map[string]string{"IMAGE_REPOSITORY": "x\"\n  pwned: \"1"}, "IMAGE_REPOSITORY"},
 		{map[string]string{"OVN_NB_ADDR": "tcp:$(touch " + marker + "):6641"}, "OVN_NB_ADDR"},

@@ -60,8 +60,12 @@ else fails the render.
 {{- $s -}}
 {{- end -}}
 
+{{/*
+The LoadBalancer gate is on unless set (serving LoadBalancer Services is why one installs vpcgw,
+SPEC O4); the ClusterIP gate stays opt-in (it needs kube-ovn's --enable-lb=false).
+*/}}
 {{- define "vpcgw.gateLbSvc" -}}
-{{- include "vpcgw.bool" (list .Values.features.enableGwNftableLoadbalancerService (index (.Values.func | default dict) "ENABLE_GW_NFTABLE_LB_SVC") false "features.enableGwNftableLoadbalancerService") -}}
+{{- include "vpcgw.bool" (list .Values.features.enableGwNftableLoadbalancerService (index (.Values.func | default dict) "ENABLE_GW_NFTABLE_LB_SVC") true "features.enableGwNftableLoadbalancerService") -}}
 {{- end -}}
 {{- define "vpcgw.gateClusterIp" -}}
 {{- include "vpcgw.bool" (list .Values.features.enableGwNftableServiceClusterIp (index (.Values.func | default dict) "ENABLE_GW_NFTABLE_SVC_CLUSTER_IP") false "features.enableGwNftableServiceClusterIp") -}}
@@ -87,7 +91,7 @@ else fails the render.
 {{- fail "--enable-gw-nftable-svc-cluster-ip and --enable-lb both claim Service ClusterIPs: set enableLb (or func.ENABLE_LB) to false, or turn the ClusterIP gate off" -}}
 {{- end -}}
 {{- if and $lbsvc $podlb -}}
-{{- fail "--enable-gw-nftable-lb-svc and --enable-lb-svc both claim LoadBalancer ingress: turn one off" -}}
+{{- fail "--enable-gw-nftable-lb-svc and --enable-lb-svc both claim LoadBalancer ingress: turn one off (the LoadBalancer gate is on unless features.enableGwNftableLoadbalancerService=false)" -}}
 {{- end -}}
 {{- if and $podlb (not $lb) (not $cip) -}}
 {{- fail "--enable-lb-svc needs ClusterIPs to be served: turn on enableLb or features.enableGwNftableServiceClusterIp" -}}
