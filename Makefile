@@ -34,16 +34,19 @@ build:
 # the Go module proxy): OCI image layouts bin/images/vpcgw (controller and webhook, with the agent
 # builds the controller copies into kube-ovn's gateway containers) and bin/images/vpcgw-agent (the
 # agent alone), each an index for linux/amd64 and linux/arm64, plus bin/images/images.json (tag and
-# digests). Reproducible: the same commit, VERSION and SOURCE_DATE_EPOCH give the same digests.
+# digests), and each image's SBOM (<image>.spdx.json, also inside the image), with full
+# org.opencontainers.image.* labels (revision: REVISION, the commit). Reproducible: the same
+# commit, VERSION and SOURCE_DATE_EPOCH give the same digests.
 # The tag is VERSION with what a tag cannot hold ('+', '/') replaced by '-'; on a release commit
 # (tag v<appVersion> of deploy/helm/vpcgw/Chart.yaml) it is the chart's default image tag.
 # test/images reads them back (make test builds them first).
 IMAGES_DIR ?= bin/images
 IMAGE_TAG := $(subst /,-,$(subst +,-,$(VERSION)))
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+REVISION ?= $(shell git rev-parse HEAD)
 export VPCGW_IMAGES := $(abspath $(IMAGES_DIR))
 images:
-	$(GO) -C hack/tools/images run . --repo "$(CURDIR)" --out "$(VPCGW_IMAGES)" --version "$(IMAGE_TAG)" --source-date-epoch "$(or $(SOURCE_DATE_EPOCH),0)"
+	$(GO) -C hack/tools/images run . --repo "$(CURDIR)" --out "$(VPCGW_IMAGES)" --version "$(IMAGE_TAG)" --revision "$(REVISION)" --source-date-epoch "$(or $(SOURCE_DATE_EPOCH),0)"
 
 # Debian packages (nftables, iproute2, conntrack, ovn-central).
 deps:
