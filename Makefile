@@ -14,7 +14,7 @@ export VPCGW_HELM := $(HELM_DIR)/helm
 KUBEOVN_DIR ?= $(HOME)/.cache/vpcgw/kube-ovn-v1.16.2
 export VPCGW_KUBEOVN := $(KUBEOVN_DIR)
 
-.PHONY: all build deps assets helm kubeovn images generate lab lab-stay test unit fmt-check vet
+.PHONY: all build deps assets helm kubeovn images release generate lab lab-stay test unit fmt-check vet
 
 all: build
 
@@ -34,16 +34,32 @@ build:
 # the Go module proxy): OCI image layouts bin/images/vpcgw (controller and webhook, with the agent
 # builds the controller copies into kube-ovn's gateway containers) and bin/images/vpcgw-agent (the
 # agent alone), each an index for linux/amd64 and linux/arm64, plus bin/images/images.json (tag and
-# digests). Reproducible: the same commit, VERSION and SOURCE_DATE_EPOCH give the same digests.
+# digests), and each image's SBOM (<image>.spdx.json, also inside the image), with full
+# org.opencontainers.image.* labels (revision: REVISION, the commit). Reproducible: the same
+# commit, VERSION and SOURCE_DATE_EPOCH give the same digests.
 # The tag is VERSION with what a tag cannot hold ('+', '/') replaced by '-'; on a release commit
 # (tag v<appVersion> of deploy/helm/vpcgw/Chart.yaml) it is the chart's default image tag.
 # test/images reads them back (make test builds them first).
 IMAGES_DIR ?= bin/images
 IMAGE_TAG := $(subst /,-,$(subst +,-,$(VERSION)))
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+REVISION ?= $(shell git rev-parse HEAD)
 export VPCGW_IMAGES := $(abspath $(IMAGES_DIR))
 images:
-	$(GO) -C hack/tools/images run . --repo "$(CURDIR)" --out "$(VPCGW_IMAGES)" --version "$(IMAGE_TAG)" --source-date-epoch "$(or $(SOURCE_DATE_EPOCH),0)"
+	$(GO) -C hack/tools/images run . --repo "$(CURDIR)" --out "$(VPCGW_IMAGES)" --version "$(IMAGE_TAG)" --revision "$(REVISION)" --source-date-epoch "$(or $(SOURCE_DATE_EPOCH),0)"
+
+# A release (hack/tools/release), everything an operator installs, in bin/release: the chart
+# packaged (version and appVersion from VERSION, the image's digest pinned), both images as OCI
+# archives with their SBOMs, the plugin's krew archives and manifest, the plain manifests,
+# install.sh, LICENSE, release notes and SHA256SUMS. VERSION becomes a semantic version: v0.3.0
+# on the tag v0.3.0, v0.3.1-dev.4.gabcdef0 four commits after it, v0.0.0-<hash> without a tag.
+# Reproducible as the images are. test/release reads it back (make test builds it first: about a
+# minute with a warm Go build cache, a quarter of an hour the first time on two cores, when the
+# plugin's dependencies are compiled for darwin and arm64).
+RELEASE_DIR ?= bin/release
+export VPCGW_RELEASE := $(abspath $(RELEASE_DIR))
+release: helm
+	$(GO) -C hack/tools/release run . --repo "$(CURDIR)" --out "$(VPCGW_RELEASE)" --version "$(VERSION)" --source-date-epoch "$(or $(SOURCE_DATE_EPOCH),0)" --helm "$(VPCGW_HELM)" --go "$(GO)"
 
 # Debian packages (nftables, iproute2, conntrack, ovn-central).
 deps:
@@ -76,7 +92,7 @@ lab-stay: deps assets kubeovn build
 # Every test: unit tests (race detector), integration tests against the real API server, real
 # nftables in network namespaces, and the end-to-end lab tests. VPCGW_REQUIRE_ALL=1 turns every
 # "this machine lacks X" skip into a failure, so nothing is silently skipped here.
-test: deps assets helm kubeovn images fmt-check vet
+test: deps assets helm kubeovn images release fmt-check vet
 	VPCGW_REQUIRE_ALL=1 $(GO) test -race -count=1 -timeout 30m ./...
 
 # Fast tests only (no root, no API server needed; the others skip with a reason).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs (or upgrades) vpcgw: renders the Helm chart next to this script (deploy/helm/vpcgw)
-# with `helm template` and applies the result with `kubectl apply --server-side`, so running it
+# Installs (or upgrades) vpcgw: renders the Helm chart next to this script (deploy/helm/vpcgw;
+# in a release directory, the packaged chart vpcgw-<version>.tgz beside it) with `helm template` and applies the result with `kubectl apply --server-side`, so running it
 # again converges to the same objects (idempotent). No Helm release is created: the cluster's state
 # is exactly the printed manifests, and `helm` is only a template engine here.
 #
@@ -28,7 +28,10 @@
 #                                           KUBE_OVN_NAMESPACE only): kube-ovn master's gateways
 #                                           with spec.namespace set
 #   IMAGE_REPOSITORY=ghcr.io/vpcgw/vpcgw    the vpcgw image (controller, webhook, agent builds)
-#   IMAGE_TAG=<chart appVersion>            its tag (what `make images` tags a release commit with)
+#   IMAGE_TAG=<chart appVersion>            its tag (what `make images` tags a release commit with);
+#                                           when no tag or digest is given (by IMAGE_TAG,
+#                                           IMAGE_DIGEST, IMAGE or IMAGES_JSON), the chart's own
+#                                           (a release's chart pins its image's digest)
 #   IMAGE_DIGEST=                           sha256:<64 hex>: pin the image by digest (the "digest"
 #                                           of vpcgw in bin/images/images.json); the tag then only
 #                                           informs (<repository>:<tag>@<digest> when IMAGE_TAG is set)
@@ -61,6 +64,13 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 chart=${CHART:-$here/helm/vpcgw}
+if [ -z "${CHART:-}" ] && [ ! -d "$chart" ]; then
+	# A release directory (make release): the chart is packaged beside the script.
+	packaged=()
+	for f in "$here"/vpcgw-[0-9]*.tgz; do [ ! -f "$f" ] || packaged+=("$f"); done
+	[ "${#packaged[@]}" -eq 1 ] || { echo "install.sh: no chart: neither $chart nor one $here/vpcgw-<version>.tgz; set CHART" >&2; exit 1; }
+	chart=${packaged[0]}
+fi
 
 die() { echo "install.sh: $*" >&2; exit 1; }
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' >&2; }
@@ -202,8 +212,11 @@ values=$work/values.yaml
 	echo "  controllerDeployment: \"$KUBE_OVN_CONTROLLER_DEPLOYMENT\""
 	echo "image:"
 	echo "  repository: \"$IMAGE_REPOSITORY\""
-	echo "  tag: \"$IMAGE_TAG\""
-	echo "  digest: \"$IMAGE_DIGEST\""
+	# Asked for neither: the chart's own (a release's chart pins its image's digest).
+	if [ -n "$IMAGE_TAG$IMAGE_DIGEST" ]; then
+		echo "  tag: \"$IMAGE_TAG\""
+		echo "  digest: \"$IMAGE_DIGEST\""
+	fi
 	echo "extraGatewayNamespaces:"
 	for ns in "${gateway_namespaces[@]}"; do echo "  - \"$ns\""; done
 	[ "${#gateway_namespaces[@]}" -gt 0 ] || echo "  []"

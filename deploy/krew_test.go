@@ -1,8 +1,9 @@
-// covers: O2 (the kubectl plugin's krew manifest and archives)
+// covers: O2, O6 (the kubectl plugin's krew manifest and archives)
 package deploy
 
 import (
 	"archive/tar"
+	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
@@ -51,14 +52,16 @@ type krewPlugin struct {
 }
 
 // The template names the four platforms; build.sh makes an archive per platform asked for, with
-// the plugin (of the version asked for) and its completion helper, and a manifest whose sha256
-// is the archive's, with no placeholder left; the same inputs give the same archive.
-// covers: O2
+// the plugin (of the version asked for), its completion helper and the LICENSE, and a manifest
+// whose sha256 is the archive's, with no placeholder left; the same inputs give the same archive.
+// A VERSION that is no semantic version (an untagged repository's describe) gets one, as krew
+// requires.
+// covers: O2, O6
 func TestKrewManifest(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		testutil.Skip(t, "the go command is not on the PATH")
 	}
-	for _, tool := range []string{"bash", "tar", "gzip", "sha256sum", "awk"} {
+	for _, tool := range []string{"bash"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			testutil.Skip(t, tool+" is not installed")
 		}
@@ -79,16 +82,16 @@ func TestKrewManifest(t *testing.T) {
 		t.Errorf("template platforms %v, want %v", all, want)
 	}
 
-	build := func(dir string) {
+	build := func(dir, version string) {
 		t.Helper()
 		cmd := exec.Command("bash", "krew/build.sh", dir)
-		cmd.Env = append(os.Environ(), "PLATFORMS=linux/amd64", "VERSION=v0.0.0-krewtest", "BASE_URL=https://example.test/dl", "SOURCE_DATE_EPOCH=1700000000")
+		cmd.Env = append(os.Environ(), "PLATFORMS=linux/amd64", "VERSION="+version, "BASE_URL=https://example.test/dl", "SOURCE_DATE_EPOCH=1700000000")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("krew/build.sh: %v\n%s", err, out)
 		}
 	}
 	dir := t.TempDir()
-	build(dir)
+	build(dir, "v0.0.0-krewtest")
 	data, err = os.ReadFile(filepath.Join(dir, "vpcgw.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -111,10 +114,15 @@ func TestKrewManifest(t *testing.T) {
 	archive := filepath.Join(dir, "kubectl-vpcgw_linux_amd64.tar.gz")
 	sum := fileSHA256(t, archive)
 	if p.URI != "https://example.test/dl/kubectl-vpcgw_linux_amd64.tar.gz" || p.SHA256 != sum || p.Bin != "kubectl-vpcgw" ||
-		fmt.Sprint(p.Selector.MatchLabels) != "map[arch:amd64 os:linux]" || len(p.Files) != 2 {
+		fmt.Sprint(p.Selector.MatchLabels) != "map[arch:amd64 os:linux]" || len(p.Files) != 3 {
 		t.Errorf("platform %+v (archive sha256 %s)", p, sum)
 	}
-	// The archive holds exactly the files the manifest names, executable.
+	// The archive holds exactly the files the manifest names, the programs executable, and the
+	// repository's LICENSE.
+	license, err := os.ReadFile("../LICENSE")
+	if err != nil {
+		t.Fatal(err)
+	}
 	extracted := t.TempDir()
 	var names []string
 	f, err := os.Open(archive)
@@ -136,7 +144,7 @@ func TestKrewManifest(t *testing.T) {
 			t.Fatal(err)
 		}
 		names = append(names, h.Name)
-		if h.Mode&0o111 == 0 || h.Uid != 0 || h.Gid != 0 {
+		if (h.Name == "LICENSE") == (h.Mode&0o111 != 0) || h.Uid != 0 || h.Gid != 0 {
 			t.Errorf("%s: mode %o, owner %d:%d", h.Name, h.Mode, h.Uid, h.Gid)
 		}
 		out, err := os.OpenFile(filepath.Join(extracted, h.Name), os.O_CREATE|os.O_WRONLY, 0o755)
@@ -152,8 +160,12 @@ func TestKrewManifest(t *testing.T) {
 	for _, fl := range p.Files {
 		from = append(from, fl.From)
 	}
-	if !slices.Equal(names, []string{"kubectl-vpcgw", "kubectl_complete-vpcgw"}) || !slices.Equal(from, names) {
+	slices.Sort(from)
+	if !slices.Equal(names, []string{"LICENSE", "kubectl-vpcgw", "kubectl_complete-vpcgw"}) || !slices.Equal(from, names) {
 		t.Errorf("archive holds %v, the manifest names %v", names, from)
+	}
+	if b, err := os.ReadFile(filepath.Join(extracted, "LICENSE")); err != nil || !bytes.Equal(b, license) {
+		t.Errorf("the archive's LICENSE is not the repository's (%v)", err)
 	}
 	out, err := exec.Command(filepath.Join(extracted, "kubectl-vpcgw"), "version", "--client").Output()
 	if err != nil || strings.TrimSpace(string(out)) != "kubectl-vpcgw: v0.0.0-krewtest" {
@@ -161,10 +173,25 @@ func TestKrewManifest(t *testing.T) {
 	}
 	// Reproducible: a second build gives the same archive.
 	again := t.TempDir()
-	build(again)
+	build(again, "v0.0.0-krewtest")
 	if s := fileSHA256(t, filepath.Join(again, "kubectl-vpcgw_linux_amd64.tar.gz")); s != sum {
 		t.Errorf("a second build's archive has sha256 %s, the first %s", s, sum)
 	}
+	// An untagged repository's describe (a bare commit hash) is made a v-prefixed semver.
+	untagged := t.TempDir()
+	build(untagged, "7dbcc4c")
+	if err := yaml.UnmarshalStrict(mustRead(t, filepath.Join(untagged, "vpcgw.yaml")), &m); err != nil || m.Spec.Version != "v0.0.0-7dbcc4c" {
+		t.Errorf("VERSION=7dbcc4c: manifest version %q (%v), want v0.0.0-7dbcc4c", m.Spec.Version, err)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func fileSHA256(t *testing.T, path string) string {

@@ -1,6 +1,6 @@
-// covers: O5 (the images `make images` builds, read back: OCI layouts, blobs, platforms, config,
-// layers, static binaries; the agent run from them in a network namespace; a rebuild gives the
-// same digests)
+// covers: O5, O6 (the images `make images` builds, read back: OCI layouts, blobs, platforms,
+// config, labels and annotations, layers, static binaries, LICENSE and SBOM; the agent run from
+// them in a network namespace; a rebuild gives the same digests)
 package images
 
 import (
@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -50,6 +51,9 @@ const (
 	mtLayer    = "application/vnd.oci.image.layer.v1.tar+gzip"
 )
 
+// ociKeys are the org.opencontainers.image.* keys every image carries.
+var ociKeys = []string{"title", "description", "version", "revision", "created", "source", "url", "documentation", "vendor", "authors", "licenses"}
+
 // platforms are the ones every image is built for.
 var platforms = []string{"linux/amd64", "linux/arm64"}
 
@@ -73,12 +77,18 @@ type spec struct {
 	files            func(arch string) map[string]wantFile
 }
 
+// licensePath is where every image keeps vpcgw's LICENSE, and sbomPath its SBOM.
+const licensePath = "usr/share/doc/vpcgw/LICENSE"
+
+func sbomPath(image string) string { return "usr/share/doc/vpcgw/" + image + ".spdx.json" }
+
 func baseFiles() map[string]wantFile {
 	return map[string]wantFile{
 		"etc/passwd":    {mode: 0o644},
 		"etc/group":     {mode: 0o644},
 		"tmp/":          {mode: fs.ModeDir | fs.ModeSticky | 0o777},
 		"home/nonroot/": {mode: fs.ModeDir | 0o700},
+		licensePath:     {mode: 0o644},
 	}
 }
 
@@ -92,6 +102,7 @@ var specs = map[string]spec{
 	// The controller and the webhook, non-root, with the agent of every architecture.
 	"vpcgw": {entrypoint: "/usr/bin/vpcgw", user: "65532:65532", files: func(arch string) map[string]wantFile {
 		files := baseFiles()
+		files[sbomPath("vpcgw")] = wantFile{mode: 0o644}
 		files["usr/bin/vpcgw"] = wantFile{mode: 0o755, bin: &binary{cmd: "vpcgw"}}
 		for _, p := range platforms {
 			a := strings.TrimPrefix(p, "linux/")
@@ -102,6 +113,7 @@ var specs = map[string]spec{
 	// The agent alone, as root (it programs nftables), for a gateway image of one's own.
 	"vpcgw-agent": {entrypoint: "/usr/bin/vpcgw-agent", user: "0:0", files: func(arch string) map[string]wantFile {
 		files := baseFiles()
+		files[sbomPath("vpcgw-agent")] = wantFile{mode: 0o644}
 		files["usr/bin/vpcgw-agent"] = wantFile{mode: 0o755, bin: &binary{cmd: "vpcgw-agent"}}
 		return files
 	}},
@@ -123,16 +135,18 @@ type platform struct {
 }
 
 type index struct {
-	SchemaVersion int          `json:"schemaVersion"`
-	MediaType     string       `json:"mediaType"`
-	Manifests     []descriptor `json:"manifests"`
+	SchemaVersion int               `json:"schemaVersion"`
+	MediaType     string            `json:"mediaType"`
+	Manifests     []descriptor      `json:"manifests"`
+	Annotations   map[string]string `json:"annotations"`
 }
 
 type manifest struct {
-	SchemaVersion int          `json:"schemaVersion"`
-	MediaType     string       `json:"mediaType"`
-	Config        descriptor   `json:"config"`
-	Layers        []descriptor `json:"layers"`
+	SchemaVersion int               `json:"schemaVersion"`
+	MediaType     string            `json:"mediaType"`
+	Config        descriptor        `json:"config"`
+	Layers        []descriptor      `json:"layers"`
+	Annotations   map[string]string `json:"annotations"`
 }
 
 type configFile struct {
@@ -161,10 +175,11 @@ type summary struct {
 
 // image is one layout as read.
 type image struct {
-	name, dir string
-	tag       string // the index's org.opencontainers.image.ref.name
-	digest    string // the image index's digest
-	platforms map[string]*platformImage
+	name, dir   string
+	tag         string // the index's org.opencontainers.image.ref.name
+	digest      string // the image index's digest
+	annotations map[string]string
+	platforms   map[string]*platformImage
 }
 
 type platformImage struct {
@@ -323,6 +338,7 @@ func (l *layouts) read(name, dir string) *image {
 	if idx.SchemaVersion != 2 || idx.MediaType != mtIndex {
 		fail("image index: schemaVersion %d, mediaType %q", idx.SchemaVersion, idx.MediaType)
 	}
+	img.annotations = idx.Annotations
 	var got []string
 	for _, d := range idx.Manifests {
 		if d.Platform == nil {
@@ -381,6 +397,22 @@ func (l *layouts) readPlatform(img *image, p string, d descriptor, blob func(str
 	if v := c.Config.Labels["org.opencontainers.image.version"]; v != img.tag {
 		fail("%s config: label org.opencontainers.image.version %q, want the tag %q", p, v, img.tag)
 	}
+	// The OCI keys (https://github.com/opencontainers/image-spec/blob/main/annotations.md), the
+	// same as config labels and as the manifest's annotations.
+	for _, k := range ociKeys {
+		if c.Config.Labels["org.opencontainers.image."+k] == "" {
+			fail("%s config: no label org.opencontainers.image.%s", p, k)
+		}
+	}
+	if !maps.Equal(m.Annotations, c.Config.Labels) {
+		fail("%s: manifest annotations %v are not the config's labels %v", p, m.Annotations, c.Config.Labels)
+	}
+	if rev := c.Config.Labels["org.opencontainers.image.revision"]; !regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`).MatchString(rev) {
+		fail("%s config: revision %q is not a git commit", p, rev)
+	}
+	if l := c.Config.Labels["org.opencontainers.image.licenses"]; l != "Apache-2.0" {
+		fail("%s config: licenses %q, want Apache-2.0", p, l)
+	}
 	created := c.Config.Labels["org.opencontainers.image.created"]
 	if ct, err := time.Parse(time.RFC3339, created); err != nil || created != c.Created {
 		fail("%s config: created %q, label org.opencontainers.image.created %q (%v); want the same RFC 3339 time", p, c.Created, created, err)
@@ -391,6 +423,14 @@ func (l *layouts) readPlatform(img *image, p string, d descriptor, blob func(str
 		fail("%s config: rootfs %s with %d diff_ids for %d layers", p, c.RootFS.Type, len(c.RootFS.DiffIDs), len(m.Layers))
 	}
 	want := sp.files(arch)
+	license, err := os.ReadFile(filepath.Join(repoRoot(), "LICENSE"))
+	if err != nil {
+		fail("%v", err)
+	}
+	sbom, err := os.ReadFile(filepath.Join(l.dir, img.name+".spdx.json"))
+	if err != nil {
+		fail("the SBOM beside the layout: %v", err)
+	}
 	for i, ld := range m.Layers {
 		blob(fmt.Sprintf("%s layer %d", p, i), ld, mtLayer)
 		diffID, err := l.readLayer(l.blobPath(img.dir, ld.Digest), func(h *tar.Header, r io.Reader) error {
@@ -407,6 +447,12 @@ func (l *layouts) readPlatform(img *image, p string, d descriptor, blob func(str
 				f.sha256 = hex.EncodeToString(s[:])
 				if h.Name == "etc/passwd" && !strings.Contains(string(data), ":65532:65532:") {
 					fail("%s /etc/passwd has no user 65532: %q", p, data)
+				}
+				if h.Name == licensePath && !bytes.Equal(data, license) {
+					fail("%s /%s is not the repository's LICENSE", p, h.Name)
+				}
+				if h.Name == sbomPath(img.name) && !bytes.Equal(data, sbom) {
+					fail("%s /%s is not %s.spdx.json beside the layout", p, h.Name, img.name)
 				}
 			}
 			pi.files[h.Name] = f
@@ -618,6 +664,12 @@ func TestImageLayouts(t *testing.T) {
 		}
 	}
 	for name, img := range l.images {
+		// The index carries the annotations of its platforms' manifests.
+		for p, pi := range img.platforms {
+			if !maps.Equal(img.annotations, pi.manifest.Annotations) {
+				t.Errorf("%s: the index's annotations %v are not the %s manifest's %v", name, img.annotations, p, pi.manifest.Annotations)
+			}
+		}
 		for p, pi := range img.platforms {
 			n := 0
 			for _, f := range pi.files {
@@ -738,9 +790,9 @@ func runAgentInNetns(t *testing.T, exe, tag string) {
 	}
 }
 
-// TestImagesReproducible rebuilds the images with hack/tools/images, with the version and the
-// creation time of the built ones (their labels), and requires the same digests: the images are
-// a function of the sources, the version and the epoch alone.
+// TestImagesReproducible rebuilds the images with hack/tools/images, with the version, the
+// revision and the creation time of the built ones (their labels), and requires the same digests:
+// the images are a function of the sources, the version, the revision and the epoch alone.
 //
 // covers: O5
 func TestImagesReproducible(t *testing.T) {
@@ -751,8 +803,9 @@ func TestImagesReproducible(t *testing.T) {
 		t.Fatal("vpcgw has no linux/amd64 image")
 	}
 	version := pi.config.Config.Labels["org.opencontainers.image.version"]
+	revision := pi.config.Config.Labels["org.opencontainers.image.revision"]
 	created, err := time.Parse(time.RFC3339, pi.config.Config.Labels["org.opencontainers.image.created"])
-	if err != nil || version == "" {
+	if err != nil || version == "" || revision == "" {
 		t.Fatalf("vpcgw's labels %v: %v", pi.config.Config.Labels, err)
 	}
 	goBin, err := exec.LookPath("go")
@@ -765,7 +818,7 @@ func TestImagesReproducible(t *testing.T) {
 		defer cancel()
 		repo := repoRoot()
 		cmd := exec.CommandContext(ctx, goBin, "-C", filepath.Join(repo, "hack", "tools", "images"), "run", ".",
-			"--repo", repo, "--out", out, "--version", version, "--source-date-epoch", fmt.Sprint(created.Unix()))
+			"--repo", repo, "--out", out, "--version", version, "--revision", revision, "--source-date-epoch", fmt.Sprint(created.Unix()))
 		start := time.Now()
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, b)
