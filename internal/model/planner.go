@@ -27,8 +27,9 @@ import (
 // gateway contributed at its last plan and assembles the gateway's state from those. It decides
 // everything about that without I/O:
 //
-//   - when a plan must be full (no valid memory, a gateway-wide input changed: Fingerprint, or a
-//     Service of the gateway waits for room, SPEC N4);
+//   - when a plan must be full (no valid memory, a gateway-wide input changed: Fingerprint, or,
+//     while a Service of the gateway waits for room, a change that could make or take room,
+//     SPEC N4);
 //   - which Services replan together: a changed Service, and every Service that shares a claim
 //     (ClaimKeys) with it now or at its last plan, transitively, since one may take over what
 //     another gives up and a Service's plan depends on every claimant of what it claims (SPEC I2);
@@ -49,8 +50,11 @@ type Planner struct {
 	fingerprint string
 	services    map[types.NamespacedName]*keptPlan
 	// limited counts the kept Services refused for the gateway's bounds (SPEC N4). While any
-	// is, every plan is full: a Service that lets go makes room for one that did not change,
-	// and only a full plan shares a full gateway fairly between namespaces.
+	// is, a plan is partial only when the Services it replans were served and keep exactly
+	// their demand (an endpoint that changes address, a Service's labels): nothing then makes
+	// or takes room, so the fair shares and who waits stay as they are. Any other change is
+	// planned in full: a Service that lets go makes room for one that did not change, and only
+	// a full plan shares a full gateway fairly between namespaces.
 	limited int
 	// held is what the kept Services hold against the gateway's bounds, kept up to date by keep
 	// and forget so that a partial plan does not walk every identity.
@@ -62,6 +66,7 @@ type keptPlan struct {
 	uid     types.UID
 	part    Contribution
 	load    Load
+	demand  Load // what it asked of the bounds (ServicePlan.Demand), served or not
 	limited bool
 	claims  []string
 }
@@ -86,8 +91,8 @@ type Scope struct {
 }
 
 // Limited is how many Services of the gateway its last plan left waiting for room: the gateway's
-// bounds, or their namespace's share of it, are reached (SPEC N4). Every plan while one waits is
-// full, so the count is the whole gateway's.
+// bounds, or their namespace's share of it, are reached (SPEC N4). A partial plan while one waits
+// changes no Service's room (sameDemand), so the count is always the whole gateway's.
 func (p *Planner) Limited() int { return p.limited }
 
 // Invalidate makes the next plan full (after a failed sync: what it decided is unknown).
@@ -97,7 +102,10 @@ func (p *Planner) Invalidate() { p.valid = false }
 // (everything but the plan:"service" fields) and the changes since the last plan.
 func (p *Planner) Scope(base Snapshot, gw string, ch Changes) Scope {
 	sc := Scope{fingerprint: Fingerprint(base)}
-	if gw == UnboundGateway || !p.valid || p.fingerprint != sc.fingerprint || p.limited > 0 || eipsShareAnAddress(base.EIPs, gw) {
+	// While a Service waits for room, records changed by someone else may change which
+	// Services are programmed, and with it the order Services take room in: plan in full.
+	waitingAndOwners := p.limited > 0 && len(ch.Owners) > 0
+	if gw == UnboundGateway || !p.valid || p.fingerprint != sc.fingerprint || waitingAndOwners || eipsShareAnAddress(base.EIPs, gw) {
 		sc.Full = true
 		return sc
 	}
@@ -146,6 +154,9 @@ func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedNa
 			return Plan{}, nil, false
 		}
 	}
+	if p.limited > 0 && !p.sameDemand(plan.Services, replanned, gw) {
+		return Plan{}, nil, false
+	}
 	for k := range replanned {
 		p.forget(k)
 	}
@@ -159,6 +170,24 @@ func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedNa
 	}
 	whole.Finish()
 	return plan, &whole, true
+}
+
+// sameDemand reports whether every replanned Service was served at its last plan and is served
+// now with the same demand on gateway gw: then the change makes no room and takes none (SPEC N4).
+func (p *Planner) sameDemand(plans []ServicePlan, replanned map[types.NamespacedName]bool, gw string) bool {
+	now := make(map[types.NamespacedName]*ServicePlan, len(replanned))
+	for i := range plans {
+		if plans[i].Gateway == gw {
+			now[plans[i].Key] = &plans[i]
+		}
+	}
+	for k := range replanned {
+		kp, sp := p.services[k], now[k]
+		if kp == nil || sp == nil || kp.limited || kp.uid != sp.UID || kp.demand != sp.Demand {
+			return false
+		}
+	}
+	return true
 }
 
 // fullScope is sc made full: what to read when Plan could not decide from a partial one.
@@ -224,7 +253,7 @@ func (p *Planner) keep(gw string, plans []ServicePlan, svcs []corev1.Service) {
 			continue
 		}
 		p.forget(sp.Key)
-		kp := &keptPlan{uid: sp.UID, part: sp.Contribution(), limited: sp.Limited, claims: claims[sp.UID]}
+		kp := &keptPlan{uid: sp.UID, part: sp.Contribution(), demand: sp.Demand, limited: sp.Limited, claims: claims[sp.UID]}
 		kp.load = LoadOf(kp.part.Identities)
 		p.services[sp.Key] = kp
 		p.held = p.held.plus(kp.load)
