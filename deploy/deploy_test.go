@@ -410,8 +410,8 @@ func TestChartRenders(t *testing.T) {
 			// vpcgw's own CRD, and never kube-ovn's (SPEC K1).
 			checkNoKubeOVNCRDs(t, m, true)
 			crd := m.must(t, "CustomResourceDefinition", "", "servicerecords.vpcgw.io")
-			if crd.GetAnnotations()["helm.sh/resource-policy"] != "keep" {
-				t.Errorf("servicerecords.vpcgw.io annotations %v: the ledger must survive helm uninstall (crds.keep)", crd.GetAnnotations())
+			if crd.GetAnnotations()["helm.sh/resource-policy"] == "keep" {
+				t.Errorf("servicerecords.vpcgw.io annotations %v: helm uninstall must delete the CRD by default (SPEC O4; crds.keep=true keeps it)", crd.GetAnnotations())
 			}
 			if scope, _, _ := unstructured.NestedString(crd.Object, "spec", "scope"); scope != "Cluster" {
 				t.Errorf("servicerecords.vpcgw.io scope %q", scope)

@@ -10,6 +10,13 @@
 # vpcgw's own, servicerecords.vpcgw.io.
 #
 #   deploy/install.sh [--dry-run]
+#   deploy/install.sh uninstall
+#
+# uninstall (SPEC O4) first runs the chart's release Job (`vpcgw release` as the controller, with
+# the controller's flags: the same Job helm uninstall runs as its pre-delete hook) and waits for it
+# to complete; then it deletes what install applied, vpcgw's CRD included, never kube-ovn's CRDs.
+# Set the same environment as for the install, so that the release sees the cluster as the
+# controller did.
 #
 # --dry-run prints the manifests that would be applied and touches no cluster (it renders them as
 # for a fresh install: vpcgw's CRD per INSTALL_CRDS, a newly generated webhook certificate; it
@@ -76,9 +83,11 @@ die() { echo "install.sh: $*" >&2; exit 1; }
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' >&2; }
 
 dry_run=false
+uninstall=false
 for arg in "$@"; do
 	case "$arg" in
 	--dry-run) dry_run=true ;;
+	uninstall) uninstall=true ;;
 	-h | --help) usage; exit 0 ;;
 	*) usage; die "unknown argument: $arg" ;;
 	esac
@@ -245,7 +254,8 @@ manifests=$work/vpcgw.yaml
 # (SPEC K10). helm reaches the cluster through the same KUBECONFIG as KUBECTL.
 online=()
 [ "$dry_run" = true ] || online=(--dry-run=server)
-"$HELM" template vpcgw "$chart" --namespace "$NAMESPACE" --values "$values" "${online[@]}" >"$manifests" ||
+# --no-hooks: the release Job is the uninstall's, never applied by an install.
+"$HELM" template vpcgw "$chart" --namespace "$NAMESPACE" --values "$values" --no-hooks "${online[@]}" >"$manifests" ||
 	die "the chart refused to render (above): nothing was applied"
 # The chart renders no kubeovn.io CRD (it fails instead); this holds for any CHART too (SPEC K1).
 kubeovn_crds=$(awk '
@@ -258,6 +268,25 @@ kubeovn_crds=$(awk '
 	END { done() }' "$manifests")
 [ -z "$kubeovn_crds" ] || die "the rendered manifests contain kube-ovn's CRDs ($kubeovn_crds): refusing to apply them"
 
+if [ "$uninstall" = true ]; then
+	[ "$dry_run" = false ] || die "uninstall has no --dry-run"
+	# The chart's pre-delete hook, as helm uninstall runs it.
+	hook=$work/release-job.yaml
+	"$HELM" template vpcgw "$chart" --namespace "$NAMESPACE" --values "$values" --show-only templates/release-hook.yaml >"$hook" ||
+		die "the chart refused to render its release Job (above): nothing was released"
+	kube delete --namespace "$NAMESPACE" job/vpcgw-release --ignore-not-found --wait=true
+	kube apply --server-side --force-conflicts --field-manager=vpcgw-install --filename "$hook"
+	# Complete or Failed, whichever comes first; the Job's own deadline bounds it.
+	kube wait --namespace "$NAMESPACE" job/vpcgw-release --for=jsonpath='{.status.conditions[?(@.status=="True")].type}'=Complete --timeout=11m ||
+		die "the release Job did not complete: kubectl logs --namespace $NAMESPACE job/vpcgw-release says what is left; nothing was deleted"
+	kube logs --namespace "$NAMESPACE" job/vpcgw-release --tail=5 || true
+	kube delete --namespace "$NAMESPACE" job/vpcgw-release --ignore-not-found
+	# What install applied, vpcgw's CRD with it (the rendered manifests hold no kubeovn.io CRD:
+	# checked above).
+	kube delete --ignore-not-found --wait=true --filename "$manifests"
+	echo "install.sh: vpcgw uninstalled: nothing it wrote is left" >&2
+	exit 0
+fi
 if [ "$dry_run" = true ]; then
 	cat -- "$manifests"
 	exit 0

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -29,11 +30,31 @@ func newLogger(debug bool) logr.Logger {
 }
 
 func runController(ctx context.Context, args []string) error {
-	if err := controller.CheckRemovedFlags(args); err != nil {
+	cfg, opts, log, err := controllerSetup("controller", args, nil)
+	if err != nil {
 		return err
 	}
-	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
+	return controller.Run(ctx, cfg, opts, log)
+}
+
+// controllerSetup parses the controller's flags (vpcgw controller, and vpcgw release, which takes
+// the same), with extra's flags added, and builds the API configuration, the options and the
+// logger from them.
+func controllerSetup(name string, args []string, extra func(fs *flag.FlagSet)) (*rest.Config, controller.Options, logr.Logger, error) {
 	var opts controller.Options
+	cfg, log, err := parseControllerFlags(name, args, &opts, extra)
+	return cfg, opts, log, err
+}
+
+func parseControllerFlags(name string, args []string, opts *controller.Options, extra func(fs *flag.FlagSet)) (*rest.Config, logr.Logger, error) {
+	log := logr.Discard()
+	if err := controller.CheckRemovedFlags(args); err != nil {
+		return nil, log, err
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	if extra != nil {
+		extra(fs)
+	}
 	opts.Flags.Register(fs)
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: in-cluster or $KUBECONFIG)")
 	transportName := fs.String("transport", "exec", "how to reach gateway agents: exec (the Kubernetes exec API into the gateway pods) or local (ip netns exec, for tests and the benchmark lab)")
@@ -67,7 +88,7 @@ func runController(ctx context.Context, args []string) error {
 			", for `kubectl vpcgw`; default: $POD_NAMESPACE, else "+status.DefaultNamespace+`; "" turns it off`)
 	debug := fs.Bool("debug", false, "human-readable debug logs")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return nil, log, err
 	}
 	opts.StatusHolder = statusHolder()
 	if opts.AgentKeepalive == 0 {
@@ -79,25 +100,25 @@ func runController(ctx context.Context, args []string) error {
 	if tlsFiles != (ovn.TLSFiles{}) {
 		opts.NB.TLS = &tlsFiles
 	}
-	log := newLogger(*debug)
+	log = newLogger(*debug)
 	if err := opts.Flags.Validate(); err != nil {
-		return err
+		return nil, log, err
 	}
 	if _, err := controller.MetricsServerOptions(opts.MetricsAddr, opts.MetricsSecure, opts.MetricsCertDir); err != nil {
-		return err
+		return nil, log, err
 	}
 	if *kubeconfig != "" {
 		if err := os.Setenv("KUBECONFIG", *kubeconfig); err != nil {
-			return err
+			return nil, log, err
 		}
 	}
 	cfg, err := config.GetConfig()
 	if err != nil {
-		return fmt.Errorf("loading kubeconfig: %w", err)
+		return nil, log, fmt.Errorf("loading kubeconfig: %w", err)
 	}
 	argv := strings.Fields(*agentCommand)
 	if len(argv) == 0 {
-		return errors.New("--agent-command is empty")
+		return nil, log, errors.New("--agent-command is empty")
 	}
 	switch *transportName {
 	case "exec":
@@ -105,37 +126,37 @@ func runController(ctx context.Context, args []string) error {
 		if *agentBinaries != "" {
 			bins, err := transport.LoadAgentBinaries(*agentBinaries)
 			if err != nil {
-				return fmt.Errorf("--agent-binaries: %w (empty --agent-binaries runs an agent the gateway image has)", err)
+				return nil, log, fmt.Errorf("--agent-binaries: %w (empty --agent-binaries runs an agent the gateway image has)", err)
 			}
 			log.Info("agent delivery on", "dir", *agentBinaries, "archs", bins.Archs())
 			execOpts = append(execOpts, transport.WithAgentDelivery(bins))
 		}
 		d, err := transport.NewExec(cfg, log.WithName("transport"), execOpts...)
 		if err != nil {
-			return err
+			return nil, log, err
 		}
 		opts.Dialer = d
 	case "local":
 		if !flagSet(fs, "agent-command") {
 			exe, err := os.Executable()
 			if err != nil {
-				return fmt.Errorf("finding own executable for the local transport: %w", err)
+				return nil, log, fmt.Errorf("finding own executable for the local transport: %w", err)
 			}
 			argv = []string{filepath.Join(filepath.Dir(exe), transport.DefaultAgentBinary)}
 		}
 		sch, err := scheme.New()
 		if err != nil {
-			return err
+			return nil, log, err
 		}
 		pods, err := client.New(cfg, client.Options{Scheme: sch})
 		if err != nil {
-			return fmt.Errorf("API client for the local transport: %w", err)
+			return nil, log, fmt.Errorf("API client for the local transport: %w", err)
 		}
 		opts.Dialer = &transport.LocalNetns{AgentCommand: argv, Netns: transport.NetnsFromPods(pods), Log: log.WithName("transport")}
 	default:
-		return fmt.Errorf("unknown --transport %q (supported: exec, local)", *transportName)
+		return nil, log, fmt.Errorf("unknown --transport %q (supported: exec, local)", *transportName)
 	}
-	return controller.Run(ctx, cfg, opts, log)
+	return cfg, log, nil
 }
 
 // flagSet reports whether the command line set the flag.

@@ -1,6 +1,7 @@
 // Command vpcgw serves Kubernetes Services from kube-ovn VPC NAT gateways.
 //
 //	vpcgw controller  watch the cluster and program the gateways
+//	vpcgw release     release everything vpcgw wrote (the uninstall)
 //	vpcgw webhook     serve the admission webhook
 //	vpcgw version     print the version
 //
@@ -26,6 +27,7 @@ type command struct {
 
 var commands = []command{
 	{"controller", "watch the cluster and program the VPC NAT gateways", runController},
+	{"release", "release everything vpcgw wrote (uninstall, SPEC O4); takes the controller's flags", runRelease},
 	{"webhook", "serve the admission webhook (SPEC W1-W7)", webhook.Main},
 	{"version", "print the version", runVersion},
 }

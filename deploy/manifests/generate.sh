@@ -18,8 +18,10 @@ render() {
 	echo "# vpcgw's own, servicerecords.vpcgw.io. The LoadBalancer gate is on, the ClusterIP gate off"
 	echo "# (it needs kube-ovn's --enable-lb=false): edit --enable-gw-nftable-lb-svc /"
 	echo "# --enable-gw-nftable-svc-cluster-ip / --enable-lb in vpcgw-controller. No VIP routes are"
-	echo "# written without --ovn-nb-addr."
-	"$helm" template vpcgw "$chart" --namespace kube-system --set webhook.certManager.enabled=true
+	echo "# written without --ovn-nb-addr. The uninstall's release Job (the chart's pre-delete hook) is not"
+	echo "# here: applying it would release everything; run \`vpcgw release\` with the controller's flags"
+	echo "# as its service account before kubectl delete -f (see docs/user-guide.md, Uninstalling)."
+	"$helm" template vpcgw "$chart" --namespace kube-system --set webhook.certManager.enabled=true --no-hooks
 }
 if [ "$out" = - ]; then
 	render

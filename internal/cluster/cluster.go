@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -391,6 +392,29 @@ func (c *Cluster) StartController(ctx context.Context) error {
 		return err
 	}
 	return waitHTTP(ctx, "vpcgw controller", c.Controller, "http://127.0.0.1:"+strconv.Itoa(health)+"/readyz", 60*time.Second)
+}
+
+// Release runs `vpcgw release` to its end as the chart's pre-delete hook does: as the
+// controller's service account, with the controller's flags (SPEC O4). It returns what the
+// command printed; an error when it exited non-zero.
+func (c *Cluster) Release(ctx context.Context) (string, error) {
+	kc, err := c.userKubeconfig(ControllerUser, "release.kubeconfig")
+	if err != nil {
+		return "", err
+	}
+	agents, err := c.agentBinaries()
+	if err != nil {
+		return "", err
+	}
+	argv := append([]string{"release",
+		"--kubeconfig", kc, "--transport", "exec", "--agent-binaries", agents,
+		"--ovn-nb-addr", c.OVN.NBAddr(), "--kube-ovn-namespace", kubeovnrun.Namespace, "--release-timeout", "3m",
+	}, append(slices.Clone(c.controllerArgs), c.extraControllerArgs...)...)
+	out, err := exec.CommandContext(ctx, c.opts.Bins.Vpcgw, argv...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("vpcgw release: %w\n%s", err, tail(string(out), 40))
+	}
+	return string(out), nil
 }
 
 // MetricsURL is the running controller's /metrics (plain HTTP on loopback, as the chart's

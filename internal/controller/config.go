@@ -35,6 +35,8 @@ type Flags struct {
 	// KubeOVNControllerDeployment is kube-ovn-controller's Deployment in KubeOVNNamespace, whose
 	// arguments tell whether kube-ovn serves Services through the gateways itself (SPEC K10).
 	KubeOVNControllerDeployment string
+	// Release is not a flag: vpcgw release sets it, and the model releases everything (SPEC O4).
+	Release bool
 }
 
 // RemovedFlag is the flag of kube-ovn's first implementation, which vpcgw does not accept (SPEC F3).
@@ -99,7 +101,8 @@ func (f Flags) Validate() error {
 func (f Flags) Gates() model.Gates {
 	ledger, _ := model.ParseLedgerForm(f.Ledger) // Validate reported an unknown form
 	return model.Gates{LoadBalancer: f.EnableGwNftableLbSvc, ClusterIP: f.EnableGwNftableSvcClusterIP, Ledger: ledger, EndpointsWithoutPods: f.EndpointsWithoutPods,
-		MaxPortsPerService: f.MaxPortsPerService, MaxBackendsPerIdentity: f.MaxBackendsPerIdentity, MaxIdentitiesPerGateway: f.MaxIdentitiesPerGateway, MaxBackendsPerGateway: f.MaxBackendsPerGateway}
+		MaxPortsPerService: f.MaxPortsPerService, MaxBackendsPerIdentity: f.MaxBackendsPerIdentity, MaxIdentitiesPerGateway: f.MaxIdentitiesPerGateway, MaxBackendsPerGateway: f.MaxBackendsPerGateway,
+		Release: f.Release}
 }
 
 func (f Flags) kubeOVNNamespace() string {

@@ -197,7 +197,11 @@ type GatewayReconciler struct {
 	// SyncStaleAfter is how long a gateway's changes may wait unapplied before readiness fails
 	// (0: DefaultSyncStaleAfter; negative: never).
 	SyncStaleAfter time.Duration
-	Log            logr.Logger
+	// OnSynced, when set, learns each pass of a gateway that wrote its whole plan without an
+	// error: every instance acknowledged its state (or none runs), and the routes converged
+	// (vpcgw release waits for it, SPEC O4).
+	OnSynced func(gateway string)
+	Log      logr.Logger
 
 	health *syncHealth
 

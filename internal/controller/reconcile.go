@@ -235,6 +235,9 @@ func (r *GatewayReconciler) sync(ctx context.Context, key string) (_ reconcile.R
 	if len(held) > 0 {
 		res.RequeueAfter = model.QuarantineRetry
 	}
+	if r.OnSynced != nil && gp != nil && len(held) == 0 && len(errs) == 0 {
+		r.OnSynced(key)
+	}
 	return res, full, errors.Join(errs...)
 }
 

@@ -41,6 +41,8 @@ type Options struct {
 	GatewayWorkers int
 	// OnProgrammed: see GatewayReconciler.OnProgrammed.
 	OnProgrammed func(gateway string, latencies []time.Duration)
+	// OnSynced: see GatewayReconciler.OnSynced.
+	OnSynced func(gateway string)
 	// SyncStaleAfter is how long a gateway's changes may wait unapplied before /readyz fails
 	// (0: DefaultSyncStaleAfter; negative: never).
 	SyncStaleAfter time.Duration
@@ -80,21 +82,42 @@ func Scheme() (*runtime.Scheme, error) { return vpcgwscheme.New() }
 
 // Run starts the controller and blocks until ctx ends.
 func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) error {
-	if err := opts.Flags.Validate(); err != nil {
+	mgr, _, closeNB, err := newManager(ctx, cfg, opts, log, nil)
+	if err != nil {
 		return err
 	}
+	defer closeNB()
+	log.Info("starting controller", "enableGwNftableLbSvc", opts.Flags.EnableGwNftableLbSvc,
+		"enableGwNftableSvcClusterIP", opts.Flags.EnableGwNftableSvcClusterIP)
+	return mgr.Start(ctx)
+}
+
+// controllerParts is what newManager built besides the manager.
+type controllerParts struct {
+	reconciler *GatewayReconciler
+	nb         *ovn.Writer // nil without --ovn-nb-addr
+}
+
+// newManager builds the controller's manager and reconciler (Run and Release share it); adjust,
+// when set, changes the manager's options. The returned func closes the NB connection.
+func newManager(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger, adjust func(*ctrl.Options)) (ctrl.Manager, controllerParts, func(), error) {
+	var parts controllerParts
+	noop := func() {}
+	if err := opts.Flags.Validate(); err != nil {
+		return nil, parts, noop, err
+	}
 	if err := CheckLedgerForm(ctx, cfg, opts.Flags.Gates().Ledger); err != nil {
-		return err
+		return nil, parts, noop, err
 	}
 	metrics, err := MetricsServerOptions(opts.MetricsAddr, opts.MetricsSecure, opts.MetricsCertDir)
 	if err != nil {
-		return err
+		return nil, parts, noop, err
 	}
 	scheme, err := Scheme()
 	if err != nil {
-		return fmt.Errorf("building scheme: %w", err)
+		return nil, parts, noop, fmt.Errorf("building scheme: %w", err)
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	mo := ctrl.Options{
 		Scheme:                  scheme,
 		Logger:                  log,
 		Cache:                   CacheOptions(opts.Flags),
@@ -102,29 +125,34 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 		HealthProbeBindAddress:  defaultAddr(opts.HealthAddr),
 		PprofBindAddress:        pprofAddr(opts.PprofAddr),
 		LeaderElection:          opts.LeaderElection,
-		LeaderElectionID:        "vpcgw-controller",
+		LeaderElectionID:        LeaderElectionID,
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
 		// Tests and the lab run several controllers in one process, one after another.
 		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	}
+	if adjust != nil {
+		adjust(&mo)
+	}
+	mgr, err := ctrl.NewManager(cfg, mo)
 	if err != nil {
-		return fmt.Errorf("creating manager: %w", err)
+		return nil, parts, noop, fmt.Errorf("creating manager: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return err
+		return nil, parts, noop, err
 	}
 	// Ready once the caches have synced; the gateway syncs' check is added with the reconciler.
 	if err := mgr.AddReadyzCheck("informers", cacheSynced(mgr.GetCache())); err != nil {
-		return fmt.Errorf("adding the informers' readiness check: %w", err)
+		return nil, parts, noop, fmt.Errorf("adding the informers' readiness check: %w", err)
 	}
 	var routes RouteWriter
+	closeNB := noop
 	if opts.NB.Address != "" {
 		w, err := ovn.NewWriter(ctx, opts.NB, log.WithName("ovn"))
 		if err != nil {
-			return fmt.Errorf("OVN northbound DB %s: %w", opts.NB.Address, err)
+			return nil, parts, noop, fmt.Errorf("OVN northbound DB %s: %w", opts.NB.Address, err)
 		}
-		defer w.Close()
-		routes = w
+		closeNB = w.Close
+		routes, parts.nb = w, w
 	} else {
 		log.Info("no --ovn-nb-addr: VIP routes are not written; route the VIPs to the gateway by hand")
 	}
@@ -133,6 +161,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 		MinSyncInterval: opts.MinSyncInterval,
 		Workers:         opts.GatewayWorkers,
 		OnProgrammed:    opts.OnProgrammed,
+		OnSynced:        opts.OnSynced,
 		AgentKeepalive:  opts.AgentKeepalive,
 		SyncStaleAfter:  opts.SyncStaleAfter,
 		Client:          mgr.GetClient(),
@@ -141,24 +170,30 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 		Dialer:          opts.Dialer,
 		Log:             log.WithName("gateway"),
 	}
+	parts.reconciler = r
+	fail := func(err error) (ctrl.Manager, controllerParts, func(), error) {
+		closeNB()
+		return nil, parts, noop, err
+	}
 	if opts.StatusNamespace != "" {
 		rec := status.NewRecorder()
 		r.Status = rec
 		if err := mgr.Add(statusPublisher(mgr, opts, rec, routes != nil, log)); err != nil {
-			return err
+			return fail(err)
 		}
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
-		return err
+		return fail(err)
 	}
 	// Not ready while a gateway's changes wait unapplied for too long (kube-proxy's healthz).
 	if err := mgr.AddReadyzCheck("gateway-syncs", r.health.check); err != nil {
-		return fmt.Errorf("adding the gateway syncs' readiness check: %w", err)
+		return fail(fmt.Errorf("adding the gateway syncs' readiness check: %w", err))
 	}
-	log.Info("starting controller", "enableGwNftableLbSvc", opts.Flags.EnableGwNftableLbSvc,
-		"enableGwNftableSvcClusterIP", opts.Flags.EnableGwNftableSvcClusterIP)
-	return mgr.Start(ctx)
+	return mgr, parts, closeNB, nil
 }
+
+// LeaderElectionID is the controller's leader election Lease (vpcgw release takes it too).
+const LeaderElectionID = "vpcgw-controller"
 
 func pprofAddr(a string) string {
 	if a == "0" {

@@ -66,6 +66,9 @@ type Agent struct {
 	// synced is false until a full reconcile succeeded, and again after any failed Apply or
 	// when drift was found, so that the next transaction starts from what the kernel has.
 	synced bool
+	// released: the last state was a release (SPEC O4) and the agent removed its objects:
+	// retries and drift repairs would only write them again.
+	released bool
 	// vipsSynced is false when the last lo convergence failed.
 	vipsSynced bool
 	// staged holds identities whose objects (identity chain and maps, affinity chains and sets)
@@ -177,7 +180,11 @@ func (a *Agent) TakeConntrackDeleted() int {
 func (a *Agent) Apply(ctx context.Context, st gwstate.State) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.converge(ctx, st, true, nil)
+	a.released = false
+	if err := a.converge(ctx, st, true, nil); err != nil || !st.Release {
+		return err
+	}
+	return a.release(ctx)
 }
 
 // Retry re-applies the last desired state if it is not committed (after a failed Apply). It
@@ -185,7 +192,7 @@ func (a *Agent) Apply(ctx context.Context, st gwstate.State) error {
 func (a *Agent) Retry(ctx context.Context) (bool, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.last == nil || (a.synced && a.vipsSynced) {
+	if a.last == nil || a.released || (a.synced && a.vipsSynced) {
 		return false, nil
 	}
 	return true, a.converge(ctx, *a.desired(), false, nil)
@@ -202,7 +209,7 @@ func (a *Agent) Retry(ctx context.Context) (bool, error) {
 func (a *Agent) Verify(ctx context.Context) (string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.last == nil {
+	if a.last == nil || a.released {
 		return "", nil
 	}
 	if !a.synced || !a.vipsSynced {

@@ -95,6 +95,7 @@ func (t *knftTxn) addChain(n string) { t.tx.Add(&knftables.Chain{Name: n}) }
 func (t *knftTxn) flushChain(n string) {
 	t.tx.Flush(&knftables.Chain{Name: n})
 }
+func (t *knftTxn) deleteTable()         { t.tx.Delete(&knftables.Table{}) }
 func (t *knftTxn) deleteChain(n string) { t.tx.Delete(&knftables.Chain{Name: n}) }
 func (t *knftTxn) deleteSet(n string)   { t.tx.Delete(&knftables.Set{Name: n}) }
 func (t *knftTxn) addBaseChain(name, hook, priority string) {

@@ -391,6 +391,7 @@ func (t *nlTxn) chain(name string) *nftables.Chain {
 func (t *nlTxn) addTable()           { t.n++; t.b.conn.AddTable(t.b.table) }
 func (t *nlTxn) addChain(n string)   { t.n++; t.b.conn.AddChain(t.chain(n)) }
 func (t *nlTxn) flushChain(n string) { t.n++; t.b.conn.FlushChain(t.chain(n)) }
+func (t *nlTxn) deleteTable()        { t.n++; t.b.conn.DelTable(t.b.table) }
 func (t *nlTxn) deleteChain(n string) {
 	t.n++
 	t.b.conn.DelChain(t.chain(n))

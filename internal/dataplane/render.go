@@ -329,6 +329,8 @@ type txn interface {
 	addChain(name string)
 	flushChain(name string)
 	deleteChain(name string)
+	// deleteTable deletes the table and everything in it (a release, SPEC O4).
+	deleteTable()
 	addAffinitySet(name string, timeout time.Duration)
 	// setSourceRanges adds the interval set name (if missing) and makes its elements exactly
 	// prefixes (flush, then add: atomic with the rest of the transaction).

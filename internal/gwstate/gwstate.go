@@ -16,6 +16,7 @@ package gwstate
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -52,6 +53,12 @@ type State struct {
 	// Ack.Pong = Ping. The controller pings only an agent that said it answers them
 	// (Ack.Keepalive): an older agent would take the line for an empty state.
 	Ping int64 `json:"ping,omitempty"`
+
+	// Release says vpcgw is being uninstalled (vpcgw release, SPEC O4): the agent converges to
+	// this state, which must be complete and empty, and then removes the objects it keeps even
+	// for an empty state (its sets and hairpin chain, and the table's base when nothing but
+	// vpcgw's is in it), and stops repairing drift: nothing of vpcgw's stays in the gateway.
+	Release bool `json:"release,omitempty"`
 }
 
 // Identity is one (VIP, port, protocol) the gateway answers for (SPEC I1) with its backends.
@@ -204,6 +211,9 @@ func (s State) Validate() error {
 // one by one (Identity.Validate), so that an agent refuses only the identities that are wrong
 // and programs the others (SPEC D8, N4).
 func (s State) ValidateShape() error {
+	if s.Release && (len(s.Identities) > 0 || len(s.ClusterIPs) > 0 || s.IsDelta()) {
+		return errors.New("a release state must be complete and empty")
+	}
 	seen := make(map[IdentityKey]bool, len(s.Identities))
 	for _, id := range s.Identities {
 		if seen[id.Key()] {

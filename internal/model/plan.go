@@ -179,7 +179,8 @@ func (ix *Index) GatewayBase(name string) (gp GatewayPlan, ok bool) {
 	if gw == nil || gw.DeletionTimestamp != nil {
 		return gp, false
 	}
-	gp = GatewayPlan{Name: name, State: gwstate.State{Identities: []gwstate.Identity{}}}
+	// Release: the agents also remove what they keep for an empty state (SPEC O4).
+	gp = GatewayPlan{Name: name, State: gwstate.State{Identities: []gwstate.Identity{}, Release: ix.gates.Release}}
 	gp.Instances = ix.instances(name)
 	gp.Routes = VIPRoutes{Router: gw.Spec.Vpc, Gateway: name}
 	for _, inst := range gp.Instances {
@@ -195,7 +196,7 @@ func (gp GatewayPlan) Base() GatewayPlan {
 	return GatewayPlan{
 		Name:      gp.Name,
 		Instances: gp.Instances,
-		State:     gwstate.State{Identities: []gwstate.Identity{}},
+		State:     gwstate.State{Identities: []gwstate.Identity{}, Release: gp.State.Release},
 		Routes:    VIPRoutes{Router: gp.Routes.Router, Gateway: gp.Routes.Gateway, NextHops: gp.Routes.NextHops},
 	}
 }

@@ -120,6 +120,9 @@ func (ix *Index) bind(svc *corev1.Service) (b binding) {
 	case svc.DeletionTimestamp != nil:
 		b.quiet = "the Service is being deleted"
 		return b
+	case ix.gates.Release:
+		b.quiet = "vpcgw is being uninstalled (vpcgw release): everything it wrote is released"
+		return b
 	case !ix.gates.LoadBalancer && !ix.gates.ClusterIP:
 		b.quiet = "the controller runs with --enable-gw-nftable-lb-svc and --enable-gw-nftable-svc-cluster-ip off"
 		return b

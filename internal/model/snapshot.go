@@ -36,6 +36,10 @@ type Gates struct {
 	// fair share per namespace when the gateway is full (bounds.go): a Service that would pass a
 	// bound is not served (event) until others let go.
 	MaxIdentitiesPerGateway, MaxBackendsPerGateway int
+	// Release is vpcgw's uninstall (vpcgw release, SPEC O4): no Service is served, whatever the
+	// gates, so every Service, record and route is released as for both gates off, and the
+	// gateways' states tell the agents to remove what they keep even for an empty state.
+	Release bool
 }
 
 // Default bounds of SPEC N4: 64 × 512 entries keep a ServiceRecord under about 1 MB; 65,536

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -235,4 +236,58 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 		b.Buffer.Write(p[:min(len(p), room)])
 	}
 	return len(p), nil
+}
+
+func (e *Exec) noteDelivered(inst Instance) {
+	e.dialedMu.Lock()
+	defer e.dialedMu.Unlock()
+	if e.dialed == nil {
+		e.dialed = map[string]Instance{}
+	}
+	e.dialed[inst.String()] = inst
+}
+
+// RemoveDelivered removes the agent copies (and unfinished copies) from the containers this Exec
+// delivered agents to, and checks that none is left (vpcgw release, SPEC O4). Call it once the
+// streams are closed: an agent started after it would be copied in again. The error names each
+// container where a copy remains.
+func (e *Exec) RemoveDelivered(ctx context.Context) error {
+	e.dialedMu.Lock()
+	insts := make([]Instance, 0, len(e.dialed))
+	for _, inst := range e.dialed {
+		insts = append(insts, inst)
+	}
+	e.dialedMu.Unlock()
+	var errs []error
+	for _, inst := range insts {
+		e.cleanup(ctx, inst, "")
+		left, err := e.delivered(ctx, inst)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("instance %s: listing %s: %w", inst, AgentInstallDir, err))
+		case len(left) > 0:
+			errs = append(errs, fmt.Errorf("instance %s: %s still holds %v", inst, AgentInstallDir, left))
+		default:
+			e.log.Info("agent copy removed from the gateway container", "instance", inst.String())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// delivered lists the agent copies in inst's container (none when the directory is missing).
+func (e *Exec) delivered(ctx context.Context, inst Instance) ([]string, error) {
+	out, err := e.run(ctx, inst, nil, "ls", "-1", AgentInstallDir)
+	if err != nil {
+		if strings.Contains(err.Error(), "No such file") {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var names []string
+	for _, name := range strings.Split(string(out), "\n") {
+		if name = strings.TrimSpace(name); installedName.MatchString(name) {
+			names = append(names, name)
+		}
+	}
+	return names, nil
 }

@@ -79,6 +79,10 @@ type Exec struct {
 	verifier    PodVerifier
 	// binaries, when set, are copied into the container before the agent starts (deliver.go).
 	binaries *AgentBinaries
+
+	// dialed are the instances agents were delivered to, for RemoveDelivered.
+	dialedMu sync.Mutex
+	dialed   map[string]Instance
 }
 
 var _ Dialer = (*Exec)(nil)
@@ -235,6 +239,7 @@ func (e *Exec) Dial(ctx context.Context, inst Instance) (*Conn, error) {
 		if err != nil {
 			return nil, fmt.Errorf("exec transport: instance %s: %w", inst, err)
 		}
+		e.noteDelivered(inst)
 		command = append([]string{installed}, e.command[1:]...)
 	}
 	u := e.urlFor(inst, command, true)

@@ -164,7 +164,7 @@ func (c *Conn) Apply(ctx context.Context, st gwstate.State) error {
 		return c.err
 	}
 	msg := st
-	if c.deltas && c.last != nil {
+	if c.deltas && c.last != nil && !st.Release { // a release is always complete
 		msg = gwstate.Delta(*c.last, st)
 		msg.Generation, msg.Base = st.Generation, c.last.Generation
 	}

@@ -279,3 +279,51 @@ Anything else fails the render.
 {{- end -}}
 {{- $total -}}
 {{- end -}}
+
+{{/*
+The controller's flags after its command: the Deployment runs `controller` with them, the
+pre-delete hook `release` with the same ones (SPEC O4: the release must see the cluster as the
+controller does).
+*/}}
+{{- define "vpcgw.controllerFlags" -}}
+{{- $leader := eq (include "vpcgw.leaderElect" .) "true" -}}
+- --enable-gw-nftable-lb-svc={{ include "vpcgw.gateLbSvc" . }}
+- --enable-gw-nftable-svc-cluster-ip={{ include "vpcgw.gateClusterIp" . }}
+- --enable-lb={{ include "vpcgw.enableLb" . }}
+- --enable-lb-svc={{ include "vpcgw.enableLbSvc" . }}
+- --transport={{ .Values.transport }}
+{{- if eq .Values.transport "exec" }}
+# The agent builds of the image (linux/amd64 and arm64), copied into each gateway
+# container for its architecture; empty: the gateway image must have the agent.
+- --agent-binaries={{ .Values.agentBinaries }}
+{{- end }}
+- --ledger={{ .Values.ledger }}
+- --kube-ovn-namespace={{ .Values.kubeOvn.namespace }}
+- --kube-ovn-controller-deployment={{ .Values.kubeOvn.controllerDeployment | default "kube-ovn-controller" }}
+- --leader-elect={{ $leader }}
+{{- if $leader }}
+- --leader-election-namespace={{ .Release.Namespace }}
+{{- end }}
+{{- if .Values.controller.metricsSecure }}
+- --metrics-bind-address=:{{ .Values.controller.metricsPort }}
+- --metrics-secure=true
+{{- else }}
+- --metrics-bind-address=127.0.0.1:{{ .Values.controller.metricsPort }}
+{{- end }}
+- --health-probe-bind-address=:{{ .Values.controller.healthPort }}
+- --min-sync-interval={{ .Values.controller.minSyncInterval }}
+{{- with .Values.ovn.nbAddr }}
+- --ovn-nb-addr={{ . }}
+{{- end }}
+{{- if .Values.ovn.tls.secretName }}
+- --ovn-nb-cert=/var/run/vpcgw/ovn-tls/{{ .Values.ovn.tls.certKey }}
+- --ovn-nb-key=/var/run/vpcgw/ovn-tls/{{ .Values.ovn.tls.keyKey }}
+- --ovn-nb-ca=/var/run/vpcgw/ovn-tls/{{ .Values.ovn.tls.caKey }}
+{{- end }}
+{{- if .Values.controller.debug }}
+- --debug
+{{- end }}
+{{- range .Values.controller.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}

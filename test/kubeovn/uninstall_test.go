@@ -1,0 +1,147 @@
+// covers: O4, K10, T1, T2, V1 (uninstall beside the real kube-ovn-controller leaves nothing of vpcgw's)
+
+package kubeovn
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
+	"github.com/vpcgw/vpcgw/internal/cluster"
+	"github.com/vpcgw/vpcgw/internal/cluster/clustertest"
+	"github.com/vpcgw/vpcgw/internal/dataplane"
+	"github.com/vpcgw/vpcgw/internal/model"
+	"github.com/vpcgw/vpcgw/internal/netlab"
+	"github.com/vpcgw/vpcgw/internal/ovn"
+	"github.com/vpcgw/vpcgw/internal/testutil"
+	"github.com/vpcgw/vpcgw/internal/transport"
+)
+
+// The uninstall as the chart runs it: the demo served (EIP and ClusterIP, VIP routes), the
+// controller stopped, `vpcgw release` run as the controller's service account with its flags (the
+// pre-delete hook), then the CRD deleted (what helm uninstall deletes with crds.keep=false). In
+// its own lab: it ends what it serves.
+func TestUninstallLeavesNothing(t *testing.T) {
+	opts, skip, err := clustertest.Options()
+	if skip != "" {
+		testutil.Skip(t, skip)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := startCluster(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(tail(c.Logs(), 150))
+		}
+		if err := c.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	nb, err := ovn.NewWriter(ctx, ovn.Config{Address: c.OVN.NBAddr()}, opts.Log.WithName("test-nb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nb.Close()
+
+	// Served first: what the release must remove is there.
+	eventually(t, 90*time.Second, "the demo served with its ClusterIP, records and VIP routes", func(ctx context.Context) (bool, error) {
+		pols, err := nb.Policies(ctx, "", "")
+		if err != nil {
+			return false, err
+		}
+		var srs vpcgwv1alpha1.ServiceRecordList
+		if err := c.Client.List(ctx, &srs); err != nil {
+			return false, err
+		}
+		svc := service(t, c, cluster.DemoNamespace, cluster.DemoService)
+		return len(pols) > 0 && len(srs.Items) > 0 && len(svc.Status.LoadBalancer.Ingress) > 0 &&
+			strings.Contains(inGateway(t, c, "ip", "-4", "addr", "show", "dev", "lo"), dataplane.VIPLabel), nil
+	})
+	if nft := inGateway(t, c, "nft", "list", "table", "ip", dataplane.TableName); !strings.Contains(nft, dataplane.OwnedSet) {
+		t.Fatalf("the gateway serves without vpcgw's objects:\n%s", nft)
+	}
+	if out, err := execInGateway(ctx, c, "ls", transport.AgentInstallDir); err != nil || !strings.Contains(out, transport.DefaultAgentBinary+"-") {
+		t.Fatalf("no agent delivered into the gateway container: %q, %v", out, err)
+	}
+
+	// The hook: the controller stands by, release runs as the controller with its flags.
+	c.StopController()
+	out, err := c.Release(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("vpcgw release: %s", tail(out, 5))
+
+	// Nothing of vpcgw's in the gateway: no nft object (the table was vpcgw's alone), no lo VIP.
+	ns, _ := c.GatewayNetns()
+	if nft, err := netlab.Run("ip", "netns", "exec", ns, "nft", "list", "table", "ip", dataplane.TableName); err == nil {
+		for _, obj := range []string{dataplane.OwnedSet, dataplane.VIPSet, dataplane.HairpinChain, "dnat-", dataplane.ServiceMap} {
+			if strings.Contains(string(nft), obj) {
+				t.Errorf("after release the gateway still has %s:\n%s", obj, nft)
+			}
+		}
+	}
+	if lo := inGateway(t, c, "ip", "-4", "addr", "show", "dev", "lo"); strings.Contains(lo, dataplane.VIPLabel) {
+		t.Errorf("after release lo still holds VIPs:\n%s", lo)
+	}
+	if out, err := execInGateway(ctx, c, "ls", transport.AgentInstallDir); err == nil && strings.Contains(out, transport.DefaultAgentBinary) {
+		t.Errorf("after release the gateway container still holds the agent: %q", out)
+	}
+	// No VIP policy in OVN NB (what the NB DB holds now, read afresh).
+	eventually(t, 30*time.Second, "no VIP policy in the NB DB", func(ctx context.Context) (bool, error) {
+		pols, err := nb.Policies(ctx, "", "")
+		return err == nil && len(pols) == 0, err
+	})
+	// No ingress, no finalizer, no record.
+	svc := service(t, c, cluster.DemoNamespace, cluster.DemoService)
+	if len(svc.Status.LoadBalancer.Ingress) > 0 || hasFinalizer(svc.Finalizers) {
+		t.Errorf("after release the Service has ingress %v, finalizers %v", svc.Status.LoadBalancer.Ingress, svc.Finalizers)
+	}
+	var srs vpcgwv1alpha1.ServiceRecordList
+	if err := c.Client.List(ctx, &srs); err != nil || len(srs.Items) > 0 {
+		t.Errorf("after release ServiceRecords %d, %v", len(srs.Items), err)
+	}
+
+	// What helm uninstall then deletes (crds.keep=false): vpcgw's CRD, never kube-ovn's.
+	crd := crdObject("servicerecords.vpcgw.io")
+	if err := c.Client.Delete(ctx, crd); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "the CRD gone", func(ctx context.Context) (bool, error) {
+		err := c.Client.Get(ctx, client.ObjectKeyFromObject(crd), crd)
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+	if err := c.Client.Get(ctx, client.ObjectKey{Name: "vpc-nat-gateways.kubeovn.io"}, crdObject("")); err != nil {
+		t.Errorf("kube-ovn's CRD after the uninstall: %v", err)
+	}
+}
+
+// crdObject is a CRD as unstructured: the lab's scheme has no apiextensions types.
+func crdObject(name string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+	u.SetName(name)
+	return u
+}
+
+func hasFinalizer(fs []string) bool {
+	for _, f := range fs {
+		if f == model.Finalizer {
+			return true
+		}
+	}
+	return false
+}
