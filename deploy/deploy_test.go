@@ -161,6 +161,18 @@ func decode(t *testing.T, data []byte) []*unstructured.Unstructured {
 // manifest is a rendered set of objects with lookups.
 type manifest []*unstructured.Unstructured
 
+// installNS is the namespace vpcgw runs in, in these manifests: its controller's ServiceAccount's
+// (kube-system where a test renders there, vpcgw-system for the shipped manifests and install.sh's
+// defaults).
+func (m manifest) installNS() string {
+	for _, o := range m {
+		if o.GetKind() == "ServiceAccount" && o.GetName() == "vpcgw-controller" {
+			return o.GetNamespace()
+		}
+	}
+	return ""
+}
+
 func (m manifest) find(kind, namespace, name string) *unstructured.Unstructured {
 	for _, o := range m {
 		if o.GetKind() == kind && o.GetName() == name && o.GetNamespace() == namespace {
@@ -336,7 +348,7 @@ func TestChartRenders(t *testing.T) {
 	}{{
 		name: "defaults",
 		check: func(t *testing.T, m manifest) {
-			d := m.must(t, "Deployment", "kube-system", "vpcgw-controller")
+			d := m.must(t, "Deployment", m.installNS(), "vpcgw-controller")
 			c := container(t, d, "controller")
 			as := args(t, c)
 			if as[0] != "controller" {
@@ -383,7 +395,7 @@ func TestChartRenders(t *testing.T) {
 				"authentication.k8s.io/tokenreviews": {"create"}, "authorization.k8s.io/subjectaccessreviews": {"create"}})
 			m.must(t, "ClusterRoleBinding", "", "vpcgw-controller-metrics-auth")
 			wantRules(t, m.must(t, "ClusterRole", "", "vpcgw-metrics-reader"), map[string][]string{"nonResourceURL:/metrics": {"get"}})
-			m.must(t, "Service", "kube-system", "vpcgw-controller-metrics")
+			m.must(t, "Service", m.installNS(), "vpcgw-controller-metrics")
 			// kube-ovn's ConfigMap ovn-vpc-nat-config and kube-ovn-controller's Deployment (SPEC K10),
 			// read only, in kube-ovn's namespace only.
 			wantRules(t, m.must(t, "Role", "kube-system", "vpcgw-controller-kube-ovn-config"), map[string][]string{"/configmaps": {"get", "list", "watch"}, "apps/deployments": {"get", "list", "watch"}})
@@ -424,7 +436,7 @@ func TestChartRenders(t *testing.T) {
 		args: []string{"--set", "features.enableGwNftableLoadbalancerService=true", "--set", "features.enableGwNftableServiceClusterIp=true", "--set", "enableLb=false",
 			"--set", "ovn.nbAddr=tcp:10.96.0.10:6641", "--set", "ovn.tls.secretName=kube-ovn-tls"},
 		check: func(t *testing.T, m manifest) {
-			d := m.must(t, "Deployment", "kube-system", "vpcgw-controller")
+			d := m.must(t, "Deployment", m.installNS(), "vpcgw-controller")
 			wantFlags(t, args(t, container(t, d, "controller")), map[string]string{
 				"enable-gw-nftable-lb-svc": "true", "enable-gw-nftable-svc-cluster-ip": "true", "enable-lb": "false",
 				"ovn-nb-addr": "tcp:10.96.0.10:6641", "ovn-nb-cert": "/var/run/vpcgw/ovn-tls/cert",
@@ -439,7 +451,7 @@ func TestChartRenders(t *testing.T) {
 		name: "v1 gates from a kube-ovn values file",
 		args: []string{"--values", v1Values},
 		check: func(t *testing.T, m manifest) {
-			wantFlags(t, args(t, container(t, m.must(t, "Deployment", "kube-system", "vpcgw-controller"), "controller")), map[string]string{
+			wantFlags(t, args(t, container(t, m.must(t, "Deployment", m.installNS(), "vpcgw-controller"), "controller")), map[string]string{
 				"enable-gw-nftable-lb-svc": "true", "enable-gw-nftable-svc-cluster-ip": "true", "enable-lb": "false", "enable-lb-svc": "false",
 			})
 		},
@@ -447,7 +459,7 @@ func TestChartRenders(t *testing.T) {
 		name: "both layouts: features wins over func",
 		args: []string{"--values", v1Values, "--set", "features.enableGwNftableLoadbalancerService=false"},
 		check: func(t *testing.T, m manifest) {
-			wantFlags(t, args(t, container(t, m.must(t, "Deployment", "kube-system", "vpcgw-controller"), "controller")), map[string]string{
+			wantFlags(t, args(t, container(t, m.must(t, "Deployment", m.installNS(), "vpcgw-controller"), "controller")), map[string]string{
 				"enable-gw-nftable-lb-svc": "false", "enable-gw-nftable-svc-cluster-ip": "true",
 			})
 		},
@@ -456,7 +468,7 @@ func TestChartRenders(t *testing.T) {
 		name: "v1 key turns the default LoadBalancer gate off",
 		args: []string{"--set", "func.ENABLE_GW_NFTABLE_LB_SVC=false"},
 		check: func(t *testing.T, m manifest) {
-			wantFlags(t, args(t, container(t, m.must(t, "Deployment", "kube-system", "vpcgw-controller"), "controller")), map[string]string{
+			wantFlags(t, args(t, container(t, m.must(t, "Deployment", m.installNS(), "vpcgw-controller"), "controller")), map[string]string{
 				"enable-gw-nftable-lb-svc": "false", "enable-gw-nftable-svc-cluster-ip": "false",
 			})
 		},
@@ -464,7 +476,7 @@ func TestChartRenders(t *testing.T) {
 		name: "LoadBalancer gate off beside kube-ovn's LB pods",
 		args: []string{"--set", "features.enableGwNftableLoadbalancerService=false", "--set", "enableLbSvc=true"},
 		check: func(t *testing.T, m manifest) {
-			wantFlags(t, args(t, container(t, m.must(t, "Deployment", "kube-system", "vpcgw-controller"), "controller")), map[string]string{
+			wantFlags(t, args(t, container(t, m.must(t, "Deployment", m.installNS(), "vpcgw-controller"), "controller")), map[string]string{
 				"enable-gw-nftable-lb-svc": "false", "enable-lb-svc": "true", "enable-lb": "true",
 			})
 		},
@@ -479,7 +491,7 @@ func TestChartRenders(t *testing.T) {
 		args:       []string{"--set", "ledger=iptables-dnat-rule", "--set", "kubeOvn.namespace=kube-ovn", "--set", "kubeOvn.serviceAccount=system:serviceaccount:kube-ovn:kube-ovn-app"},
 		nsToCreate: []string{"kube-ovn"},
 		check: func(t *testing.T, m manifest) {
-			wantFlags(t, args(t, container(t, m.must(t, "Deployment", "kube-system", "vpcgw-controller"), "controller")), map[string]string{
+			wantFlags(t, args(t, container(t, m.must(t, "Deployment", m.installNS(), "vpcgw-controller"), "controller")), map[string]string{
 				"ledger": "iptables-dnat-rule", "kube-ovn-namespace": "kube-ovn",
 			})
 			wantRules(t, m.must(t, "Role", "kube-ovn", "vpcgw-controller-kube-ovn-config"), map[string][]string{"/configmaps": {"get", "list", "watch"}, "apps/deployments": {"get", "list", "watch"}})
@@ -505,7 +517,7 @@ func TestChartRenders(t *testing.T) {
 			// The ledger's CRD stays: records of both forms may exist across a switch.
 			checkNoKubeOVNCRDs(t, m, true)
 			checkKubeOVNExcluded(t, m, "system:serviceaccount:kube-ovn:kube-ovn-app")
-			wantFlags(t, args(t, container(t, m.must(t, "Deployment", "kube-system", "vpcgw-webhook"), "webhook")), map[string]string{
+			wantFlags(t, args(t, container(t, m.must(t, "Deployment", m.installNS(), "vpcgw-webhook"), "webhook")), map[string]string{
 				"kube-ovn-user": "system:serviceaccount:kube-ovn:kube-ovn-app",
 			})
 		},
@@ -526,7 +538,7 @@ func TestChartRenders(t *testing.T) {
 		args:       []string{"--set", "controller.replicas=2", "--set", "extraGatewayNamespaces={gw-a}"},
 		nsToCreate: []string{"gw-a"},
 		check: func(t *testing.T, m manifest) {
-			d := m.must(t, "Deployment", "kube-system", "vpcgw-controller")
+			d := m.must(t, "Deployment", m.installNS(), "vpcgw-controller")
 			wantFlags(t, args(t, container(t, d, "controller")), map[string]string{"leader-elect": "true", "leader-election-namespace": "kube-system"})
 			if n, _, _ := unstructured.NestedInt64(d.Object, "spec", "replicas"); n != 2 {
 				t.Errorf("replicas = %d", n)
@@ -544,7 +556,7 @@ func TestChartRenders(t *testing.T) {
 		name: "metrics on the pod's loopback only",
 		args: []string{"--set", "controller.metricsSecure=false", "--set", "controller.metricsPort=9090"},
 		check: func(t *testing.T, m manifest) {
-			c := container(t, m.must(t, "Deployment", "kube-system", "vpcgw-controller"), "controller")
+			c := container(t, m.must(t, "Deployment", m.installNS(), "vpcgw-controller"), "controller")
 			wantFlags(t, args(t, c), map[string]string{"metrics-bind-address": "127.0.0.1:9090", "metrics-secure": "<absent>"})
 			if ports, _, _ := unstructured.NestedSlice(c, "ports"); strings.Contains(fmt.Sprint(ports), "metrics") {
 				t.Errorf("a metrics port is declared for loopback-only metrics: %v", ports)
@@ -577,7 +589,7 @@ func TestChartRenders(t *testing.T) {
 			if m.find("Role", "kube-system", "vpcgw-controller-exec") != nil {
 				t.Errorf("pods/exec granted with the local transport: %v", m.names())
 			}
-			wantFlags(t, args(t, container(t, m.must(t, "Deployment", "kube-system", "vpcgw-controller"), "controller")), map[string]string{"transport": "local"})
+			wantFlags(t, args(t, container(t, m.must(t, "Deployment", m.installNS(), "vpcgw-controller"), "controller")), map[string]string{"transport": "local"})
 		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -705,16 +717,17 @@ func namespaced(kind string) bool {
 // checkWebhook checks the webhook's objects for one certificate mode.
 func checkWebhook(t *testing.T, m manifest, mode string) {
 	t.Helper()
-	d := m.must(t, "Deployment", "kube-system", "vpcgw-webhook")
+	d := m.must(t, "Deployment", m.installNS(), "vpcgw-webhook")
 	c := container(t, d, "webhook")
 	as := args(t, c)
 	if as[0] != "webhook" {
 		t.Errorf("webhook args start with %q", as[0])
 	}
-	const user = "system:serviceaccount:kube-system:vpcgw-controller"
+	ns := m.installNS()
+	user := "system:serviceaccount:" + ns + ":vpcgw-controller"
 	wantFlags(t, as, map[string]string{"controller-user": user, "port": "9443", "cert-dir": "/var/run/vpcgw/webhook-certs", "health-probe-bind-address": ":8081",
 		"kube-ovn-user": "system:serviceaccount:kube-system:ovn"})
-	m.must(t, "Service", "kube-system", "vpcgw-webhook")
+	m.must(t, "Service", m.installNS(), "vpcgw-webhook")
 	wantRules(t, m.must(t, "ClusterRole", "", "vpcgw-webhook"), map[string][]string{
 		"/services": {"list", "watch"}, "kubeovn.io/iptables-eips": {"list", "watch"}, "kubeovn.io/iptables-dnat-rules": {"list", "watch"},
 		"vpcgw.io/servicerecords": {"list", "watch"}, "kubeovn.io/subnets": {"list", "watch"},
@@ -730,7 +743,7 @@ func checkWebhook(t *testing.T, m manifest, mode string) {
 		ca, _, _ := unstructured.NestedString(hm, "clientConfig", "caBundle")
 		caBundles = append(caBundles, ca)
 		svc, _, _ := unstructured.NestedMap(hm, "clientConfig", "service")
-		if svc["name"] != "vpcgw-webhook" || svc["namespace"] != "kube-system" {
+		if svc["name"] != "vpcgw-webhook" || svc["namespace"] != m.installNS() {
 			t.Errorf("webhook %s calls %v", hm["name"], svc)
 		}
 		rs, _, _ := unstructured.NestedSlice(hm, "rules")
@@ -748,7 +761,7 @@ func checkWebhook(t *testing.T, m manifest, mode string) {
 	if fmt.Sprint(registered) != fmt.Sprint(want) {
 		t.Errorf("registered %v, want %v", registered, want)
 	}
-	secret := m.find("Secret", "kube-system", "vpcgw-webhook-cert")
+	secret := m.find("Secret", m.installNS(), "vpcgw-webhook-cert")
 	inject := vwc.GetAnnotations()["cert-manager.io/inject-ca-from"]
 	switch mode {
 	case "generated":
@@ -772,18 +785,18 @@ func checkWebhook(t *testing.T, m manifest, mode string) {
 		if secret != nil {
 			t.Error("Secret rendered although cert-manager writes it")
 		}
-		if inject != "kube-system/vpcgw-webhook" {
+		if inject != ns+"/vpcgw-webhook" {
 			t.Errorf("inject-ca-from = %q", inject)
 		}
-		cert := m.must(t, "Certificate", "kube-system", "vpcgw-webhook")
+		cert := m.must(t, "Certificate", m.installNS(), "vpcgw-webhook")
 		if s, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName"); s != "vpcgw-webhook-cert" {
 			t.Errorf("Certificate writes %q", s)
 		}
 		dns, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
-		if !slices.Contains(dns, "vpcgw-webhook.kube-system.svc") {
+		if !slices.Contains(dns, "vpcgw-webhook."+ns+".svc") {
 			t.Errorf("dnsNames = %v", dns)
 		}
-		m.must(t, "Issuer", "kube-system", "vpcgw-selfsigned")
+		m.must(t, "Issuer", m.installNS(), "vpcgw-selfsigned")
 		for _, b := range caBundles {
 			if b != "" {
 				t.Error("caBundle set although cert-manager injects it")
@@ -891,7 +904,7 @@ func TestPlainManifestsUpToDate(t *testing.T) {
 	}
 	m := manifest(decode(t, got))
 	// The plain manifests serve LoadBalancer Services, as the chart does by default (SPEC O4).
-	wantFlags(t, args(t, container(t, m.must(t, "Deployment", "kube-system", "vpcgw-controller"), "controller")), map[string]string{
+	wantFlags(t, args(t, container(t, m.must(t, "Deployment", m.installNS(), "vpcgw-controller"), "controller")), map[string]string{
 		"enable-gw-nftable-lb-svc": "true", "enable-gw-nftable-svc-cluster-ip": "false", "enable-lb": "true", "enable-lb-svc": "false"})
 	checkWebhook(t, m, "cert-manager")
 	checkCommon(t, m)
@@ -901,6 +914,7 @@ func TestPlainManifestsUpToDate(t *testing.T) {
 		testutil.Skip(t, "the manifests are checked; applying them needs the API server: "+envSkip)
 	}
 	installCertManagerCRDs(t)
+	createNamespace(t, m.installNS()) // the manifests' Namespace is there, but a dry run does not create it
 	apply(t, m, true)
 	checkKubeOVNCRDsUnchanged(t, "deploy/manifests/vpcgw.yaml applied")
 }

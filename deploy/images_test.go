@@ -42,7 +42,7 @@ func images(t *testing.T, m manifest) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for _, d := range []struct{ deployment, container string }{{"vpcgw-controller", "controller"}, {"vpcgw-webhook", "webhook"}} {
-		dep := m.must(t, "Deployment", "kube-system", d.deployment)
+		dep := m.must(t, "Deployment", m.installNS(), d.deployment)
 		out[d.container], _ = container(t, dep, d.container)["image"].(string)
 		cs, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
 		ics, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "initContainers")
@@ -112,7 +112,7 @@ func TestChartRunsAsTheImagesUser(t *testing.T) {
 	helmBin(t)
 	m := manifest(render(t))
 	for _, d := range []struct{ deployment, container string }{{"vpcgw-controller", "controller"}, {"vpcgw-webhook", "webhook"}} {
-		dep := m.must(t, "Deployment", "kube-system", d.deployment)
+		dep := m.must(t, "Deployment", m.installNS(), d.deployment)
 		pod, _, _ := unstructured.NestedMap(dep.Object, "spec", "template", "spec", "securityContext")
 		c := container(t, dep, d.container)
 		sc, _, _ := unstructured.NestedMap(c, "securityContext")
@@ -148,7 +148,7 @@ func TestChartRunsAsTheImagesUser(t *testing.T) {
 func TestChartDeliversTheImagesAgents(t *testing.T) {
 	helmBin(t)
 	controllerArgs := func(m manifest) []string {
-		return args(t, container(t, m.must(t, "Deployment", "kube-system", "vpcgw-controller"), "controller"))
+		return args(t, container(t, m.must(t, "Deployment", m.installNS(), "vpcgw-controller"), "controller"))
 	}
 	wantFlags(t, controllerArgs(manifest(render(t))), map[string]string{"transport": "exec", "agent-binaries": transport.AgentBinariesDir})
 	wantFlags(t, controllerArgs(manifest(render(t, "--set", "agentBinaries="))), map[string]string{"agent-binaries": ""})

@@ -29,7 +29,7 @@
 #                                           opt-in: needs ENABLE_LB=false and kube-ovn's --enable-lb=false)
 #   ENABLE_LB=true                          kube-ovn's --enable-lb (must be false with the ClusterIP gate)
 #   ENABLE_LB_SVC=false                     kube-ovn's --enable-lb-svc
-#   NAMESPACE=kube-system                   where vpcgw runs
+#   NAMESPACE=vpcgw-system                  where vpcgw runs (its own namespace, created if missing)
 #   EXTRA_GATEWAY_NAMESPACES=               comma-separated namespaces of gateway pods besides
 #                                           KUBE_OVN_NAMESPACE (pods/exec is granted there and in
 #                                           KUBE_OVN_NAMESPACE only): kube-ovn master's gateways
@@ -97,7 +97,7 @@ ENABLE_GW_NFTABLE_LB_SVC=${ENABLE_GW_NFTABLE_LB_SVC:-true}
 ENABLE_GW_NFTABLE_SVC_CLUSTER_IP=${ENABLE_GW_NFTABLE_SVC_CLUSTER_IP:-false}
 ENABLE_LB=${ENABLE_LB:-true}
 ENABLE_LB_SVC=${ENABLE_LB_SVC:-false}
-NAMESPACE=${NAMESPACE:-kube-system}
+NAMESPACE=${NAMESPACE:-vpcgw-system}
 [ -z "${GATEWAY_NAMESPACES:-}" ] || die "GATEWAY_NAMESPACES is gone: pods/exec is granted in KUBE_OVN_NAMESPACE, plus EXTRA_GATEWAY_NAMESPACES (kube-ovn master's gateways with spec.namespace elsewhere)"
 EXTRA_GATEWAY_NAMESPACES=${EXTRA_GATEWAY_NAMESPACES:-}
 IMAGE=${IMAGE:-}

@@ -92,7 +92,7 @@ func TestInstallScriptDryRun(t *testing.T) {
 			for _, ns := range []string{"kube-system", "gw-b"} {
 				m.must(t, "Role", ns, "vpcgw-controller-exec")
 			}
-			c := container(t, m.must(t, "Deployment", "kube-system", "vpcgw-controller"), "controller")
+			c := container(t, m.must(t, "Deployment", m.installNS(), "vpcgw-controller"), "controller")
 			if c["image"] != "registry.local:5000/vpcgw:v0.1.0" {
 				t.Errorf("image = %v", c["image"])
 			}
@@ -137,7 +137,7 @@ func TestInstallScriptDryRun(t *testing.T) {
 			m := manifest(decode(t, []byte(out)))
 			ns := tc.env["NAMESPACE"]
 			if ns == "" {
-				ns = "kube-system"
+				ns = "vpcgw-system" // its own namespace by default (SPEC N5)
 			}
 			wantFlags(t, args(t, container(t, m.must(t, "Deployment", ns, "vpcgw-controller"), "controller")), tc.flags)
 			tc.check(t, m)
@@ -289,7 +289,7 @@ func TestControllerRBACSuffices(t *testing.T) {
 	helmBin(t)
 	needAPIServer(t)
 	createNamespace(t, "gw-rbac")
-	m := manifest(render(t, "--set", "controller.replicas=2", "--set", "extraGatewayNamespaces={gw-rbac}", "--set", "webhook.enabled=false",
+	m := manifest(render(t, "--no-hooks", "--set", "controller.replicas=2", "--set", "extraGatewayNamespaces={gw-rbac}", "--set", "webhook.enabled=false",
 		"--set", "controller.statusReaders={system:authenticated}"))
 	apply(t, m, false)
 	checkKubeOVNCRDsUnchanged(t, "the chart applied")
@@ -393,7 +393,7 @@ func TestControllerRBACSuffices(t *testing.T) {
 	// and the controller, reading it, refuses kube-ovn v1.16.2's schema, which prunes the record
 	// fields (SPEC K1, R6), before writing anything.
 	t.Run("iptables-dnat-rule", func(t *testing.T) {
-		apply(t, manifest(render(t, "--set", "controller.replicas=2", "--set", "extraGatewayNamespaces={gw-rbac}", "--set", "webhook.enabled=false",
+		apply(t, manifest(render(t, "--no-hooks", "--set", "controller.replicas=2", "--set", "extraGatewayNamespaces={gw-rbac}", "--set", "webhook.enabled=false",
 			"--set", "ledger=iptables-dnat-rule")), false)
 		checkKubeOVNCRDsUnchanged(t, "the chart (ledger iptables-dnat-rule) applied")
 		crd := func(name string) authorizationv1.ResourceAttributes {

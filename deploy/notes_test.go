@@ -41,7 +41,7 @@ func TestChartNotes(t *testing.T) {
 		args      []string
 		want, not []string
 	}{{
-		name: "defaults: LoadBalancer Services served, no VIP routes",
+		name: "defaults in kube-system: LoadBalancer Services served, no VIP routes",
 		want: []string{
 			"vpcgw " + chartAppVersion(t) + " runs in namespace kube-system.",
 			"- LoadBalancer Services: served.", "ovn.kubernetes.io/vpc_nat_gw: <gateway>", "ovn.kubernetes.io/eip: <an IptablesEIP of that gateway>",
@@ -50,10 +50,11 @@ func TestChartNotes(t *testing.T) {
 			"- VIP routes: NOT written (ovn.nbAddr is empty)", "the ClusterIP of Service ovn-nb in kube-system",
 			"- Admission webhook: on", "- Ledger: ServiceRecords",
 			"Vpc's spec.namespaces", "vpcgw.io/allowed-namespaces",
-			"kubectl vpcgw explain svc/<service> -n <namespace>\n",
+			// Not vpcgw's own namespace, where the plugin looks by default: it must be told.
+			"kubectl vpcgw explain svc/<service> -n <namespace> --controller-namespace kube-system\n",
 			"controller.statusReaders grants it",
 		},
-		not: []string{"Nothing is served", "--controller-namespace"},
+		not: []string{"Nothing is served"},
 	}, {
 		name: "both gates, VIP routes, no webhook, the seed's ledger, its own namespace",
 		args: []string{"--namespace", "vpcgw-system", "--set", "features.enableGwNftableServiceClusterIp=true", "--set", "enableLb=false",
@@ -65,9 +66,9 @@ func TestChartNotes(t *testing.T) {
 			"- VIP routes: written to the OVN NB at tcp:10.96.0.10:6641",
 			"- Admission webhook: off (the controller still enforces every rule",
 			"- Ledger: IptablesDnatRules labelled ovn.kubernetes.io/nftable-lb-svc-record=true",
-			"kubectl vpcgw explain svc/<service> -n <namespace> --controller-namespace vpcgw-system",
+			"kubectl vpcgw explain svc/<service> -n <namespace>\n",
 		},
-		not: []string{"NOT", "Nothing is served", "statusReaders"},
+		not: []string{"NOT", "Nothing is served", "statusReaders", "--controller-namespace"},
 	}, {
 		name: "LoadBalancer gate off",
 		args: []string{"--set", "features.enableGwNftableLoadbalancerService=false", "--set", "ovn.nbAddr=tcp:10.96.0.10:6641"},

@@ -127,7 +127,7 @@ func lbService(ns, name, eip string, port int32) *corev1.Service {
 
 // populate creates a kube-ovn VPC with a gateway and an EIP, the Services the tests explain, and
 // the state a running controller leaves for a served Service (finalizer, record, ingress) and
-// publishes (ConfigMap kube-system/vpcgw-controller).
+// publishes (ConfigMap vpcgw-system/vpcgw-controller, where the plugin looks by default).
 func populate(ctx context.Context) error {
 	create := func(objs ...client.Object) error {
 		for _, o := range objs {
@@ -223,7 +223,8 @@ func populate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: status.ConfigMapName}, Data: data},
+	return create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: status.DefaultNamespace}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: status.DefaultNamespace, Name: status.ConfigMapName}, Data: data},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "stale", Name: status.ConfigMapName}, Data: stale})
 }
 
@@ -287,7 +288,7 @@ func TestFlagsAnywhere(t *testing.T) {
 	// JSON: the text says "5s ago", which moves between the runs.
 	a := plugin(t, "explain", "svc/web", "-n", "demo", "-o", "json").want(t, exitOK)
 	b := plugin(t, "-n", "demo", "explain", "svc/web", "-o", "json").want(t, exitOK)
-	c := plugin(t, "explain", "--namespace=demo", "-o", "json", "svc/web", "--controller-namespace", "kube-system").want(t, exitOK)
+	c := plugin(t, "explain", "--namespace=demo", "-o", "json", "svc/web", "--controller-namespace", status.DefaultNamespace).want(t, exitOK)
 	if a.stdout != b.stdout || a.stdout != c.stdout || !strings.Contains(a.stdout, `"summary": "Service demo/web is served by gateway gw1 through EIP `+eipAddr) {
 		t.Errorf("explain with flags after, before and between:\n%s\n---\n%s\n---\n%s", a.stdout, b.stdout, c.stdout)
 	}
@@ -333,7 +334,7 @@ func TestStatusJSON(t *testing.T) {
 		t.Errorf("apiVersion %q kind %q", l.APIVersion, l.Kind)
 	}
 	c := l.Controller
-	if !c.Running || c.Version != "v1.2.3-test" || c.Holder != "vpcgw-controller-abc" || c.ConfigMap != "kube-system/vpcgw-controller" ||
+	if !c.Running || c.Version != "v1.2.3-test" || c.Holder != "vpcgw-controller-abc" || c.ConfigMap != "vpcgw-system/vpcgw-controller" ||
 		c.GatesAssumed || c.GatesSource != "controller" || !c.Gates.EnableGwNftableLbSvc || !c.Gates.EnableGwNftableSvcClusterIP || c.Flags == nil || !c.Flags.VIPRoutes {
 		t.Errorf("controller %+v", c)
 	}

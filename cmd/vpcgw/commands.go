@@ -167,7 +167,7 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 }
 
 // defaultStatusNamespace is the controller's own namespace (the chart sets POD_NAMESPACE from the
-// downward API), or kube-system.
+// downward API), or vpcgw-system.
 func defaultStatusNamespace() string {
 	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
 		return ns

@@ -48,16 +48,19 @@ import (
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/netlab"
 	"github.com/vpcgw/vpcgw/internal/ovn"
+	"github.com/vpcgw/vpcgw/internal/status"
 	"github.com/vpcgw/vpcgw/internal/transport"
 	"github.com/vpcgw/vpcgw/internal/webhook"
 )
 
 // Identities of the processes, as a real install names them.
 const (
-	NodeName       = "lab-node"
-	ControllerUser = webhook.DefaultControllerUser // from the chart's service account
-	WebhookUser    = "system:serviceaccount:kube-system:vpcgw-webhook"
-	KubeOVNUser    = webhook.DefaultKubeOVNUser
+	// InstallNamespace is where the lab installs vpcgw, as the manifests and install.sh do.
+	InstallNamespace = status.DefaultNamespace
+	NodeName         = "lab-node"
+	ControllerUser   = webhook.DefaultControllerUser // from the chart's service account
+	WebhookUser      = "system:serviceaccount:" + InstallNamespace + ":vpcgw-webhook"
+	KubeOVNUser      = webhook.DefaultKubeOVNUser
 )
 
 // Options configure a lab cluster.
@@ -293,7 +296,7 @@ func (c *Cluster) userConfig(name string, groups ...string) (*rest.Config, error
 // userKubeconfig writes the kubeconfig of a new user that authenticates as a service account
 // (its groups as the API server gives them to tokens) and returns the file.
 func (c *Cluster) userKubeconfig(name, file string) (string, error) {
-	u, err := c.env.AddUser(envtest.User{Name: name, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}}, nil)
+	u, err := c.env.AddUser(envtest.User{Name: name, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + InstallNamespace, "system:authenticated"}}, nil)
 	if err != nil {
 		return "", fmt.Errorf("adding user %s: %w", name, err)
 	}
@@ -309,7 +312,7 @@ func (c *Cluster) userKubeconfig(name, file string) (string, error) {
 // policy that bounds the controller's writes (SPEC N5): the controller and the webhook run with
 // exactly what an install grants them.
 func (c *Cluster) installRBAC(ctx context.Context) error {
-	objs, err := manifests.Objects("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+	objs, err := manifests.Objects("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
 		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 	if err != nil {
 		return err

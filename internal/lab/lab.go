@@ -28,6 +28,7 @@ import (
 	"github.com/vpcgw/vpcgw/internal/labbin"
 	"github.com/vpcgw/vpcgw/internal/netlab"
 	"github.com/vpcgw/vpcgw/internal/ovn"
+	"github.com/vpcgw/vpcgw/internal/status"
 	"github.com/vpcgw/vpcgw/internal/transport"
 )
 
@@ -171,8 +172,11 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 	if err := l.AddEIP(ctx, EIPName, EIPAddress, true); err != nil {
 		return nil, err
 	}
-	if err := l.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DemoNamespace}}); err != nil {
-		return nil, fmt.Errorf("creating namespace %s: %w", DemoNamespace, err)
+	// The demo's namespace, and vpcgw's own, where a controller publishes its status (SPEC O2).
+	for _, ns := range []string{DemoNamespace, status.DefaultNamespace} {
+		if err := l.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return nil, fmt.Errorf("creating namespace %s: %w", ns, err)
+		}
 	}
 	for _, name := range []string{"web-be1", "web-be2"} {
 		if _, err := l.AddBackend(ctx, DemoNamespace, name, DemoService); err != nil {

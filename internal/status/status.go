@@ -20,8 +20,9 @@ const (
 	// ConfigMapName is the name of the published ConfigMap, in the controller's namespace.
 	ConfigMapName = "vpcgw-controller"
 	// DefaultNamespace is where the controller publishes when neither --status-namespace nor
-	// POD_NAMESPACE says otherwise, and where the plugin looks by default.
-	DefaultNamespace = "kube-system"
+	// POD_NAMESPACE says otherwise, and where the plugin looks by default: vpcgw's own namespace,
+	// where the chart's documented install, the manifests and install.sh put it (SPEC N5).
+	DefaultNamespace = "vpcgw-system"
 	// DefaultMinInterval is the least time between two writes of the ConfigMap.
 	DefaultMinInterval = 10 * time.Second
 	// DefaultHeartbeat is the longest time between two writes: a reader knows the controller is

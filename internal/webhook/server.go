@@ -31,7 +31,7 @@ import (
 )
 
 // DefaultControllerUser is the controller's service account user name in deploy/.
-const DefaultControllerUser = "system:serviceaccount:kube-system:vpcgw-controller"
+const DefaultControllerUser = "system:serviceaccount:vpcgw-system:vpcgw-controller"
 
 // DefaultKubeOVNUser is kube-ovn-controller's service account user name in kube-ovn's own install
 // (service account ovn in kube-system).

@@ -30,6 +30,7 @@ import (
 	"github.com/vpcgw/vpcgw/internal/labbin"
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/netlab"
+	"github.com/vpcgw/vpcgw/internal/status"
 	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
@@ -92,7 +93,7 @@ func run(m *testing.M) int {
 		Controller: func(o *controller.Options) {
 			o.MetricsAddr = metricsAddr
 			// The plugin reads what the controller runs from its published status (SPEC O2).
-			o.StatusNamespace = "kube-system"
+			o.StatusNamespace = status.DefaultNamespace
 		}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the lab:", err)

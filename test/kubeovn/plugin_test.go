@@ -276,7 +276,7 @@ func TestKubectlPluginInTheLab(t *testing.T) {
 	})
 	r := plugin("status", "-A")
 	r.want(t, 0)
-	if !strings.Contains(r.stderr, "Warning: no vpcgw controller is running (ConfigMap kube-system/vpcgw-controller: controller ") || !strings.Contains(r.stderr, "stopped at") ||
+	if !strings.Contains(r.stderr, "Warning: no vpcgw controller is running (ConfigMap vpcgw-system/vpcgw-controller: controller ") || !strings.Contains(r.stderr, "stopped at") ||
 		!strings.Contains(r.stderr, "(assumed: as the controller last published them)") {
 		t.Errorf("status with the controller stopped: stderr %q", r.stderr)
 	}
@@ -285,7 +285,7 @@ func TestKubectlPluginInTheLab(t *testing.T) {
 		t.Errorf("controller while stopped: %+v", ex.Controller)
 	}
 	v = decodeRun[inspect.VersionInfo](t, plugin("version", "-o", "json").want(t, 0))
-	if v.Controller.Running || !strings.HasPrefix(v.Controller.Message, "no vpcgw controller is running (ConfigMap kube-system/vpcgw-controller") {
+	if v.Controller.Running || !strings.HasPrefix(v.Controller.Message, "no vpcgw controller is running (ConfigMap vpcgw-system/vpcgw-controller") {
 		t.Errorf("version while stopped: %+v", v.Controller)
 	}
 
@@ -300,7 +300,7 @@ func TestKubectlPluginInTheLab(t *testing.T) {
 		return v.Controller.Running, nil
 	})
 	r = plugin("version", "--stale-after", "1ms")
-	if !strings.Contains(r.stdout, "no vpcgw controller is running (ConfigMap kube-system/vpcgw-controller: its heartbeat is") {
+	if !strings.Contains(r.stdout, "no vpcgw controller is running (ConfigMap vpcgw-system/vpcgw-controller: its heartbeat is") {
 		t.Errorf("version --stale-after 1ms:\n%s", r.stdout)
 	}
 }
