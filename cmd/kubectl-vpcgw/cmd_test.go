@@ -34,6 +34,7 @@ import (
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/status"
 	"github.com/vpcgw/vpcgw/internal/testutil"
+	"github.com/vpcgw/vpcgw/internal/transport"
 	"github.com/vpcgw/vpcgw/internal/version"
 )
 
@@ -156,7 +157,9 @@ func populate(ctx context.Context) error {
 	gw := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: gwPod, Namespace: "kube-system",
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: model.GatewayAppPrefix + gwName, UID: "uid-sts", Controller: ptr.To(true)}},
 		Labels:          map[string]string{"app": model.GatewayAppPrefix + gwName, model.LabelGatewayPod: "true"},
-		Annotations:     map[string]string{model.AnnotationGatewayPod: gwName, model.AnnotationGwInit: "true"}},
+		// The benchmark lab's annotation (a network namespace plays the pod): the plugin must
+		// not act on it (TestRulesetOnlyThroughTheExecAPI).
+		Annotations: map[string]string{model.AnnotationGatewayPod: gwName, model.AnnotationGwInit: "true", transport.NetnsAnnotation: "vpcgw-test-gw"}},
 		Spec: corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{{Name: "vpc-nat-gw", Image: "x"}}}}
 	be := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "demo", Labels: map[string]string{"app": "web"},
 		Annotations: map[string]string{"ovn.kubernetes.io/ip_address": backend, "ovn.kubernetes.io/logical_switch": "vpc1-subnet", "ovn.kubernetes.io/allocated": "true"}},
@@ -604,4 +607,29 @@ func TestVersion(t *testing.T) {
 	}
 	// Without a reachable API server every verb that needs it is an error (exit 1).
 	plugin(t, "status", "--server", "https://127.0.0.1:1", "--request-timeout", "2s").want(t, exitError)
+}
+
+// ruleset reads a gateway's table only through the exec API, also for a pod with the benchmark
+// lab's network-namespace annotation: it runs nothing on the user's machine. Here ip and nft on
+// the PATH record that they ran; envtest has no kubelet, so the exec is an error naming the pod.
+// covers: O2
+func TestRulesetOnlyThroughTheExecAPI(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "ran")
+	for _, name := range []string{"ip", "nft", "sudo"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\necho \"$0 $*\" >> \"$VPCGW_TEST_MARKER\"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("VPCGW_TEST_MARKER", marker)
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	r := plugin(t, "ruleset", gwName).want(t, exitError)
+	if !strings.Contains(r.stdout, "# kube-system/"+gwPod) || !strings.Contains(r.stderr, "kube-system/"+gwPod+": ") {
+		t.Errorf("ruleset without a kubelet: stdout %q stderr %q; want the instance named", r.stdout, r.stderr)
+	}
+	if b, err := os.ReadFile(marker); err == nil {
+		t.Errorf("ruleset ran a command on this machine: %s", b)
+	} else if !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
 }
