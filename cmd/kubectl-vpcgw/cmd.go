@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,13 +12,14 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
@@ -51,6 +51,7 @@ type options struct {
 	staleAfter          time.Duration
 	output              string
 	allNamespaces       bool
+	selector            string
 	// started is set once a command's own code runs: an error before it is the command line's.
 	started bool
 	now     func() time.Time
@@ -85,8 +86,11 @@ marked as assumed.
 It follows kubectl's conventions: kubectl's global flags (-n, --context, --kubeconfig, --as, ...)
 go anywhere on the command line and a verb's own flags (-A, -o) after the verb; the namespace is
 the kubeconfig context's unless -n says otherwise, -A reads every namespace, --context and
---kubeconfig select the cluster, -o json|yaml gives machine output (apiVersion vpcgw.io/v1alpha1,
-a kind per document, fields only ever added) and -o wide more columns.
+--kubeconfig select the cluster. -o json|yaml gives machine output (apiVersion vpcgw.io/v1alpha1,
+a kind per document, fields only ever added), and kubectl's other output formats work on the
+same document: -o name, -o jsonpath=<template>, -o jsonpath-file=<file>, -o go-template=<template>,
+-o custom-columns=<HEADER>:<path>,... (status: a row per Service), -o wide for more columns, and
+with status -l <selector> on the Services' labels and --no-headers.
 
 Exit codes:
   0  success (explain: the Service is served)
@@ -101,6 +105,7 @@ func newRootCommand(o *options) *cobra.Command {
 		Long:  rootLong,
 		Example: `  kubectl vpcgw status -A
   kubectl vpcgw status gw/gw1 -o wide
+  kubectl vpcgw status -l app=web -o name
   kubectl vpcgw explain svc/web -n demo
   kubectl vpcgw explain svc/web -o json
   kubectl vpcgw ruleset gw1
@@ -126,18 +131,6 @@ func newRootCommand(o *options) *cobra.Command {
 	_ = root.RegisterFlagCompletionFunc("context", o.completeContexts)
 	root.AddCommand(o.statusCommand(), o.explainCommand(), o.rulesetCommand(), o.versionCommand())
 	return root
-}
-
-func (o *options) addOutputFlag(cmd *cobra.Command, formats ...string) {
-	cmd.Flags().StringVarP(&o.output, "output", "o", "", "Output format: "+strings.Join(formats, ", ")+" (default: a table or text for a person)")
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(formats, cobra.ShellCompDirectiveNoFileComp))
-}
-
-func (o *options) checkOutput(formats ...string) error {
-	if o.output == "" || slices.Contains(formats, o.output) {
-		return nil
-	}
-	return usagef("unable to match a printer suitable for the output format %q, allowed formats are: %s", o.output, strings.Join(formats, ","))
 }
 
 // client is a client of the kubeconfig's cluster and the namespace the command works in.
@@ -181,27 +174,6 @@ func (o *options) view(ctx context.Context, c client.Client, ns string, include 
 	return v, nil
 }
 
-// print writes doc as -o asks: JSON, YAML, or text for a person.
-func (o *options) print(doc any, text func(io.Writer) error) error {
-	switch o.output {
-	case "json":
-		b, err := json.MarshalIndent(doc, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(o.streams.Out, "%s\n", b)
-		return err
-	case "yaml":
-		b, err := yaml.Marshal(doc)
-		if err != nil {
-			return err
-		}
-		_, err = o.streams.Out.Write(b)
-		return err
-	}
-	return text(o.streams.Out)
-}
-
 // typedName parses "<kind>/<name>" for one of kinds; bare is allowed for kinds[0] when set.
 func typedName(arg string, bare bool, kinds ...string) (string, bool) {
 	kind, name, ok := strings.Cut(arg, "/")
@@ -217,19 +189,25 @@ var (
 )
 
 func (o *options) statusCommand() *cobra.Command {
+	var out *output
 	cmd := &cobra.Command{
 		Use:   "status [gw/<gateway>]",
 		Short: "Show the Services that name a gateway, or one gateway, as the controller serves them",
 		Long: `Without an argument: one line per Service of the namespace (-n, default the context's; -A: all)
 that names a VpcNatGateway or holds something of vpcgw's: gateway, EIP, ingress, identities,
 backends, affinity, whether the controller has confirmed it (READY) and why a part is not served.
--o wide adds the type, ClusterIP, state and record.
+-o wide adds the type, ClusterIP, state and record; -l selects Services by label, as kubectl
+get's -l does.
 
 With gw/<gateway> (or gateway/<gateway>): the gateway, its instances with the state generation
 each acknowledged and its agent's version, its VIP routes, and its Services in every namespace
 you may read.`,
 		Example: `  kubectl vpcgw status
   kubectl vpcgw status -A -o json
+  kubectl vpcgw status -l app=web --no-headers
+  kubectl vpcgw status -A -o name
+  kubectl vpcgw status -A -o custom-columns=NAMESPACE:.namespace,NAME:.name,STATE:.state,INGRESS:.ingress
+  kubectl vpcgw status -o jsonpath='{range .items[*]}{.name}{"\t"}{.state}{"\n"}{end}'
   kubectl vpcgw status gw/gw1`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 1 {
@@ -244,8 +222,12 @@ you may read.`,
 		},
 		ValidArgsFunction: o.completeGateways("gw/"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.checkOutput("json", "yaml", "wide"); err != nil {
+			if err := out.complete(); err != nil {
 				return err
+			}
+			sel, err := labels.Parse(o.selector)
+			if err != nil {
+				return usagef("-l %q: %v", o.selector, err)
 			}
 			_, c, ns, err := o.client()
 			if err != nil {
@@ -262,31 +244,50 @@ you may read.`,
 				if !gs.Exists && gs.Programmed == nil {
 					return fmt.Errorf("VpcNatGateway %q not found", name)
 				}
-				return o.print(gs, func(w io.Writer) error { return inspect.PrintGateway(w, gs, o.output == "wide", now) })
+				gs.Services = v.Select(gs.Services, sel)
+				table := inspect.TableOptions{Wide: out.wide(), NoHeaders: out.noHeaders}
+				return out.print(o.streams.Out, gs, func(w io.Writer) error { return inspect.PrintGateway(w, gs, table, now) },
+					func() runtime.Object {
+						return refList(ref(kubeovnv1.GroupVersion.String(), "VpcNatGateway", "", gs.Name))
+					})
 			}
 			if o.allNamespaces {
 				ns = ""
 			}
 			list := v.List(ns)
-			return o.print(list, func(w io.Writer) error {
+			list.Items = v.Select(list.Items, sel)
+			names := func() runtime.Object {
+				refs := make([]unstructured.Unstructured, 0, len(list.Items))
+				for _, it := range list.Items {
+					refs = append(refs, ref("v1", "Service", it.Namespace, it.Name))
+				}
+				return refList(refs...)
+			}
+			return out.print(o.streams.Out, list, func(w io.Writer) error {
 				if len(list.Items) == 0 {
+					match := ""
+					if !sel.Empty() {
+						match = " and match -l " + sel.String()
+					}
 					if ns == "" {
-						_, err := fmt.Fprintln(o.streams.ErrOut, "No Services name a gateway.")
+						_, err := fmt.Fprintf(o.streams.ErrOut, "No Services name a gateway%s.\n", match)
 						return err
 					}
-					_, err := fmt.Fprintf(o.streams.ErrOut, "No Services name a gateway in namespace %s.\n", ns)
+					_, err := fmt.Fprintf(o.streams.ErrOut, "No Services name a gateway%s in namespace %s.\n", match, ns)
 					return err
 				}
-				return inspect.PrintServices(w, list.Items, o.output == "wide")
-			})
+				return inspect.PrintServices(w, list.Items, inspect.TableOptions{Wide: out.wide(), NoHeaders: out.noHeaders})
+			}, names)
 		},
 	}
 	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "List the Services of every namespace")
-	o.addOutputFlag(cmd, "json", "yaml", "wide")
+	cmd.Flags().StringVarP(&o.selector, "selector", "l", "", "Selector (label query) on the Services to list, as kubectl get's: supports '=', '==', '!=', 'in', 'notin' and 'key' (e.g. -l key1=value1,key2=value2)")
+	out = o.addOutputFlags(cmd, outputSpec{name: true, customColumns: true, wide: true, noHeaders: true})
 	return cmd
 }
 
 func (o *options) explainCommand() *cobra.Command {
+	var out *output
 	cmd := &cobra.Command{
 		Use:   "explain svc/<name>",
 		Short: "Say why a Service is or is not served, and what to do about it",
@@ -301,6 +302,8 @@ PartiallyServed, or Pending: not yet confirmed by the controller), 1 on an error
 does not exist), 2 on a usage error.`,
 		Example: `  kubectl vpcgw explain svc/web
   kubectl vpcgw explain svc/web -n demo -o json
+  kubectl vpcgw explain svc/web -o jsonpath='{.service.state}'
+  kubectl vpcgw explain svc/web -o custom-columns=STATE:.service.state,EIP:.service.eipPart.reason --no-headers
   kubectl vpcgw explain svc/web && curl http://$(kubectl get svc web -o jsonpath='{.status.loadBalancer.ingress[0].ip}')`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
@@ -313,7 +316,7 @@ does not exist), 2 on a usage error.`,
 		},
 		ValidArgsFunction: o.completeServices,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.checkOutput("json", "yaml", "wide"); err != nil {
+			if err := out.complete(); err != nil {
 				return err
 			}
 			name, _ := typedName(args[0], false, serviceKinds...)
@@ -337,7 +340,9 @@ does not exist), 2 on a usage error.`,
 				return err
 			}
 			now := o.now()
-			if err := o.print(ex, func(w io.Writer) error { return inspect.PrintExplanation(w, ex, now) }); err != nil {
+			text := func(w io.Writer) error { return inspect.PrintExplanation(w, ex, now) }
+			names := func() runtime.Object { return refList(ref("v1", "Service", ns, name)) }
+			if err := out.print(o.streams.Out, ex, text, names); err != nil {
 				return err
 			}
 			if !ex.Served {
@@ -346,7 +351,7 @@ does not exist), 2 on a usage error.`,
 			return nil
 		},
 	}
-	o.addOutputFlag(cmd, "json", "yaml", "wide")
+	out = o.addOutputFlags(cmd, outputSpec{name: true, customColumns: true, wide: true, noHeaders: true})
 	return cmd
 }
 
@@ -384,6 +389,7 @@ gateway, through the exec API (you need create on pods/exec in the gateways' nam
 
 func (o *options) versionCommand() *cobra.Command {
 	var clientOnly bool
+	var out *output
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the plugin's version and the running controller's",
@@ -397,12 +403,12 @@ only).`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.checkOutput("json", "yaml"); err != nil {
+			if err := out.complete(); err != nil {
 				return err
 			}
 			doc := inspect.VersionInfo{TypeMeta: inspect.TypeMeta{APIVersion: inspect.APIVersion, Kind: inspect.KindVersion}, Plugin: version.Version}
 			if clientOnly {
-				return o.print(doc, func(w io.Writer) error { _, err := fmt.Fprintf(w, "kubectl-vpcgw: %s\n", version.Version); return err })
+				return out.print(o.streams.Out, doc, func(w io.Writer) error { _, err := fmt.Fprintf(w, "kubectl-vpcgw: %s\n", version.Version); return err }, nil)
 			}
 			_, c, _, err := o.client()
 			if err != nil {
@@ -414,10 +420,10 @@ only).`,
 			}
 			doc.Controller = &info
 			now := o.now()
-			return o.print(doc, func(w io.Writer) error { return inspect.PrintVersion(w, doc, now) })
+			return out.print(o.streams.Out, doc, func(w io.Writer) error { return inspect.PrintVersion(w, doc, now) }, nil)
 		},
 	}
 	cmd.Flags().BoolVar(&clientOnly, "client", false, "Print the plugin's version only, without contacting the cluster")
-	o.addOutputFlag(cmd, "json", "yaml")
+	out = o.addOutputFlags(cmd, outputSpec{})
 	return cmd
 }

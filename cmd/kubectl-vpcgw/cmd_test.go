@@ -34,6 +34,7 @@ import (
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/status"
 	"github.com/vpcgw/vpcgw/internal/testutil"
+	"github.com/vpcgw/vpcgw/internal/transport"
 	"github.com/vpcgw/vpcgw/internal/version"
 )
 
@@ -156,7 +157,9 @@ func populate(ctx context.Context) error {
 	gw := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: gwPod, Namespace: "kube-system",
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: model.GatewayAppPrefix + gwName, UID: "uid-sts", Controller: ptr.To(true)}},
 		Labels:          map[string]string{"app": model.GatewayAppPrefix + gwName, model.LabelGatewayPod: "true"},
-		Annotations:     map[string]string{model.AnnotationGatewayPod: gwName, model.AnnotationGwInit: "true"}},
+		// The benchmark lab's annotation (a network namespace plays the pod): the plugin must
+		// not act on it (TestRulesetOnlyThroughTheExecAPI).
+		Annotations: map[string]string{model.AnnotationGatewayPod: gwName, model.AnnotationGwInit: "true", transport.NetnsAnnotation: "vpcgw-test-gw"}},
 		Spec: corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{{Name: "vpc-nat-gw", Image: "x"}}}}
 	be := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "demo", Labels: map[string]string{"app": "web"},
 		Annotations: map[string]string{"ovn.kubernetes.io/ip_address": backend, "ovn.kubernetes.io/logical_switch": "vpc1-subnet", "ovn.kubernetes.io/allocated": "true"}},
@@ -171,8 +174,10 @@ func populate(ctx context.Context) error {
 			return err
 		}
 	}
-	web := lbService("demo", "web", eipName, 80)
-	if err := create(web, lbService("demo", "noeip", "missing", 81), lbService("other", "web", eipName, 82),
+	// Labels for -l: tier=front on both of demo's, app=web on both webs.
+	web, noeip, otherWeb := lbService("demo", "web", eipName, 80), lbService("demo", "noeip", "missing", 81), lbService("other", "web", eipName, 82)
+	web.Labels, noeip.Labels, otherWeb.Labels = map[string]string{"app": "web", "tier": "front"}, map[string]string{"app": "noeip", "tier": "front"}, map[string]string{"app": "web"}
+	if err := create(web, noeip, otherWeb,
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "plain"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}},
 		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
 			AddressType: discoveryv1.AddressTypeIPv4,
@@ -481,11 +486,166 @@ func TestOutputFormats(t *testing.T) {
 			t.Errorf("wide line %q", line)
 		}
 	}
-	for _, args := range [][]string{{"status", "-o", "table"}, {"explain", "svc/web", "-o", "jsonpath"}, {"version", "-o", "wide"}} {
+	for _, args := range [][]string{{"status", "-o", "table"}, {"explain", "svc/web", "-o", "bogus"}, {"version", "-o", "wide"}, {"version", "-o", "name"},
+		{"version", "-o", "custom-columns=A:.plugin"}} {
 		r := plugin(t, args...).want(t, exitUsage)
 		if !strings.Contains(r.stderr, "unable to match a printer suitable for the output format") || !strings.Contains(r.stderr, "allowed formats are: json,yaml") {
 			t.Errorf("%v: stderr %q", args, r.stderr)
 		}
+	}
+	// A template format without its template, or a bad template or column spec, is a usage
+	// error too (kubectl's words), found before the cluster is read.
+	for args, want := range map[*[]string]string{
+		{"explain", "svc/web", "-o", "jsonpath"}:                                   "template format specified but no template given",
+		{"status", "-o", "go-template"}:                                            "template format specified but no template given",
+		{"status", "-o", "jsonpath={.items[", "--server", "https://127.0.0.1:1"}:   "error parsing jsonpath",
+		{"status", "-o", "custom-columns=NAME", "--server", "https://127.0.0.1:1"}: "unexpected custom-columns spec: NAME, expected <header>:<json-path-expr>",
+		{"status", "-o", "custom-columns="}:                                        "no custom columns given",
+		{"status", "-l", "app in (web", "--server", "https://127.0.0.1:1"}:         "-l \"app in (web\"",
+	} {
+		r := plugin(t, *args...).want(t, exitUsage)
+		if !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "See 'kubectl vpcgw") {
+			t.Errorf("%v: stderr %q, want %q", *args, r.stderr, want)
+		}
+	}
+}
+
+// kubectl's output formats through cli-runtime's printers, on the same documents as -o json:
+// jsonpath, jsonpath-file, go-template, --template, name, custom-columns (a row per Service of a
+// list), custom-columns-file, and --no-headers on the tables.
+// covers: O2
+func TestKubectlOutputFormats(t *testing.T) {
+	var svc, noeip corev1.Service
+	for name, s := range map[string]*corev1.Service{"web": &svc, "noeip": &noeip} {
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: "demo", Name: name}, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	items := `{range .items[*]}{.namespace}/{.name}={.state}{"\n"}{end}`
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"status", "-A", "-o", "jsonpath=" + items}, "demo/noeip=PartiallyServed\ndemo/web=Served\nother/web=NotServed\n"},
+		{[]string{"status", "-A", "-o=jsonpath=" + items}, "demo/noeip=PartiallyServed\ndemo/web=Served\nother/web=NotServed\n"},
+		{[]string{"status", "-o", "jsonpath-file=" + write("items.jsonpath", items)}, "demo/noeip=PartiallyServed\ndemo/web=Served\n"},
+		{[]string{"status", "-o", "jsonpath={.apiVersion} {.kind} {.controller.version}"}, "vpcgw.io/v1alpha1 ServiceStatusList v1.2.3-test"},
+		{[]string{"explain", "svc/web", "-o", "jsonpath={.service.ingress[0]} {.service.identities[*].part} {.gateway.instances[0].ackedGeneration}"}, eipAddr + " EIP ClusterIP 5"},
+		{[]string{"status", "gw/gw1", "-o", "jsonpath={.kind} {.name} {.services[*].name}"}, "GatewayStatus gw1 noeip web web"},
+		{[]string{"version", "-o", "jsonpath={.plugin}"}, version.Version},
+		{[]string{"status", "-o", "go-template={{range .items}}{{.name}} {{.eipPart.state}};{{end}}"}, "noeip NotServed;web Served;"},
+		{[]string{"status", "--template", "{{len .items}}"}, "2"},
+		{[]string{"status", "-o", "go-template-file=" + write("t.tmpl", "{{.kind}}")}, "ServiceStatusList"},
+		{[]string{"status", "-A", "-o", "name"}, "service/noeip\nservice/web\nservice/web\n"},
+		{[]string{"status", "gw/gw1", "-o", "name"}, "vpcnatgateway.kubeovn.io/gw1\n"},
+		{[]string{"explain", "svc/web", "-o", "name"}, "service/web\n"},
+		// custom-columns: a row per Service, columns aligned (compared here with single spaces).
+		{[]string{"status", "-o", "custom-columns=NAME:.name,STATE:{.state},CIP:clusterIP,PORTS:.identities[*].port,NONE:.nothere"},
+			"NAME STATE CIP PORTS NONE\nnoeip PartiallyServed " + noeip.Spec.ClusterIP + " 81 <none>\nweb Served " + svc.Spec.ClusterIP + " 80,80 <none>\n"},
+		{[]string{"explain", "svc/web", "-o", "custom-columns=SERVED:.served,STATE:.service.state", "--no-headers"}, "true Served\n"},
+		{[]string{"status", "-o", "custom-columns-file=" + write("cols", "NAME STATE\n.name .state\n"), "--no-headers", "-l", "app=web"}, "web Served\n"},
+	} {
+		r := plugin(t, tc.args...)
+		if r.code == exitOK {
+			got := r.stdout
+			if strings.Contains(strings.Join(tc.args, " "), "custom-columns") {
+				if !strings.Contains(got, "   ") && strings.Count(tc.want, " ") > 1 {
+					t.Errorf("%q: columns not aligned:\n%s", tc.args, got)
+				}
+				got = singleSpaced(got)
+			}
+			if got != tc.want {
+				t.Errorf("%q: stdout\n%q\nwant\n%q", tc.args, r.stdout, tc.want)
+			}
+			continue
+		}
+		t.Errorf("%q: exit %d, stderr %q", tc.args, r.code, r.stderr)
+	}
+	// explain keeps its exit codes with every format: 3 for a Service that is not served.
+	if r := plugin(t, "explain", "svc/noeip", "-o", "jsonpath={.served}").want(t, exitNotServed); r.stdout != "false" {
+		t.Errorf("explain svc/noeip -o jsonpath: %q", r.stdout)
+	}
+	// -o json and -o yaml are cli-runtime's printers of the same document: apiVersion, kind and
+	// the field names of internal/inspect/types.go.
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(plugin(t, "explain", "svc/web", "-o", "json").want(t, exitOK).stdout), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"apiVersion", "kind", "controller", "served", "summary", "service", "gateway", "routes"} {
+		if _, ok := doc[k]; !ok {
+			t.Errorf("explain -o json has no %q: %v", k, doc)
+		}
+	}
+	if y := plugin(t, "explain", "svc/web", "-o", "yaml").want(t, exitOK).stdout; !strings.Contains(y, "apiVersion: vpcgw.io/v1alpha1\n") || !strings.Contains(y, "kind: ServiceExplanation\n") || !strings.Contains(y, "  eipPart:\n") {
+		t.Errorf("explain -o yaml:\n%s", y)
+	}
+}
+
+// singleSpaced is s with each line's fields separated by one space.
+func singleSpaced(s string) string {
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(s, "\n") {
+		nl := strings.HasSuffix(line, "\n")
+		b.WriteString(strings.Join(strings.Fields(line), " "))
+		if nl {
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
+// -l selects the Services status lists by label, as kubectl get's; --no-headers drops the
+// table's header, also with -o wide and for a gateway's Services.
+// covers: O2
+func TestSelectorAndNoHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"status", "-A", "-l", "app=web"}, []string{"demo/web", "other/web"}},
+		{[]string{"status", "-A", "--selector", "tier=front,app!=web"}, []string{"demo/noeip"}},
+		{[]string{"status", "-l", "app in (web,noeip)"}, []string{"demo/noeip", "demo/web"}},
+		{[]string{"status", "-A", "-l", "tier"}, []string{"demo/noeip", "demo/web"}},
+		{[]string{"status", "-l", "!tier", "--context", "other"}, []string{"other/web"}},
+	} {
+		if got := names(decode[inspect.ServiceStatusList](t, plugin(t, append(tc.args, "-o", "json")...).want(t, exitOK))); !slices.Equal(got, tc.want) {
+			t.Errorf("%q: %v, want %v", tc.args, got, tc.want)
+		}
+	}
+	// A gateway's Services, selected too.
+	gs := decode[inspect.GatewayStatus](t, plugin(t, "status", "gw/gw1", "-l", "app=web", "-o", "json").want(t, exitOK))
+	if len(gs.Services) != 2 || gs.Services[0].Name != "web" || gs.Services[1].Name != "web" || gs.Name != gwName {
+		t.Errorf("status gw/gw1 -l app=web: %+v", gs.Services)
+	}
+	// Nothing matches: nothing on stdout, and stderr says so.
+	r := plugin(t, "status", "-l", "app=nothere").want(t, exitOK)
+	if r.stdout != "" || !strings.Contains(r.stderr, "No Services name a gateway and match -l app=nothere in namespace demo.") {
+		t.Errorf("status -l app=nothere: stdout %q stderr %q", r.stdout, r.stderr)
+	}
+	// --no-headers: the same lines as the table without its first one.
+	for _, args := range [][]string{{"status"}, {"status", "-o", "wide"}, {"status", "-A", "-l", "app=web"}} {
+		full := plugin(t, args...).want(t, exitOK).stdout
+		bare := plugin(t, append(args, "--no-headers")...).want(t, exitOK).stdout
+		header, rest, _ := strings.Cut(full, "\n")
+		if !strings.HasPrefix(header, "SERVICE ") || strings.Contains(bare, "SERVICE") || len(strings.Split(strings.TrimSpace(bare), "\n")) != len(strings.Split(strings.TrimSpace(rest), "\n")) {
+			t.Errorf("%q --no-headers:\n%s\nwithout:\n%s", args, bare, full)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(bare), "\n") {
+			if f := strings.Fields(line); len(f) == 0 || !strings.Contains(rest, f[0]+" ") {
+				t.Errorf("%q --no-headers: line %q is not a line of the table", args, line)
+			}
+		}
+	}
+	if r := plugin(t, "status", "gw/gw1", "--no-headers").want(t, exitOK); strings.Contains(r.stdout, "SERVICE ") || !strings.Contains(r.stdout, "demo/web ") {
+		t.Errorf("status gw/gw1 --no-headers:\n%s", r.stdout)
 	}
 }
 
@@ -605,4 +765,29 @@ func TestVersion(t *testing.T) {
 	}
 	// Without a reachable API server every verb that needs it is an error (exit 1).
 	plugin(t, "status", "--server", "https://127.0.0.1:1", "--request-timeout", "2s").want(t, exitError)
+}
+
+// ruleset reads a gateway's table only through the exec API, also for a pod with the benchmark
+// lab's network-namespace annotation: it runs nothing on the user's machine. Here ip and nft on
+// the PATH record that they ran; envtest has no kubelet, so the exec is an error naming the pod.
+// covers: O2
+func TestRulesetOnlyThroughTheExecAPI(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "ran")
+	for _, name := range []string{"ip", "nft", "sudo"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\necho \"$0 $*\" >> \"$VPCGW_TEST_MARKER\"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("VPCGW_TEST_MARKER", marker)
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	r := plugin(t, "ruleset", gwName).want(t, exitError)
+	if !strings.Contains(r.stdout, "# kube-system/"+gwPod) || !strings.Contains(r.stderr, "kube-system/"+gwPod+": ") {
+		t.Errorf("ruleset without a kubelet: stdout %q stderr %q; want the instance named", r.stdout, r.stderr)
+	}
+	if b, err := os.ReadFile(marker); err == nil {
+		t.Errorf("ruleset ran a command on this machine: %s", b)
+	} else if !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
 }

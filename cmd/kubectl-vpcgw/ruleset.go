@@ -14,13 +14,16 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/vpcgw/vpcgw/internal/inspect"
-	"github.com/vpcgw/vpcgw/internal/netlab"
-	"github.com/vpcgw/vpcgw/internal/transport"
 )
 
-// ruleset prints `nft list table ip kube-ovn` of every running instance of the gateway: through
-// the Kubernetes exec API in a cluster, or in the instance's network namespace in the benchmark
-// lab (whose gateway pods are network namespaces, not pods of a node).
+// gatewayContainer is the container of a gateway pod that kube-ovn runs the NAT gateway in (the
+// controller's --exec-container default, internal/transport.DefaultExecContainer; the plugin does
+// not link the controller's transport).
+const gatewayContainer = "vpc-nat-gw"
+
+// ruleset prints `nft list table ip kube-ovn` of every running instance of the gateway, always
+// through the Kubernetes exec API into the instance's vpc-nat-gw container: the plugin runs
+// nothing on the user's own machine (in the lab, the lab node plays the kubelet's exec API).
 func ruleset(ctx context.Context, cfg *rest.Config, v *inspect.View, gw string, out io.Writer) error {
 	gp := v.Plan.Gateway(gw)
 	if gp == nil {
@@ -32,13 +35,7 @@ func ruleset(ctx context.Context, cfg *rest.Config, v *inspect.View, gw string, 
 	argv := []string{"nft", "list", "table", "ip", "kube-ovn"}
 	for _, inst := range gp.Instances {
 		fmt.Fprintf(out, "# %s/%s\n", inst.Pod.Namespace, inst.Pod.Name)
-		var b []byte
-		var err error
-		if ns := inst.Pod.Annotations[transport.NetnsAnnotation]; ns != "" {
-			b, err = netlab.Run(append([]string{"ip", "netns", "exec", ns}, argv...)...)
-		} else {
-			b, err = execInPod(ctx, cfg, inst.Pod, transport.DefaultExecContainer, argv)
-		}
+		b, err := execInPod(ctx, cfg, inst.Pod, gatewayContainer, argv)
 		if err != nil {
 			return fmt.Errorf("%s/%s: %w", inst.Pod.Namespace, inst.Pod.Name, err)
 		}

@@ -204,6 +204,23 @@ func NewLogger(w io.Writer, verbosity int) logr.Logger {
 	}, funcr.Options{Verbosity: verbosity}).WithName("agent")
 }
 
+const agentHelp = `vpcgw-agent programs a kube-ovn VPC NAT gateway's nftables table ip kube-ovn (Service
+DNAT, ClientIP affinity, hairpin SNAT): it runs in the gateway's vpc-nat-gw container, where the
+vpcgw controller starts it through the exec API, reads the gateway's desired state on stdin, one
+JSON line each, applies it and answers each on stdout, and repairs drift. Logs go to stderr.
+
+Usage:
+  vpcgw-agent [flags]
+  vpcgw-agent --version
+
+Flags (one dash or two):
+`
+
+func printUsage(fs *flag.FlagSet) {
+	fmt.Fprint(fs.Output(), agentHelp)
+	fs.PrintDefaults()
+}
+
 // MainWithArgs is `vpcgw-agent [flags]` (cmd/vpcgw-agent): it reads states on in, writes acks on
 // out and logs to stderr. Flags:
 //
@@ -225,8 +242,17 @@ func MainWithArgs(ctx context.Context, args []string, in io.Reader, out io.Write
 	fs.BoolVar(&cfg.TextPath, "text-path", false, "program nftables through the nft binary instead of netlink")
 	verbosity := fs.Int("v", 0, "log verbosity")
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	// --help (-h) prints the help on out and is flag.ErrHelp (exit 0); a wrong flag is an error
+	// that points at --help.
+	var usage bytes.Buffer
+	fs.SetOutput(&usage)
+	fs.Usage = func() { printUsage(fs) }
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			_, werr := usage.WriteTo(out)
+			return errors.Join(err, werr)
+		}
+		return fmt.Errorf("%w (see vpcgw-agent --help)", err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("agent: unexpected arguments %q", fs.Args())

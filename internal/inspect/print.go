@@ -11,13 +11,21 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 )
 
+// TableOptions say how to print a table: Wide adds columns, NoHeaders leaves the header out.
+type TableOptions struct {
+	Wide, NoHeaders bool
+}
+
 // PrintServices writes one line per Service: gateway, EIP, ingress, identities, backends,
 // affinity, ready and why not; wide adds type, ClusterIP, state and record.
-func PrintServices(w io.Writer, items []ServiceStatus, wide bool) error {
+func PrintServices(w io.Writer, items []ServiceStatus, opts TableOptions) error {
+	wide := opts.Wide
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	if wide {
+	switch {
+	case opts.NoHeaders:
+	case wide:
 		fmt.Fprintln(tw, "SERVICE\tTYPE\tGATEWAY\tEIP\tINGRESS\tCLUSTER-IP\tIDENTITIES\tBACKENDS\tAFFINITY\tSTATE\tRECORD\tREADY\tWHY NOT")
-	} else {
+	default:
 		fmt.Fprintln(tw, "SERVICE\tGATEWAY\tEIP\tINGRESS\tIDENTITIES\tBACKENDS\tAFFINITY\tREADY\tWHY NOT")
 	}
 	for _, st := range items {
@@ -145,8 +153,8 @@ func PrintExplanation(w io.Writer, ex ServiceExplanation, now time.Time) error {
 	return nil
 }
 
-// PrintGateway writes a gateway's status for a person.
-func PrintGateway(w io.Writer, gs GatewayStatus, wide bool, now time.Time) error {
+// PrintGateway writes a gateway's status for a person; opts are for the table of its Services.
+func PrintGateway(w io.Writer, gs GatewayStatus, opts TableOptions, now time.Time) error {
 	fmt.Fprintf(w, "Controller: %s\n", controllerLine(gs.Controller, now))
 	fmt.Fprintf(w, "Gates:      %s\n\n", GatesText(gs.Controller))
 	printGatewayState(w, gs.GatewayState, now)
@@ -154,7 +162,7 @@ func PrintGateway(w io.Writer, gs GatewayStatus, wide bool, now time.Time) error
 		fmt.Fprintf(w, "Routes:     %s\n", routesText(gs.Routes, now))
 	}
 	fmt.Fprintf(w, "\nServices (%d):\n", len(gs.Services))
-	return PrintServices(w, gs.Services, wide)
+	return PrintServices(w, gs.Services, opts)
 }
 
 func printGatewayState(w io.Writer, g GatewayState, now time.Time) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
@@ -463,6 +464,25 @@ func (v *View) summary(sp *model.ServicePlan, st *ServiceStatus, gw *GatewayStat
 // List is the ServiceStatusList of namespace ("": all).
 func (v *View) List(namespace string) ServiceStatusList {
 	return ServiceStatusList{TypeMeta: TypeMeta{APIVersion: APIVersion, Kind: KindServiceStatusList}, Controller: v.Controller, Warnings: v.Warnings(), Items: v.Services(namespace)}
+}
+
+// Select keeps the items whose Service's labels sel matches (kubectl's -l); a nil or empty sel
+// keeps every item.
+func (v *View) Select(items []ServiceStatus, sel labels.Selector) []ServiceStatus {
+	if sel == nil || sel.Empty() {
+		return items
+	}
+	byKey := map[string]labels.Set{}
+	for _, svc := range v.Read.Snapshot.Services {
+		byKey[svc.Namespace+"/"+svc.Name] = svc.Labels
+	}
+	out := make([]ServiceStatus, 0, len(items))
+	for _, st := range items {
+		if sel.Matches(byKey[st.Namespace+"/"+st.Name]) {
+			out = append(out, st)
+		}
+	}
+	return out
 }
 
 // Gateways are the names of the gateways in the snapshot.
