@@ -11,11 +11,10 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/vpcgw/vpcgw/internal/cli"
 	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/ovn"
 	"github.com/vpcgw/vpcgw/internal/scheme"
@@ -23,10 +22,17 @@ import (
 	"github.com/vpcgw/vpcgw/internal/transport"
 )
 
-func newLogger(debug bool) logr.Logger {
-	l := zap.New(zap.UseDevMode(debug))
-	ctrl.SetLogger(l)
-	return l
+// descriptions are the help texts of the commands that take flags.
+var descriptions = map[string]string{
+	"controller": `Watches Services, EndpointSlices and kube-ovn's objects and programs the VPC NAT gateways:
+each gateway's nftables through the vpcgw agent in its pods, the VIP routes in OVN's northbound
+database, and the Services' records, ingress and finalizer. Its flags mirror kube-ovn-controller's
+gates (--enable-gw-nftable-lb-svc, --enable-gw-nftable-svc-cluster-ip, both off by default) and
+how the cluster's kube-ovn runs (--enable-lb, --enable-lb-svc).`,
+	"release": `Releases everything vpcgw wrote (uninstall): every gateway's nftables objects and lo VIPs, the
+VIP routes, the Services' ingress and finalizer, the records and the agent copies, then exits 0
+when nothing is left. It takes the controller's flags, and releases nothing while kube-ovn's own
+Service controller serves (SPEC K10).`,
 }
 
 func runController(ctx context.Context, args []string) error {
@@ -60,7 +66,7 @@ func parseControllerFlags(name string, args []string, opts *controller.Options, 
 	transportName := fs.String("transport", "exec", "how to reach gateway agents: exec (the Kubernetes exec API into the gateway pods) or local (ip netns exec, for tests and the benchmark lab)")
 	agentContainer := fs.String("agent-container", transport.DefaultExecContainer, "container of the gateway pods that runs the agent (exec transport)")
 	agentCommand := fs.String("agent-command", strings.Join(transport.DefaultExecCommand, " "),
-		"the agent's command (the vpcgw-agent binary and its flags), words separated by spaces, no shell: with --transport exec run in that container; with --transport local run under `ip netns exec` (default there: vpcgw-agent beside this binary)")
+		"the agent's command (the vpcgw-agent binary and its flags), words separated by spaces, no shell: with --transport exec run in that container; with --transport local run under 'ip netns exec' (default there: vpcgw-agent beside this binary)")
 	agentBinaries := fs.String("agent-binaries", transport.AgentBinariesDir,
 		"with --transport exec: directory of the agent builds (vpcgw-agent-linux-<GOARCH>) the controller copies into each gateway container, verified by SHA-256, before it starts the agent there; the first word of --agent-command is then replaced by the copy's path. Empty: no copy, --agent-command must name an agent the gateway image has")
 	fs.DurationVar(&opts.AgentKeepalive, "agent-keepalive", controller.DefaultAgentKeepalive,
@@ -85,9 +91,10 @@ func parseControllerFlags(name string, args []string, opts *controller.Options, 
 		"/readyz fails while a gateway has changes that no sync applied for longer than this (a gateway where nothing changed is never stale); 0: off")
 	fs.StringVar(&opts.StatusNamespace, "status-namespace", defaultStatusNamespace(),
 		"namespace where the leader publishes what the controller runs (version, gates, flags) and what it knows of each gateway, ConfigMap "+status.ConfigMapName+
-			", for `kubectl vpcgw`; default: $POD_NAMESPACE, else "+status.DefaultNamespace+`; "" turns it off`)
-	debug := fs.Bool("debug", false, "human-readable debug logs")
-	if err := fs.Parse(args); err != nil {
+			", for 'kubectl vpcgw'; default: $POD_NAMESPACE, else "+status.DefaultNamespace+`; "" turns it off`)
+	var logging cli.Logging
+	logging.Register(fs)
+	if err := cli.Parse(fs, args, "vpcgw "+name, descriptions[name], os.Stdout); err != nil {
 		return nil, log, err
 	}
 	opts.StatusHolder = statusHolder()
@@ -100,7 +107,10 @@ func parseControllerFlags(name string, args []string, opts *controller.Options, 
 	if tlsFiles != (ovn.TLSFiles{}) {
 		opts.NB.TLS = &tlsFiles
 	}
-	log = newLogger(*debug)
+	log, err := logging.Logger()
+	if err != nil {
+		return nil, log, err
+	}
 	if err := opts.Flags.Validate(); err != nil {
 		return nil, log, err
 	}

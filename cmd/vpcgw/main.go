@@ -11,11 +11,15 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/vpcgw/vpcgw/internal/cli"
 	"github.com/vpcgw/vpcgw/internal/version"
 	"github.com/vpcgw/vpcgw/internal/webhook"
 )
@@ -35,38 +39,57 @@ var commands = []command{
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if len(os.Args) < 2 {
-		usage()
-		os.Exit(2)
-	}
-	name := os.Args[1]
-	if name == "--version" || name == "-version" {
-		name = "version"
-	}
-	for _, c := range commands {
-		if c.name == name {
-			if err := c.run(ctx, os.Args[2:]); err != nil {
-				fmt.Fprintf(os.Stderr, "vpcgw %s: %v\n", c.name, err)
-				os.Exit(1)
-			}
-			return
-		}
-	}
-	usage()
-	os.Exit(2)
+	os.Exit(run(ctx, os.Args[1:]))
 }
 
-func usage() {
-	fmt.Fprintln(os.Stderr, "usage: vpcgw <command> [flags]\n\ncommands:")
-	for _, c := range commands {
-		fmt.Fprintf(os.Stderr, "  %-11s %s\n", c.name, c.help)
+// run is the command line args[0] with its flags; it returns the exit code: 0, 1 for a failure,
+// 2 for a command line that cannot be parsed.
+func run(ctx context.Context, args []string) int {
+	if len(args) == 0 {
+		usage(os.Stderr)
+		return 2
 	}
-	fmt.Fprintln(os.Stderr, "\nThe gateway agent is the vpcgw-agent binary; the lab and the bench are in vpcgw-lab.")
+	name := args[0]
+	switch name {
+	case "--version", "-version":
+		name = "version"
+	case "--help", "-help", "-h", "help":
+		usage(os.Stdout)
+		return 0
+	}
+	for _, c := range commands {
+		if c.name != name {
+			continue
+		}
+		var usageErr *cli.UsageError
+		switch err := c.run(ctx, args[1:]); {
+		case err == nil, errors.Is(err, cli.ErrHelp):
+			return 0
+		case errors.As(err, &usageErr):
+			fmt.Fprintf(os.Stderr, "vpcgw %s: %v\n", c.name, err)
+			return 2
+		default:
+			fmt.Fprintf(os.Stderr, "vpcgw %s: %v\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(os.Stderr, "vpcgw: unknown command %q\n\n", name)
+	usage(os.Stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: vpcgw <command> [flags]\n\nServes Kubernetes Services from kube-ovn VPC NAT gateways.\n\nCommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.help)
+	}
+	fmt.Fprintln(w, "\nRun 'vpcgw <command> --help' for its flags.\nThe gateway agent is the vpcgw-agent binary; the lab and the bench are in vpcgw-lab.")
 }
 
 func runVersion(_ context.Context, args []string) error {
-	if len(args) > 0 {
-		return fmt.Errorf("unexpected arguments %q", args)
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	if err := cli.Parse(fs, args, "vpcgw version", "Prints the version of this build.", os.Stdout); err != nil {
+		return err
 	}
 	fmt.Println("vpcgw", version.Version)
 	return nil

@@ -52,8 +52,8 @@ func TestShippedConfiguration(t *testing.T) {
 			t.Errorf("unexpected webhook %s", h.Name)
 			continue
 		}
-		if s := h.ClientConfig.Service; s == nil || s.Path == nil || *s.Path != w.path || s.Name != "vpcgw-webhook" || s.Namespace != "kube-system" {
-			t.Errorf("%s: clientConfig %+v, want service kube-system/vpcgw-webhook path %s", h.Name, h.ClientConfig, w.path)
+		if s := h.ClientConfig.Service; s == nil || s.Path == nil || *s.Path != w.path || s.Name != "vpcgw-webhook" || s.Namespace != "vpcgw-system" {
+			t.Errorf("%s: clientConfig %+v, want service vpcgw-system/vpcgw-webhook path %s", h.Name, h.ClientConfig, w.path)
 		}
 		if len(h.Rules) != 1 {
 			t.Fatalf("%s: %d rules, want 1", h.Name, len(h.Rules))

@@ -19,13 +19,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
+	"github.com/vpcgw/vpcgw/internal/cli"
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/scheme"
 )
@@ -184,15 +184,17 @@ func Main(ctx context.Context, args []string) error {
 	fs.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", `health probe listen address ("0" turns it off)`)
 	fs.StringVar(&opts.MetricsAddr, "metrics-bind-address", "0", `metrics listen address ("0" turns it off)`)
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: in-cluster or $KUBECONFIG)")
-	debug := fs.Bool("debug", false, "human-readable debug logs")
-	if err := fs.Parse(args); err != nil {
+	var logging cli.Logging
+	logging.Register(fs)
+	if err := cli.Parse(fs, args, "vpcgw webhook", `Serves vpcgw's admission webhook (SPEC W1-W7): it rejects, with a clear message, the Services,
+records, EIPs and gateways that cannot work or would take what another Service holds. It repeats
+the controller's rules for a clear answer; the controller enforces them whether or not it runs.`, os.Stdout); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	log, err := logging.Logger()
+	if err != nil {
+		return err
 	}
-	log := zap.New(zap.UseDevMode(*debug))
-	ctrl.SetLogger(log)
 	if *kubeconfig != "" {
 		if err := os.Setenv("KUBECONFIG", *kubeconfig); err != nil {
 			return err

@@ -267,7 +267,7 @@ func TestValidateServiceClaims(t *testing.T) {
 	}
 }
 
-const ctrlUser = "system:serviceaccount:kube-system:vpcgw-controller"
+const ctrlUser = DefaultControllerUser
 
 func rule(name string, typ kubeovnv1.DnatRuleType, labels map[string]string) *kubeovnv1.IptablesDnatRule {
 	return &kubeovnv1.IptablesDnatRule{

@@ -320,6 +320,8 @@ controller does).
 - --ovn-nb-key=/var/run/vpcgw/ovn-tls/{{ .Values.ovn.tls.keyKey }}
 - --ovn-nb-ca=/var/run/vpcgw/ovn-tls/{{ .Values.ovn.tls.caKey }}
 {{- end }}
+- --log-format={{ .Values.controller.logFormat }}
+- --v={{ .Values.controller.logVerbosity }}
 {{- if .Values.controller.debug }}
 - --debug
 {{- end }}
