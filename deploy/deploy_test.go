@@ -1059,7 +1059,8 @@ func runtimeFromUnstructured(u *unstructured.Unstructured, into any) error {
 // kube-system, registers exactly what deploy/webhook ships (same hooks, rules, policies, timeouts,
 // match conditions), so the two cannot drift apart.
 func TestChartWebhookIsTheShippedOne(t *testing.T) {
-	m := manifest(render(t, "--set", "webhook.certManager.enabled=true"))
+	// deploy/webhook is for vpcgw's own namespace, the default install's (the last --namespace wins).
+	m := manifest(render(t, "--namespace", "vpcgw-system", "--set", "webhook.certManager.enabled=true"))
 	var got admissionregistrationv1.ValidatingWebhookConfiguration
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m.must(t, "ValidatingWebhookConfiguration", "", "vpcgw").Object, &got); err != nil {
 		t.Fatal(err)
