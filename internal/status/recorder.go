@@ -81,6 +81,19 @@ func (r *Recorder) SetCondition(c metav1.Condition) {
 	r.mu.Lock()
 	c.LastTransitionTime = metav1.NewTime(r.now().UTC().Truncate(time.Second))
 	changed := meta.SetStatusCondition(&r.conds, c)
+	r.unlockCounting(changed)
+}
+
+// Conditions returns a copy of the conditions recorded.
+func (r *Recorder) Conditions() []metav1.Condition {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.conds)
+}
+
+// unlockCounting releases r.mu, which the caller holds, counting a change and signalling it
+// (coalesced) when changed.
+func (r *Recorder) unlockCounting(changed bool) {
 	if changed {
 		r.seq++
 	}
@@ -91,13 +104,6 @@ func (r *Recorder) SetCondition(c metav1.Condition) {
 		default:
 		}
 	}
-}
-
-// Conditions returns a copy of the conditions recorded.
-func (r *Recorder) Conditions() []metav1.Condition {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.conds)
 }
 
 func copyGateway(g Gateway) Gateway {
@@ -121,16 +127,7 @@ func (r *Recorder) update(gw string, fn func(g *Gateway, now time.Time)) {
 	before := timeless(*g)
 	fn(g, r.now())
 	changed := !reflect.DeepEqual(before, timeless(*g))
-	if changed {
-		r.seq++
-	}
-	r.mu.Unlock()
-	if changed {
-		select {
-		case r.changed <- struct{}{}:
-		default:
-		}
-	}
+	r.unlockCounting(changed)
 }
 
 // timeless is g without its times, for change detection: a time alone is no news.
