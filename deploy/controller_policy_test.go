@@ -17,6 +17,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -34,7 +35,8 @@ import (
 const (
 	policyDenied       = "ValidatingAdmissionPolicy 'vpcgw-controller' with binding 'vpcgw-controller' denied request"
 	onlyFinalizers     = "the vpcgw controller may only change a Service's finalizers"
-	onlyLoadBalancer   = "the vpcgw controller may only change a Service's status.loadBalancer through services/status"
+	onlyLoadBalancer   = "the vpcgw controller may only change a Service's status.loadBalancer and its claim stamp vpcgw.io/EIPClaimed through services/status"
+	onlyStamps         = "the vpcgw controller may stamp a claim (vpcgw.io/EIPClaimed: True, reason ClaimSeen) only on a Service that names a gateway and an EIP"
 	noServiceLifecycle = "the vpcgw controller may not create Service"
 	onlyRecords        = "the vpcgw controller may only write its own IptablesDnatRule records, labelled ovn.kubernetes.io/nftable-lb-svc-record: \"true\""
 	onlyOwnFinalizer   = "the vpcgw controller may only add or remove its own finalizer"
@@ -221,6 +223,45 @@ func TestControllerPolicyOnAPIServer(t *testing.T) {
 		s.Status.LoadBalancer.Ingress = nil
 		admitted(t, "the controller clears the ingress", ctrl.Status().Patch(ctx, s, patch))
 		admitted(t, "the controller publishes the ingress again", ctrl.Status().Patch(ctx, cur(t), merge(`{"status":{"loadBalancer":{"ingress":[{"ip":"172.19.3.10"}]}}}`)))
+	})
+
+	t.Run("claim stamp admitted, other conditions denied", func(t *testing.T) {
+		// reconcile.go:writeClaim: a strategic merge patch of the one condition (SPEC I2).
+		stamp := func(t *testing.T, eip string, when time.Time) error {
+			s := cur(t)
+			orig := s.DeepCopy()
+			s.Status.Conditions = append(slices.DeleteFunc(s.Status.Conditions, func(c metav1.Condition) bool { return c.Type == model.ConditionEIPClaimed }),
+				model.ClaimCondition("policy-gw", eip, when, s.Generation))
+			return ctrl.Status().Patch(ctx, s, client.StrategicMergeFrom(orig))
+		}
+		// Another writer's condition stays beside the stamp, untouched.
+		must(t, k8s.Status().Patch(ctx, cur(t), client.RawPatch(types.StrategicMergePatchType,
+			[]byte(`{"status":{"conditions":[{"type":"example.com/Other","status":"True","reason":"Theirs","message":"m","lastTransitionTime":"2024-01-01T00:00:00Z"}]}}`))))
+		admitted(t, "the controller stamps a claim", stamp(t, "policy-eip", time.Now()))
+		if since, ok := model.ClaimedSince(cur(t)); !ok || since.IsZero() {
+			t.Errorf("no current claim stamp after the controller's patch: %+v", cur(t).Status.Conditions)
+		}
+		admitted(t, "the controller stamps a claim again", stamp(t, "policy-eip", time.Now().Add(time.Second)))
+		s := cur(t)
+		orig := s.DeepCopy()
+		meta.RemoveStatusCondition(&s.Status.Conditions, model.ConditionEIPClaimed)
+		admitted(t, "the controller removes the claim stamp", ctrl.Status().Patch(ctx, s, client.StrategicMergeFrom(orig)))
+		if s := cur(t); model.HasClaimStamp(s) || meta.FindStatusCondition(s.Status.Conditions, "example.com/Other") == nil {
+			t.Errorf("conditions after the stamp's removal: %+v, want only the other writer's", s.Status.Conditions)
+		}
+		denied(t, "the controller removes another writer's condition", ctrl.Status().Patch(ctx, cur(t),
+			client.RawPatch(types.StrategicMergePatchType, []byte(`{"status":{"conditions":[{"type":"example.com/Other","$patch":"delete"}]}}`)), client.DryRunAll), onlyLoadBalancer)
+		denied(t, "the controller writes a stamp that is not True", ctrl.Status().Patch(ctx, cur(t), client.RawPatch(types.StrategicMergePatchType,
+			[]byte(`{"status":{"conditions":[{"type":"`+model.ConditionEIPClaimed+`","status":"False","reason":"ClaimSeen","message":"m","lastTransitionTime":"2024-01-01T00:00:00Z"}]}}`)), client.DryRunAll), onlyStamps)
+		denied(t, "the controller writes a stamp of another reason", ctrl.Status().Patch(ctx, cur(t), client.RawPatch(types.StrategicMergePatchType,
+			[]byte(`{"status":{"conditions":[{"type":"`+model.ConditionEIPClaimed+`","status":"True","reason":"Other","message":"m","lastTransitionTime":"2024-01-01T00:00:00Z"}]}}`)), client.DryRunAll), onlyStamps)
+		// A Service without an EIP annotation claims nothing to stamp.
+		plain := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "no-eip", Namespace: ns, Annotations: map[string]string{model.AnnotationGateway: "policy-gw"}},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
+		must(t, k8s.Create(ctx, plain))
+		t.Cleanup(func() { _ = k8s.Delete(context.Background(), plain) })
+		denied(t, "the controller stamps a Service that names no EIP", ctrl.Status().Patch(ctx, plain, client.RawPatch(types.StrategicMergePatchType,
+			[]byte(`{"status":{"conditions":[{"type":"`+model.ConditionEIPClaimed+`","status":"True","reason":"ClaimSeen","message":"m","lastTransitionTime":"2024-01-01T00:00:00Z"}]}}`)), client.DryRunAll), onlyStamps)
 	})
 
 	t.Run("everything else on a Service denied", func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -154,4 +155,69 @@ func TestHostileTenantCannotShadowKubeOVNsDNAT(t *testing.T) {
 	if f.data.serves(f.pods[0], "172.18.31.10:80:tcp") {
 		t.Fatal("the gateway serves a port of kube-ovn's floating IP")
 	}
+}
+
+// covers: I2, N3, T3
+// Hostile tenant, against the real API server without the webhook: a tenant's Service, created
+// before anyone else's, leaves the queue for a port by clearing its EIP annotation, then re-sets
+// it once another tenant waits for the port. When the holder goes, the one that waited takes
+// over, not the oldest Service: the controller stamps each claim when it first sees it (status
+// condition vpcgw.io/EIPClaimed) and removes the stamp when the claim goes. Before, ties went by
+// creation time, so re-setting an annotation jumped the queue.
+func TestHostileTenantCannotJumpTheQueueByReclaiming(t *testing.T) {
+	f := newFixture(t, "gw-hostile-queue", 1)
+	f.eip("eip-queue", "172.18.32.10", true)
+	ctx := context.Background()
+	// The squatter's namespace sorts first, so that it wins a tie of creation times too.
+	squat := f.tenant("a-squat-" + f.gw)
+	squat.service("old", "eip-queue", 80, "10.0.1.61")
+	f.service("holder", "eip-queue", 80, "10.0.1.62")
+	f.eventually("the oldest Service served", func() bool { return ingressIs(squat.get("old"), "172.18.32.10") })
+	f.eventually("the holder waits, stamped", func() bool {
+		_, ok := model.ClaimedSince(f.get("holder"))
+		return ok && f.hasEvent("holder", model.ReasonConflict, "is held by a Service of another namespace")
+	})
+	// The squatter lets go of the port: the holder takes it.
+	setEIP := func(svc *corev1.Service, eip string) {
+		t.Helper()
+		patch := client.MergeFrom(svc.DeepCopy())
+		svc.Annotations[model.AnnotationEIP] = eip
+		must(t, k8s.Patch(ctx, svc, patch))
+	}
+	setEIP(squat.get("old"), "")
+	f.eventually("the holder serves, the squatter's stamp gone", func() bool {
+		return ingressIs(f.get("holder"), "172.18.32.10") && !model.HasClaimStamp(squat.get("old"))
+	})
+	// Another Service waits for the port.
+	f.service("waiting", "eip-queue", 80, "10.0.1.63")
+	var waitingSince time.Time
+	f.eventually("the waiting claim stamped", func() bool {
+		since, ok := model.ClaimedSince(f.get("waiting"))
+		waitingSince = since
+		return ok && f.hasEvent("waiting", model.ReasonConflict, f.ns+"/holder")
+	})
+	// Stamps are dated to the second: the squatter re-claims in a later second than the waiting
+	// Service's stamp, as any re-claim after it would be.
+	f.eventually("the clock past the waiting claim's second", func() bool { return time.Now().Truncate(time.Second).After(waitingSince) })
+	setEIP(squat.get("old"), f.eipName("eip-queue"))
+	f.eventually("the squatter's new claim stamped", func() bool {
+		since, ok := model.ClaimedSince(squat.get("old"))
+		return ok && since.After(waitingSince)
+	})
+	must(t, k8s.Delete(ctx, f.get("holder")))
+	f.eventually("the first claimant takes over", func() bool {
+		return ingressIs(f.get("waiting"), "172.18.32.10") && allReady(f.records("waiting"), "172.18.32.10")
+	})
+	st, _ := f.agents.state(f.pods[0])
+	for _, id := range st.Identities {
+		if id.Key().String() == "172.18.32.10:80:tcp" && (len(id.Backends) != 1 || id.Backends[0].IP.String() != "10.0.1.63") {
+			t.Fatalf("the EIP port forwards to %v, want only the waiting Service's 10.0.1.63", id.Backends)
+		}
+	}
+	if old := squat.get("old"); !ingressIs(old, "") {
+		t.Fatalf("the re-claiming squatter jumped the queue: ingress %v", old.Status.LoadBalancer.Ingress)
+	}
+	squat.eventually("the squatter told it waits", func() bool {
+		return squat.hasEvent("old", model.ReasonConflict, "is held by a Service of another namespace")
+	})
 }

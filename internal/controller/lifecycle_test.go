@@ -306,6 +306,22 @@ func (f *fixture) makeGateway(gw string, instances int) {
 	}
 }
 
+// tenant is another tenant of f's gateway: namespace ns, bound to the gateway's Vpc as f's own,
+// with f's controller, agents and gateway. Its helpers (service, get, hasEvent) work in ns.
+func (f *fixture) tenant(ns string) *fixture {
+	f.t.Helper()
+	ctx := context.Background()
+	must(f.t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	var vpc kubeovnv1.Vpc
+	must(f.t, k8s.Get(ctx, client.ObjectKey{Name: f.gw + "-vpc"}, &vpc))
+	patch := client.MergeFrom(vpc.DeepCopy())
+	vpc.Spec.Namespaces = append(vpc.Spec.Namespaces, ns)
+	must(f.t, k8s.Patch(ctx, &vpc, patch))
+	g := *f
+	g.ns, g.stop, g.done = ns, nil, nil
+	return &g
+}
+
 // sibling is a second gateway served by f's controller and agents (in memory), with its own
 // namespace, Vpc, Subnet and instances.
 func (f *fixture) sibling(gw string, instances int) *fixture {

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -108,6 +109,9 @@ func (r *GatewayReconciler) sync(ctx context.Context, key string) (_ reconcile.R
 	written := &writtenRecords{byName: map[string]*kubeovnv1.IptablesDnatRule{}}
 	for _, sp := range mine {
 		r.emit(sp)
+		if sp.Claim != model.ClaimKept {
+			note(sp, r.writeClaim(ctx, sp))
+		}
 		if sp.AddFinalizer {
 			if err := r.patchFinalizer(ctx, sp, true); err != nil {
 				note(sp, err)
@@ -304,6 +308,35 @@ func (r *GatewayReconciler) patchFinalizer(ctx context.Context, sp *model.Servic
 		return fmt.Errorf("service %s: finalizer: %w", sp.Key, err)
 	}
 	r.Log.Info("finalizer "+map[bool]string{true: "added", false: "released"}[add], "service", sp.Key)
+	return nil
+}
+
+// writeClaim stamps or removes the Service's claim condition (SPEC I2, model/claim.go): a
+// strategic merge patch of services/status that touches that condition only, keyed by its type.
+func (r *GatewayReconciler) writeClaim(ctx context.Context, sp *model.ServicePlan) error {
+	var svc corev1.Service
+	if err := r.Client.Get(ctx, sp.Key, &svc); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if svc.UID != sp.UID {
+		return nil
+	}
+	orig := svc.DeepCopy()
+	if sp.Claim == model.ClaimStamp {
+		// Set, not meta.SetStatusCondition: a claim of another EIP is a new claim, dated now
+		// even though the condition's status stays True.
+		c := model.ClaimCondition(sp.Gateway, sp.ClaimedEIP, time.Now(), svc.Generation)
+		svc.Status.Conditions = append(slices.DeleteFunc(svc.Status.Conditions, func(x metav1.Condition) bool { return x.Type == c.Type }), c)
+	} else if !meta.RemoveStatusCondition(&svc.Status.Conditions, model.ConditionEIPClaimed) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, &svc, client.StrategicMergeFrom(orig)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("service %s: claim stamp: %w", sp.Key, err)
+	}
+	r.Log.V(1).Info("claim stamp "+map[bool]string{true: "written", false: "removed"}[sp.Claim == model.ClaimStamp], "service", sp.Key)
 	return nil
 }
 

@@ -185,7 +185,7 @@ func readSecondWriter(ctx context.Context, c client.Client, f Flags) (model.Seco
 	return model.KubeOVNServesServices(d, natConfig), nil
 }
 
-// Remains lists what vpcgw wrote that is still there: the finalizer on Services, ingress on
+// Remains lists what vpcgw wrote that is still there: the finalizer and the claim stamp on Services, ingress on
 // Services that name a gateway (of vpcgw's class or none, SPEC K9), records of both forms, VIP
 // policies (when nb is set) and gateways the release has not yet programmed (synced says which
 // it has). Empty: nothing is left.
@@ -200,6 +200,9 @@ func Remains(ctx context.Context, c client.Client, nb *ovn.Writer, synced func(g
 		key := s.Namespace + "/" + s.Name
 		if slices.Contains(s.Finalizers, model.Finalizer) {
 			left = append(left, "Service "+key+": finalizer "+model.Finalizer)
+		}
+		if model.HasClaimStamp(s) {
+			left = append(left, "Service "+key+": condition "+model.ConditionEIPClaimed)
 		}
 		cls := s.Spec.LoadBalancerClass
 		if s.Annotations[model.AnnotationGateway] != "" && len(s.Status.LoadBalancer.Ingress) > 0 && (cls == nil || *cls == model.LoadBalancerClass) {

@@ -9,11 +9,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/vpcgw/vpcgw/internal/controller"
+	"github.com/vpcgw/vpcgw/internal/model"
 )
 
 // vpcgw release, against the API server with agents in memory: beside kube-ovn's own Service
 // controller it releases nothing and says so (K10); otherwise it programs every instance with the
-// release state, and clears ingress, records and finalizer, and Remains finds nothing. It releases
+// release state, and clears ingress, claim stamp, records and finalizer, and Remains finds nothing. It releases
 // the whole cluster: Services earlier tests of this package left served are released too.
 // covers: O4, K10, T1, T2
 func TestRelease(t *testing.T) {
@@ -22,7 +23,9 @@ func TestRelease(t *testing.T) {
 	ctx := context.Background()
 	f.eip("eip-rel", "172.18.9.30", true)
 	f.service("web", "eip-rel", 80, "10.0.1.31")
-	f.eventually("served", func() bool { return ingressIs(f.get("web"), "172.18.9.30") && len(f.records("web")) > 0 })
+	f.eventually("served", func() bool {
+		return ingressIs(f.get("web"), "172.18.9.30") && len(f.records("web")) > 0 && model.HasClaimStamp(f.get("web"))
+	})
 	f.stopController() // as the chart's hook runs after the controller stood by
 	log := zap.New(zap.WriteTo(testWriter{t}), zap.UseDevMode(true))
 	opts := controller.Options{Flags: controller.Flags{EnableGwNftableLbSvc: true, EnableGwNftableSvcClusterIP: true, KubeOVNControllerDeployment: deployment},
@@ -43,8 +46,8 @@ func TestRelease(t *testing.T) {
 	if err != nil || !res.Released {
 		t.Fatalf("release = %+v, %v", res, err)
 	}
-	if s := f.get("web"); hasFinalizer(s) || !ingressIs(s, "") || len(f.records("web")) != 0 {
-		t.Errorf("after release: finalizers %v, ingress %v, %d records", s.Finalizers, s.Status.LoadBalancer.Ingress, len(f.records("web")))
+	if s := f.get("web"); hasFinalizer(s) || !ingressIs(s, "") || len(f.records("web")) != 0 || model.HasClaimStamp(s) {
+		t.Errorf("after release: finalizers %v, ingress %v, %d records, conditions %v", s.Finalizers, s.Status.LoadBalancer.Ingress, len(f.records("web")), s.Status.Conditions)
 	}
 	st, ok := f.agents.state(f.pods[0])
 	if !ok || !st.Release || len(st.Identities) != 0 {

@@ -5,6 +5,7 @@ package model
 import (
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strings"
 	"time"
 
@@ -229,6 +230,7 @@ func applyPlan(s Snapshot, p Plan) Snapshot {
 			if sp.IngressWrite {
 				svc.Status.LoadBalancer.Ingress = sp.Ingress
 			}
+			applyClaim(svc, &sp)
 		}
 		for _, r := range sp.CreateRecords {
 			recs[r.Name] = *r
@@ -293,6 +295,28 @@ func writes(p Plan) []string {
 		if sp.IngressWrite {
 			out = append(out, fmt.Sprintf("%s: ingress %v", sp.Key, sp.Ingress))
 		}
+		switch sp.Claim {
+		case ClaimStamp:
+			out = append(out, sp.Key.String()+": stamp claim of "+sp.ClaimedEIP)
+		case ClaimClear:
+			out = append(out, sp.Key.String()+": clear claim stamp")
+		}
 	}
 	return out
+}
+
+// stampClock dates the claim stamps applyPlan writes: a second apart, later than every
+// creation time the tests use, as the controller's clock is later than the Services it sees.
+var stampClock = t0.Add(time.Hour)
+
+// applyClaim writes the plan's claim stamp on svc as the controller does (writeClaim).
+func applyClaim(svc *corev1.Service, sp *ServicePlan) {
+	switch sp.Claim {
+	case ClaimStamp:
+		stampClock = stampClock.Add(time.Second)
+		conds := slices.DeleteFunc(slices.Clone(svc.Status.Conditions), func(c metav1.Condition) bool { return c.Type == ConditionEIPClaimed })
+		svc.Status.Conditions = append(conds, ClaimCondition(sp.Gateway, sp.ClaimedEIP, stampClock, svc.Generation))
+	case ClaimClear:
+		svc.Status.Conditions = slices.DeleteFunc(slices.Clone(svc.Status.Conditions), func(c metav1.Condition) bool { return c.Type == ConditionEIPClaimed })
+	}
 }

@@ -121,20 +121,20 @@ func Compute(s Snapshot, gates Gates) Plan {
 
 // budgetOrder is the order Services take identities from their gateway's bound (SPEC N4): those
 // whose records say they are programmed first, so that a served Service is never pushed out by a
-// newcomer, then the oldest, then by name.
+// newcomer, then in claim order (CompareClaims: the first claim, then the oldest, then by name).
 func (ix *Index) budgetOrder(svcs []corev1.Service) []int {
 	type entry struct {
 		i          int
 		programmed bool
+		rank       claimRank
 	}
 	order := make([]entry, len(svcs))
 	for i := range svcs {
-		order[i] = entry{i: i, programmed: len(ix.recordedIdentities(svcs[i].UID)) > 0}
+		order[i] = entry{i: i, programmed: len(ix.recordedIdentities(svcs[i].UID)) > 0, rank: rankOf(&svcs[i])}
 	}
 	slices.SortFunc(order, func(a, b entry) int {
 		sa, sb := &svcs[a.i], &svcs[b.i]
-		return cmp.Or(compareBool(b.programmed, a.programmed),
-			sa.CreationTimestamp.Time.Compare(sb.CreationTimestamp.Time),
+		return cmp.Or(compareBool(b.programmed, a.programmed), compareRanks(a.rank, b.rank),
 			strings.Compare(sa.Namespace, sb.Namespace), strings.Compare(sa.Name, sb.Name))
 	})
 	out := make([]int, len(order))

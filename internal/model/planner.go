@@ -286,12 +286,15 @@ func (p *Planner) load(replanned map[types.NamespacedName]bool) Load {
 }
 
 // ServiceGatewayKeys are the planner keys a Service belongs to: its gateway, or UnboundGateway
-// when it holds the finalizer without naming one.
+// when it holds the finalizer or a claim stamp without naming one (both are released there).
 func ServiceGatewayKeys(o metav1.Object) []string {
 	if gw := o.GetAnnotations()[AnnotationGateway]; gw != "" {
 		return []string{gw}
 	}
 	if slices.Contains(o.GetFinalizers(), Finalizer) {
+		return []string{UnboundGateway}
+	}
+	if svc, ok := o.(*corev1.Service); ok && HasClaimStamp(svc) {
 		return []string{UnboundGateway}
 	}
 	return nil

@@ -224,6 +224,14 @@ func (ix *Index) planWrites(svc *corev1.Service, b binding, sp *ServicePlan) {
 	}
 	slices.Sort(sp.DeleteServiceRecords)
 
+	// The stamp is current when it names the annotated gateway and EIP (ClaimedSince).
+	switch _, current := ClaimedSince(svc); {
+	case b.eipClaim && !current:
+		sp.Claim, sp.ClaimedEIP = ClaimStamp, b.eipName
+	case !b.eipClaim && HasClaimStamp(svc):
+		sp.Claim = ClaimClear
+	}
+
 	hasFinalizer := slices.Contains(svc.Finalizers, Finalizer)
 	served := sp.Served()
 	sp.AddFinalizer = served && !hasFinalizer

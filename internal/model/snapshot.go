@@ -178,7 +178,7 @@ type claimant struct {
 	// programmed: the Service's records say the gateway serves this identity for it. A programmed
 	// identity stays with its holder whatever another Service's age (SPEC N3).
 	programmed bool
-	created    int64 // unix nanoseconds of the creation timestamp
+	rank       claimRank // otherwise the first claim wins (claim.go)
 }
 
 // NewIndex prepares a snapshot for planning with the given gates.
@@ -271,7 +271,7 @@ func compareClaimants(a, b claimant) int {
 	case b.programmed && !a.programmed:
 		programmedFirst = 1
 	}
-	return cmp.Or(programmedFirst, cmp.Compare(a.created, b.created), cmp.Compare(a.key.Namespace, b.key.Namespace), cmp.Compare(a.key.Name, b.key.Name))
+	return cmp.Or(programmedFirst, compareRanks(a.rank, b.rank), cmp.Compare(a.key.Namespace, b.key.Namespace), cmp.Compare(a.key.Name, b.key.Name))
 }
 
 // recordedIdentities are the identities the existing records of a Service say are programmed for
@@ -326,7 +326,7 @@ func protocolOfRecord(p string) (gwstate.Protocol, bool) {
 // addClaims registers the identities svc would serve if nobody else held them.
 func (ix *Index) addClaims(svc *corev1.Service) {
 	b := ix.bind(svc)
-	c := claimant{key: types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}, created: svc.CreationTimestamp.UnixNano()}
+	c := claimant{key: types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}, rank: rankOf(svc)}
 	recorded := ix.recordedIdentities(svc.UID)
 	seen := map[gwstate.IdentityKey]bool{}
 	for _, vip := range []netip.Addr{b.eipAddr, b.clusterIP} {
@@ -350,7 +350,7 @@ func (ix *Index) addClaims(svc *corev1.Service) {
 }
 
 // holder is the Service that holds an identity (SPEC I2, N3): the one whose records say it is
-// programmed for it, else the first created, then by name.
+// programmed for it, else the first to claim it (claim.go), then by name.
 func (ix *Index) holder(vip netip.Addr, p corev1.ServicePort, self types.NamespacedName) types.NamespacedName {
 	proto, _ := ServedProtocol(p.Protocol) // only served ports are asked for
 	if cs := ix.claims[gwstate.IdentityKey{VIP: vip, Port: p.Port, Protocol: proto}]; len(cs) > 0 {

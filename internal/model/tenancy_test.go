@@ -446,3 +446,74 @@ func TestLegacySourceRangesAnnotationIsNeverSilentlyIgnored(t *testing.T) {
 		t.Fatalf("IPv6-only legacy ranges: EIP served %v (%s)", sp.EIPServed, sp.EIPReason)
 	}
 }
+
+// covers: I2, N3
+// Between claimants of a free identity the first to claim it wins, not the oldest Service: a
+// Service created long ago that sets its annotations late, or clears and re-sets them, queues
+// behind the Services already waiting. The claim is stamped when the controller first sees it
+// and removed when the claim goes; a stamp of another EIP is no stamp of this claim.
+func TestFirstClaimWinsNotTheOldestService(t *testing.T) {
+	holder := service("holder", t0.Add(2))
+	// The squatter is the oldest Service, and claims first.
+	squatter := service("squatter", t0, func(s *corev1.Service) { s.Namespace = "tenant-b" })
+	snap := converge(t, baseSnapshot(holder, squatter), srGates)
+	get := func(name string) *corev1.Service {
+		for i := range snap.Services {
+			if snap.Services[i].Name == name {
+				return &snap.Services[i]
+			}
+		}
+		t.Fatalf("no Service %s", name)
+		return nil
+	}
+	if _, ok := ClaimedSince(get("squatter")); !ok {
+		t.Fatalf("the squatter's claim is not stamped: %+v", get("squatter").Status.Conditions)
+	}
+	// It clears its annotations: its claim, and the stamp, go.
+	delete(get("squatter").Annotations, AnnotationEIP)
+	if sp := servicePlan(Compute(snap, srGates), "squatter"); sp.Claim != ClaimClear {
+		t.Fatalf("the squatter cleared its EIP annotation: claim write %v, want ClaimClear", sp.Claim)
+	}
+	snap = converge(t, snap, srGates)
+	if HasClaimStamp(get("squatter")) {
+		t.Fatalf("the stamp stayed on a Service that claims nothing: %+v", get("squatter").Status.Conditions)
+	}
+	// Another tenant claims the port and waits behind the holder.
+	snap.Services = append(snap.Services, service("waiting", t0.Add(5), func(s *corev1.Service) { s.Namespace = "tenant-b" }))
+	snap = converge(t, snap, srGates)
+	// The squatter re-sets its annotation: a new claim, stamped after the waiting one's.
+	get("squatter").Annotations[AnnotationEIP] = "eip1"
+	snap = converge(t, snap, srGates)
+	w, _ := ClaimedSince(get("waiting"))
+	s, _ := ClaimedSince(get("squatter"))
+	if !w.Before(s) {
+		t.Fatalf("stamps: waiting %v, squatter %v: want the waiting claim first", w, s)
+	}
+	// The holder goes: the first claim takes over, not the oldest Service.
+	snap.Services = slices.DeleteFunc(snap.Services, func(s corev1.Service) bool { return s.Name == "holder" })
+	p := Compute(snap, srGates)
+	if sp := servicePlan(p, "waiting"); !sp.EIPServed {
+		t.Fatalf("the first claimant does not take over: %s", sp.EIPReason)
+	}
+	if sp := servicePlan(p, "squatter"); sp.EIPServed || !strings.Contains(sp.EIPReason, "is held by Service tenant-b/waiting") {
+		t.Fatalf("the squatter: served %v (%s), want it to wait behind tenant-b/waiting", sp.EIPServed, sp.EIPReason)
+	}
+
+	// A claim the controller has not stamped yet ranks after every stamped one, however old the
+	// Service; a stamp naming another EIP is not a stamp of this claim.
+	older := service("older", t0.Add(-time.Hour), func(s *corev1.Service) {
+		s.Status.Conditions = []metav1.Condition{ClaimCondition("gw1", "eip-elsewhere", t0.Add(-time.Hour), 1)}
+	})
+	if _, ok := ClaimedSince(&older); ok {
+		t.Fatal("a stamp of another EIP counts for this claim")
+	}
+	stamped := service("stamped", t0.Add(time.Hour), func(s *corev1.Service) {
+		s.Status.Conditions = []metav1.Condition{ClaimCondition("gw1", "eip1", t0.Add(2*time.Hour), 1)}
+	})
+	if CompareClaims(&stamped, &older) >= 0 {
+		t.Fatal("an unstamped claim of an older Service ranks before a stamped one")
+	}
+	if sp := servicePlan(Compute(baseSnapshot(older, stamped), srGates), "older"); sp.EIPServed || sp.Claim != ClaimStamp {
+		t.Fatalf("the unstamped claimant: served %v, claim write %v; want it waiting, and stamped", sp.EIPServed, sp.Claim)
+	}
+}

@@ -219,7 +219,7 @@ type Holders struct {
 //     UID, not being deleted, with the same gateway and EIP annotations, whose namespace the
 //     gateway and the EIP admit (SPEC N1: model.Admitted, model.EIPAdmitted). A port (TCP or
 //     UDP) of svc that one of them also has is rejected, naming the holder the controller would
-//     pick (I2: oldest, then namespace/name).
+//     pick (I2: model.CompareClaims, the first claim, then the oldest, then namespace/name).
 //
 // Only a LoadBalancer Service claims EIP identities; for other types only the EIP's gateway is
 // checked. The cost is linear in the ports of svc and of the holders.
@@ -249,9 +249,7 @@ func ValidateServiceClaims(svc *corev1.Service, eip *kubeovnv1.IptablesEIP, othe
 		}
 		holders = append(holders, o)
 	}
-	slices.SortFunc(holders, func(x, y *corev1.Service) int {
-		return cmp.Or(x.CreationTimestamp.Compare(y.CreationTimestamp.Time), cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name))
-	})
+	slices.SortFunc(holders, model.CompareClaims)
 	// The first (best) holder of each port.
 	held := map[portKey]*corev1.Service{}
 	for _, h := range holders {

@@ -240,6 +240,11 @@ func TestValidateServiceClaims(t *testing.T) {
 		{"holder named by I2 order", me, nil, []corev1.Service{
 			*svc("zz", lb, bound, created(20)), *svc("old", lb, bound, created(10)), *svc("aa", lb, bound, created(10))},
 			[]string{"IptablesEIP eip1 port 80/TCP is already held by Service ns/aa: one (EIP, port, protocol) is served by one Service only; use another port or another EIP"}},
+		{"holder named by first claim (I2), before an older Service", me, nil, []corev1.Service{
+			*svc("old", lb, bound, created(10)), *svc("claimed", lb, bound, created(30), func(s *corev1.Service) {
+				s.Status.Conditions = []metav1.Condition{model.ClaimCondition("gw1", "eip1", time.Unix(40, 0), 1)}
+			})},
+			[]string{"IptablesEIP eip1 port 80/TCP is already held by Service ns/claimed: one (EIP, port, protocol) is served by one Service only; use another port or another EIP"}},
 		{"only the shared ports", svc("me", lb, bound, ports(port(80, "TCP"), port(81, "TCP"), port(53, "UDP"))), nil,
 			[]corev1.Service{*svc("old", lb, bound, ports(port(53, "UDP"), port(81, "TCP")))},
 			[]string{held(81), "IptablesEIP eip1 port 53/UDP is already held by Service ns/old: one (EIP, port, protocol) is served by one Service only; use another port or another EIP"}},

@@ -67,7 +67,7 @@ func TestUninstallLeavesNothing(t *testing.T) {
 			return false, err
 		}
 		svc := service(t, c, cluster.DemoNamespace, cluster.DemoService)
-		return len(pols) > 0 && len(srs.Items) > 0 && len(svc.Status.LoadBalancer.Ingress) > 0 &&
+		return len(pols) > 0 && len(srs.Items) > 0 && len(svc.Status.LoadBalancer.Ingress) > 0 && model.HasClaimStamp(svc) &&
 			strings.Contains(inGateway(t, c, "ip", "-4", "addr", "show", "dev", "lo"), dataplane.VIPLabel), nil
 	})
 	if nft := inGateway(t, c, "nft", "list", "table", "ip", dataplane.TableName); !strings.Contains(nft, dataplane.OwnedSet) {
@@ -107,8 +107,8 @@ func TestUninstallLeavesNothing(t *testing.T) {
 	})
 	// No ingress, no finalizer, no record.
 	svc := service(t, c, cluster.DemoNamespace, cluster.DemoService)
-	if len(svc.Status.LoadBalancer.Ingress) > 0 || hasFinalizer(svc.Finalizers) {
-		t.Errorf("after release the Service has ingress %v, finalizers %v", svc.Status.LoadBalancer.Ingress, svc.Finalizers)
+	if len(svc.Status.LoadBalancer.Ingress) > 0 || hasFinalizer(svc.Finalizers) || model.HasClaimStamp(svc) {
+		t.Errorf("after release the Service has ingress %v, finalizers %v, conditions %v", svc.Status.LoadBalancer.Ingress, svc.Finalizers, svc.Status.Conditions)
 	}
 	var srs vpcgwv1alpha1.ServiceRecordList
 	if err := c.Client.List(ctx, &srs); err != nil || len(srs.Items) > 0 {
