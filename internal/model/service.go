@@ -174,9 +174,8 @@ func (ix *Index) bind(svc *corev1.Service) (b binding) {
 	// One answer whether the gateway is missing or does not admit the namespace: a namespace
 	// learns nothing of a gateway it may not use, not even that it exists (SPEC N8).
 	if b.gw == nil || b.gw.DeletionTimestamp != nil || !ix.admitted(svc.Namespace, b.gw) {
-		b.blocked = warning(ReasonNotAdmitted, "namespace %s may not use VpcNatGateway %s: it does not exist, or neither its Vpc's spec.namespaces "+
-			"nor its %s annotation names the namespace; nothing is served until it exists and admits the namespace (a cluster administrator admits namespaces)",
-			svc.Namespace, b.gateway, AnnotationAllowedNamespaces)
+		b.blocked = warning(ReasonNotAdmitted, "%s; nothing is served until it exists and admits the namespace (a cluster administrator admits namespaces)",
+			NotAdmittedText(svc.Namespace, b.gateway))
 		b.gw = nil
 		return b
 	}
@@ -221,6 +220,13 @@ func (ix *Index) bind(svc *corev1.Service) (b binding) {
 		}
 	}
 	return b
+}
+
+// NotAdmittedText is the one answer, in events and in the webhook's rejections, for a gateway a
+// namespace may not use, whether it exists or not (SPEC N1, N8).
+func NotAdmittedText(namespace, gateway string) string {
+	return fmt.Sprintf("namespace %s may not use VpcNatGateway %s: it does not exist, or neither its Vpc's spec.namespaces nor its %s annotation names the namespace",
+		namespace, gateway, AnnotationAllowedNamespaces)
 }
 
 // admitted applies SPEC N1: a Service may use gateway gw when its namespace is listed in the

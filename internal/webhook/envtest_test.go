@@ -265,9 +265,7 @@ func TestTenancyAdmission(t *testing.T) {
 	admitted(t, e.admin.Create(ctx, gw), "gateway")
 	e.seen(t, gw, false)
 	ann := map[string]string{model.AnnotationGateway: gw.Name}
-	denied(t, e.alice.Create(ctx, service(tenantB, "web", corev1.ServiceTypeClusterIP, ann)), hookService,
-		fmt.Sprintf("namespace %s is not admitted to VpcNatGateway %s: the gateway's Vpc does not list it in spec.namespaces and the gateway's %s annotation does not name it; "+
-			"a cluster administrator admits namespaces to a VPC", tenantB, gw.Name, model.AnnotationAllowedNamespaces))
+	denied(t, e.alice.Create(ctx, service(tenantB, "web", corev1.ServiceTypeClusterIP, ann)), hookService, notAdmitted(tenantB, gw.Name))
 	admitted(t, e.alice.Create(ctx, service(tenantA, "web", corev1.ServiceTypeClusterIP, ann)), "a Service of the Vpc's namespace")
 	// A Service that got the annotation while the webhook was bypassed does not bind the gateway.
 	squat := service(tenantB, "squat", corev1.ServiceTypeClusterIP, ann)
@@ -283,6 +281,65 @@ func TestTenancyAdmission(t *testing.T) {
 	admitted(t, e.admin.Delete(ctx, tenantAWeb), "the admitted Service")
 	e.seen(t, tenantAWeb, true)
 	admitted(t, e.admin.Delete(ctx, gw), "a gateway only a Service that is not admitted names")
+}
+
+// notAdmitted is the webhook's one answer for a gateway a namespace may not use.
+func notAdmitted(ns, gw string) string {
+	return fmt.Sprintf("namespace %s may not use VpcNatGateway %s: it does not exist, or neither its Vpc's spec.namespaces nor its %s annotation names the namespace; "+
+		"a cluster administrator admits namespaces to a VPC, and the Service can be created once the gateway exists and admits it", ns, gw, model.AnnotationAllowedNamespaces)
+}
+
+// covers: N1, N8, W3, S4
+// Hostile tenant, on the real API server: the webhook is no oracle of gateways or EIPs a namespace
+// may not use. A gateway that does not exist and one whose Vpc does not bind the namespace get one
+// answer; behind an admitted gateway, an EIP of a gateway that does not admit the namespace, or
+// one whose allow-list does not name it, is admitted as a missing EIP is (the controller then
+// answers it as missing), even when another namespace holds the port on it. Only an EIP the
+// namespace may use elsewhere is named as another gateway's (W3). Before, a missing gateway was
+// admitted and an existing one refused, and an EIP of a foreign gateway was named as such.
+func TestHostileTenantLearnsNothingOfGatewaysAndEIPsItMayNotUse(t *testing.T) {
+	e := cluster(t)
+	ctx := context.Background()
+	tenant, other := e.namespace(t), e.namespace(t)
+	lb := corev1.ServiceTypeLoadBalancer
+	vpcOf := func(namespaces ...string) string {
+		v := &kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: unique("vpc")}, Spec: kubeovnv1.VpcSpec{Namespaces: namespaces}}
+		admitted(t, e.admin.Create(ctx, v), "Vpc")
+		e.seen(t, v, false)
+		return v.Name
+	}
+	gatewayIn := func(vpc string) string {
+		g := &kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: unique("gw")}, Spec: kubeovnv1.VpcNatGatewaySpec{Vpc: vpc, Subnet: "subnet1"}}
+		admitted(t, e.admin.Create(ctx, g), "gateway")
+		e.seen(t, g, false)
+		return g.Name
+	}
+	mine, shared := vpcOf(tenant), vpcOf(tenant, other)
+	foreign := gatewayIn(vpcOf(other))
+	own, elsewhere := gatewayIn(mine), gatewayIn(shared)
+
+	// Gateways: one answer for missing and foreign.
+	missing := unique("gw")
+	denied(t, e.alice.Create(ctx, service(tenant, "a", corev1.ServiceTypeClusterIP, map[string]string{model.AnnotationGateway: foreign})), hookService, notAdmitted(tenant, foreign))
+	denied(t, e.alice.Create(ctx, service(tenant, "a", corev1.ServiceTypeClusterIP, map[string]string{model.AnnotationGateway: missing})), hookService, notAdmitted(tenant, missing))
+
+	// EIPs behind the tenant's own gateway: a foreign gateway's EIP, on whose port another
+	// namespace's Service is served, and an EIP of its own gateway closed to it.
+	foreignEIP := e.eip(t, foreign, "172.18.0.40")
+	e.seen(t, foreignEIP, false)
+	admitted(t, e.alice.Create(ctx, service(other, "holder", lb, bound(foreign, foreignEIP.Name))), "the other namespace's Service")
+	closed := e.eip(t, own, "172.18.0.41")
+	closed.Annotations = map[string]string{model.AnnotationAllowedNamespaces: other}
+	admitted(t, e.admin.Update(ctx, closed), "the EIP's allow-list")
+	e.seen(t, closed, false)
+	for _, name := range []string{foreignEIP.Name, closed.Name, unique("eip-missing")} {
+		admitted(t, e.alice.Create(ctx, service(tenant, unique("web"), lb, bound(own, name))), "a Service naming EIP "+name+" behind its own gateway")
+	}
+	// An EIP the tenant may use through its other gateway is named as that gateway's (W3).
+	usable := e.eip(t, elsewhere, "172.18.0.42")
+	e.seen(t, usable, false)
+	denied(t, e.alice.Create(ctx, service(tenant, "web", lb, bound(own, usable.Name))), hookService,
+		fmt.Sprintf("IptablesEIP %s is not an EIP of gateway %s: use an EIP whose spec.natGwDp is %s", usable.Name, own, own))
 }
 
 // eip creates an IptablesEIP of gw, Ready with ip when ip is not empty.

@@ -169,36 +169,39 @@ func (h *Handlers) Service(ctx context.Context, req admission.Request) admission
 	if problems := ValidateService(old, &svc, subnets...); len(problems) > 0 {
 		return verdict(problems)
 	}
+	// Admission before existence (SPEC N1, N8): a gateway or EIP the namespace may not use is
+	// answered as a missing one, and nothing that depends on it is checked.
+	gwName := svc.Annotations[model.AnnotationGateway]
 	var gw *kubeovnv1.VpcNatGateway
 	var vpc *kubeovnv1.Vpc
-	if gwName := svc.Annotations[model.AnnotationGateway]; gwName != "" {
-		var g kubeovnv1.VpcNatGateway
-		switch err := h.Reader.Get(ctx, client.ObjectKey{Name: gwName}, &g); {
-		case apierrors.IsNotFound(err):
-			// A gateway that does not exist yet is the controller's to report (an event).
-		case err != nil:
-			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading VpcNatGateway %s: %w", gwName, err))
-		default:
-			gw = &g
-			if vpc, err = h.vpc(ctx, gw.Spec.Vpc); err != nil {
-				return admission.Errored(http.StatusInternalServerError, err)
-			}
+	if gwName != "" {
+		var err error
+		if gw, vpc, err = h.usableGateway(ctx, svc.Namespace, gwName); err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
 		}
-		if gw != nil && (old == nil || old.Annotations[model.AnnotationGateway] != gwName) {
+		if old == nil || old.Annotations[model.AnnotationGateway] != gwName {
 			if problems := ValidateServiceAdmitted(&svc, gw, vpc); len(problems) > 0 {
 				return verdict(problems)
 			}
 		}
 	}
 	gateway, eipName, ok := NeedsClaimCheck(old, &svc)
-	if !ok || over {
+	if !ok || over || gw == nil {
+		// A binding kept to a gateway the namespace may no longer use: the controller serves
+		// nothing of it and says so; the user may still change or clear it.
 		return admission.Allowed("")
 	}
 	var eip *kubeovnv1.IptablesEIP
 	var e kubeovnv1.IptablesEIP
 	switch err := h.Reader.Get(ctx, client.ObjectKey{Name: eipName}, &e); {
 	case err == nil:
-		eip = &e
+		usable, err := h.mayUseEIP(ctx, svc.Namespace, &e)
+		if err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
+		}
+		if usable {
+			eip = &e
+		}
 	case apierrors.IsNotFound(err):
 	default:
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading IptablesEIP %s: %w", eipName, err))
@@ -208,7 +211,7 @@ func (h *Handlers) Service(ctx context.Context, req admission.Request) admission
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("listing Services of EIP %s: %w", eipName, err))
 	}
 	problems = ValidateServiceClaims(&svc, eip, Holders{Gateway: gw, Vpc: vpc, Services: others.Items})
-	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer && eip != nil {
 		nat, err := h.kubeOVNNat(ctx)
 		if err != nil {
 			return admission.Errored(http.StatusInternalServerError, err)
@@ -264,6 +267,38 @@ func (h *Handlers) Record(_ context.Context, req admission.Request) admission.Re
 }
 
 // vpc reads a Vpc from the cache (nil when it does not exist).
+// usableGateway reads gateway name and its Vpc: nil when the gateway does not exist, is being
+// deleted or does not admit namespace (SPEC N1), which are one answer (N8).
+func (h *Handlers) usableGateway(ctx context.Context, namespace, name string) (*kubeovnv1.VpcNatGateway, *kubeovnv1.Vpc, error) {
+	var gw kubeovnv1.VpcNatGateway
+	switch err := h.Reader.Get(ctx, client.ObjectKey{Name: name}, &gw); {
+	case apierrors.IsNotFound(err):
+		return nil, nil, nil
+	case err != nil:
+		return nil, nil, fmt.Errorf("reading VpcNatGateway %s: %w", name, err)
+	}
+	vpc, err := h.vpc(ctx, gw.Spec.Vpc)
+	if err != nil {
+		return nil, nil, err
+	}
+	if gw.DeletionTimestamp != nil || !model.Admitted(namespace, &gw, vpc) {
+		return nil, nil, nil
+	}
+	return &gw, vpc, nil
+}
+
+// mayUseEIP reports whether namespace may use eip at all: through its own gateway, admitted there
+// and by the EIP's allow-list (SPEC N1). An EIP it may not use is answered as a missing one, so
+// that no message tells that it exists (N8); one of another gateway the namespace may use is
+// named as such (W3).
+func (h *Handlers) mayUseEIP(ctx context.Context, namespace string, eip *kubeovnv1.IptablesEIP) (bool, error) {
+	if eip.Spec.NatGwDp == "" || !model.EIPAdmitted(namespace, eip) {
+		return false, nil
+	}
+	gw, _, err := h.usableGateway(ctx, namespace, eip.Spec.NatGwDp)
+	return gw != nil, err
+}
+
 func (h *Handlers) vpc(ctx context.Context, name string) (*kubeovnv1.Vpc, error) {
 	var vpc kubeovnv1.Vpc
 	switch err := h.Reader.Get(ctx, client.ObjectKey{Name: name}, &vpc); {

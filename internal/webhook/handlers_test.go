@@ -80,7 +80,12 @@ func expect(t *testing.T, resp admission.Response, allowed bool, fragment string
 func TestServiceHandler(t *testing.T) {
 	lb := corev1.ServiceTypeLoadBalancer
 	holder := svc("old", lb, a(gwAnn, "gw1", eipAnn, "eip1"), created(10))
-	h := newTestHandlers(t, holder, eipObj("eip1", "gw1"), eipObj("eip2", "gw2"), admittedGW.DeepCopy(), admittedVpc.DeepCopy())
+	// gw2 admits ns too (its Vpc is vpc1); gw3's Vpc binds no namespace.
+	gw2 := &kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: "gw2"}, Spec: kubeovnv1.VpcNatGatewaySpec{Vpc: "vpc1"}}
+	gw3 := &kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: "gw3"}, Spec: kubeovnv1.VpcNatGatewaySpec{Vpc: "vpc3"}}
+	closed := eipObj("eip-closed", "gw1")
+	closed.Annotations = map[string]string{model.AnnotationAllowedNamespaces: "tenant-b"}
+	h := newTestHandlers(t, holder, eipObj("eip1", "gw1"), eipObj("eip2", "gw2"), eipObj("eip3", "gw3"), closed, gw2, gw3, admittedGW.DeepCopy(), admittedVpc.DeepCopy())
 	ctx := context.Background()
 
 	expect(t, h.Service(ctx, request(t, admissionv1.Create, "alice", "new", nil, svc("new", lb, a(gwAnn, "gw1", eipAnn, "eip1")))),
@@ -88,6 +93,10 @@ func TestServiceHandler(t *testing.T) {
 	expect(t, h.Service(ctx, request(t, admissionv1.Create, "alice", "new", nil, svc("new", lb, a(gwAnn, "gw1", eipAnn, "eip2")))),
 		false, `IptablesEIP eip2 is not an EIP of gateway gw1`)
 	expect(t, h.Service(ctx, request(t, admissionv1.Create, "alice", "new", nil, svc("new", lb, a(gwAnn, "gw1", eipAnn, "missing")))), true, "")
+	// An EIP the namespace may not use (of a gateway that does not admit it, or whose allow-list
+	// does not name it) is answered as a missing one (SPEC N8).
+	expect(t, h.Service(ctx, request(t, admissionv1.Create, "alice", "new", nil, svc("new", lb, a(gwAnn, "gw1", eipAnn, "eip3")))), true, "")
+	expect(t, h.Service(ctx, request(t, admissionv1.Create, "alice", "new", nil, svc("new", lb, a(gwAnn, "gw1", eipAnn, "eip-closed")))), true, "")
 	expect(t, h.Service(ctx, request(t, admissionv1.Create, "alice", "new", nil, svc("new", lb, a(gwAnn, "gw1")))),
 		false, "also needs annotation ovn.kubernetes.io/eip")
 	// The holder itself, updated without touching its annotations, and even with them unchanged
@@ -242,15 +251,27 @@ func TestServiceAdmission(t *testing.T) {
 	other := svc("web", corev1.ServiceTypeClusterIP, a(gwAnn, "gw1"))
 	other.Namespace = "tenant-b"
 	resp := h.Service(ctx, request(t, admissionv1.Create, "bob", "web", nil, other))
-	expect(t, resp, false, "namespace tenant-b is not admitted to VpcNatGateway gw1")
+	expect(t, resp, false, "namespace tenant-b may not use VpcNatGateway gw1: it does not exist, or neither its Vpc's spec.namespaces nor its "+
+		model.AnnotationAllowedNamespaces+" annotation names the namespace")
 	if strings.Contains(resp.Result.Message, "vpc1") || strings.Contains(resp.Result.Message, " ns") {
 		t.Errorf("the rejection reveals more than the user named: %q", resp.Result.Message)
 	}
 	other.Annotations[gwAnn] = "gw-open"
 	expect(t, h.Service(ctx, request(t, admissionv1.Create, "bob", "web", nil, other)), true, "")
-	// A gateway that does not exist yet is left to the controller (an event), as before.
+	// A gateway that does not exist gets the same answer as one that does not admit the
+	// namespace: the webhook is no oracle of gateways (SPEC N8).
 	other.Annotations[gwAnn] = "gw-later"
-	expect(t, h.Service(ctx, request(t, admissionv1.Create, "bob", "web", nil, other)), true, "")
+	later := h.Service(ctx, request(t, admissionv1.Create, "bob", "web", nil, other))
+	expect(t, later, false, "")
+	if got, want := later.Result.Message, strings.ReplaceAll(resp.Result.Message, "gw1", "gw-later"); got != want {
+		t.Errorf("a missing gateway is answered\n %q\nand one that does not admit the namespace\n %q", got, want)
+	}
+	// A Service bound before its namespace lost the gateway may still change (and clear it).
+	kept := svc("web", corev1.ServiceTypeClusterIP, a(gwAnn, "gw1"))
+	kept.Namespace = "tenant-b"
+	changed := kept.DeepCopy()
+	changed.Spec.Ports[0].Port = 81
+	expect(t, h.Service(ctx, request(t, admissionv1.Update, "bob", "web", kept, changed)), true, "")
 }
 
 // covers: N3, W3

@@ -416,17 +416,18 @@ func ValidateEIPDelete(eip *kubeovnv1.IptablesEIP, records []kubeovnv1.IptablesD
 		eip.Name, nameList(users), model.AnnotationEIP, model.LabelEIPUID, eip.UID)}
 }
 
-// ValidateServiceAdmitted applies SPEC N1 to a Service that newly names gateway gw (vpc is the
-// gateway's Vpc, nil when missing): its namespace must be bound to the Vpc or admitted by the
-// gateway's allow-list. The message names only the Service's own namespace and the gateway the
-// user named (SPEC N8).
+// ValidateServiceAdmitted applies SPEC N1 to a Service that newly names a gateway: gw is the
+// gateway when it exists and is not being deleted (vpc its Vpc, nil when missing). The namespace
+// must be bound to the Vpc or admitted by the gateway's allow-list. A gateway that does not exist
+// gets the same answer as one that does not admit the namespace, which names only the Service's
+// own namespace and the gateway the user named: a namespace learns nothing of a gateway it may
+// not use, not even that it exists (SPEC N8).
 func ValidateServiceAdmitted(svc *corev1.Service, gw *kubeovnv1.VpcNatGateway, vpc *kubeovnv1.Vpc) []string {
-	if model.Admitted(svc.Namespace, gw, vpc) {
+	name := svc.Annotations[model.AnnotationGateway]
+	if gw != nil && gw.Name == name && model.Admitted(svc.Namespace, gw, vpc) {
 		return nil
 	}
-	return []string{fmt.Sprintf("namespace %s is not admitted to VpcNatGateway %s: the gateway's Vpc does not list it in spec.namespaces and "+
-		"the gateway's %s annotation does not name it; a cluster administrator admits namespaces to a VPC",
-		svc.Namespace, gw.Name, model.AnnotationAllowedNamespaces)}
+	return []string{model.NotAdmittedText(svc.Namespace, name) + "; a cluster administrator admits namespaces to a VPC, and the Service can be created once the gateway exists and admits it"}
 }
 
 // AdmittedServices keeps the Services whose namespace may use gateway gw (SPEC N1).

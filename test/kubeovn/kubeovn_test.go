@@ -327,7 +327,7 @@ func TestTenancyBesideKubeOVN(t *testing.T) {
 	svc.Namespace, svc.Name = "tenant-b", "squat"
 	svc.Spec.Ports = []corev1.ServicePort{{Name: "http", Port: 8082, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(cluster.BackendPort)}}
 	err := c.Client.Create(ctx, svc)
-	if err == nil || !strings.Contains(err.Error(), "namespace tenant-b is not admitted to VpcNatGateway "+cluster.GatewayName) || strings.Contains(err.Error(), cluster.DemoNamespace) {
+	if err == nil || !strings.Contains(err.Error(), "namespace tenant-b may not use VpcNatGateway "+cluster.GatewayName+": it does not exist, or neither") || strings.Contains(err.Error(), cluster.DemoNamespace) {
 		t.Fatalf("a Service of a namespace the Vpc does not bind: %v", err)
 	}
 	ok := cluster.DemoServiceObject()
