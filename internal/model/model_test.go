@@ -608,3 +608,46 @@ func FuzzAnnotations(f *testing.F) {
 		}
 	})
 }
+
+// covers: L10, S5, T1, T2, T3
+// A Service whose only port is SCTP has no identity, so nothing is published for it: no ingress,
+// no finalizer, no ClusterIP held on the gateway, no VIP route, no record; one event says why.
+// Before, it got the EIP as EXTERNAL-IP, the finalizer, its ClusterIP on lo and a route, and
+// served nothing. A served Service whose ports turn SCTP-only is released the same way.
+func TestSCTPOnlyServiceIsNotHalfPublished(t *testing.T) {
+	sctpOnly := func(s *corev1.Service) {
+		s.Spec.Ports = []corev1.ServicePort{{Name: "sctp", Port: 9000, Protocol: corev1.ProtocolSCTP}}
+	}
+	check := func(t *testing.T, p Plan) {
+		t.Helper()
+		sp := servicePlan(p, "web")
+		gp := p.Gateway("gw1")
+		if sp.Served() || len(sp.Identities) != 0 || len(sp.Ingress) != 0 || sp.AddFinalizer || sp.Record != nil || sp.Claim == ClaimStamp {
+			t.Fatalf("an SCTP-only Service is published: %+v", sp)
+		}
+		if len(gp.State.Identities) != 0 || len(gp.State.ClusterIPs) != 0 || len(gp.Routes.VIPs) != 0 {
+			t.Fatalf("the gateway holds something for an SCTP-only Service: identities %v, ClusterIPs %v, routes %v", gp.State.Identities, gp.State.ClusterIPs, gp.Routes.VIPs)
+		}
+		if len(sp.Events) != 1 || sp.Events[0].Reason != ReasonUnsupported || !strings.Contains(sp.Events[0].Message, "no TCP or UDP port (9000/SCTP)") {
+			t.Fatalf("events = %+v, want one saying the Service has no TCP or UDP port", sp.Events)
+		}
+	}
+	check(t, Compute(baseSnapshot(service("web", t0, sctpOnly)), bothGates))
+
+	// Served first, then SCTP-only: ingress withdrawn, records and finalizer released.
+	snap := converge(t, baseSnapshot(service("web", t0)), bothGates)
+	if sp := servicePlan(Compute(snap, bothGates), "web"); !sp.EIPServed {
+		t.Fatalf("the TCP Service is not served: %s", sp.EIPReason)
+	}
+	sctpOnly(&snap.Services[0])
+	p := Compute(snap, bothGates)
+	check(t, p)
+	sp := servicePlan(p, "web")
+	if !sp.IngressWrite || len(sp.Ingress) != 0 || len(sp.DeleteServiceRecords)+len(sp.DeleteRecords) == 0 || !sp.ReleaseFinalizer {
+		t.Fatalf("the Service turned SCTP-only is not released: ingress write %v %v, record deletes %v %v, release finalizer %v",
+			sp.IngressWrite, sp.Ingress, sp.DeleteServiceRecords, sp.DeleteRecords, sp.ReleaseFinalizer)
+	}
+	if final := converge(t, snap, bothGates); HasClaimStamp(&final.Services[0]) || len(final.Services[0].Finalizers) != 0 {
+		t.Fatalf("after the release the Service keeps %v, %v", final.Services[0].Finalizers, final.Services[0].Status.Conditions)
+	}
+}

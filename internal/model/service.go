@@ -160,6 +160,13 @@ func (ix *Index) bind(svc *corev1.Service) (b binding) {
 		b.blocked = warning(ReasonUnsupported, "internalTrafficPolicy Local is not supported through gateway %s: set it to Cluster", b.gateway)
 		return b
 	}
+	if ServedPorts(svc) == 0 {
+		// A Service with no TCP or UDP port has no identity: nothing is published for it, no
+		// ingress, finalizer, held ClusterIP or route (SPEC L10, S5).
+		b.blocked = warning(ReasonUnsupported, "the Service has no TCP or UDP port (%s): nothing is served through gateway %s; only TCP and UDP are supported",
+			portList(svc.Spec.Ports), b.gateway)
+		return b
+	}
 	if n := ServedPorts(svc); n > ix.gates.maxPorts() {
 		b.blocked = warning(ReasonLimit, "the Service has %d TCP/UDP ports; a Service may have at most %d served through gateway %s (the controller's --max-ports-per-service)",
 			n, ix.gates.maxPorts(), b.gateway)
@@ -545,6 +552,24 @@ func affinityTimeout(svc *corev1.Service) int32 {
 // servedPorts counts the TCP and UDP ports of a Service.
 // ServedPorts counts the ports of svc that claim an identity (TCP and UDP, SPEC S5): what the
 // per-Service bound (SPEC N4) counts, in the model and in the webhook.
+// portList spells a Service's ports for an event, the first few of them.
+func portList(ports []corev1.ServicePort) string {
+	const shown = 4
+	var parts []string
+	for i, p := range ports {
+		if i == shown {
+			parts = append(parts, fmt.Sprintf("and %d more", len(ports)-shown))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%d/%s", p.Port, PortProtocol(p.Protocol)))
+	}
+	if len(parts) == 0 {
+		return "no ports"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// ServedPorts counts the Service's TCP and UDP ports, the ones vpcgw serves.
 func ServedPorts(svc *corev1.Service) int {
 	n := 0
 	for _, p := range svc.Spec.Ports {
