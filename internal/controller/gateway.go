@@ -215,7 +215,7 @@ type GatewayReconciler struct {
 	// ownDeletes holds the UIDs of records this controller is deleting, so that their delete
 	// events are not taken for someone else's (SPEC R4).
 	ownDeletes sync.Map
-	// ownWrites holds, per ServiceRecord UID, the resourceVersion of this controller's last write,
+	// ownWrites holds, per record UID, the resourceVersion of this controller's last write,
 	// so that its update event does not wake the gateway again.
 	ownWrites sync.Map
 	// lastEvent remembers the last event per Service UID and reason, so that a cause is reported
@@ -555,8 +555,21 @@ func recordLabel(o client.Object, label string) []string {
 // wake the gateway for nothing (a wasted sync per backend change).
 func (r *GatewayReconciler) recordChangedByOthers() predicate.Funcs {
 	return predicate.Funcs{
-		// A record's creation is this controller's; kube-ovn's own rule on an EIP holds its port.
-		CreateFunc: func(e event.CreateEvent) bool { return !model.HasRecordLabels(e.Object.GetLabels()) },
+		// kube-ovn's own rule on an EIP holds its port. A record this controller did not just
+		// write (restored from a backup, written by hand, left by another instance) may have no
+		// live owner: its owner is replanned at once, and the record removed if it is an orphan
+		// (SPEC L10), not only at the next full plan. The controller's own creates pass only when
+		// their event arrives before the write's answer was noted: one spare sync.
+		CreateFunc: func(e event.CreateEvent) bool {
+			if !model.HasRecordLabels(e.Object.GetLabels()) {
+				return true
+			}
+			if rv, own := r.ownWrites.Load(e.Object.GetUID()); own && rv == e.Object.GetResourceVersion() {
+				r.ownWrites.CompareAndDelete(e.Object.GetUID(), rv)
+				return false
+			}
+			return true
+		},
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			// A ServiceRecord has no status subresource: the controller's own write changes its
 			// generation too, and is recognised by the resourceVersion the API returned.
@@ -568,6 +581,7 @@ func (r *GatewayReconciler) recordChangedByOthers() predicate.Funcs {
 				!maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels())
 		},
 		DeleteFunc: func(e event.DeleteEvent) bool {
+			r.ownWrites.Delete(e.Object.GetUID())
 			_, own := r.ownDeletes.LoadAndDelete(e.Object.GetUID())
 			return !own
 		},

@@ -386,6 +386,7 @@ func (r *GatewayReconciler) writeRecords(ctx context.Context, sp *model.ServiceP
 		err := r.Client.Create(ctx, rec)
 		switch {
 		case err == nil:
+			r.ownWrites.Store(rec.UID, rec.ResourceVersion) // its create event is not someone else's
 			recordsWritten.WithLabelValues("create").Inc()
 			written.put(rec)
 			return nil
@@ -458,6 +459,7 @@ func (r *GatewayReconciler) deleteRecords(ctx context.Context, names []string) [
 			}
 			return fmt.Errorf("deleting record %s: %w", names[i], err)
 		}
+		r.ownWrites.Delete(cur.UID)
 		recordsWritten.WithLabelValues("delete").Inc()
 		return nil
 	})
