@@ -33,8 +33,8 @@ type command struct {
 var commands = []command{
 	{"lab", "run the local lab beside the real kube-ovn-controller: a Service served through kube-ovn's EIP", cluster.Main},
 	{"bench", "measure end-to-end programming latency and cold start in the lab (SPEC P2, P3)", bench.Main},
-	{"echo", "serve HTTP and UDP answering with a name (lab backend)", func(_ context.Context, args []string) error { return netlab.EchoMain(args) }},
-	{"probe", "send requests from this network namespace and count answers", func(_ context.Context, args []string) error { return netlab.ProbeMain(args) }},
+	{"echo", "serve HTTP and UDP answering with a name (lab backend)", netlab.EchoMain},
+	{"probe", "send requests from this network namespace and count answers", netlab.ProbeMain},
 	{"version", "print the version", runVersion},
 }
 

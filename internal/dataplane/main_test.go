@@ -24,9 +24,9 @@ func TestMain(m *testing.M) {
 	case "agent":
 		err = MainWithArgs(context.Background(), os.Args[1:], os.Stdin, os.Stdout)
 	case "echo":
-		err = netlab.EchoMain(os.Args[1:])
+		err = netlab.EchoMain(context.Background(), os.Args[1:])
 	case "probe":
-		err = netlab.ProbeMain(os.Args[1:])
+		err = netlab.ProbeMain(context.Background(), os.Args[1:])
 	default:
 		err = fmt.Errorf("unknown helper %q", os.Getenv(helperEnv))
 	}

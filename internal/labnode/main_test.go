@@ -33,13 +33,13 @@ func TestMain(m *testing.M) {
 	switch os.Getenv(roleEnv) {
 	case "":
 	case "echo":
-		if err := netlab.EchoMain(os.Args[1:]); err != nil {
+		if err := netlab.EchoMain(context.Background(), os.Args[1:]); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 		os.Exit(0)
 	case "probe":
-		if err := netlab.ProbeMain(os.Args[1:]); err != nil {
+		if err := netlab.ProbeMain(context.Background(), os.Args[1:]); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

@@ -2,6 +2,7 @@ package netlab
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,12 +19,12 @@ import (
 // EchoMain is a backend for tests and the lab (`vpcgw-lab echo --name be1 --listen 10.0.1.11:8080`):
 // on the TCP port it serves HTTP, answering every request with "<name>\n"; on the UDP port of
 // the same number it answers every datagram with "<name>\n". Once both listeners are bound it
-// prints "listening <addr>" on stdout. It serves until the process is killed.
+// prints "listening <addr>" on stdout. It serves until ctx ends (the command's SIGTERM or SIGINT), then shuts down cleanly.
 //
 // Two more answers help tests: GET /whoami (or a datagram "whoami") is answered with
 // "<name> <client ip>", the source address the backend sees (hairpin SNAT); GET /stream?ms=N
 // streams "<name>\n" every 10 ms for N milliseconds (a long transfer), then "<name> done\n".
-func EchoMain(args []string) error {
+func EchoMain(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("echo", flag.ContinueOnError)
 	name := fs.String("name", "", "name to answer with")
 	listen := fs.String("listen", "", "host:port to listen on (TCP and UDP)")
@@ -86,7 +87,19 @@ func EchoMain(args []string) error {
 	}
 	go func() { errc <- fmt.Errorf("echo http: %w", srv.Serve(tl)) }()
 	fmt.Fprintf(os.Stdout, "listening %s\n", *listen)
-	return <-errc
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	// SIGTERM or SIGINT: requests in flight get a moment to finish, as a Pod's grace period.
+	_ = ul.Close()
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil {
+		return fmt.Errorf("echo: shutting down: %w", err)
+	}
+	return nil
 }
 
 func hostOf(addr string) string {

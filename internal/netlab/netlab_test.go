@@ -2,6 +2,7 @@
 package netlab
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"testing"
@@ -17,13 +18,13 @@ const helperEnv = "NETLAB_TEST_HELPER"
 func TestMain(m *testing.M) {
 	switch os.Getenv(helperEnv) {
 	case "echo":
-		if err := EchoMain(os.Args[1:]); err != nil {
+		if err := EchoMain(context.Background(), os.Args[1:]); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 		os.Exit(0)
 	case "probe":
-		if err := ProbeMain(os.Args[1:]); err != nil {
+		if err := ProbeMain(context.Background(), os.Args[1:]); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

@@ -160,7 +160,7 @@ func udpRequest(ctx context.Context, d *net.Dialer, target, path string, timeout
 
 // ProbeMain is `vpcgw-lab probe --target host:port [--proto tcp|udp] [--count N] [--timeout 2s]`:
 // it runs DoProbe and prints the ProbeResult as one JSON line on stdout.
-func ProbeMain(args []string) error {
+func ProbeMain(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
 	var o ProbeOptions
 	fs.StringVar(&o.Target, "target", "", "host:port to probe")
@@ -179,7 +179,7 @@ func ProbeMain(args []string) error {
 	if o.Proto != "tcp" && o.Proto != "udp" && o.Proto != "connect" {
 		return fmt.Errorf("probe: --proto %q is not tcp, udp or connect", o.Proto)
 	}
-	return json.NewEncoder(os.Stdout).Encode(DoProbe(context.Background(), o))
+	return json.NewEncoder(os.Stdout).Encode(DoProbe(ctx, o))
 }
 
 // Probe runs `<cmd...> --target .. --proto .. --count .. --timeout ..` inside ns (cmd is the
