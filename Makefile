@@ -14,7 +14,7 @@ export VPCGW_HELM := $(HELM_DIR)/helm
 KUBEOVN_DIR ?= $(HOME)/.cache/vpcgw/kube-ovn-v1.16.2
 export VPCGW_KUBEOVN := $(KUBEOVN_DIR)
 
-.PHONY: all build deps assets helm kubeovn images release generate lab lab-stay test unit fmt-check vet
+.PHONY: fuzz all build deps assets helm kubeovn images release generate lab lab-stay test unit fmt-check vet
 
 all: build
 
@@ -94,6 +94,21 @@ lab-stay: deps assets kubeovn build
 # "this machine lacks X" skip into a failure, so nothing is silently skipped here.
 test: deps assets helm kubeovn images release fmt-check vet
 	VPCGW_REQUIRE_ALL=1 $(GO) test -race -count=1 -timeout 30m ./...
+	$(MAKE) fuzz
+
+# A short fuzzing run of everything that parses input from outside (the corpora in each
+# package's testdata/fuzz run with every go test): the agent's stream lines and its line reader,
+# records read back from the API, the status ConfigMap, admission requests, annotations.
+FUZZTIME ?= 10s
+FUZZ_TARGETS = ./internal/dataplane:FuzzStateLine ./internal/transport/lineio:FuzzReadLine \
+	./internal/model:FuzzRecords ./internal/model:FuzzAnnotations ./internal/status:FuzzDecode \
+	./internal/webhook:FuzzAdmissionRequests ./internal/webhook:FuzzServiceAnnotations
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 # Fast tests only (no root, no API server needed; the others skip with a reason).
 unit:

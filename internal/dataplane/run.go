@@ -163,16 +163,25 @@ func Serve(ctx context.Context, agent *Agent, in io.Reader, out io.Writer, o Ser
 	}
 }
 
-func handleLine(ctx context.Context, agent *Agent, data []byte, log logr.Logger) gwstate.Ack {
+// DecodeStateLine decodes one line of the stream from the controller: exactly one JSON object,
+// nothing after it (SPEC N6: whatever arrives, the agent answers with an error, never a crash).
+func DecodeStateLine(data []byte) (gwstate.State, error) {
 	var st gwstate.State
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&st); err != nil {
-		log.Error(err, "cannot decode state line")
-		return gwstate.Ack{Error: fmt.Sprintf("cannot decode state: %v", err)}
+		return gwstate.State{}, fmt.Errorf("cannot decode state: %w", err)
 	}
 	if dec.More() {
-		log.Error(nil, "trailing data after state")
-		return gwstate.Ack{Error: "cannot decode state: trailing data after the JSON object"}
+		return gwstate.State{}, errors.New("cannot decode state: trailing data after the JSON object")
+	}
+	return st, nil
+}
+
+func handleLine(ctx context.Context, agent *Agent, data []byte, log logr.Logger) gwstate.Ack {
+	st, err := DecodeStateLine(data)
+	if err != nil {
+		log.Error(err, "cannot decode state line")
+		return gwstate.Ack{Error: err.Error()}
 	}
 	if st.Ping > 0 {
 		// A keepalive: the stream is alive both ways; nothing to apply.

@@ -35,7 +35,7 @@ func (i builderIndexer) IndexField(_ context.Context, obj client.Object, field s
 	return nil
 }
 
-func newTestHandlers(t *testing.T, objs ...client.Object) *Handlers {
+func newTestHandlers(t testing.TB, objs ...client.Object) *Handlers {
 	t.Helper()
 	scheme, err := vpcgwscheme.New()
 	if err != nil {
