@@ -109,7 +109,10 @@ func (r *GatewayReconciler) sync(ctx context.Context, key string) (_ reconcile.R
 	written := &writtenRecords{byName: map[string]*kubeovnv1.IptablesDnatRule{}}
 	for _, sp := range mine {
 		r.emit(sp)
-		if sp.Claim != model.ClaimKept {
+		if sp.Claim != model.ClaimKept && !sp.IngressWrite {
+			// With an ingress to write, the stamp goes in the same status write (below): one
+			// write of the Service, as before, so that kube-ovn-controller's own full Update of
+			// the Service does not meet a second one of ours (a conflict it logs as a failure).
 			note(sp, r.writeClaim(ctx, sp))
 		}
 		if sp.AddFinalizer {
@@ -216,8 +219,11 @@ func (r *GatewayReconciler) sync(ctx context.Context, key string) (_ reconcile.R
 		if after.ServiceRecord {
 			note(sp, r.writeServiceRecord(ctx, sp))
 		}
-		if after.Ingress {
+		switch {
+		case after.Ingress:
 			note(sp, r.publishIngress(ctx, sp))
+		case sp.Claim != model.ClaimKept && sp.IngressWrite:
+			note(sp, r.writeClaim(ctx, sp))
 		}
 		if !after.Release {
 			continue
@@ -314,6 +320,30 @@ func (r *GatewayReconciler) patchFinalizer(ctx context.Context, sp *model.Servic
 // writeClaim stamps or removes the Service's claim condition (SPEC I2, model/claim.go): a
 // strategic merge patch of services/status that touches that condition only, keyed by its type.
 func (r *GatewayReconciler) writeClaim(ctx context.Context, sp *model.ServicePlan) error {
+	return r.patchServiceStatus(ctx, sp, false)
+}
+
+// setClaim applies the plan's claim write to the Service's conditions, and reports whether it
+// changed them.
+func setClaim(svc *corev1.Service, sp *model.ServicePlan) bool {
+	switch sp.Claim {
+	case model.ClaimStamp:
+		// Set, not meta.SetStatusCondition: a claim of another EIP is a new claim, dated now
+		// even though the condition's status stays True.
+		c := model.ClaimCondition(sp.Gateway, sp.ClaimedEIP, time.Now(), svc.Generation)
+		svc.Status.Conditions = append(slices.DeleteFunc(svc.Status.Conditions, func(x metav1.Condition) bool { return x.Type == c.Type }), c)
+		return true
+	case model.ClaimClear:
+		return meta.RemoveStatusCondition(&svc.Status.Conditions, model.ConditionEIPClaimed)
+	}
+	return false
+}
+
+// patchServiceStatus writes the plan's claim stamp and, with ingress, its
+// status.loadBalancer.ingress (SPEC T1) in one strategic merge patch of services/status: the
+// ingress list is replaced whole, the conditions are merged by type, so nobody else's
+// condition is touched.
+func (r *GatewayReconciler) patchServiceStatus(ctx context.Context, sp *model.ServicePlan, ingress bool) error {
 	var svc corev1.Service
 	if err := r.Client.Get(ctx, sp.Key, &svc); err != nil {
 		return client.IgnoreNotFound(err)
@@ -322,21 +352,24 @@ func (r *GatewayReconciler) writeClaim(ctx context.Context, sp *model.ServicePla
 		return nil
 	}
 	orig := svc.DeepCopy()
-	if sp.Claim == model.ClaimStamp {
-		// Set, not meta.SetStatusCondition: a claim of another EIP is a new claim, dated now
-		// even though the condition's status stays True.
-		c := model.ClaimCondition(sp.Gateway, sp.ClaimedEIP, time.Now(), svc.Generation)
-		svc.Status.Conditions = append(slices.DeleteFunc(svc.Status.Conditions, func(x metav1.Condition) bool { return x.Type == c.Type }), c)
-	} else if !meta.RemoveStatusCondition(&svc.Status.Conditions, model.ConditionEIPClaimed) {
+	claimed := setClaim(&svc, sp)
+	if ingress {
+		svc.Status.LoadBalancer.Ingress = sp.Ingress
+	} else if !claimed {
 		return nil
 	}
 	if err := r.Client.Status().Patch(ctx, &svc, client.StrategicMergeFrom(orig)); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return fmt.Errorf("service %s: claim stamp: %w", sp.Key, err)
+		return fmt.Errorf("service %s status: %w", sp.Key, err)
 	}
-	r.Log.V(1).Info("claim stamp "+map[bool]string{true: "written", false: "removed"}[sp.Claim == model.ClaimStamp], "service", sp.Key)
+	if ingress {
+		r.Log.Info("ingress written", "service", sp.Key, "ingress", sp.Ingress)
+	}
+	if claimed {
+		r.Log.V(1).Info("claim stamp "+map[bool]string{true: "written", false: "removed"}[sp.Claim == model.ClaimStamp], "service", sp.Key)
+	}
 	return nil
 }
 
@@ -507,22 +540,10 @@ func (r *GatewayReconciler) deleteServiceRecords(ctx context.Context, names []st
 // fieldOwner is the field manager of the controller's server-side applies.
 const fieldOwner = "vpcgw-controller"
 
-// publishIngress makes status.loadBalancer.ingress equal to the plan's (SPEC T1).
+// publishIngress makes status.loadBalancer.ingress equal to the plan's (SPEC T1), with the
+// claim stamp the plan writes, in one status write.
 func (r *GatewayReconciler) publishIngress(ctx context.Context, sp *model.ServicePlan) error {
-	var svc corev1.Service
-	if err := r.Client.Get(ctx, sp.Key, &svc); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if svc.UID != sp.UID {
-		return nil
-	}
-	patch := client.MergeFrom(svc.DeepCopy())
-	svc.Status.LoadBalancer.Ingress = sp.Ingress
-	if err := r.Client.Status().Patch(ctx, &svc, patch); err != nil {
-		return fmt.Errorf("service %s ingress: %w", sp.Key, err)
-	}
-	r.Log.Info("ingress written", "service", sp.Key, "ingress", sp.Ingress)
-	return nil
+	return r.patchServiceStatus(ctx, sp, true)
 }
 
 // emit records the plan's events for one Service, each cause once.
