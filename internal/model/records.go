@@ -224,11 +224,14 @@ func (ix *Index) planWrites(svc *corev1.Service, b binding, sp *ServicePlan) {
 	}
 	slices.Sort(sp.DeleteServiceRecords)
 
-	// The stamp is current when it names the annotated gateway and EIP (ClaimedSince).
+	// A Service claims identities once its EIP is Ready and it may use it (eipAddr): then its
+	// claim is stamped. The stamp is current when it names the annotated gateway and EIP
+	// (ClaimedSince). Not before: while kube-ovn readies the EIP it also updates the new
+	// Service, and a write of ours then would meet its Update (a conflict kube-ovn logs).
 	switch _, current := ClaimedSince(svc); {
-	case b.eipClaim && !current:
+	case b.eipAddr.IsValid() && !current:
 		sp.Claim, sp.ClaimedEIP = ClaimStamp, b.eipName
-	case !b.eipClaim && HasClaimStamp(svc):
+	case !b.eipAddr.IsValid() && HasClaimStamp(svc):
 		sp.Claim = ClaimClear
 	}
 

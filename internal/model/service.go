@@ -102,9 +102,6 @@ type binding struct {
 	eip     *kubeovnv1.IptablesEIP
 	eipAddr netip.Addr
 	eipWhy  *Event
-	// eipClaim: the Service claims an EIP it may use (it exists on the gateway and admits the
-	// namespace), Ready or not: the claim is stamped (SPEC I2, claim.go).
-	eipClaim bool
 	// clusterIP is the IPv4 ClusterIP when the ClusterIP part is eligible.
 	clusterIP netip.Addr
 	cipWhy    string
@@ -218,7 +215,6 @@ func (ix *Index) bind(svc *corev1.Service) (b binding) {
 			b.eipWhy = warning(ReasonNotAdmitted, "namespace %s may not use IptablesEIP %s (its %s annotation does not name it): the EIP part is not served",
 				svc.Namespace, b.eipName, AnnotationAllowedNamespaces)
 		default:
-			b.eipClaim = true
 			if addr, ok := readyEIPAddress(b.eip); ok {
 				b.eipAddr = addr
 			} else {
