@@ -230,8 +230,8 @@ func TestControllerPolicyOnAPIServer(t *testing.T) {
 		stamp := func(t *testing.T, eip string, when time.Time) error {
 			s := cur(t)
 			orig := s.DeepCopy()
-			s.Status.Conditions = append(slices.DeleteFunc(s.Status.Conditions, func(c metav1.Condition) bool { return c.Type == model.ConditionEIPClaimed }),
-				model.ClaimCondition("policy-gw", eip, when, s.Generation))
+			claim := model.ServicePlan{Gateway: "policy-gw", Claim: model.ClaimStamp, ClaimedEIP: eip}
+			claim.ApplyClaim(s, when)
 			return ctrl.Status().Patch(ctx, s, client.StrategicMergeFrom(orig))
 		}
 		// Another writer's condition stays beside the stamp, untouched.

@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -323,22 +322,6 @@ func (r *GatewayReconciler) writeClaim(ctx context.Context, sp *model.ServicePla
 	return r.patchServiceStatus(ctx, sp, false)
 }
 
-// setClaim applies the plan's claim write to the Service's conditions, and reports whether it
-// changed them.
-func setClaim(svc *corev1.Service, sp *model.ServicePlan) bool {
-	switch sp.Claim {
-	case model.ClaimStamp:
-		// Set, not meta.SetStatusCondition: a claim of another EIP is a new claim, dated now
-		// even though the condition's status stays True.
-		c := model.ClaimCondition(sp.Gateway, sp.ClaimedEIP, time.Now(), svc.Generation)
-		svc.Status.Conditions = append(slices.DeleteFunc(svc.Status.Conditions, func(x metav1.Condition) bool { return x.Type == c.Type }), c)
-		return true
-	case model.ClaimClear:
-		return meta.RemoveStatusCondition(&svc.Status.Conditions, model.ConditionEIPClaimed)
-	}
-	return false
-}
-
 // patchServiceStatus writes the plan's claim stamp and, with ingress, its
 // status.loadBalancer.ingress (SPEC T1) in one strategic merge patch of services/status: the
 // ingress list is replaced whole, the conditions are merged by type, so nobody else's
@@ -352,7 +335,7 @@ func (r *GatewayReconciler) patchServiceStatus(ctx context.Context, sp *model.Se
 		return nil
 	}
 	orig := svc.DeepCopy()
-	claimed := setClaim(&svc, sp)
+	claimed := sp.ApplyClaim(&svc, time.Now())
 	if ingress {
 		svc.Status.LoadBalancer.Ingress = sp.Ingress
 	} else if !claimed {

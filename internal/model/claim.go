@@ -2,6 +2,7 @@ package model
 
 import (
 	"cmp"
+	"slices"
 	"strings"
 	"time"
 
@@ -100,4 +101,24 @@ func compareRanks(a, b claimRank) int {
 // webhook: the first claim stamped, then the first created, then namespace/name.
 func CompareClaims(a, b *corev1.Service) int {
 	return cmp.Or(compareRanks(rankOf(a), rankOf(b)), strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+}
+
+// ApplyClaim makes svc's conditions what the plan's claim write says, dated now, and reports
+// whether they changed. A claim of another EIP is a new claim, dated now even though the
+// condition's status stays True (not meta.SetStatusCondition, which would keep the old date).
+func (sp *ServicePlan) ApplyClaim(svc *corev1.Service, now time.Time) bool {
+	drop := func(c metav1.Condition) bool { return c.Type == ConditionEIPClaimed }
+	switch sp.Claim {
+	case ClaimStamp:
+		svc.Status.Conditions = append(slices.DeleteFunc(slices.Clone(svc.Status.Conditions), drop),
+			ClaimCondition(sp.Gateway, sp.ClaimedEIP, now, svc.Generation))
+		return true
+	case ClaimClear:
+		if !HasClaimStamp(svc) {
+			return false
+		}
+		svc.Status.Conditions = slices.DeleteFunc(slices.Clone(svc.Status.Conditions), drop)
+		return true
+	}
+	return false
 }

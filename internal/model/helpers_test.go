@@ -5,7 +5,6 @@ package model
 import (
 	"fmt"
 	"hash/fnv"
-	"slices"
 	"strings"
 	"time"
 
@@ -311,12 +310,8 @@ var stampClock = t0.Add(time.Hour)
 
 // applyClaim writes the plan's claim stamp on svc as the controller does (writeClaim).
 func applyClaim(svc *corev1.Service, sp *ServicePlan) {
-	switch sp.Claim {
-	case ClaimStamp:
+	if sp.Claim == ClaimStamp {
 		stampClock = stampClock.Add(time.Second)
-		conds := slices.DeleteFunc(slices.Clone(svc.Status.Conditions), func(c metav1.Condition) bool { return c.Type == ConditionEIPClaimed })
-		svc.Status.Conditions = append(conds, ClaimCondition(sp.Gateway, sp.ClaimedEIP, stampClock, svc.Generation))
-	case ClaimClear:
-		svc.Status.Conditions = slices.DeleteFunc(slices.Clone(svc.Status.Conditions), func(c metav1.Condition) bool { return c.Type == ConditionEIPClaimed })
 	}
+	sp.ApplyClaim(svc, stampClock)
 }

@@ -157,14 +157,15 @@ func (ix *Index) bind(svc *corev1.Service) (b binding) {
 		b.blocked = warning(ReasonUnsupported, "internalTrafficPolicy Local is not supported through gateway %s: set it to Cluster", b.gateway)
 		return b
 	}
-	if ServedPorts(svc) == 0 {
+	served := ServedPorts(svc)
+	if served == 0 {
 		// A Service with no TCP or UDP port has no identity: nothing is published for it, no
 		// ingress, finalizer, held ClusterIP or route (SPEC L10, S5).
 		b.blocked = warning(ReasonUnsupported, "the Service has no TCP or UDP port (%s): nothing is served through gateway %s; only TCP and UDP are supported",
 			portList(svc.Spec.Ports), b.gateway)
 		return b
 	}
-	if n := ServedPorts(svc); n > ix.gates.maxPorts() {
+	if n := served; n > ix.gates.maxPorts() {
 		b.blocked = warning(ReasonLimit, "the Service has %d TCP/UDP ports; a Service may have at most %d served through gateway %s (the controller's --max-ports-per-service)",
 			n, ix.gates.maxPorts(), b.gateway)
 		return b

@@ -195,7 +195,7 @@ func (h *Handlers) Service(ctx context.Context, req admission.Request) admission
 	var e kubeovnv1.IptablesEIP
 	switch err := h.Reader.Get(ctx, client.ObjectKey{Name: eipName}, &e); {
 	case err == nil:
-		usable, err := h.mayUseEIP(ctx, svc.Namespace, &e)
+		usable, err := h.mayUseEIP(ctx, svc.Namespace, &e, gw)
 		if err != nil {
 			return admission.Errored(http.StatusInternalServerError, err)
 		}
@@ -291,9 +291,13 @@ func (h *Handlers) usableGateway(ctx context.Context, namespace, name string) (*
 // and by the EIP's allow-list (SPEC N1). An EIP it may not use is answered as a missing one, so
 // that no message tells that it exists (N8); one of another gateway the namespace may use is
 // named as such (W3).
-func (h *Handlers) mayUseEIP(ctx context.Context, namespace string, eip *kubeovnv1.IptablesEIP) (bool, error) {
+// usable is the Service's own gateway, which the namespace may use: its EIPs need no second read.
+func (h *Handlers) mayUseEIP(ctx context.Context, namespace string, eip *kubeovnv1.IptablesEIP, usable *kubeovnv1.VpcNatGateway) (bool, error) {
 	if eip.Spec.NatGwDp == "" || !model.EIPAdmitted(namespace, eip) {
 		return false, nil
+	}
+	if eip.Spec.NatGwDp == usable.Name {
+		return true, nil
 	}
 	gw, _, err := h.usableGateway(ctx, namespace, eip.Spec.NatGwDp)
 	return gw != nil, err
