@@ -2,7 +2,7 @@
 // NAT gateway (the controller starts it through the exec API) and applies the desired states it
 // reads on stdin, one JSON line each, with nftables, answering each on stdout.
 //
-//	vpcgw-agent [--vpc-interface eth0] [--verify-interval 10s] [--retry-max 30s] [--text-path] [--v 0]
+//	vpcgw-agent [--vpc-interface eth0] [--verify-interval 10s] [--watch-kernel=true] [--retry-max 30s] [--text-path] [--v 0]
 //	vpcgw-agent --version
 //
 // It is small and static (CGO_ENABLED=0) and links no Kubernetes client, lab, bench or test code

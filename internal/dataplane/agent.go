@@ -39,9 +39,10 @@ type Agent struct {
 	be    backend
 	log   logr.Logger
 	iface string
-	vips  vipHolder     // nil: lo is not managed
-	ct    flowCleaner   // nil: conntrack is not managed
-	own   ownAddrLister // nil: backends are not checked against the gateway's addresses (N2)
+	vips  vipHolder      // nil: lo is not managed
+	ct    flowCleaner    // nil: conntrack is not managed
+	own   ownAddrLister  // nil: backends are not checked against the gateway's addresses (N2)
+	watch *changeWatcher // nil: only the periodic check finds drift (L8)
 	// ctDeleted counts conntrack entries deleted since TakeConntrackDeleted last read it.
 	ctDeleted int
 
@@ -85,6 +86,9 @@ type Agent struct {
 	// kernelRounds bounds the transactions of one message when the kernel refuses identities
 	// (converge); 1 makes any refusal fail the message whole.
 	kernelRounds int
+	// intact, during a drift repair only, are the committed identities whose objects the drift
+	// check found whole: the full sync writes only their element (fullApply).
+	intact map[gwstate.IdentityKey]bool
 	// commitTime is how long the last Apply's kernel transactions took (benchmarks, logs).
 	commitTime time.Duration
 }
@@ -118,6 +122,9 @@ type Config struct {
 	TextPath bool
 	// NoLoopback and NoConntrack switch off lo VIPs (D5) and conntrack cleanup (D6).
 	NoLoopback, NoConntrack bool
+	// NoWatch leaves out the kernel's change notifications (SPEC L8): drift is then found by
+	// the periodic check only.
+	NoWatch bool
 }
 
 // NewKernelAgent returns an agent for the network namespace of the calling thread: netlink
@@ -161,6 +168,30 @@ func NewKernelAgent(cfg Config, log logr.Logger) (*Agent, error) {
 	}
 	a := newAgent(be, log, cfg.VPCInterface, vips, ct)
 	a.own = own
+	if !cfg.NoWatch {
+		var ownPorts []uint32
+		if nl, ok := be.(*nlBackend); ok {
+			p, err := nl.port()
+			if err != nil {
+				return nil, err
+			}
+			ownPorts = append(ownPorts, p)
+		}
+		loIndex := 0
+		if lo, ok := vips.(*loVIPs); ok {
+			link, err := lo.lo()
+			if err != nil {
+				return nil, err
+			}
+			loIndex = link.Attrs().Index
+		}
+		if a.watch, err = newChangeWatcher(ownPorts, loIndex); err != nil {
+			return nil, err
+		}
+		if nl, ok := be.(*nlBackend); ok {
+			nl.watch = a.watch
+		}
+	}
 	return a, nil
 }
 
@@ -215,7 +246,7 @@ func (a *Agent) Verify(ctx context.Context) (string, error) {
 	if !a.synced || !a.vipsSynced {
 		return "", a.converge(ctx, *a.desired(), false, nil)
 	}
-	drift, err := a.be.check(ctx, a.expectation())
+	drift, intact, err := a.be.check(ctx, a.expectation())
 	if err != nil {
 		return "", fmt.Errorf("verifying: %w", err)
 	}
@@ -231,10 +262,15 @@ func (a *Agent) Verify(ctx context.Context) (string, error) {
 	if drift == "" {
 		return "", nil
 	}
-	a.log.Info("drift detected, repairing with a full reconcile", "drift", drift)
+	a.log.Info("drift detected, repairing with a full reconcile", "drift", drift, "intactIdentities", len(intact), "identities", len(a.applied))
 	a.synced = false
 	a.vipsSynced = false
-	if err := a.converge(ctx, *a.desired(), false, nil); err != nil {
+	// The identities found whole get only their element (SPEC L8: a hand-removed element at
+	// 10,000 identities is one small transaction, not a rewrite of every chain).
+	a.intact = intact
+	err = a.converge(ctx, *a.desired(), false, nil)
+	a.intact = nil
+	if err != nil {
 		return drift, fmt.Errorf("repairing drift (%s): %w", drift, err)
 	}
 	a.log.Info("drift repaired", "drift", drift, "generation", a.lastGen)

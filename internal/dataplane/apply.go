@@ -149,6 +149,13 @@ func (a *Agent) fullApply(ctx context.Context, st gwstate.State) error {
 	}
 	a.commitTime = 0
 	ready, stage := a.planStaging(inv, st.Identities, desired)
+	for k := range a.intact {
+		// Found whole by the drift check with the content the agent committed, and still
+		// desired with that content.
+		if id, ok := desired[k]; ok && identityEqual(id, a.applied[k]) {
+			ready[k] = true
+		}
+	}
 	stagedOps, stagedTx, err := a.stage(ctx, stage, ready)
 	if err != nil {
 		a.synced = false

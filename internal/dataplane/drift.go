@@ -106,6 +106,37 @@ func compareTable(ts tableState, want expectation) string {
 	return ""
 }
 
+// intactIdentities are the identities of want whose own objects ts holds as committed: the
+// key in OwnedSet, the identity chain with its rules (all the agent's), the source set, and with
+// affinity each endpoint chain and affinity set. Their service-ips element is not looked at: a
+// repair writes every desired element anyway (fullSync). O(table).
+func intactIdentities(ts tableState, want expectation) map[gwstate.IdentityKey]bool {
+	chains, sets := nameSet(ts.inv.chains), nameSet(ts.inv.sets)
+	owned := make(map[string]bool, len(ts.inv.owned))
+	for _, k := range ts.inv.owned {
+		owned[keyHash(k)] = true
+	}
+	out := make(map[gwstate.IdentityKey]bool, len(want.ids))
+next:
+	for k, id := range want.ids {
+		if !owned[IdentityHash(k)] || chainDrift(ts, chains, IdentityChain(k), ruleCount(id)) != "" {
+			continue
+		}
+		if len(id.SourceRanges) > 0 && !sets[SourceSet(id)] {
+			continue
+		}
+		if id.AffinityTimeoutSeconds > 0 {
+			for _, b := range id.Backends {
+				if chainDrift(ts, chains, EndpointChain(id, b), 2) != "" || !sets[AffinitySet(id, b)] {
+					continue next
+				}
+			}
+		}
+		out[k] = true
+	}
+	return out
+}
+
 // chainDrift checks that one of the agent's chains exists and holds n rules, all the agent's.
 func chainDrift(ts tableState, chains map[string]bool, name string, n int) string {
 	if !chains[name] {

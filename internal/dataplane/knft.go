@@ -22,8 +22,10 @@ type backend interface {
 	// drift was found).
 	inventory(ctx context.Context) (*inventory, error)
 	// check returns a description of the drift between the kernel and what want says should
-	// be there, or "" when none is found. It is cheap: no rule is read back.
-	check(ctx context.Context, want expectation) (string, error)
+	// be there, or "" when none is found. It is cheap: no rule is read back. With drift, it
+	// also returns the identities of want whose own objects it found whole (intactIdentities):
+	// a repair only writes the others (SPEC L8).
+	check(ctx context.Context, want expectation) (string, map[gwstate.IdentityKey]bool, error)
 	name() string
 }
 
@@ -214,17 +216,17 @@ func (b *knftBackend) list(ctx context.Context, objectType string) ([]string, er
 }
 
 // check reads the whole table (the text path has no cheap way to see that nothing changed).
-func (b *knftBackend) check(ctx context.Context, want expectation) (string, error) {
+func (b *knftBackend) check(ctx context.Context, want expectation) (string, map[gwstate.IdentityKey]bool, error) {
 	chains, err := b.nft.List(ctx, "chain")
 	if knftables.IsNotFound(err) {
-		return "table ip " + TableName + " is missing", nil
+		return "table ip " + TableName + " is missing", nil, nil
 	}
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	rules, err := b.nft.ListRules(ctx, "")
 	if err != nil {
-		return "", fmt.Errorf("listing rules of table ip %s: %w", TableName, err)
+		return "", nil, fmt.Errorf("listing rules of table ip %s: %w", TableName, err)
 	}
 	ts := tableState{rules: make(map[string]ruleMarks, len(chains))}
 	for _, r := range rules {
@@ -242,7 +244,11 @@ func (b *knftBackend) check(ctx context.Context, want expectation) (string, erro
 		}
 	}
 	if ts.inv, err = b.inventory(ctx); err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return compareTable(ts, want), nil
+	drift := compareTable(ts, want)
+	if drift == "" {
+		return "", nil, nil
+	}
+	return drift, intactIdentities(ts, want), nil
 }

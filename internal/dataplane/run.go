@@ -31,6 +31,14 @@ func RunAgent(ctx context.Context, in io.Reader, out io.Writer, nft knftables.In
 	return Serve(ctx, NewAgent(nft, log), in, out, ServeOptions{}, log)
 }
 
+// changeSettle is how long the agent waits after a kernel change notification before it checks
+// (changes coalesce meanwhile), and minChangeGap the least time between two such checks. With
+// the check itself, a foreign change is repaired well within a second (SPEC L8).
+const (
+	changeSettle = 50 * time.Millisecond
+	minChangeGap = 250 * time.Millisecond
+)
+
 // ServeOptions tune the agent loop.
 type ServeOptions struct {
 	// VerifyInterval is how often the agent looks for drift (Agent.Verify); 0 disables it.
@@ -74,6 +82,24 @@ func Serve(ctx context.Context, agent *Agent, in io.Reader, out io.Writer, o Ser
 	if o.RetryMax < o.RetryMin {
 		o.RetryMax = o.RetryMin
 	}
+	// Kernel change notifications (SPEC L8): a signal starts a short settle delay, so that a
+	// burst of changes (nft -f of a whole table, an address flush) costs one check, and checks
+	// are at least minChangeGap apart, so that a writer that never stops cannot keep the agent
+	// checking. Verify decides whether the change is drift.
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	var changed <-chan struct{}
+	if agent.watch != nil {
+		changed = agent.watch.start(watchCtx, func(err error) {
+			log.Error(err, "kernel change notifications ended; drift is found by the periodic check only")
+		})
+	}
+	settle := time.NewTimer(time.Hour)
+	settle.Stop()
+	defer settle.Stop()
+	settling := false
+	var lastChangeCheck time.Time
+
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
@@ -128,6 +154,25 @@ func Serve(ctx context.Context, agent *Agent, in io.Reader, out io.Writer, o Ser
 				log.Error(err, "verify")
 				scheduleRetry(true)
 			}
+			continue
+		case <-changed:
+			if !settling {
+				settling = true
+				d := changeSettle
+				if gap := time.Until(lastChangeCheck.Add(minChangeGap)); gap > d {
+					d = gap
+				}
+				settle.Reset(d)
+			}
+			continue
+		case <-settle.C:
+			settling, lastChangeCheck = false, time.Now()
+			drift, err := agent.Verify(ctx)
+			if err != nil {
+				log.Error(err, "verify after a kernel change")
+				scheduleRetry(true)
+			}
+			log.V(1).Info("kernel change checked", "drift", drift)
 			continue
 		case <-retry.C:
 			if did, err := agent.Retry(ctx); err != nil {
@@ -237,6 +282,7 @@ func printUsage(fs *flag.FlagSet) {
 //	--verify-interval 10s    how often to look for drift and repair it (SPEC L6); 0 disables
 //	--retry-max 30s          longest backoff between retries of a rejected state (SPEC D8)
 //	--text-path              program nftables through the nft binary instead of netlink
+//	--watch-kernel true      repair foreign changes when the kernel reports them (SPEC L8)
 //	--v 0                    log verbosity
 //	--version                print the version (internal/version) on out and exit
 //
@@ -249,6 +295,7 @@ func MainWithArgs(ctx context.Context, args []string, in io.Reader, out io.Write
 	verify := fs.Duration("verify-interval", 10*time.Second, "how often to look for drift and repair it (0: never)")
 	retryMax := fs.Duration("retry-max", 30*time.Second, "longest backoff between retries of a rejected state")
 	fs.BoolVar(&cfg.TextPath, "text-path", false, "program nftables through the nft binary instead of netlink")
+	watch := fs.Bool("watch-kernel", true, "repair foreign changes as soon as the kernel reports them (false: only the periodic check)")
 	verbosity := fs.Int("v", 0, "log verbosity")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	// --help (-h) prints the help on out and is flag.ErrHelp (exit 0); a wrong flag is an error
@@ -270,11 +317,12 @@ func MainWithArgs(ctx context.Context, args []string, in io.Reader, out io.Write
 		_, err := fmt.Fprintf(out, "vpcgw-agent %s\n", version.Version)
 		return err
 	}
+	cfg.NoWatch = !*watch
 	log := NewLogger(os.Stderr, *verbosity)
 	agent, err := NewKernelAgent(cfg, log)
 	if err != nil {
 		return err
 	}
-	log.Info("agent started", "version", version.Version, "table", "ip "+TableName, "backend", agent.be.name(), "vpcInterface", agent.iface, "verifyInterval", verify.String())
+	log.Info("agent started", "version", version.Version, "table", "ip "+TableName, "backend", agent.be.name(), "vpcInterface", agent.iface, "verifyInterval", verify.String(), "watchKernel", *watch)
 	return Serve(ctx, agent, in, out, ServeOptions{VerifyInterval: *verify, RetryMin: 200 * time.Millisecond, RetryMax: *retryMax, AgentVersion: version.Version}, log)
 }

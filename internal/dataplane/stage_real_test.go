@@ -54,7 +54,12 @@ func kernelAgentIn(t *testing.T, ns string, chunk int) (*Agent, *countingBackend
 		t.Fatalf("agent in %s: %v", ns, err)
 	}
 	nl := a.be.(*nlBackend)
-	t.Cleanup(func() { _ = nl.close() })
+	t.Cleanup(func() {
+		_ = nl.close()
+		if a.watch != nil {
+			a.watch.close()
+		}
+	})
 	c := &countingBackend{backend: a.be}
 	a.be = c
 	a.stageChunk = chunk

@@ -333,11 +333,14 @@ func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {
 	}
 }
 
+// TestRealDriftIsRepaired: the periodic check alone (kernel notifications off) finds and repairs
+// every kind of drift: it is the fallback of TestRealDriftRepairedOnKernelNotification.
+// covers: L6, L8, D5
 func TestRealDriftIsRepaired(t *testing.T) {
 	g := newGWLab(t, 1)
 	web := ident(eip, 80, gwstate.TCP, g.bes(8080, 0)...)
 	webCIP := ident(clusterIP, 80, gwstate.TCP, g.bes(8080, 0)...)
-	a := startAgentArgs(t, g.l, g.gw, "--verify-interval", "200ms")
+	a := startAgentArgs(t, g.l, g.gw, "--verify-interval", "200ms", "--watch-kernel=false")
 	mustSend(t, a, withClusterIPs(state(1, web, webCIP), clusterIP))
 	want := nftList(t, g.l, g.gw, "list", "table", "ip", "kube-ovn")
 	serves := func() bool {
