@@ -4,6 +4,7 @@
 // all three in bin/) or named by --vpcgw and --agent.
 //
 //	vpcgw-lab lab      run the local lab beside the real kube-ovn-controller (API server, lab node, traffic)
+//	vpcgw-lab soak     run the soak with faults beside kube-ovn-controller (traffic, churn, faults, leaks)
 //	vpcgw-lab bench    measure end-to-end programming latency and cold start in the benchmark lab
 //	vpcgw-lab echo     a backend that answers with its name (lab helper)
 //	vpcgw-lab probe    send requests and count answers per backend (lab helper)
@@ -22,6 +23,7 @@ import (
 	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
 	"github.com/vpcgw/vpcgw/internal/labnode"
 	"github.com/vpcgw/vpcgw/internal/netlab"
+	"github.com/vpcgw/vpcgw/internal/soak"
 	"github.com/vpcgw/vpcgw/internal/version"
 )
 
@@ -32,6 +34,7 @@ type command struct {
 
 var commands = []command{
 	{"lab", "run the local lab beside the real kube-ovn-controller: a Service served through kube-ovn's EIP", cluster.Main},
+	{"soak", "run the soak with faults beside kube-ovn-controller: steady traffic, churn and faults, then a leak check", soak.Main},
 	{"bench", "measure end-to-end programming latency and cold start in the lab (SPEC P2, P3)", bench.Main},
 	{"echo", "serve HTTP and UDP answering with a name (lab backend)", netlab.EchoMain},
 	{"probe", "send requests from this network namespace and count answers", netlab.ProbeMain},

@@ -269,6 +269,14 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		Scheme:                scheme,
 	}
 	kubeovnrun.ConfigureEnvtest(c.env, c.opts.KubeOVNDir, ServiceCIDR)
+	// A certificate directory of the lab's own: envtest keeps the serving certificates and the
+	// service-account keys of a directory it did not create, so that RestartAPIServer brings the
+	// same server back for every client.
+	certDir := filepath.Join(c.dir, "apiserver")
+	if err := os.MkdirAll(certDir, 0o700); err != nil {
+		return err
+	}
+	c.env.ControlPlane.GetAPIServer().CertDir = certDir
 	c.opts.Log.Info("starting kube-apiserver and etcd", "assets", c.opts.AssetsDir)
 	if c.Config, err = c.env.Start(); err != nil {
 		return fmt.Errorf("starting the API server (are kube-apiserver and etcd in %q? make assets): %w", c.opts.AssetsDir, err)

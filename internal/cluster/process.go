@@ -68,6 +68,18 @@ func (p *process) stop() {
 	}
 }
 
+// kill ends the process with SIGKILL (a crash: nothing of its own shutdown runs) and waits.
+func (p *process) kill() {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-done
+}
+
 // exited reports whether the process has ended by itself.
 func (p *process) exited() bool {
 	p.mu.Lock()

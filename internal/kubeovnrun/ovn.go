@@ -39,6 +39,7 @@ type OVN struct {
 // dbServer is one ovsdb-server.
 type dbServer struct {
 	name string // "nb" or "sb"
+	dir  string
 	sock string
 	port int
 	proc *child
@@ -104,39 +105,61 @@ func startDB(dir, name, schema string) (*dbServer, error) {
 	if out, err := exec.Command("ovsdb-tool", "create", db, schema).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("ovsdb-tool create %s from %s: %w: %s", db, schema, err, out)
 	}
-	s := &dbServer{name: name, sock: filepath.Join(dir, name+".sock")}
-	logFile := filepath.Join(dir, name+".log")
+	s := &dbServer{name: name, dir: dir, sock: filepath.Join(dir, name+".sock")}
+	return s, s.serve()
+}
+
+// serve starts the ovsdb-server of s's database on its socket and TCP port (the kernel's pick
+// on the first start, the same port again after a restart) and waits until both answer.
+func (s *dbServer) serve() error {
+	db := filepath.Join(s.dir, s.name+".db")
+	logFile := filepath.Join(s.dir, s.name+".log")
+	logged := 0
+	if b, err := os.ReadFile(logFile); err == nil {
+		logged = len(b) // a restart: read only what the new server logs
+	}
 	var err error
 	s.proc, err = startChild("ovsdb-server", nil, db,
 		"--remote=punix:"+s.sock,
-		"--remote=ptcp:0:127.0.0.1",
-		"--unixctl="+filepath.Join(dir, name+".ctl"),
+		"--remote=ptcp:"+strconv.Itoa(s.port)+":127.0.0.1",
+		"--unixctl="+filepath.Join(s.dir, s.name+".ctl"),
 		"--log-file="+logFile,
 		"--no-chdir", "-vconsole:off", "-vfile:info")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if s.port == 0 {
-			if b, err := os.ReadFile(logFile); err == nil {
-				if m := listeningPort.FindSubmatch(b); m != nil {
+			if b, err := os.ReadFile(logFile); err == nil && len(b) > logged {
+				if m := listeningPort.FindSubmatch(b[logged:]); m != nil {
 					s.port, _ = strconv.Atoi(string(m[1]))
 				}
 			}
 		}
 		if s.port != 0 && dialable("unix", s.sock) && dialable("tcp", s.tcpHostPort()) {
-			return s, nil
+			return nil
 		}
 		if s.proc.exited() {
-			return nil, fmt.Errorf("%s ovsdb-server exited: %s%s", name, s.proc.output(), readTail(logFile))
+			return fmt.Errorf("%s ovsdb-server exited: %s%s", s.name, s.proc.output(), readTail(logFile))
 		}
 		if time.Now().After(deadline) {
 			s.proc.stop()
-			return nil, fmt.Errorf("%s ovsdb-server did not listen within 10s: %s", name, readTail(logFile))
+			return fmt.Errorf("%s ovsdb-server did not listen within 10s: %s", s.name, readTail(logFile))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// RestartNB stops the NB ovsdb-server and starts it again on the same database, socket and port:
+// every NB client (kube-ovn-controller, vpcgw's controller, ovn-northd) sees its connection cut and
+// must reconnect, as when an OVN central pod restarts.
+func (o *OVN) RestartNB() error {
+	o.nb.proc.stop()
+	if err := o.nb.serve(); err != nil {
+		return fmt.Errorf("restarting the NB ovsdb-server: %w", err)
+	}
+	return nil
 }
 
 func (s *dbServer) tcpHostPort() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }

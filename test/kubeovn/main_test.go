@@ -47,7 +47,7 @@ func startCluster(opts cluster.Options) (*cluster.Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.WaitIngress(ctx, cluster.DemoNamespace, cluster.DemoService, 2*time.Minute); err != nil {
+	if err := c.WaitSettled(ctx, 2*time.Minute); err != nil {
 		_ = c.Stop()
 		return nil, err
 	}
@@ -70,6 +70,11 @@ func lab(t *testing.T) *cluster.Cluster {
 			t.Log(tail(c.Logs(), 150))
 		}
 	})
+	// Every test starts from a settled lab, never from the previous test's aftermath (a gateway
+	// kube-ovn is still re-initialising, a controller still opening its streams).
+	if err := c.WaitSettled(context.Background(), 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	return c
 }
 

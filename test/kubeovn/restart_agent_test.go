@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,7 +24,6 @@ import (
 
 	"github.com/vpcgw/vpcgw/internal/cluster"
 	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
-	"github.com/vpcgw/vpcgw/internal/netlab"
 	"github.com/vpcgw/vpcgw/internal/transport"
 )
 
@@ -70,9 +68,9 @@ func fileDigest(t *testing.T, path string) string {
 // sees it ("" while none runs), and that file's SHA-256 read in the container.
 func runningAgent(ctx context.Context, t *testing.T, c *cluster.Cluster) (exe, digest string) {
 	for _, a := range gatewayAgents(t, c) {
-		sum, err := execInGateway(ctx, c, "sha256sum", a.argv0)
+		sum, err := execInGateway(ctx, c, "sha256sum", a.Argv0)
 		if f := strings.Fields(sum); err == nil && len(f) > 0 {
-			return a.argv0, f[0]
+			return a.Argv0, f[0]
 		}
 	}
 	return "", ""
@@ -188,38 +186,13 @@ func TestAgentDeliveredIntoKubeOVNsContainer(t *testing.T) {
 	delivered("back to the lab's build", want)
 }
 
-// agentProcess is a delivered agent running in the gateway container: its host PID and argv[0],
-// the path it was started by in the container's view (the /proc/<pid>/exe link would name it
-// through the lab node's mounts).
-type agentProcess struct {
-	pid   int
-	argv0 string
-}
-
-// gatewayAgents are the delivered agents running in this lab's gateway Pod: the processes of its
-// network namespace (the lab node runs no PID namespace, so the host sees the container's
-// processes), never the machine's, where another lab's agents may run.
-func gatewayAgents(t *testing.T, c *cluster.Cluster) []agentProcess {
+// gatewayAgents are the delivered agents running in this lab's gateway Pod, found through the
+// Pod's network namespace (cluster.GatewayAgents), never machine-wide.
+func gatewayAgents(t *testing.T, c *cluster.Cluster) []cluster.AgentProcess {
 	t.Helper()
-	ns, ok := c.GatewayNetns()
-	if !ok {
-		return nil
-	}
-	out, err := netlab.Run("ip", "netns", "pids", ns)
+	agents, err := c.GatewayAgents()
 	if err != nil {
-		t.Fatalf("listing the processes of the gateway's namespace %s: %v", ns, err)
-	}
-	prefix := transport.AgentInstallDir + "/" + transport.DefaultAgentBinary + "-"
-	var agents []agentProcess
-	for _, f := range strings.Fields(string(out)) {
-		pid, err := strconv.Atoi(f)
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile("/proc/" + f + "/cmdline")
-		if argv0, _, _ := strings.Cut(string(cmdline), "\x00"); err == nil && strings.HasPrefix(argv0, prefix) {
-			agents = append(agents, agentProcess{pid: pid, argv0: argv0})
-		}
+		t.Fatal(err)
 	}
 	return agents
 }
@@ -229,7 +202,7 @@ func agentPIDs(t *testing.T, c *cluster.Cluster) []int {
 	t.Helper()
 	var pids []int
 	for _, a := range gatewayAgents(t, c) {
-		pids = append(pids, a.pid)
+		pids = append(pids, a.PID)
 	}
 	return pids
 }

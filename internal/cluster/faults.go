@@ -1,0 +1,107 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
+	"github.com/vpcgw/vpcgw/internal/netlab"
+	"github.com/vpcgw/vpcgw/internal/transport"
+)
+
+// The faults the soak and the restart tests inject, each as an operator or a crash would cause
+// it, on this lab's own processes and objects only.
+
+// AgentProcess is a delivered agent running in the gateway container: its host PID and argv[0],
+// the path it was started by in the container's view.
+type AgentProcess struct {
+	PID   int
+	Argv0 string
+}
+
+// GatewayAgents are the delivered agents running in this lab's gateway Pod: the processes of its
+// network namespace (the lab node runs no PID namespace, so the host sees the container's
+// processes), never the machine's, where another lab's agents may run.
+func (c *Cluster) GatewayAgents() ([]AgentProcess, error) {
+	ns, ok := c.GatewayNetns()
+	if !ok {
+		return nil, nil
+	}
+	out, err := netlab.Run("ip", "netns", "pids", ns)
+	if err != nil {
+		return nil, fmt.Errorf("listing the processes of the gateway's namespace %s: %w", ns, err)
+	}
+	prefix := transport.AgentInstallDir + "/" + transport.DefaultAgentBinary + "-"
+	var agents []AgentProcess
+	for _, f := range strings.Fields(string(out)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + f + "/cmdline")
+		if argv0, _, _ := strings.Cut(string(cmdline), "\x00"); err == nil && strings.HasPrefix(argv0, prefix) {
+			agents = append(agents, AgentProcess{PID: pid, Argv0: argv0})
+		}
+	}
+	return agents, nil
+}
+
+// KillAgents SIGKILLs every agent in the gateway Pod (a crash, or the OOM killer) and returns how
+// many it killed.
+func (c *Cluster) KillAgents() (int, error) {
+	agents, err := c.GatewayAgents()
+	if err != nil {
+		return 0, err
+	}
+	for _, a := range agents {
+		if err := syscall.Kill(a.PID, syscall.SIGKILL); err != nil && err != syscall.ESRCH {
+			return 0, fmt.Errorf("killing agent %d: %w", a.PID, err)
+		}
+	}
+	return len(agents), nil
+}
+
+// KillController SIGKILLs the vpcgw controller (no shutdown of its own) and waits for it to end;
+// StartController starts it again.
+func (c *Cluster) KillController() {
+	if c.Controller != nil {
+		c.Controller.kill()
+	}
+}
+
+// DeleteGatewayPod deletes kube-ovn's gateway Pod, as `kubectl delete pod` does; kube-ovn's
+// StatefulSet makes a new one, which kube-ovn initialises again.
+func (c *Cluster) DeleteGatewayPod(ctx context.Context) error {
+	pod := &corev1.Pod{}
+	pod.Namespace, pod.Name = kubeovnrun.Namespace, c.GatewayPodName()
+	if err := c.Client.Delete(ctx, pod); err != nil {
+		return fmt.Errorf("deleting the gateway Pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// RestartAPIServer stops kube-apiserver and starts it again on the same address, certificates and
+// etcd: every client sees its connections cut and its watches end, as in a control-plane
+// upgrade.
+func (c *Cluster) RestartAPIServer(ctx context.Context) error {
+	api := c.env.ControlPlane.APIServer
+	if err := api.Stop(); err != nil {
+		return fmt.Errorf("stopping kube-apiserver: %w", err)
+	}
+	if err := api.Start(); err != nil {
+		return fmt.Errorf("starting kube-apiserver again: %w", err)
+	}
+	var ns corev1.Namespace
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return c.Client.Get(ctx, client.ObjectKey{Name: "default"}, &ns) == nil, nil
+	})
+}

@@ -1,0 +1,148 @@
+package soak
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/vpcgw/vpcgw/internal/cluster"
+	"github.com/vpcgw/vpcgw/internal/labbin"
+)
+
+// Main is `vpcgw-lab soak`: bring the lab up beside the real kube-ovn-controller, run the soak
+// for --duration and print its report. It fails when a step did not converge, requests failed
+// where none may, or something leaked.
+func Main(ctx context.Context, args []string) (err error) {
+	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
+	var cfg Config
+	fs.DurationVar(&cfg.Duration, "duration", 30*time.Minute, "how long to inject faults and churn (every fault runs at least once)")
+	fs.DurationVar(&cfg.Gap, "gap", 20*time.Second, "steady traffic after each step converged")
+	fs.IntVar(&cfg.Batch, "batch", 10, "requests per probe of each traffic stream")
+	fs.DurationVar(&cfg.ConvergeTimeout, "converge-timeout", 3*time.Minute, "the longest a step may take to converge")
+	assets := fs.String("assets", os.Getenv("KUBEBUILDER_ASSETS"), "directory with kube-apiserver, etcd, kube-controller-manager")
+	kubeOVN := fs.String("kube-ovn", os.Getenv("VPCGW_KUBEOVN"), "directory with kube-ovn-controller v1.16.2 and its assets (make kubeovn)")
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	bins := labbin.Beside(self)
+	fs.StringVar(&bins.Vpcgw, "vpcgw", bins.Vpcgw, "the vpcgw binary (controller and webhook processes)")
+	fs.StringVar(&bins.Agent, "agent", bins.Agent, "the vpcgw-agent binary")
+	verbose := fs.Bool("v", false, "show the components' logs on stderr")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if *assets == "" || *kubeOVN == "" {
+		return errors.New("--assets (or $KUBEBUILDER_ASSETS) and --kube-ovn (or $VPCGW_KUBEOVN) are required; `make soak` sets both")
+	}
+	if bins, err = bins.Abs(); err != nil {
+		return err
+	}
+	if err := bins.Check(); err != nil {
+		return err
+	}
+	signal.Ignore(syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGHUP, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logOut := io.Discard
+	if *verbose {
+		logOut = os.Stderr
+	}
+	components := zap.New(zap.WriteTo(logOut), zap.UseDevMode(true))
+	ctrl.SetLogger(components)
+	klog.SetLogger(components)
+	cfg.Out = os.Stdout
+
+	fmt.Fprintln(cfg.Out, "== vpcgw-lab soak: starting the lab beside kube-ovn-controller")
+	c, err := cluster.Start(ctx, cluster.Options{Bins: bins, AssetsDir: *assets, KubeOVNDir: *kubeOVN, Log: components})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if serr := c.Stop(); serr != nil {
+			err = errors.Join(err, fmt.Errorf("lab cleanup: %w", serr))
+		}
+	}()
+	rep, err := Run(ctx, c, cfg)
+	if rep != nil {
+		WriteReport(cfg.Out, rep)
+	}
+	return err
+}
+
+// WriteReport prints a report as the Markdown tables of docs/reliability.md.
+func WriteReport(w io.Writer, r *Report) {
+	fmt.Fprintf(w, "\n== soak report: %d steps in %s\n\n", len(r.Steps), r.Duration.Round(time.Second))
+	fmt.Fprintln(w, "| step | kind | runs | converged (median / max) | failed in the window | failed after |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	type agg struct {
+		kind          Kind
+		times         []time.Duration
+		window, after Count
+		errs          int
+	}
+	var order []string
+	by := map[string]*agg{}
+	for _, s := range r.Steps {
+		a := by[s.Name]
+		if a == nil {
+			a = &agg{kind: s.Kind}
+			by[s.Name] = a
+			order = append(order, s.Name)
+		}
+		a.times = append(a.times, s.Converged)
+		a.window.Sent += s.Window.Sent
+		a.window.Failed += s.Window.Failed
+		a.after.Sent += s.After.Sent
+		a.after.Failed += s.After.Failed
+		if s.Err != nil {
+			a.errs++
+		}
+	}
+	for _, name := range order {
+		a := by[name]
+		med, mx := medianMax(a.times)
+		fmt.Fprintf(w, "| %s | %s | %d | %s / %s | %d of %d | %d of %d |\n", name, a.kind, len(a.times),
+			med.Round(10*time.Millisecond), mx.Round(10*time.Millisecond), a.window.Failed, a.window.Sent, a.after.Failed, a.after.Sent)
+	}
+	fmt.Fprintf(w, "\nstart: %s\nend:   %s\n", r.Baseline, r.End)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\ncontroller lifetime\tsamples\tgoroutines (first, last)\tRSS MiB (first, last)\tagent RSS MiB (first, last)")
+	for i, l := range r.Lifetimes {
+		if len(l.Samples) == 0 {
+			continue
+		}
+		f, e := l.Samples[0], l.Samples[len(l.Samples)-1]
+		fmt.Fprintf(tw, "%d\t%d\t%d, %d\t%d, %d\t%d, %d\n", i+1, len(l.Samples), f.Goroutines, e.Goroutines, f.RSS>>20, e.RSS>>20, f.AgentRSS>>20, e.AgentRSS>>20)
+	}
+	tw.Flush()
+	if len(r.Leaks) == 0 {
+		fmt.Fprintln(w, "no leak: records, VIP routes, lo VIPs, nft objects and UDP conntrack entries are back to the start; goroutines and memory within bounds")
+	}
+}
+
+func medianMax(ds []time.Duration) (time.Duration, time.Duration) {
+	if len(ds) == 0 {
+		return 0, 0
+	}
+	s := slices.Sorted(slices.Values(ds))
+	return s[len(s)/2], s[len(s)-1]
+}

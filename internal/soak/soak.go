@@ -1,0 +1,416 @@
+// Package soak runs vpcgw's soak with faults in the lab beside the real kube-ovn-controller (SPEC
+// L6, L8, L10): steady TCP and UDP traffic through the demo Service's EIP and ClusterIP, endpoint
+// churn (the Deployment scaled), and faults injected on a schedule, each followed by a wait until
+// everything converged again. It reports, per step, the requests that failed while it lasted and
+// after it converged, and how long convergence took; at the end it checks that nothing leaked:
+// records, the gateway's nft objects, lo VIPs, VIP routes, conntrack entries of removed backends,
+// and the controller's goroutines and memory.
+package soak
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vpcgw/vpcgw/internal/cluster"
+	"github.com/vpcgw/vpcgw/internal/netlab"
+)
+
+// Config is one soak run.
+type Config struct {
+	// Duration is how long steps are run; the schedule repeats until it is over, and runs every
+	// fault at least once.
+	Duration time.Duration
+	// Gap is how long traffic flows after a step converged before the next step.
+	Gap time.Duration
+	// Batch is the number of requests in each probe of a traffic stream.
+	Batch int
+	// ConvergeTimeout bounds each step's wait for convergence.
+	ConvergeTimeout time.Duration
+	// Out receives the progress and the report.
+	Out io.Writer
+}
+
+func (c *Config) defaults() {
+	if c.Gap == 0 {
+		c.Gap = 5 * time.Second
+	}
+	if c.Batch == 0 {
+		c.Batch = 10
+	}
+	if c.ConvergeTimeout == 0 {
+		c.ConvergeTimeout = 3 * time.Minute
+	}
+	if c.Out == nil {
+		c.Out = io.Discard
+	}
+}
+
+// Validate reports a Config that cannot run.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Duration < 0 {
+		errs = append(errs, fmt.Errorf("duration %s: must not be negative", c.Duration))
+	}
+	if c.Gap < 0 {
+		errs = append(errs, fmt.Errorf("gap %s: must not be negative", c.Gap))
+	}
+	if c.Batch < 0 || c.Batch > 1000 {
+		errs = append(errs, fmt.Errorf("batch %d: must be between 1 and 1000", c.Batch))
+	}
+	return errors.Join(errs...)
+}
+
+// Kind says what a step may cost in failed requests.
+type Kind string
+
+const (
+	// Harmless steps leave the data path alone: no request may fail.
+	Harmless Kind = "harmless"
+	// RemovesBackend steps remove a backend: requests in flight to it may fail.
+	RemovesBackend Kind = "removes a backend"
+	// RemovesDataPath steps take the data path itself away (the gateway's Pod or its table):
+	// requests fail until it is back and programmed again.
+	RemovesDataPath Kind = "removes the data path"
+)
+
+// Step is one fault or one churn of the schedule.
+type Step struct {
+	Name string
+	Kind Kind
+	// Inject causes the fault or the churn and returns at once; convergence is waited for after.
+	Inject func(ctx context.Context, s *Soak) error
+}
+
+// StepResult is what one step cost.
+type StepResult struct {
+	Name string
+	Kind Kind
+	// Converged is the time from the injection until everything converged.
+	Converged time.Duration
+	// Window counts the requests sent from the injection until convergence; After those sent
+	// after convergence until the next step.
+	Window, After Count
+	Err           error
+}
+
+// Count is requests sent and failed.
+type Count struct {
+	Sent, Failed int
+	LastError    string
+}
+
+func (c *Count) add(b batch) {
+	c.Sent += b.sent
+	c.Failed += b.sent - b.answered
+	if b.lastErr != "" {
+		c.LastError = b.lastErr
+	}
+}
+
+// Report is a soak run's result.
+type Report struct {
+	Started  time.Time
+	Duration time.Duration
+	Steps    []StepResult
+	Baseline Snapshot
+	End      Snapshot
+	// Leaks are what the end state kept beyond the baseline.
+	Leaks []string
+	// Lifetimes are the controller's goroutines and memory, per process lifetime.
+	Lifetimes []Lifetime
+}
+
+// Soak is a running soak: the lab, its traffic and the state the steps share.
+type Soak struct {
+	C    *cluster.Cluster
+	cfg  Config
+	svc  *corev1.Service
+	demo *cluster.Demo
+	// replicas is the demo Deployment's scale the steps last set.
+	replicas int32
+	// vpcRouteOn is whether the Vpc edit step last added its policy route.
+	vpcRouteOn bool
+
+	traffic *traffic
+	life    *lifetimes
+}
+
+// Run runs the soak on c, a started lab with the demo, and returns its report. The error is
+// non-nil when the soak could not run, or when a step did not converge or left something behind.
+func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (*Report, error) {
+	cfg.defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Soak{C: c, cfg: cfg, demo: &cluster.Demo{C: c, Out: io.Discard, Requests: cfg.Batch, Timeout: cfg.ConvergeTimeout}, life: &lifetimes{}}
+	rep := &Report{Started: time.Now()}
+	out := cfg.Out
+
+	svc, err := s.demo.Served(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.svc = svc
+	if s.replicas, err = s.deploymentReplicas(ctx); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(out, "== soak: %s of faults and churn beside kube-ovn-controller; traffic through %s and %s\n",
+		cfg.Duration, svc.Status.LoadBalancer.Ingress[0].IP, svc.Spec.ClusterIP)
+	if err := s.converge(ctx, nil); err != nil {
+		return nil, fmt.Errorf("the lab did not settle before the soak: %w", err)
+	}
+	if rep.Baseline, err = s.snapshot(ctx); err != nil {
+		return nil, err
+	}
+	s.sampleLifetime(ctx)
+	fmt.Fprintf(out, "   baseline: %s\n", rep.Baseline)
+
+	s.traffic = startTraffic(ctx, s.streams())
+	defer s.traffic.stop()
+
+	schedule := Schedule()
+	deadline := time.Now().Add(cfg.Duration)
+	var failed []error
+	for i := 0; i == 0 || time.Now().Before(deadline) || i%len(schedule) != 0; i++ {
+		if ctx.Err() != nil {
+			return rep, ctx.Err()
+		}
+		step := schedule[i%len(schedule)]
+		res := s.runStep(ctx, step, &rep.Baseline)
+		rep.Steps = append(rep.Steps, res)
+		if res.Err != nil {
+			failed = append(failed, fmt.Errorf("%s: %w", step.Name, res.Err))
+		}
+		fmt.Fprintf(out, "   %-34s converged in %6s; failed %d/%d in the window, %d/%d after%s\n",
+			step.Name, res.Converged.Round(10*time.Millisecond), res.Window.Failed, res.Window.Sent, res.After.Failed, res.After.Sent, errSuffix(res.Err))
+		if res.Err != nil && errors.Is(res.Err, errNotConverged) {
+			break // the lab is not in a state the next step may start from
+		}
+	}
+	s.traffic.stop()
+	rep.Duration = time.Since(rep.Started)
+
+	if rep.End, err = s.snapshot(ctx); err != nil {
+		return rep, err
+	}
+	rep.Leaks = rep.Baseline.Leaks(rep.End)
+	stale, err := s.staleConntrack(ctx)
+	if err != nil {
+		return rep, err
+	}
+	rep.Leaks = append(rep.Leaks, stale...)
+	rep.Lifetimes = s.life.all()
+	rep.Leaks = append(rep.Leaks, growth(rep.Lifetimes)...)
+	fmt.Fprintf(out, "   end:      %s\n", rep.End)
+	for _, l := range rep.Leaks {
+		fmt.Fprintf(out, "!! leak: %s\n", l)
+		failed = append(failed, errors.New("leak: "+l))
+	}
+	return rep, errors.Join(failed...)
+}
+
+var errNotConverged = errors.New("did not converge")
+
+func errSuffix(err error) string {
+	if err == nil {
+		return ""
+	}
+	return " !! " + err.Error()
+}
+
+// runStep injects a step, waits until everything converged, and lets traffic flow for the gap.
+func (s *Soak) runStep(ctx context.Context, step Step, baseline *Snapshot) StepResult {
+	res := StepResult{Name: step.Name, Kind: step.Kind}
+	start := time.Now()
+	if err := step.Inject(ctx, s); err != nil {
+		res.Err = fmt.Errorf("injecting: %w", err)
+		return res
+	}
+	if err := s.converge(ctx, baseline); err != nil {
+		res.Err = fmt.Errorf("%w: %w", errNotConverged, err)
+		return res
+	}
+	converged := time.Now()
+	res.Converged = converged.Sub(start)
+	s.sampleLifetime(ctx)
+	select {
+	case <-ctx.Done():
+	case <-time.After(s.cfg.Gap):
+	}
+	end := time.Now()
+	// The batches of the gap's last moments end after it: wait for every stream to pass end.
+	s.traffic.waitPast(ctx, end)
+	for _, b := range s.traffic.between(start, end) {
+		if b.start.Before(converged) {
+			res.Window.add(b)
+		} else {
+			res.After.add(b)
+		}
+	}
+	switch {
+	case res.After.Failed > 0:
+		res.Err = fmt.Errorf("%d requests failed after convergence (%s)", res.After.Failed, res.After.LastError)
+	case step.Kind == Harmless && res.Window.Failed > 0:
+		res.Err = fmt.Errorf("%d requests failed while it lasted, which should cost none (%s)", res.Window.Failed, res.Window.LastError)
+	}
+	return res
+}
+
+func (s *Soak) deploymentReplicas(ctx context.Context) (int32, error) {
+	backends, err := s.C.ReadyBackends(ctx, cluster.DemoNamespace, cluster.DemoDeployment)
+	return int32(len(backends)), err
+}
+
+// streams are the soak's steady traffic: TCP and UDP from the external client through the EIP,
+// and from the VPC client to the ClusterIP.
+func (s *Soak) streams() []stream {
+	eip, vip := s.svc.Status.LoadBalancer.Ingress[0].IP, s.svc.Spec.ClusterIP
+	var out []stream
+	for _, p := range s.svc.Spec.Ports {
+		port := strconv.Itoa(int(p.Port))
+		proto := map[corev1.Protocol]string{corev1.ProtocolTCP: "tcp", corev1.ProtocolUDP: "udp"}[p.Protocol]
+		if proto == "" {
+			continue
+		}
+		out = append(out,
+			stream{name: "external " + proto + " " + eip, ns: s.C.ExternalClient(), proto: proto, target: net.JoinHostPort(eip, port)},
+			stream{name: "vpc " + proto + " " + vip, ns: s.C.VPCClient(), proto: proto, target: net.JoinHostPort(vip, port)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	for i := range out {
+		out[i].batch = s.cfg.Batch
+		out[i].probe = s.C.Probe
+	}
+	return out
+}
+
+// converge waits until the lab is settled (cluster.WaitSettled), exactly the Deployment's Ready
+// Pods answer through the EIP, and, with a baseline, vpcgw's objects are those of the baseline.
+func (s *Soak) converge(ctx context.Context, baseline *Snapshot) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ConvergeTimeout)
+	defer cancel()
+	if err := s.C.WaitSettled(ctx, s.cfg.ConvergeTimeout); err != nil {
+		return err
+	}
+	var svc corev1.Service
+	if err := s.C.Client.Get(ctx, client.ObjectKeyFromObject(s.svc), &svc); err != nil {
+		return err
+	}
+	if _, _, err := s.demo.WaitBackends(ctx, &svc, int(s.replicas)); err != nil {
+		return err
+	}
+	if baseline == nil {
+		return nil
+	}
+	var last Snapshot
+	for {
+		var err error
+		if last, err = s.snapshot(ctx); err == nil && last.sameObjects(*baseline) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("vpcgw's objects are %s, not those of the baseline %s: %w", last, *baseline, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// traffic is the soak's steady load: one goroutine per stream, each sending batch after batch.
+type traffic struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	// batches are every batch sent; latest is, per stream, when its last batch ended.
+	batches []batch
+	latest  []time.Time
+	once    sync.Once
+}
+
+type stream struct {
+	name, ns, proto, target string
+	batch                   int
+	probe                   func(ns, proto, target string, n int) (netlab.ProbeResult, error)
+}
+
+type batch struct {
+	stream         string
+	start, end     time.Time
+	sent, answered int
+	lastErr        string
+}
+
+func startTraffic(ctx context.Context, streams []stream) *traffic {
+	ctx, cancel := context.WithCancel(ctx)
+	t := &traffic{cancel: cancel, latest: make([]time.Time, len(streams))}
+	for i, st := range streams {
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			for ctx.Err() == nil {
+				b := batch{stream: st.name, start: time.Now(), sent: st.batch}
+				r, err := st.probe(st.ns, st.proto, st.target, st.batch)
+				b.end = time.Now()
+				if err != nil {
+					b.lastErr = err.Error()
+				} else {
+					b.answered = r.Total()
+					b.lastErr = r.LastError
+				}
+				t.mu.Lock()
+				t.batches = append(t.batches, b)
+				t.latest[i] = b.end
+				t.mu.Unlock()
+			}
+		}()
+	}
+	return t
+}
+
+func (t *traffic) stop() {
+	t.once.Do(func() {
+		t.cancel()
+		t.wg.Wait()
+	})
+}
+
+// waitPast waits until every stream has a batch that ended after at (or the traffic stopped).
+func (t *traffic) waitPast(ctx context.Context, at time.Time) {
+	for ctx.Err() == nil {
+		t.mu.Lock()
+		done := true
+		for _, l := range t.latest {
+			if !l.After(at) {
+				done = false
+			}
+		}
+		t.mu.Unlock()
+		if done {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// between are the batches that started in [from, to).
+func (t *traffic) between(from, to time.Time) []batch {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []batch
+	for _, b := range t.batches {
+		if !b.start.Before(from) && b.start.Before(to) {
+			out = append(out, b)
+		}
+	}
+	return out
+}

@@ -1,0 +1,55 @@
+package kubeovn
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/vpcgw/vpcgw/internal/cluster/clustertest"
+	"github.com/vpcgw/vpcgw/internal/soak"
+)
+
+// covers: L6, L8, L10, K2, K5, V1, D6
+// The soak's short version (`vpcgw-lab soak --duration 30m` is the long one): one round of every
+// fault the soak injects, each followed by endpoint churn, on a lab of its own beside the real
+// kube-ovn-controller, with steady TCP and UDP traffic through the EIP and the ClusterIP. Each
+// step must converge (the gateway settled, exactly the Ready Pods answering, vpcgw's objects those
+// of the start); no request may fail after a step converged, nor while a harmless fault lasts;
+// at the end nothing is left behind: records, routes, lo VIPs, nft objects, UDP conntrack entries
+// of removed backends, and the controller's goroutines and memory stay within bounds.
+func TestSoakWithFaultsShort(t *testing.T) {
+	opts, skip, err := clustertest.Options()
+	if skip != "" {
+		t.Skip(skip)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := startCluster(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(tail(c.Logs(), 200))
+		}
+		if err := c.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	rep, err := soak.Run(ctx, c, soak.Config{Gap: 3 * time.Second, Out: &out})
+	if rep != nil {
+		soak.WriteReport(&out, rep)
+	}
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := len(soak.Schedule()); len(rep.Steps) != want {
+		t.Fatalf("%d steps ran, want one round of %d", len(rep.Steps), want)
+	}
+}
