@@ -14,7 +14,7 @@ export VPCGW_HELM := $(HELM_DIR)/helm
 KUBEOVN_DIR ?= $(HOME)/.cache/vpcgw/kube-ovn-v1.16.2
 export VPCGW_KUBEOVN := $(KUBEOVN_DIR)
 
-.PHONY: fuzz all build deps assets helm kubeovn images release generate lab lab-stay test unit fmt-check vet
+.PHONY: fuzz all build deps assets helm kubeovn images release generate lab lab-stay soak test unit fmt-check vet
 
 all: build
 
@@ -88,6 +88,12 @@ lab: deps assets kubeovn build
 # The same lab, left running for your own Services (prints a KUBECONFIG; Ctrl-C ends it).
 lab-stay: deps assets kubeovn build
 	./bin/vpcgw-lab lab --stay $(LAB_ARGS)
+
+# The soak with faults beside kube-ovn-controller: steady traffic, churn and faults for SOAK_ARGS
+# --duration (default 30m), then the leak check (docs/reliability.md). CI runs one round of it
+# (test/kubeovn TestSoakWithFaultsShort).
+soak: deps assets kubeovn build
+	./bin/vpcgw-lab soak $(SOAK_ARGS)
 
 # Every test: unit tests (race detector), integration tests against the real API server, real
 # nftables in network namespaces, and the end-to-end lab tests. VPCGW_REQUIRE_ALL=1 turns every

@@ -276,7 +276,11 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 	if err := os.MkdirAll(certDir, 0o700); err != nil {
 		return err
 	}
-	c.env.ControlPlane.GetAPIServer().CertDir = certDir
+	api := c.env.ControlPlane.GetAPIServer()
+	api.CertDir = certDir
+	// kube-apiserver's graceful shutdown with the lab's open watches and exec streams can take
+	// longer than envtest's default of 20 s.
+	api.StopTimeout = time.Minute
 	c.opts.Log.Info("starting kube-apiserver and etcd", "assets", c.opts.AssetsDir)
 	if c.Config, err = c.env.Start(); err != nil {
 		return fmt.Errorf("starting the API server (are kube-apiserver and etcd in %q? make assets): %w", c.opts.AssetsDir, err)
@@ -488,6 +492,10 @@ func (c *Cluster) waitGateway(ctx context.Context, timeout time.Duration) error 
 			return false, client.IgnoreNotFound(err)
 		}
 		last = fmt.Sprintf("phase %s, init %q", pod.Status.Phase, pod.Annotations["ovn.kubernetes.io/vpc_nat_gw_init"])
+		if pod.DeletionTimestamp != nil {
+			last = "being deleted"
+			return false, nil
+		}
 		return pod.Status.Phase == corev1.PodRunning && pod.Annotations["ovn.kubernetes.io/vpc_nat_gw_init"] == "true", nil
 	})
 	if err != nil {

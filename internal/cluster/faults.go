@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -78,15 +79,26 @@ func (c *Cluster) KillController() {
 	}
 }
 
-// DeleteGatewayPod deletes kube-ovn's gateway Pod, as `kubectl delete pod` does; kube-ovn's
-// StatefulSet makes a new one, which kube-ovn initialises again.
+// DeleteGatewayPod deletes kube-ovn's gateway Pod, as `kubectl delete pod` does, and waits until
+// that Pod is gone; kube-ovn's StatefulSet makes a new one, which kube-ovn initialises again.
 func (c *Cluster) DeleteGatewayPod(ctx context.Context) error {
-	pod := &corev1.Pod{}
-	pod.Namespace, pod.Name = kubeovnrun.Namespace, c.GatewayPodName()
-	if err := c.Client.Delete(ctx, pod); err != nil {
-		return fmt.Errorf("deleting the gateway Pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	key := client.ObjectKey{Namespace: kubeovnrun.Namespace, Name: c.GatewayPodName()}
+	var pod corev1.Pod
+	if err := c.Client.Get(ctx, key, &pod); err != nil {
+		return fmt.Errorf("reading the gateway Pod %s: %w", key, err)
 	}
-	return nil
+	old := pod.UID
+	if err := c.Client.Delete(ctx, &pod, client.Preconditions{UID: &old}); err != nil {
+		return fmt.Errorf("deleting the gateway Pod %s: %w", key, err)
+	}
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var now corev1.Pod
+		err := c.Client.Get(ctx, key, &now)
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return err == nil && now.UID != old, nil
+	})
 }
 
 // RestartAPIServer stops kube-apiserver and starts it again on the same address, certificates and
@@ -94,8 +106,9 @@ func (c *Cluster) DeleteGatewayPod(ctx context.Context) error {
 // upgrade.
 func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	api := c.env.ControlPlane.APIServer
+	started := time.Now()
 	if err := api.Stop(); err != nil {
-		return fmt.Errorf("stopping kube-apiserver: %w", err)
+		return fmt.Errorf("stopping kube-apiserver (after %s): %w", time.Since(started).Round(time.Second), err)
 	}
 	if err := api.Start(); err != nil {
 		return fmt.Errorf("starting kube-apiserver again: %w", err)

@@ -86,6 +86,10 @@ func EchoDeployment(exe, namespace, name string, replicas int32) *appsv1.Deploym
 							{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 						},
 						Ports: []corev1.ContainerPort{{ContainerPort: BackendPort, Protocol: corev1.ProtocolTCP}, {ContainerPort: BackendPort, Protocol: corev1.ProtocolUDP}},
+						// Ready once it serves (it opens its UDP socket before HTTP), so that a new
+						// replica gets traffic only when it can answer, as an operator deploys it.
+						ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+							HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(BackendPort)}}},
 					}},
 				},
 			},

@@ -63,8 +63,9 @@ func GatewayMetric(samples map[string]float64, name string) (float64, bool) {
 }
 
 // WaitSettled waits until the lab is in the state every test may start from, whatever the test
-// before it did: kube-ovn's gateway Pod runs and kube-ovn has initialised it; the vpcgw
-// controller runs with exactly one agent stream up on the gateway and no change waiting; and,
+// before it did: kube-ovn's gateway Pod runs and kube-ovn has initialised it; exactly one agent
+// runs in it; the vpcgw controller runs with one agent stream up on the gateway and no change
+// waiting; and,
 // with the demo, the demo Service has its EXTERNAL-IP and answers TCP through it (and through its
 // ClusterIP when the ClusterIP gate is on). A test that replaced the gateway or restarted a component thus never leaves its
 // aftermath to the next one.
@@ -81,6 +82,10 @@ func (c *Cluster) WaitSettled(ctx context.Context, timeout time.Duration) error 
 		}
 		if _, ok := c.GatewayNetns(); !ok {
 			last = "the gateway Pod has no network namespace on the lab node"
+			return false, nil
+		}
+		if agents, err := c.GatewayAgents(); err != nil || len(agents) != 1 {
+			last = fmt.Sprintf("%d agents run in the gateway Pod (%v)", len(agents), err)
 			return false, nil
 		}
 		samples, err := c.ControllerMetrics(ctx)

@@ -37,7 +37,10 @@ func Schedule() []Step {
 			return s.C.StartController(ctx)
 		}},
 		{"kube-ovn-controller restarted", Harmless, func(ctx context.Context, s *Soak) error {
-			return s.C.KubeOVN.Restart()
+			if err := s.C.KubeOVN.Restart(); err != nil {
+				return err
+			}
+			return s.C.KubeOVN.WaitReady(ctx, s.C.Client, s.C.OVN)
 		}},
 		{"the API server restarted", Harmless, func(ctx context.Context, s *Soak) error {
 			return s.C.RestartAPIServer(ctx)
