@@ -276,11 +276,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 	if err := os.MkdirAll(certDir, 0o700); err != nil {
 		return err
 	}
-	api := c.env.ControlPlane.GetAPIServer()
-	api.CertDir = certDir
-	// kube-apiserver's graceful shutdown with the lab's open watches and exec streams can take
-	// longer than envtest's default of 20 s.
-	api.StopTimeout = time.Minute
+	c.env.ControlPlane.GetAPIServer().CertDir = certDir
 	c.opts.Log.Info("starting kube-apiserver and etcd", "assets", c.opts.AssetsDir)
 	if c.Config, err = c.env.Start(); err != nil {
 		return fmt.Errorf("starting the API server (are kube-apiserver and etcd in %q? make assets): %w", c.opts.AssetsDir, err)

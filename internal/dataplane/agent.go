@@ -39,10 +39,11 @@ type Agent struct {
 	be    backend
 	log   logr.Logger
 	iface string
-	vips  vipHolder      // nil: lo is not managed
-	ct    flowCleaner    // nil: conntrack is not managed
-	own   ownAddrLister  // nil: backends are not checked against the gateway's addresses (N2)
-	watch *changeWatcher // nil: only the periodic check finds drift (L8)
+	vips  vipHolder         // nil: lo is not managed
+	ct    flowCleaner       // nil: conntrack is not managed
+	neigh neighborForgetter // nil: neighbour entries are not managed
+	own   ownAddrLister     // nil: backends are not checked against the gateway's addresses (N2)
+	watch *changeWatcher    // nil: only the periodic check finds drift (L8)
 	// ctDeleted counts conntrack entries deleted since TakeConntrackDeleted last read it.
 	ctDeleted int
 
@@ -168,6 +169,13 @@ func NewKernelAgent(cfg Config, log logr.Logger) (*Agent, error) {
 	}
 	a := newAgent(be, log, cfg.VPCInterface, vips, ct)
 	a.own = own
+	if !cfg.NoConntrack {
+		// The same switch as conntrack: both are the kernel state of flows to backends, which
+		// tests without a VPC interface leave alone.
+		if a.neigh, err = newRtnlNeighbors(a.iface); err != nil {
+			return nil, err
+		}
+	}
 	if !cfg.NoWatch {
 		var ownPorts []uint32
 		if nl, ok := be.(*nlBackend); ok {

@@ -108,6 +108,7 @@ func (a *Agent) applyChanges(ctx context.Context, c changes, generation int64, c
 		}
 	}
 	vipDelta := vipChanges(tx, a.vipRefs, gone, added)
+	a.forgetNeighbors(a.newBackendAddrs(c.upserts))
 	if err := a.commit(ctx, tx, stagedTx); err != nil {
 		return err
 	}

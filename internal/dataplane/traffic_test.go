@@ -469,3 +469,56 @@ func TestRealNetlinkMatchesText(t *testing.T) {
 		}
 	}
 }
+
+// covers: D1, D6
+// kube-ovn gives a freed address to the next Pod (at once after kube-ovn-controller restarts):
+// a new backend may have the address of a Pod that is gone, whose MAC the gateway's neighbour
+// entry still names. The agent forgets that entry in the sync that adds the backend, so the very
+// first requests reach the new Pod instead of being sent to the old MAC until the kernel's entry
+// ages out (up to a minute; the soak saw 38 s of lost requests).
+func TestRealNewBackendOnAReusedAddressAnswersAtOnce(t *testing.T) {
+	g := newGWLab(t, 2)
+	dns := ident(eip, 53, gwstate.UDP, g.bes(8080, 0, 1)...)
+	a := startAgent(t, g.l, g.gw)
+	mustSend(t, a, state(1, dns))
+	res := g.probe(t, g.ext, netlab.ProbeOptions{Target: eip + ":53", Proto: "udp", Count: 20, Timeout: time.Second})
+	if res.Errors != 0 || res.Answers["be1"] == 0 {
+		t.Fatalf("before: %+v, want every request answered, be1 among them", res)
+	}
+	reused := g.backendIPs[0]
+	if out := mustExec(t, g.l, g.gw, "ip", "-4", "neigh", "show", reused); !strings.Contains(string(out), "lladdr") {
+		t.Fatalf("the gateway has no neighbour entry of be1 to go stale: %q", out)
+	}
+
+	// be1's Pod goes: it leaves the backends and loses its address (its interface stays on the
+	// bridge, as another Pod's port would).
+	dns.Backends = g.bes(8080, 1)
+	mustSend(t, a, state(2, dns))
+	mustExec(t, g.l, g.backends[0], "ip", "addr", "del", reused+"/24", "dev", "eth0")
+	// A new Pod gets the same address, with a MAC of its own, and becomes a backend.
+	ns, err := g.l.AddNetns("be3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.l.VethToBridge(ns, "eth0", g.vpc, "p-be3", "br0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.l.AddAddr(ns, "eth0", reused+"/24"); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.l.AddRoute(ns, "default", "via", gwLanIP); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.l.StartEcho(ns, helperCmd(t, "echo"), "be3", reused+":8080"); err != nil {
+		t.Fatal(err)
+	}
+	dns.Backends = g.bes(8080, 0, 1)
+	mustSend(t, a, state(3, dns))
+	res = g.probe(t, g.ext, netlab.ProbeOptions{Target: eip + ":53", Proto: "udp", Count: 20, Timeout: time.Second})
+	if res.Errors != 0 || res.Answers["be3"] == 0 || res.Answers["be1"] != 0 {
+		t.Errorf("the new backend on be1's address: %+v, want every request answered, be3 among them", res)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatalf("agent at EOF: %v", err)
+	}
+}

@@ -67,7 +67,15 @@ type Controller struct {
 	done      chan struct{}
 	startedAt time.Time // of the running process
 	logs      bytes.Buffer
+	// gen counts launches and stops: the supervisor of a process restarts it only while no
+	// launch or stop came after it.
+	gen int
 }
+
+// restartBackoff is how long the lab waits before it starts kube-ovn-controller again after it
+// exited by itself (its Deployment's kubelet restarts it; kube-ovn exits when it loses its
+// Lease, as during an API server outage longer than its renew deadline).
+const restartBackoff = 2 * time.Second
 
 // maxLogs bounds the captured output (kube-ovn logs every reconcile).
 const maxLogs = 64 << 20
@@ -199,8 +207,11 @@ func (c *Controller) launchOnce() error {
 	go func() { _ = cmd.Wait(); close(done) }()
 	c.mu.Lock()
 	c.proc, c.done, c.startedAt = cmd, done, started
+	c.gen++
+	gen := c.gen
 	mark := c.logs.Len()
 	c.mu.Unlock()
+	go c.supervise(done, gen)
 
 	url := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(c.port)) + "/healthz"
 	hc := &http.Client{Timeout: time.Second}
@@ -214,6 +225,9 @@ func (c *Controller) launchOnce() error {
 		}
 		select {
 		case <-done:
+			c.mu.Lock()
+			c.gen++ // a failed start is the caller's to retry or report, not the supervisor's
+			c.mu.Unlock()
 			return fmt.Errorf("kubeovnrun: %s exited (%s) during start-up: %s", ControllerBinary, cmd.ProcessState, c.logsSince(mark, 4096))
 		case <-time.After(100 * time.Millisecond):
 		}
@@ -221,6 +235,27 @@ func (c *Controller) launchOnce() error {
 			c.Stop()
 			return fmt.Errorf("kubeovnrun: %s did not answer %s within 60s: %s", ControllerBinary, url, c.logsSince(mark, 4096))
 		}
+	}
+}
+
+// supervise starts the controller again when the process of launch gen exits by itself, as the
+// kubelet restarts a crashed container.
+func (c *Controller) supervise(done chan struct{}, gen int) {
+	<-done
+	time.Sleep(restartBackoff)
+	c.mu.Lock()
+	current := c.gen == gen
+	if current {
+		fmt.Fprintf(&c.logs, "=== kubeovnrun: %s exited by itself; starting it again, as its Deployment would\n", ControllerBinary)
+	}
+	c.mu.Unlock()
+	if !current {
+		return
+	}
+	if err := c.launch(); err != nil {
+		c.mu.Lock()
+		fmt.Fprintf(&c.logs, "=== kubeovnrun: starting %s again: %v\n", ControllerBinary, err)
+		c.mu.Unlock()
 	}
 }
 
@@ -403,6 +438,7 @@ func (c *Controller) notReady(ctx context.Context, k client.Client, o *OVN) stri
 func (c *Controller) Stop() {
 	c.mu.Lock()
 	proc, done := c.proc, c.done
+	c.gen++ // its supervisor must not start it again
 	c.mu.Unlock()
 	if proc == nil || proc.Process == nil {
 		return

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"slices"
 	"syscall"
 	"text/tabwriter"
@@ -40,6 +41,7 @@ func Main(ctx context.Context, args []string) (err error) {
 	bins := labbin.Beside(self)
 	fs.StringVar(&bins.Vpcgw, "vpcgw", bins.Vpcgw, "the vpcgw binary (controller and webhook processes)")
 	fs.StringVar(&bins.Agent, "agent", bins.Agent, "the vpcgw-agent binary")
+	steps := fs.String("steps", "", "a regular expression: run only the steps whose names it matches (e.g. 'API server|scaled')")
 	verbose := fs.Bool("v", false, "show the components' logs on stderr")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -49,6 +51,11 @@ func Main(ctx context.Context, args []string) (err error) {
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
+	}
+	if *steps != "" {
+		if cfg.Steps, err = regexp.Compile(*steps); err != nil {
+			return fmt.Errorf("--steps: %w", err)
+		}
 	}
 	if *assets == "" || *kubeOVN == "" {
 		return errors.New("--assets (or $KUBEBUILDER_ASSETS) and --kube-ovn (or $VPCGW_KUBEOVN) are required; `make soak` sets both")

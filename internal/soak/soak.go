@@ -13,11 +13,15 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"regexp"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -36,6 +40,8 @@ type Config struct {
 	Batch int
 	// ConvergeTimeout bounds each step's wait for convergence.
 	ConvergeTimeout time.Duration
+	// Steps, when set, runs only the steps of the schedule whose names it matches.
+	Steps *regexp.Regexp
 	// Out receives the progress and the report.
 	Out io.Writer
 }
@@ -179,6 +185,12 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (*Report, error) {
 	defer s.traffic.stop()
 
 	schedule := Schedule()
+	if cfg.Steps != nil {
+		schedule = slices.DeleteFunc(schedule, func(st Step) bool { return !cfg.Steps.MatchString(st.Name) })
+		if len(schedule) == 0 {
+			return nil, fmt.Errorf("no step of the schedule matches %q", cfg.Steps)
+		}
+	}
 	deadline := time.Now().Add(cfg.Duration)
 	var failed []error
 	for i := 0; i == 0 || time.Now().Before(deadline) || i%len(schedule) != 0; i++ {
@@ -307,7 +319,7 @@ func (s *Soak) converge(ctx context.Context, baseline *Snapshot) error {
 		return err
 	}
 	if _, _, err := s.demo.WaitBackends(ctx, &svc, int(s.replicas)); err != nil {
-		return err
+		return fmt.Errorf("%w\n%s", err, s.podListing())
 	}
 	if baseline == nil {
 		return nil
@@ -413,4 +425,22 @@ func (t *traffic) between(from, to time.Time) []batch {
 		}
 	}
 	return out
+}
+
+// podListing is `kubectl get pods -A -o wide` with the Deployment's scale, for the error of a step
+// that did not converge.
+func (s *Soak) podListing() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	var dep appsv1.Deployment
+	if err := s.C.Client.Get(ctx, client.ObjectKey{Namespace: cluster.DemoNamespace, Name: cluster.DemoDeployment}, &dep); err == nil {
+		fmt.Fprintf(&b, "deployment %s/%s: spec %d, status %+v\n", dep.Namespace, dep.Name, *dep.Spec.Replicas, dep.Status)
+	}
+	rows, err := cluster.ListPods(ctx, s.C.Client)
+	if err != nil {
+		return err.Error()
+	}
+	_ = cluster.WritePods(&b, rows)
+	return b.String()
 }

@@ -1,8 +1,8 @@
 package kubeovn
 
 import (
-	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,18 +38,25 @@ func TestSoakWithFaultsShort(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	var out bytes.Buffer
+	out := lineLogger{t}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	rep, err := soak.Run(ctx, c, soak.Config{Gap: 3 * time.Second, Out: &out})
+	rep, err := soak.Run(ctx, c, soak.Config{Gap: 3 * time.Second, Out: out})
 	if rep != nil {
-		soak.WriteReport(&out, rep)
+		soak.WriteReport(out, rep)
 	}
-	t.Log("\n" + out.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := len(soak.Schedule()); len(rep.Steps) != want {
 		t.Fatalf("%d steps ran, want one round of %d", len(rep.Steps), want)
 	}
+}
+
+// lineLogger writes what it is given to the test's log as it comes (each write is whole lines).
+type lineLogger struct{ t *testing.T }
+
+func (l lineLogger) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }
