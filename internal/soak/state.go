@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -173,9 +174,10 @@ func (s *Soak) staleConntrack(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := netlab.Run("ip", "netns", "exec", ns, "conntrack", "-L", "-p", "udp")
+	// Standard output only: conntrack prints its count of entries on standard error.
+	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "conntrack", "-L", "-p", "udp").Output()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("listing the gateway's UDP conntrack entries: %w", err)
 	}
 	vips := []string{s.svc.Spec.ClusterIP, s.svc.Status.LoadBalancer.Ingress[0].IP}
 	var stale []string
