@@ -170,6 +170,7 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (*Report, error) {
 	if s.replicas, err = s.deploymentReplicas(ctx); err != nil {
 		return nil, err
 	}
+	baseReplicas := s.replicas
 	fmt.Fprintf(out, "== soak: %s of faults and churn beside kube-ovn-controller; traffic through %s and %s\n",
 		cfg.Duration, svc.Status.LoadBalancer.Ingress[0].IP, svc.Spec.ClusterIP)
 	if err := s.converge(ctx, nil); err != nil {
@@ -205,12 +206,26 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (*Report, error) {
 		}
 		fmt.Fprintf(out, "   %-34s converged in %6s; failed %d/%d in the window, %d/%d after%s\n",
 			step.Name, res.Converged.Round(10*time.Millisecond), res.Window.Failed, res.Window.Sent, res.After.Failed, res.After.Sent, errSuffix(res.Err))
-		if res.Err != nil && errors.Is(res.Err, errNotConverged) {
-			break // the lab is not in a state the next step may start from
+		if res.Err != nil && (errors.Is(res.Err, errNotConverged) || errors.Is(res.Err, errInject)) {
+			// The lab is not in a state the next step may start from, nor one to compare with
+			// the baseline.
+			s.traffic.stop()
+			rep.Duration = time.Since(rep.Started)
+			return rep, errors.Join(failed...)
 		}
 	}
 	s.traffic.stop()
 	rep.Duration = time.Since(rep.Started)
+	if s.replicas != baseReplicas {
+		// A schedule cut by --steps may end at another scale: back to the baseline's.
+		s.replicas = baseReplicas
+		if err := s.C.ScaleDeployment(ctx, cluster.DemoNamespace, cluster.DemoDeployment, baseReplicas); err != nil {
+			return rep, err
+		}
+		if err := s.converge(ctx, &rep.Baseline); err != nil {
+			return rep, fmt.Errorf("back to %d replicas for the leak check: %w", baseReplicas, err)
+		}
+	}
 
 	if rep.End, err = s.snapshot(ctx); err != nil {
 		return rep, err
@@ -231,7 +246,10 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (*Report, error) {
 	return rep, errors.Join(failed...)
 }
 
-var errNotConverged = errors.New("did not converge")
+var (
+	errNotConverged = errors.New("did not converge")
+	errInject       = errors.New("injecting")
+)
 
 func errSuffix(err error) string {
 	if err == nil {
@@ -245,7 +263,7 @@ func (s *Soak) runStep(ctx context.Context, step Step, baseline *Snapshot) StepR
 	res := StepResult{Name: step.Name, Kind: step.Kind}
 	start := time.Now()
 	if err := step.Inject(ctx, s); err != nil {
-		res.Err = fmt.Errorf("injecting: %w", err)
+		res.Err = fmt.Errorf("%w: %w", errInject, err)
 		return res
 	}
 	if err := s.converge(ctx, baseline); err != nil {
