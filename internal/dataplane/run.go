@@ -295,7 +295,7 @@ func MainWithArgs(ctx context.Context, args []string, in io.Reader, out io.Write
 	verify := fs.Duration("verify-interval", 10*time.Second, "how often to look for drift and repair it (0: never)")
 	retryMax := fs.Duration("retry-max", 30*time.Second, "longest backoff between retries of a rejected state")
 	fs.BoolVar(&cfg.TextPath, "text-path", false, "program nftables through the nft binary instead of netlink")
-	watch := fs.Bool("watch-kernel", true, "repair foreign changes as soon as the kernel reports them (false: only the periodic check)")
+	watch := fs.Bool("watch-kernel", true, "repair foreign changes when the kernel reports them (false: periodic check only)")
 	verbosity := fs.Int("v", 0, "log verbosity")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	// --help (-h) prints the help on out and is flag.ErrHelp (exit 0); a wrong flag is an error
