@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -264,17 +263,11 @@ func (s *Soak) sampleLifetime(ctx context.Context) {
 
 // residentBytes is a process's VmRSS, 0 when it cannot be read.
 func residentBytes(pid int) int64 {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	_, rss, err := netlab.ProcMemory(pid)
 	if err != nil {
 		return 0
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	return int64(rss * (1 << 20))
 }
 
 // Growth bounds within one controller lifetime, from its second sample (the first follows its
