@@ -90,6 +90,9 @@ type Agent struct {
 	// intact, during a drift repair only, are the committed identities whose objects the drift
 	// check found whole: the full sync writes only their element (fullApply).
 	intact map[gwstate.IdentityKey]bool
+	// repairing is true during a drift repair: committed identities that the check did not find
+	// whole are restored by staging (planStaging), not in the one final transaction.
+	repairing bool
 	// commitTime is how long the last Apply's kernel transactions took (benchmarks, logs).
 	commitTime time.Duration
 }
@@ -275,9 +278,9 @@ func (a *Agent) Verify(ctx context.Context) (string, error) {
 	a.vipsSynced = false
 	// The identities found whole get only their element (SPEC L8: a hand-removed element at
 	// 10,000 identities is one small transaction, not a rewrite of every chain).
-	a.intact = intact
+	a.intact, a.repairing = intact, true
 	err = a.converge(ctx, *a.desired(), false, nil)
-	a.intact = nil
+	a.intact, a.repairing = nil, false
 	if err != nil {
 		return drift, fmt.Errorf("repairing drift (%s): %w", drift, err)
 	}
@@ -319,6 +322,11 @@ func (a *Agent) Applied() []gwstate.Identity {
 //
 // Only objects that no element points at are written ahead, so nothing new is reachable before
 // the final transaction commits, and a failed final transaction leaves what traffic sees whole.
+// One exception, in a drift repair only (SPEC L8): a committed identity whose desired content is
+// what the agent committed, and whose objects the check did not find whole, is staged too, chain
+// present or not. Its staged write puts back exactly what was committed, so traffic again sees
+// nothing the agent had not committed; a flushed table at 10,000 identities is then restored
+// like a cold sync, in chunks, instead of one quadratic transaction.
 func (a *Agent) planStaging(inv *inventory, ids []gwstate.Identity, desired map[gwstate.IdentityKey]gwstate.Identity) (ready map[gwstate.IdentityKey]bool, stage []gwstate.Identity) {
 	ready = map[gwstate.IdentityKey]bool{}
 	if inv == nil {
@@ -343,7 +351,7 @@ func (a *Agent) planStaging(inv *inventory, ids []gwstate.Identity, desired map[
 				continue
 			}
 			idc := IdentityChain(id.Key())
-			if !chains[idc] {
+			if !chains[idc] || a.restorable(id) {
 				stage = append(stage, id)
 				continue
 			}
@@ -356,6 +364,16 @@ func (a *Agent) planStaging(inv *inventory, ids []gwstate.Identity, desired map[
 		stage = nil
 	}
 	return ready, stage
+}
+
+// restorable reports whether a drift repair restores id by staging (see planStaging): committed
+// with this content and not found whole by the check.
+func (a *Agent) restorable(id gwstate.Identity) bool {
+	if !a.repairing || a.intact[id.Key()] {
+		return false
+	}
+	old, ok := a.applied[id.Key()]
+	return ok && identityEqual(old, id)
 }
 
 func nameSet(names []string) map[string]bool {
