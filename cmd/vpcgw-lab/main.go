@@ -13,6 +13,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -55,7 +57,11 @@ func main() {
 	}
 	for _, c := range commands {
 		if c.name == os.Args[1] {
-			if err := c.run(ctx, os.Args[2:]); err != nil {
+			err := c.run(ctx, os.Args[2:])
+			if errors.Is(err, flag.ErrHelp) {
+				return // the flag set has printed the subcommand's usage
+			}
+			if err != nil {
 				fmt.Fprintf(os.Stderr, "vpcgw-lab %s: %v\n", c.name, err)
 				os.Exit(1)
 			}

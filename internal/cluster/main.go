@@ -7,19 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/klog/v2"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
-	"github.com/vpcgw/vpcgw/internal/labbin"
 )
 
 // Main is `vpcgw-lab lab`: bring the lab cluster up beside the real kube-ovn-controller, show the
@@ -29,57 +23,33 @@ import (
 func Main(ctx context.Context, args []string) (err error) {
 	fs := flag.NewFlagSet("lab", flag.ContinueOnError)
 	stay := fs.Bool("stay", false, "keep the lab up after the demo, until interrupted, and write lab.json")
-	assets := fs.String("assets", os.Getenv("KUBEBUILDER_ASSETS"), "directory with kube-apiserver, etcd, kube-controller-manager (and kubectl)")
-	kubeOVN := fs.String("kube-ovn", os.Getenv("VPCGW_KUBEOVN"), "directory with kube-ovn-controller v1.16.2 and its CRDs, OVN schemas and gateway script (make kubeovn)")
-	self, err := os.Executable()
-	if err != nil {
+	lf := LabFlags{Make: "lab"}
+	if err := lf.Register(fs); err != nil {
 		return err
 	}
-	bins := labbin.Beside(self)
-	fs.StringVar(&bins.Vpcgw, "vpcgw", bins.Vpcgw, "the vpcgw binary (controller and webhook processes)")
-	fs.StringVar(&bins.Agent, "agent", bins.Agent, "the vpcgw-agent binary (run in kube-ovn's gateway container)")
 	requests := fs.Int("requests", 20, "requests per probe")
-	verbose := fs.Bool("v", false, "show the components' logs on stderr")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if *assets == "" || *kubeOVN == "" {
-		return errors.New("--assets (or $KUBEBUILDER_ASSETS) and --kube-ovn (or $VPCGW_KUBEOVN) are required; `make lab` sets both")
+	if err := lf.Check(); err != nil {
+		return err
 	}
 	if *requests < 1 {
 		return fmt.Errorf("--requests %d: must be at least 1", *requests)
 	}
-	if bins, err = bins.Abs(); err != nil {
-		return err
-	}
-	if err := bins.Check(); err != nil {
-		return err
-	}
-	// The lab must always clean up: a closed output pipe (`vpcgw-lab lab | head`) or a hang-up ends it
-	// through ctx instead of killing it with its namespaces and processes left behind.
-	signal.Ignore(syscall.SIGPIPE)
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGHUP, os.Interrupt, syscall.SIGTERM)
+	ctx, stop, components := lf.Setup(ctx)
 	defer stop()
 	out := os.Stdout
-	logOut := io.Discard
-	if *verbose {
-		logOut = os.Stderr
-	}
 	started := time.Now()
-	components := zap.New(zap.WriteTo(logOut), zap.UseDevMode(true))
-	ctrl.SetLogger(components)
-	// client-go's and the streaming server's klog output (e.g. kube-ovn's execs refused while
-	// the lab node stops) are the components' logs too.
-	klog.SetLogger(components)
 	log := logr.New(&progressSink{out: out, start: started, inner: components.GetSink(), mu: &sync.Mutex{}})
 
 	fmt.Fprintln(out, "== vpcgw-lab lab: starting kube-apiserver and etcd, kube-controller-manager, OVN NB/SB and ovn-northd,")
 	fmt.Fprintln(out, "   kube-ovn-controller, the lab node (the kubelet), the vpcgw webhook and controller;")
 	fmt.Fprintf(out, "   then Vpc %s, its Subnets, the external Subnet and VpcNatGateway %s, created as a kube-ovn user would\n", VpcName, GatewayName)
-	c, err := Start(ctx, Options{Bins: bins, AssetsDir: *assets, KubeOVNDir: *kubeOVN, Log: log})
+	c, err := Start(ctx, Options{Bins: lf.Bins, AssetsDir: lf.Assets, KubeOVNDir: lf.KubeOVN, Log: log})
 	if err != nil {
 		if ctx.Err() != nil {
 			// Start has stopped what it started; its error would only add the components' logs.
@@ -125,7 +95,7 @@ func Main(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	fmt.Fprintf(out, "\n== the lab stays up; Ctrl-C ends it\nlab description: %s\nexport KUBECONFIG=%s\n", path, c.Kubeconfig)
-	kubectl := kubectlCmd(*assets, "")
+	kubectl := kubectlCmd(lf.Assets, "")
 	fmt.Fprintf(out, "%s get pods -A\n%s scale deployment/%s -n %s --replicas=3\n", kubectl, kubectl, DemoDeployment, DemoNamespace)
 	fmt.Fprintln(out, "what kubectl cannot do (argv in lab.json):")
 	for _, cmd := range desc.Commands {

@@ -7,19 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"regexp"
 	"slices"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
-	"k8s.io/klog/v2"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-
 	"github.com/vpcgw/vpcgw/internal/cluster"
-	"github.com/vpcgw/vpcgw/internal/labbin"
 )
 
 // Main is `vpcgw-lab soak`: bring the lab up beside the real kube-ovn-controller, run the soak
@@ -32,17 +25,11 @@ func Main(ctx context.Context, args []string) (err error) {
 	fs.DurationVar(&cfg.Gap, "gap", 20*time.Second, "steady traffic after each step converged")
 	fs.IntVar(&cfg.Batch, "batch", 10, "requests per probe of each traffic stream")
 	fs.DurationVar(&cfg.ConvergeTimeout, "converge-timeout", 3*time.Minute, "the longest a step may take to converge")
-	assets := fs.String("assets", os.Getenv("KUBEBUILDER_ASSETS"), "directory with kube-apiserver, etcd, kube-controller-manager")
-	kubeOVN := fs.String("kube-ovn", os.Getenv("VPCGW_KUBEOVN"), "directory with kube-ovn-controller v1.16.2 and its assets (make kubeovn)")
-	self, err := os.Executable()
-	if err != nil {
+	lf := cluster.LabFlags{Make: "soak"}
+	if err := lf.Register(fs); err != nil {
 		return err
 	}
-	bins := labbin.Beside(self)
-	fs.StringVar(&bins.Vpcgw, "vpcgw", bins.Vpcgw, "the vpcgw binary (controller and webhook processes)")
-	fs.StringVar(&bins.Agent, "agent", bins.Agent, "the vpcgw-agent binary")
 	steps := fs.String("steps", "", "a regular expression: run only the steps whose names it matches (e.g. 'API server|scaled')")
-	verbose := fs.Bool("v", false, "show the components' logs on stderr")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -57,29 +44,15 @@ func Main(ctx context.Context, args []string) (err error) {
 			return fmt.Errorf("--steps: %w", err)
 		}
 	}
-	if *assets == "" || *kubeOVN == "" {
-		return errors.New("--assets (or $KUBEBUILDER_ASSETS) and --kube-ovn (or $VPCGW_KUBEOVN) are required; `make soak` sets both")
-	}
-	if bins, err = bins.Abs(); err != nil {
+	if err := lf.Check(); err != nil {
 		return err
 	}
-	if err := bins.Check(); err != nil {
-		return err
-	}
-	signal.Ignore(syscall.SIGPIPE)
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGHUP, os.Interrupt, syscall.SIGTERM)
+	ctx, stop, components := lf.Setup(ctx)
 	defer stop()
-	logOut := io.Discard
-	if *verbose {
-		logOut = os.Stderr
-	}
-	components := zap.New(zap.WriteTo(logOut), zap.UseDevMode(true))
-	ctrl.SetLogger(components)
-	klog.SetLogger(components)
 	cfg.Out = os.Stdout
 
 	fmt.Fprintln(cfg.Out, "== vpcgw-lab soak: starting the lab beside kube-ovn-controller")
-	c, err := cluster.Start(ctx, cluster.Options{Bins: bins, AssetsDir: *assets, KubeOVNDir: *kubeOVN, Log: components})
+	c, err := cluster.Start(ctx, cluster.Options{Bins: lf.Bins, AssetsDir: lf.Assets, KubeOVNDir: lf.KubeOVN, Log: components})
 	if err != nil {
 		return err
 	}
