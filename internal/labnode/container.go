@@ -38,6 +38,7 @@ type containerRunner struct {
 	proc         *os.Process
 	env          []string
 	helper       helperSpec
+	image        *pulledImage // nil: the host's filesystem plays the image
 	running      bool
 	started      bool // postStart done
 	ready        bool
@@ -145,23 +146,41 @@ func (c *containerRunner) runOnce() (int, error) {
 		c.notify()
 		return -1, err
 	}
-	if len(c.spec.Command) == 0 {
-		return fail("CreateContainerConfigError", errors.New("the lab node runs only containers with a command (images are not pulled; the host filesystem plays the image)"))
+	img, err := c.w.n.imageFor(c.spec.Image)
+	if err != nil {
+		return fail("ErrImagePull", err)
+	}
+	if img == nil && len(c.spec.Command) == 0 {
+		return fail("CreateContainerConfigError", errors.New("the lab node runs only containers with a command, unless their image is one of the node's (Config.Images): the host filesystem plays other images"))
 	}
 	ips := c.w.podIPs()
 	podIP := ""
 	if len(ips) > 0 {
 		podIP = ips[0]
 	}
-	env, vars, err := containerEnv(c.w.n.ctx, c.w.n.cs, c.pod, &c.spec, c.w.n.cfg.InternalIP.String(), podIP)
+	var imageEnv []string
+	if img != nil {
+		imageEnv = append([]string{}, img.Config.Env...)
+	}
+	env, vars, err := containerEnv(c.w.n.ctx, c.w.n.cs, c.pod, &c.spec, c.w.n.cfg.InternalIP.String(), podIP, imageEnv)
 	if err != nil {
 		return fail("CreateContainerConfigError", err)
 	}
-	hs, err := c.w.helperSpec(c.spec.Image, c.spec.WorkingDir)
-	if err != nil {
-		return fail("CreateContainerError", err)
+	var hs helperSpec
+	var argv []string
+	if img != nil {
+		if hs, err = c.w.imageHelperSpec(c.pod, &c.spec, img); err != nil {
+			return fail("CreateContainerConfigError", err)
+		}
+		if argv = imageArgv(&c.spec, img, vars); len(argv) == 0 {
+			return fail("CreateContainerConfigError", fmt.Errorf("image %s has no entrypoint and the container no command", c.spec.Image))
+		}
+	} else {
+		if hs, err = c.w.helperSpec(c.spec.Image, c.spec.WorkingDir); err != nil {
+			return fail("CreateContainerError", err)
+		}
+		argv = containerArgv(&c.spec, vars)
 	}
-	argv := containerArgv(&c.spec, vars)
 	logPath := filepath.Join(c.w.stateDir(), c.spec.Name+".log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -184,14 +203,18 @@ func (c *containerRunner) runOnce() (int, error) {
 	_ = logFile.Close()
 	c.mu.Lock()
 	previous := c.helper
-	c.id, c.proc, c.env, c.helper = newContainerID(), cmd.Process, env, hs
+	c.id, c.proc, c.env, c.helper, c.image = newContainerID(), cmd.Process, env, hs, img
 	c.running, c.ready, c.started, c.startedAt = true, false, false, time.Now().Truncate(time.Second)
 	c.waitReason, c.waitMessage = "", ""
 	c.mu.Unlock()
 	c.w.log.Info("container started", "container", c.spec.Name, "pid", cmd.Process.Pid, "argv", argv)
-	// The previous run's /run goes with it: a restarted container starts afresh.
+	// The previous run's /run (or writable layer) goes with it: a restarted container starts
+	// afresh.
 	if previous.Run != "" {
 		_ = os.RemoveAll(previous.Run)
+	}
+	if previous.Image != "" {
+		_ = os.RemoveAll(filepath.Dir(previous.Root))
 	}
 
 	waitErr := make(chan error, 1)
@@ -338,7 +361,14 @@ func (c *containerRunner) execTarget() (helperSpec, []string, error) {
 	if !c.running {
 		return helperSpec{}, nil, fmt.Errorf("container %s: %w", c.spec.Name, errNotRunning)
 	}
-	return c.helper, c.env, nil
+	hs := c.helper
+	if hs.Image != "" {
+		// Into the container's own root, as a runtime's exec joins the container's mount
+		// namespace: a second overlay on the same writable layer is refused by the kernel, and
+		// the exec must see what the container wrote.
+		hs.JoinMountsOf = c.proc.Pid
+	}
+	return hs, c.env, nil
 }
 
 // execCapture runs argv in the container and returns its exit code and combined output.
@@ -360,6 +390,9 @@ func (c *containerRunner) status() corev1.ContainerStatus {
 	}
 	if c.id != "" {
 		st.ImageID = "labnode://" + c.spec.Image
+		if c.image != nil {
+			st.ImageID = c.image.RepoDigest
+		}
 		st.ContainerID = c.id
 	}
 	started := c.running && c.started

@@ -17,7 +17,9 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // containerEnv resolves a container's environment as the kubelet does: HOSTNAME and PATH first,
 // then env in order, each value expanded with the variables defined before it, fieldRef,
 // configMapKeyRef and secretKeyRef resolved.
-func containerEnv(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, c *corev1.Container, hostIP, podIP string) ([]string, map[string]string, error) {
+// A container of a pulled image starts from the image's Env instead (imageEnv), which the
+// container's env overrides, as a CRI runtime merges them.
+func containerEnv(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, c *corev1.Container, hostIP, podIP string, imageEnv []string) ([]string, map[string]string, error) {
 	vars := map[string]string{"HOSTNAME": pod.Name, "PATH": defaultPath}
 	order := []string{"HOSTNAME", "PATH"}
 	set := func(k, v string) {
@@ -25,6 +27,15 @@ func containerEnv(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod,
 			order = append(order, k)
 		}
 		vars[k] = v
+	}
+	if imageEnv != nil {
+		delete(vars, "PATH")
+		order = []string{"HOSTNAME"}
+		for _, kv := range imageEnv {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				set(k, v)
+			}
+		}
 	}
 	for _, e := range c.Env {
 		if e.ValueFrom == nil {

@@ -38,7 +38,35 @@ type helperSpec struct {
 	Busybox string `json:"busybox,omitempty"`
 	// WorkingDir is the container's working directory ("" is /).
 	WorkingDir string `json:"workingDir,omitempty"`
+
+	// Image, when set, is the unpacked root filesystem of the container's image (image.go): the
+	// container's root is an overlay of it with Upper as its writable layer (Work is overlayfs's
+	// work directory), with /proc, /sys, a minimal /dev, the kubelet-managed files (Files:
+	// /etc/hosts, /etc/hostname, /etc/resolv.conf) and the volumes (Mounts) on top. Root is the
+	// mount point.
+	Image        string      `json:"image,omitempty"`
+	Upper        string      `json:"upper,omitempty"`
+	Work         string      `json:"work,omitempty"`
+	Files        []mountSpec `json:"files,omitempty"`
+	Mounts       []mountSpec `json:"mounts,omitempty"`
+	ReadOnlyRoot bool        `json:"readOnlyRoot,omitempty"`
+	// User, when set, is who the container's process runs as (securityContext or the image's
+	// User); nil is root.
+	User *processUser `json:"user,omitempty"`
+	// JoinMountsOf, for an exec into a container of an image, is the container's process: the
+	// exec joins its mount namespace and its root (Root) instead of building one.
+	JoinMountsOf int `json:"joinMountsOf,omitempty"`
 }
+
+// processUser is a container process's identity.
+type processUser struct {
+	UID    uint32   `json:"uid"`
+	GID    uint32   `json:"gid"`
+	Groups []uint32 `json:"groups,omitempty"`
+}
+
+// devices are the device nodes a container runtime gives every container's /dev.
+var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 
 // busyboxApplets are base tools that kube-ovn's vpc-nat-gateway image (alpine with bash,
 // iproute2, iptables, iputils, tcpdump, conntrack-tools) has from busybox: among them everything
@@ -84,15 +112,41 @@ func runHelper(raw string, argv []string) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making mounts private: %w", err)
 	}
-	nsFile, err := os.Open(filepath.Join("/run/netns", spec.Netns))
-	if err != nil {
-		return fmt.Errorf("opening network namespace: %w", err)
+	// No network namespace: a hostNetwork Pod's processes stay in the node's.
+	if spec.Netns != "" {
+		nsFile, err := os.Open(filepath.Join("/run/netns", spec.Netns))
+		if err != nil {
+			return fmt.Errorf("opening network namespace: %w", err)
+		}
+		if err := unix.Setns(int(nsFile.Fd()), unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("entering network namespace %s: %w", spec.Netns, err)
+		}
+		_ = nsFile.Close()
 	}
-	if err := unix.Setns(int(nsFile.Fd()), unix.CLONE_NEWNET); err != nil {
-		return fmt.Errorf("entering network namespace %s: %w", spec.Netns, err)
-	}
-	_ = nsFile.Close()
-	if spec.Root == "" {
+	switch {
+	case spec.JoinMountsOf != 0:
+		mnt, err := os.Open(fmt.Sprintf("/proc/%d/ns/mnt", spec.JoinMountsOf))
+		if err != nil {
+			return fmt.Errorf("the container's mount namespace: %w", err)
+		}
+		err = unix.Setns(int(mnt.Fd()), unix.CLONE_NEWNS)
+		_ = mnt.Close()
+		if err != nil {
+			return fmt.Errorf("entering the container's mount namespace: %w", err)
+		}
+		if err := unix.Chroot(spec.Root); err != nil {
+			return fmt.Errorf("chroot %s: %w", spec.Root, err)
+		}
+	case spec.Image != "":
+		if err := buildImageRoot(spec); err != nil {
+			return err
+		}
+		if err := unix.Chroot(spec.Root); err != nil {
+			return fmt.Errorf("chroot %s: %w", spec.Root, err)
+		}
+	case spec.Root == "" && spec.Netns == "":
+		// The host's filesystem and network: nothing to change.
+	case spec.Root == "":
 		// As `ip netns exec` does: a sysfs of the pod's network namespace, so that tools reading
 		// /sys/class/net see the pod's interfaces.
 		if err := unix.Unmount("/sys", unix.MNT_DETACH); err != nil {
@@ -101,7 +155,7 @@ func runHelper(raw string, argv []string) error {
 		if err := unix.Mount("sysfs", "/sys", "sysfs", 0, ""); err != nil {
 			return fmt.Errorf("mounting sysfs: %w", err)
 		}
-	} else {
+	default:
 		if err := buildRoot(spec); err != nil {
 			return err
 		}
@@ -125,8 +179,26 @@ func runHelper(raw string, argv []string) error {
 	// The container's PATH (in env) decides what argv[0] is, as a runtime resolves it in the image.
 	path := argv[0]
 	if !strings.Contains(path, "/") {
+		var err error
 		if path, err = exec.LookPath(argv[0]); err != nil {
 			return fmt.Errorf("executable %q not found in $PATH: %w", argv[0], err)
+		}
+	}
+	// Last, as a runtime does: everything above needs root. Go's Setuid and Setgid change every
+	// thread of the process.
+	if u := spec.User; u != nil {
+		groups := make([]int, 0, len(u.Groups))
+		for _, g := range u.Groups {
+			groups = append(groups, int(g))
+		}
+		if err := syscall.Setgroups(groups); err != nil {
+			return fmt.Errorf("setgroups %v: %w", u.Groups, err)
+		}
+		if err := syscall.Setgid(int(u.GID)); err != nil {
+			return fmt.Errorf("setgid %d: %w", u.GID, err)
+		}
+		if err := syscall.Setuid(int(u.UID)); err != nil {
+			return fmt.Errorf("setuid %d: %w", u.UID, err)
 		}
 	}
 	if err := syscall.Exec(path, argv, env); err != nil {
@@ -218,4 +290,109 @@ func buildRoot(spec helperSpec) error {
 		return fmt.Errorf("binding %s: %w", spec.Script, err)
 	}
 	return nil
+}
+
+// buildImageRoot makes spec.Root the root of a container of an image: an overlay of the image's
+// root with the container's writable layer, the kernel filesystems, a /dev of the usual device
+// nodes, the kubelet-managed files and the volumes, each at a path that stays inside the root.
+func buildImageRoot(spec helperSpec) error {
+	root := spec.Root
+	opts := "lowerdir=" + spec.Image + ",upperdir=" + spec.Upper + ",workdir=" + spec.Work
+	if err := unix.Mount("overlay", root, "overlay", 0, opts); err != nil {
+		return fmt.Errorf("mounting the container root (%s): %w", opts, err)
+	}
+	for _, m := range []struct{ dir, fstype, opts string }{
+		{"proc", "proc", ""}, {"sys", "sysfs", ""}, {"dev", "tmpfs", "mode=0755"},
+	} {
+		dst, err := inRoot(root, m.dir, true)
+		if err != nil {
+			return err
+		}
+		flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+		if m.fstype == "tmpfs" {
+			flags = unix.MS_NOSUID
+		}
+		if err := unix.Mount(m.fstype, dst, m.fstype, flags, m.opts); err != nil {
+			return fmt.Errorf("mounting %s on /%s: %w", m.fstype, m.dir, err)
+		}
+	}
+	for _, d := range devices {
+		if err := bindInto(root, mountSpec{Source: "/dev/" + d, Target: "/dev/" + d}); err != nil {
+			return err
+		}
+	}
+	shm, err := inRoot(root, "dev/shm", true)
+	if err != nil {
+		return err
+	}
+	if err := unix.Mount("shm", shm, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size=65536k"); err != nil {
+		return fmt.Errorf("mounting /dev/shm: %w", err)
+	}
+	for _, m := range append(append([]mountSpec(nil), spec.Files...), spec.Mounts...) {
+		if err := bindInto(root, m); err != nil {
+			return err
+		}
+	}
+	if spec.ReadOnlyRoot {
+		if err := unix.Mount("", root, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+			return fmt.Errorf("making the root read-only: %w", err)
+		}
+	}
+	return nil
+}
+
+// bindInto binds m.Source at m.Target inside root (a file or a directory, made if missing),
+// read-only when m says so.
+func bindInto(root string, m mountSpec) error {
+	fi, err := os.Stat(m.Source)
+	if err != nil {
+		return fmt.Errorf("mount %s: %w", m.Target, err)
+	}
+	dst, err := inRoot(root, m.Target, fi.IsDir())
+	if err != nil {
+		return err
+	}
+	if err := unix.Mount(m.Source, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("binding %s at %s: %w", m.Source, m.Target, err)
+	}
+	if m.ReadOnly {
+		if err := unix.Mount("", dst, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+			return fmt.Errorf("making %s read-only: %w", m.Target, err)
+		}
+	}
+	return nil
+}
+
+// inRoot returns the host path of the container path p under root, creating it (a directory,
+// or an empty file when dir is false) and its parents when missing. No element of p may be a
+// symlink: a container's image must not point a mount out of its root.
+func inRoot(root, p string, dir bool) (string, error) {
+	clean := filepath.Clean("/" + p)
+	if clean == "/" {
+		return root, nil
+	}
+	cur := root
+	parts := strings.Split(strings.TrimPrefix(clean, "/"), "/")
+	for i, part := range parts {
+		cur = filepath.Join(cur, part)
+		last := i == len(parts)-1
+		fi, err := os.Lstat(cur)
+		switch {
+		case err == nil && fi.Mode()&os.ModeSymlink != 0:
+			return "", fmt.Errorf("mount path %s: %s is a symlink in the image", clean, "/"+filepath.Join(parts[:i+1]...))
+		case err == nil:
+			continue
+		case !errors.Is(err, os.ErrNotExist):
+			return "", err
+		case !last || dir:
+			if err := os.Mkdir(cur, 0o755); err != nil {
+				return "", err
+			}
+		default:
+			if err := os.WriteFile(cur, nil, 0o644); err != nil {
+				return "", err
+			}
+		}
+	}
+	return cur, nil
 }

@@ -20,8 +20,12 @@
 // What a Pod gets: its processes run as root in the pod's network namespace and a mount
 // namespace of their own (sysfs of the pod's network), on the host's filesystem; kube-ovn's
 // vpc-nat-gateway image additionally gets a root of its own with /kube-ovn/nat-gateway.sh and a
-// per-pod /etc. There is no PID, user or cgroup isolation, no image pulling (containers need a
-// command), no volumes, no init containers, and only readiness probes are run.
+// per-pod /etc. A container whose image is one of the node's (Config.Images, OCI layouts) runs
+// from that image instead: its root an overlay of the unpacked image, its command, environment
+// and user from the image and the Pod spec, its volumes (secret, configMap, projected service
+// account token, downward API, emptyDir, hostPath) prepared as the kubelet does. hostNetwork Pods
+// run in the node's network namespace. There is no PID, user-namespace or cgroup isolation, no
+// init containers, and only readiness probes are run.
 package labnode
 
 import (
@@ -88,7 +92,12 @@ type Config struct {
 	// streamingConnectionIdleTimeout; default 4h, as the kubelet's). SetStreamIdleTimeout
 	// changes it for the streams opened after.
 	StreamIdleTimeout time.Duration
-	Log               logr.Logger
+	// Images are the node's images, which it "pulls" as a container runtime would: repository
+	// (e.g. ghcr.io/vpcgw/vpcgw) to an OCI image layout, a directory or a tar of one (the
+	// archives of `make images` and `make release`). A container whose image's repository is
+	// here runs from the image (image.go, imagerun.go); others keep the host's filesystem.
+	Images map[string]string
+	Log    logr.Logger
 }
 
 // DefaultStreamIdleTimeout is the kubelet's default streamingConnectionIdleTimeout.
@@ -115,6 +124,8 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	tmpDir bool
+
+	images *imageStore
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
@@ -168,6 +179,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		n.tmpDir = true
 	}
+	n.images = newImageStore(cfg.Images, filepath.Join(n.cfg.StateDir, "images"))
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	ok := false
 	defer func() {

@@ -43,6 +43,9 @@ type podWorker struct {
 	startTime  metav1.Time
 	containers map[string]*containerRunner
 	etcMounted bool
+	// volumes are the Pod's prepared volumes (volumes.go), nil until prepared; only Pods with a
+	// container of a pulled image get them (see needsVolumes).
+	volumes    map[string]podVolume
 	waiting    string // what the sandbox waits for, logged once per change
 	sandboxErr string
 }
@@ -146,7 +149,10 @@ func (w *podWorker) step(pod *corev1.Pod) {
 			}
 		}
 	}
-	if w.nics != nil && len(w.containers) == 0 {
+	if w.nics != nil && w.volumes == nil && w.n.needsVolumes(pod) {
+		w.prepareVolumes(pod)
+	}
+	if w.nics != nil && len(w.containers) == 0 && (w.volumes != nil || !w.n.needsVolumes(pod)) {
 		w.startContainers(pod)
 	}
 	if err := w.syncStatus(w.n.ctx, pod); err != nil && w.n.ctx.Err() == nil && !apierrors.IsNotFound(err) {
@@ -157,7 +163,20 @@ func (w *podWorker) step(pod *corev1.Pod) {
 func isTerminal(p corev1.PodPhase) bool { return p == corev1.PodSucceeded || p == corev1.PodFailed }
 
 // makeSandbox waits for kube-ovn's annotations, then creates the namespace and plumbs each NIC.
+// A hostNetwork Pod gets neither: its processes run in the node's network namespace, with the
+// node's address as the Pod's (kube-ovn allocates nothing for it).
 func (w *podWorker) makeSandbox(pod *corev1.Pod) error {
+	if pod.Spec.HostNetwork {
+		dir := filepath.Join(w.n.cfg.StateDir, string(pod.UID))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		w.mu.Lock()
+		w.dir, w.nics = dir, []NIC{}
+		w.mu.Unlock()
+		w.log.Info("pod sandbox ready", "hostNetwork", true)
+		return nil
+	}
 	nics, waiting, err := podNICs(pod)
 	if err != nil {
 		return fmt.Errorf("reading kube-ovn's annotations: %w", err)
@@ -253,6 +272,9 @@ func (w *podWorker) startContainers(pod *corev1.Pod) {
 func (w *podWorker) podIPs() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.pod != nil && w.pod.Spec.HostNetwork {
+		return []string{w.n.cfg.InternalIP.String()}
+	}
 	var out []string
 	for _, nic := range w.nics {
 		if nic.Name == "eth0" {
