@@ -3,10 +3,13 @@ package labnode
 import (
 	"context"
 	"fmt"
+	"net"
 	"sort"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -36,6 +39,13 @@ func containerEnv(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod,
 				set(k, v)
 			}
 		}
+	}
+	svcEnv, err := serviceEnv(ctx, cs, pod)
+	if err != nil {
+		return nil, nil, fmt.Errorf("container %s: %w", c.Name, err)
+	}
+	for _, kv := range svcEnv {
+		set(kv[0], kv[1])
 	}
 	for _, e := range c.Env {
 		if e.ValueFrom == nil {
@@ -177,4 +187,64 @@ func containerArgv(c *corev1.Container, vars map[string]string) []string {
 		argv = append(argv, expand(a, vars))
 	}
 	return argv
+}
+
+// serviceEnv is the kubelet's service environment (getServiceEnvVarMap, envvars.FromServices):
+// for the API server's Service (default/kubernetes) always, and for every Service of the Pod's
+// namespace unless enableServiceLinks is false, <NAME>_SERVICE_HOST, <NAME>_SERVICE_PORT (and
+// one per named port) and the Docker link variables. Only Services with a ClusterIP count. This
+// is what client-go's in-cluster configuration reads (KUBERNETES_SERVICE_HOST and _PORT).
+func serviceEnv(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) ([][2]string, error) {
+	var svcs []corev1.Service
+	master, err := cs.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
+	switch {
+	case err == nil:
+		svcs = append(svcs, *master)
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("reading Service default/kubernetes for the service environment: %w", err)
+	}
+	if pod.Spec.EnableServiceLinks == nil || *pod.Spec.EnableServiceLinks {
+		list, err := cs.CoreV1().Services(pod.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("listing the Services of namespace %s for the service environment: %w", pod.Namespace, err)
+		}
+		for _, s := range list.Items {
+			if s.Namespace == metav1.NamespaceDefault && s.Name == "kubernetes" {
+				continue
+			}
+			svcs = append(svcs, s)
+		}
+	}
+	// The kubelet builds a map, so the order is irrelevant to the container; sorted here so
+	// that the environment is the same at every start.
+	sort.Slice(svcs, func(i, j int) bool { return svcs[i].Name < svcs[j].Name })
+	var out [][2]string
+	for _, s := range svcs {
+		ip := s.Spec.ClusterIP
+		if ip == "" || ip == corev1.ClusterIPNone || len(s.Spec.Ports) == 0 {
+			continue
+		}
+		prefix := strings.ToUpper(strings.ReplaceAll(s.Name, "-", "_"))
+		first := strconv.Itoa(int(s.Spec.Ports[0].Port))
+		out = append(out, [2]string{prefix + "_SERVICE_HOST", ip}, [2]string{prefix + "_SERVICE_PORT", first})
+		for _, p := range s.Spec.Ports {
+			if p.Name != "" {
+				out = append(out, [2]string{prefix + "_SERVICE_PORT_" + strings.ToUpper(strings.ReplaceAll(p.Name, "-", "_")), strconv.Itoa(int(p.Port))})
+			}
+		}
+		for i, p := range s.Spec.Ports {
+			proto := strings.ToLower(string(p.Protocol))
+			if proto == "" {
+				proto = "tcp"
+			}
+			hostPort := net.JoinHostPort(ip, strconv.Itoa(int(p.Port)))
+			if i == 0 {
+				out = append(out, [2]string{prefix + "_PORT", proto + "://" + hostPort})
+			}
+			pp := fmt.Sprintf("%s_PORT_%d_%s", prefix, p.Port, strings.ToUpper(proto))
+			out = append(out, [2]string{pp, proto + "://" + hostPort}, [2]string{pp + "_PROTO", proto},
+				[2]string{pp + "_PORT", strconv.Itoa(int(p.Port))}, [2]string{pp + "_ADDR", ip})
+		}
+	}
+	return out, nil
 }

@@ -73,7 +73,8 @@ func podLogs(t *testing.T, e *env, ns, name string) string {
 // A container whose image is one of the node's runs from that image, as a kubelet with a CRI
 // runtime runs it: the image's entrypoint with the Pod's args, the image's env under the Pod's,
 // the image's named user with the Pod's supplemental groups, the image's working directory, a
-// read-only root when asked, the kubelet-managed /etc/hostname, and its volumes (secret,
+// read-only root when asked, the kubelet-managed /etc/hostname, the kubelet's service
+// environment (enableServiceLinks honoured), and its volumes (secret,
 // configMap, emptyDir, and the projected service account token and namespace that every Pod
 // gets) at their mount paths. It runs in a hostNetwork Pod and in a Pod of kube-ovn's network,
 // pulled by tag and by digest; an exec joins the running container's root. What cannot run says
@@ -97,7 +98,19 @@ func TestImageContainer(t *testing.T) {
 		Data: map[string]string{"mode": "fast"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	yes, zero := true, int64(0)
+	if _, err := e.cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "back-end"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	backend, err := e.cs.CoreV1().Services(ns).Get(ctx, "back-end", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	master, err := e.cs.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	yes, no, zero := true, false, int64(0)
 	expiry := int64(3600)
 	saDir := "/var/run/secrets/kubernetes.io/serviceaccount"
 	report := &corev1.Pod{
@@ -154,7 +167,11 @@ func TestImageContainer(t *testing.T) {
 	if seen.Cwd != "/work" {
 		t.Errorf("working directory %q, want the image's /work", seen.Cwd)
 	}
-	for _, kv := range []string{"PATH=/usr/bin", "FROM_IMAGE=image", "OVERRIDDEN=pod"} {
+	// The kubelet's service environment: the API server's Service, and the namespace's.
+	serviceVars := []string{"KUBERNETES_SERVICE_HOST=" + master.Spec.ClusterIP, "KUBERNETES_SERVICE_PORT=443",
+		"BACK_END_SERVICE_HOST=" + backend.Spec.ClusterIP, "BACK_END_SERVICE_PORT_HTTP=80",
+		"BACK_END_PORT=tcp://" + backend.Spec.ClusterIP + ":80", "BACK_END_PORT_80_TCP_ADDR=" + backend.Spec.ClusterIP}
+	for _, kv := range append([]string{"PATH=/usr/bin", "FROM_IMAGE=image", "OVERRIDDEN=pod"}, serviceVars...) {
 		if !slices.Contains(seen.Env, kv) {
 			t.Errorf("env lacks %s: %v", kv, seen.Env)
 		}
@@ -173,6 +190,21 @@ func TestImageContainer(t *testing.T) {
 	}
 	if !strings.Contains(seen.Files["/scratch/."], "is a directory") {
 		t.Errorf("the emptyDir is not a directory in the container: %q", seen.Files["/scratch/."])
+	}
+
+	// enableServiceLinks false: the API server's Service only.
+	createPod(t, e, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "no-links", Namespace: ns},
+		Spec: corev1.PodSpec{HostNetwork: true, RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: &zero, EnableServiceLinks: &no,
+			Containers: []corev1.Container{{Name: "inspect", Image: "registry.test/inspect:v1", Args: []string{"report"}}}},
+	})
+	waitPhase(t, e, ns, "no-links", corev1.PodSucceeded)
+	var noLinks struct{ Env []string }
+	if logs := podLogs(t, e, ns, "no-links"); json.Unmarshal([]byte(strings.TrimSpace(logs)), &noLinks) != nil {
+		t.Fatalf("the no-links container's report: %s", logs)
+	}
+	if !slices.Contains(noLinks.Env, serviceVars[0]) || slices.ContainsFunc(noLinks.Env, func(kv string) bool { return strings.HasPrefix(kv, "BACK_END_") }) {
+		t.Errorf("with enableServiceLinks false, want the API server's Service's variables and none of the namespace's: %v", noLinks.Env)
 	}
 
 	// In kube-ovn's network, by digest; an exec sees what the container wrote in its root.
