@@ -162,7 +162,7 @@ func (c *containerRunner) runOnce() (int, error) {
 	if img != nil {
 		imageEnv = append([]string{}, img.Config.Env...)
 	}
-	env, vars, err := containerEnv(c.w.n.ctx, c.w.n.cs, c.pod, &c.spec, c.w.n.cfg.InternalIP.String(), podIP, imageEnv)
+	env, vars, err := containerEnv(c.w.n.ctx, c.w.n.cs, c.w.n.services, c.pod, &c.spec, c.w.n.cfg.InternalIP.String(), podIP, imageEnv)
 	if err != nil {
 		return fail("CreateContainerConfigError", err)
 	}

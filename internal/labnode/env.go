@@ -11,7 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 )
 
 // defaultPath is the PATH of the "image" (the host filesystem) when the container sets none.
@@ -22,7 +24,7 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // configMapKeyRef and secretKeyRef resolved.
 // A container of a pulled image starts from the image's Env instead (imageEnv), which the
 // container's env overrides, as a CRI runtime merges them.
-func containerEnv(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, c *corev1.Container, hostIP, podIP string, imageEnv []string) ([]string, map[string]string, error) {
+func containerEnv(ctx context.Context, cs kubernetes.Interface, services corelisters.ServiceLister, pod *corev1.Pod, c *corev1.Container, hostIP, podIP string, imageEnv []string) ([]string, map[string]string, error) {
 	vars := map[string]string{"HOSTNAME": pod.Name, "PATH": defaultPath}
 	order := []string{"HOSTNAME", "PATH"}
 	set := func(k, v string) {
@@ -40,7 +42,7 @@ func containerEnv(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod,
 			}
 		}
 	}
-	svcEnv, err := serviceEnv(ctx, cs, pod)
+	svcEnv, err := serviceEnv(services, pod)
 	if err != nil {
 		return nil, nil, fmt.Errorf("container %s: %w", c.Name, err)
 	}
@@ -194,9 +196,9 @@ func containerArgv(c *corev1.Container, vars map[string]string) []string {
 // namespace unless enableServiceLinks is false, <NAME>_SERVICE_HOST, <NAME>_SERVICE_PORT (and
 // one per named port) and the Docker link variables. Only Services with a ClusterIP count. This
 // is what client-go's in-cluster configuration reads (KUBERNETES_SERVICE_HOST and _PORT).
-func serviceEnv(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) ([][2]string, error) {
+func serviceEnv(services corelisters.ServiceLister, pod *corev1.Pod) ([][2]string, error) {
 	var svcs []corev1.Service
-	master, err := cs.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
+	master, err := services.Services(metav1.NamespaceDefault).Get("kubernetes")
 	switch {
 	case err == nil:
 		svcs = append(svcs, *master)
@@ -204,15 +206,15 @@ func serviceEnv(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) (
 		return nil, fmt.Errorf("reading Service default/kubernetes for the service environment: %w", err)
 	}
 	if pod.Spec.EnableServiceLinks == nil || *pod.Spec.EnableServiceLinks {
-		list, err := cs.CoreV1().Services(pod.Namespace).List(ctx, metav1.ListOptions{})
+		list, err := services.Services(pod.Namespace).List(labels.Everything())
 		if err != nil {
 			return nil, fmt.Errorf("listing the Services of namespace %s for the service environment: %w", pod.Namespace, err)
 		}
-		for _, s := range list.Items {
+		for _, s := range list {
 			if s.Namespace == metav1.NamespaceDefault && s.Name == "kubernetes" {
 				continue
 			}
-			svcs = append(svcs, s)
+			svcs = append(svcs, *s)
 		}
 	}
 	// The kubelet builds a map, so the order is irrelevant to the container; sorted here so

@@ -83,10 +83,16 @@ func podLogs(t *testing.T, e *env, ns, name string) string {
 // covers: O1
 func TestImageContainer(t *testing.T) {
 	e := cluster(t)
-	digest := inspectImage(t, e)
 	ctx := context.Background()
 	ns := "images"
 	createNamespace(t, e, ns)
+	// The Service first: the node reads the service environment from its informer's cache, as
+	// the kubelet does, and building the image below gives the watch seconds to bring it there.
+	if _, err := e.cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "back-end"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	digest := inspectImage(t, e)
 	if _, err := e.cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
@@ -96,10 +102,6 @@ func TestImageContainer(t *testing.T) {
 	}
 	if _, err := e.cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"},
 		Data: map[string]string{"mode": "fast"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	if _, err := e.cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "back-end"},
-		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	backend, err := e.cs.CoreV1().Services(ns).Get(ctx, "back-end", metav1.GetOptions{})

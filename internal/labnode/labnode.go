@@ -53,6 +53,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
@@ -125,7 +126,8 @@ type Node struct {
 	wg     sync.WaitGroup
 	tmpDir bool
 
-	images *imageStore
+	images   *imageStore
+	services corelisters.ServiceLister
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
@@ -208,11 +210,15 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}); err != nil {
 		return nil, err
 	}
+	// The containers' service environment is read from a cache, as the kubelet's is, so that a
+	// container (re)started while the API server is away still starts.
+	svcInf := factory.Core().V1().Services()
+	n.services = svcInf.Lister()
 	factory.Start(n.ctx.Done())
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); <-n.ctx.Done(); factory.Shutdown() }()
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		return nil, errors.New("labnode: pod informer did not sync")
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced, svcInf.Informer().HasSynced) {
+		return nil, errors.New("labnode: pod and service informers did not sync")
 	}
 	ok = true
 	n.log.Info("lab node running", "internalIP", cfg.InternalIP, "execPort", n.port, "stateDir", n.cfg.StateDir)
