@@ -186,7 +186,9 @@ func (c *containerRunner) runOnce() (int, error) {
 	if err != nil {
 		return fail("CreateContainerError", err)
 	}
-	cmd, err := helperCommand(hs, argv, env)
+	first := hs
+	first.StartedFD = 3 // cmd.ExtraFiles[0], below
+	cmd, err := helperCommand(first, argv, env)
 	if err != nil {
 		_ = logFile.Close()
 		return fail("CreateContainerError", err)
@@ -196,10 +198,24 @@ func (c *containerRunner) runOnce() (int, error) {
 	// fires when the forking *thread* ends, and Go ends threads whose goroutine exits locked (as
 	// dialInPod's do), which killed containers at random; Stop ends them instead.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	// The container is running once its program runs, not while the helper still builds its
+	// root (an exec joining it then would find no root): the helper holds the write end of this
+	// pipe close-on-exec, so the read ends when it execs the program, or exits failing.
+	started, startedW, err := os.Pipe()
+	if err != nil {
 		_ = logFile.Close()
 		return fail("RunContainerError", err)
 	}
+	cmd.ExtraFiles = []*os.File{startedW}
+	err = cmd.Start()
+	_ = startedW.Close()
+	if err != nil {
+		_ = started.Close()
+		_ = logFile.Close()
+		return fail("RunContainerError", err)
+	}
+	_, _ = io.Copy(io.Discard, started)
+	_ = started.Close()
 	_ = logFile.Close()
 	c.mu.Lock()
 	previous := c.helper

@@ -56,6 +56,9 @@ type helperSpec struct {
 	// JoinMountsOf, for an exec into a container of an image, is the container's process: the
 	// exec joins its mount namespace and its root (Root) instead of building one.
 	JoinMountsOf int `json:"joinMountsOf,omitempty"`
+	// StartedFD, for a container's first process, is the inherited file descriptor the helper
+	// keeps until it execs the program (made close-on-exec).
+	StartedFD int `json:"startedFD,omitempty"`
 }
 
 // processUser is a container process's identity.
@@ -100,6 +103,10 @@ func runHelper(raw string, argv []string) error {
 	}
 	if len(argv) == 0 {
 		return errors.New("no command given")
+	}
+	if spec.StartedFD > 0 {
+		// Closed by the exec below: the node learns that the program runs (container.go).
+		syscall.CloseOnExec(spec.StartedFD)
 	}
 	// Namespaces and the root directory belong to a thread; the exec below replaces the whole
 	// process with this thread, so everything done here is what the program starts with.
