@@ -3,6 +3,8 @@ package labnode_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/vpcgw/vpcgw/internal/labnode"
 	"github.com/vpcgw/vpcgw/internal/testutil"
@@ -286,5 +289,30 @@ func TestVpcgwImageRuns(t *testing.T) {
 	}
 	if logs := podLogs(t, e, ns, "version"); !strings.Contains(logs, vpcgw.Tag) {
 		t.Errorf("vpcgw version printed %q, want the image's version %s", logs, vpcgw.Tag)
+	}
+}
+
+// A hostNetwork Pod's readiness probe dials from the node, as the kubelet's does: the Pod's
+// address is the node's, and its server listens in the node's network namespace.
+// covers: O1
+func TestHostNetworkPodReadiness(t *testing.T) {
+	e := cluster(t)
+	ns := "host-network"
+	createNamespace(t, e, ns)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	pod := echoPod(t, ns, "web", nil)
+	pod.Spec.HostNetwork = true
+	web := &pod.Spec.Containers[0]
+	web.Args = []string{"--name", "$(POD_NAME)", "--listen", fmt.Sprintf("$(POD_IP):%d", port)}
+	web.ReadinessProbe.TCPSocket.Port = intstr.FromInt(port)
+	createPod(t, e, pod)
+	p := waitReady(t, e, ns, "web")
+	if p.Status.PodIP != "127.0.0.1" {
+		t.Errorf("a hostNetwork Pod's IP is %q, want the node's 127.0.0.1", p.Status.PodIP)
 	}
 }

@@ -156,6 +156,10 @@ func (c *containerRunner) port(p intstr.IntOrString) (int, error) {
 // Pdeathsig (the lab's kube-controller-manager, kube-ovn-controller, ovsdb-server) would be
 // killed with it.
 func (c *containerRunner) dialInPod(ctx context.Context, addr string) (net.Conn, error) {
+	if c.pod.Spec.HostNetwork {
+		// The pod's network is the node's: the kubelet's probe dials from where it runs.
+		return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	}
 	netns, ok := c.w.netnsName()
 	if !ok {
 		return nil, errNotRunning
