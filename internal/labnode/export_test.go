@@ -1,3 +1,4 @@
+// covers: O1 (helpers of the lab node's image tests, exported to package labnode_test)
 package labnode
 
 import "testing"

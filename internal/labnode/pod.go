@@ -149,10 +149,11 @@ func (w *podWorker) step(pod *corev1.Pod) {
 			}
 		}
 	}
-	if w.nics != nil && w.volumes == nil && w.n.needsVolumes(pod) {
+	needsVolumes := w.n.needsVolumes(pod)
+	if w.nics != nil && w.volumes == nil && needsVolumes {
 		w.prepareVolumes(pod)
 	}
-	if w.nics != nil && len(w.containers) == 0 && (w.volumes != nil || !w.n.needsVolumes(pod)) {
+	if w.nics != nil && len(w.containers) == 0 && (w.volumes != nil || !needsVolumes) {
 		w.startContainers(pod)
 	}
 	if err := w.syncStatus(w.n.ctx, pod); err != nil && w.n.ctx.Err() == nil && !apierrors.IsNotFound(err) {
