@@ -357,8 +357,8 @@ func TestChartRenders(t *testing.T) {
 			// The chart serves LoadBalancer Services by default; ClusterIPs stay opt-in (SPEC O4).
 			wantFlags(t, as, map[string]string{
 				"enable-gw-nftable-lb-svc": "true", "enable-gw-nftable-svc-cluster-ip": "false",
-				"enable-lb": "true", "enable-lb-svc": "false", "transport": "exec", "leader-elect": "false",
-				"leader-election-namespace": "<absent>", "metrics-bind-address": ":8443", "metrics-secure": "true",
+				"enable-lb": "true", "enable-lb-svc": "false", "transport": "exec", "leader-elect": "true",
+				"leader-election-namespace": m.installNS(), "metrics-bind-address": ":8443", "metrics-secure": "true",
 				"health-probe-bind-address": ":8081", "min-sync-interval": "20ms", "ovn-nb-addr": "<absent>",
 				"enable-nftable-lb-svc": "<absent>", "ledger": "service-record", "kube-ovn-namespace": "kube-system",
 			})
@@ -416,8 +416,16 @@ func TestChartRenders(t *testing.T) {
 			if env, _, _ := unstructured.NestedSlice(c, "env"); !strings.Contains(fmt.Sprint(env), "name:POD_NAMESPACE valueFrom:map[fieldRef:map[fieldPath:metadata.namespace]]") {
 				t.Errorf("controller env = %v: want POD_NAMESPACE from the downward API (where it publishes its status)", env)
 			}
-			if m.count("Role") != 3 || m.find("Role", "kube-system", "vpcgw-controller-leader-election") != nil {
-				t.Errorf("three Roles expected (pods/exec, kube-ovn's ConfigMap, the status ConfigMap; no readers by default) without leader election: %v", m.names())
+			// Leader election is on with one replica too: the uninstall's release Job takes the
+			// Lease so that the running controller stands by (SPEC O4).
+			if m.count("Role") != 4 || m.find("Role", m.installNS(), "vpcgw-controller-leader-election") == nil {
+				t.Errorf("four Roles expected (pods/exec, kube-ovn's ConfigMap, the status ConfigMap, leader election; no readers by default): %v", m.names())
+			}
+			if _, err := renderErr(t, "--set", "controller.leaderElect=false"); err == nil || !strings.Contains(err.Error(), "release.enabled needs leader election") {
+				t.Errorf("controller.leaderElect=false with the release hook: %v, want the render refused", err)
+			}
+			if off := manifest(render(t, "--set", "controller.leaderElect=false", "--set", "release.enabled=false")); off.find("Role", off.installNS(), "vpcgw-controller-leader-election") != nil {
+				t.Errorf("controller.leaderElect=false still grants the leader election Role")
 			}
 			// vpcgw's own CRD, and never kube-ovn's (SPEC K1).
 			checkNoKubeOVNCRDs(t, m, true)

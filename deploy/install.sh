@@ -47,7 +47,7 @@
 #   IMAGES_JSON=                            images.json of `make images` (bin/images/images.json):
 #                                           IMAGE_TAG and IMAGE_DIGEST from its vpcgw entry (push
 #                                           the layout to IMAGE_REPOSITORY first)
-#   CONTROLLER_REPLICAS=1                   more than 1 turns leader election on
+#   CONTROLLER_REPLICAS=1                   controller replicas (leader election is always on)
 #   OVN_NB_ADDR=                            e.g. tcp:10.96.0.10:6641 (empty: no VIP routes)
 #   OVN_NB_TLS_SECRET=                      Secret with cert/key/cacert for an ssl: OVN_NB_ADDR
 #   ENABLE_WEBHOOK=true                     CERT_MANAGER=false (true: cert-manager issues the cert)

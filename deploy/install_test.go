@@ -73,7 +73,7 @@ func TestInstallScriptDryRun(t *testing.T) {
 	}{{
 		// The script serves LoadBalancer Services by default, as the chart does (SPEC O4, F4).
 		name: "defaults",
-		flags: map[string]string{"enable-gw-nftable-lb-svc": "true", "enable-gw-nftable-svc-cluster-ip": "false", "enable-lb": "true", "transport": "exec", "leader-elect": "false",
+		flags: map[string]string{"enable-gw-nftable-lb-svc": "true", "enable-gw-nftable-svc-cluster-ip": "false", "enable-lb": "true", "transport": "exec", "leader-elect": "true",
 			"ledger": "service-record", "kube-ovn-namespace": "kube-system"},
 		check: func(t *testing.T, m manifest) {
 			// vpcgw's own CRD, and never kube-ovn's (SPEC K1).

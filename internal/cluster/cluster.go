@@ -84,6 +84,13 @@ type Options struct {
 	// GatewayNamePrefix, when set, is kube-ovn's natGwNamePrefix (ConfigMap ovn-vpc-nat-config),
 	// set as an operator would before creating gateways (SPEC K5).
 	GatewayNamePrefix string
+	// NoVpcgw leaves vpcgw out: no CRD, RBAC, webhook or controller of the lab's. The caller
+	// installs it as an operator does (helm install of the release's chart, install.sh), and
+	// the lab node runs its Pods from Images.
+	NoVpcgw bool
+	// Images are the lab node's images: repository to an OCI image layout or archive (the
+	// release's vpcgw-<version>.oci.tar). labnode.Config.Images.
+	Images map[string]string
 }
 
 // Cluster is a running lab cluster.
@@ -103,6 +110,11 @@ type Cluster struct {
 	kcm     *kcm.Process
 	net     *netlab.Lab
 	network *network
+	// router is the default network's router and the node's Service proxy (podnet.go).
+	router *clusterRouter
+	// caFile is the cluster CA (kube-controller-manager publishes it as kube-root-ca.crt);
+	// egressSocket the API server's egress proxy for the cluster network.
+	caFile, egressSocket string
 
 	Webhook, Controller *process
 	// metricsAddr is where the running controller serves /metrics (plain HTTP, loopback only).
@@ -164,6 +176,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if c.network, err = newNetwork(c.net, ServiceCIDR); err != nil {
 		return nil, err
 	}
+	if err := c.startPodNetwork(ctx); err != nil {
+		return nil, err
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 
@@ -173,7 +188,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	if c.Node, err = labnode.Start(runCtx, labnode.Config{
 		NodeName: NodeName, REST: nodeCfg, Network: c.network, InternalIP: netip.MustParseAddr("127.0.0.1"),
-		NetnsPrefix: "vp", Log: opts.Log.WithName("labnode"),
+		NetnsPrefix: "vp", Log: opts.Log.WithName("labnode"), Images: opts.Images,
 	}); err != nil {
 		return nil, fmt.Errorf("starting the lab node: %w", err)
 	}
@@ -184,7 +199,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.kcm, err = kcm.StartWith(opts.AssetsDir, kcmKC, c.dir, kcm.Options{Controllers: kcm.WorkloadControllers}); err != nil {
+	if c.kcm, err = kcm.StartWith(opts.AssetsDir, kcmKC, c.dir, kcm.Options{Controllers: kcm.ClusterControllers, RootCAFile: c.caFile}); err != nil {
 		return nil, err
 	}
 	kubeOVNKC, err := kubeovnrun.AdminKubeconfig(c.env, KubeOVNUser)
@@ -218,18 +233,20 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return lab.RunVIPRouteTranslator(runCtx, reader, VpcName, c.network.router, opts.Log.WithName("translator"))
 	})
 
-	if err := c.installRBAC(ctx); err != nil {
-		return nil, err
-	}
-	if err := c.startWebhook(ctx); err != nil {
-		return nil, err
-	}
-	c.controllerArgs = opts.ControllerArgs
-	if c.controllerArgs == nil {
-		c.controllerArgs = []string{"--enable-gw-nftable-lb-svc", "--enable-gw-nftable-svc-cluster-ip", "--enable-lb=false"}
-	}
-	if err := c.StartController(ctx); err != nil {
-		return nil, err
+	if !opts.NoVpcgw {
+		if err := c.installRBAC(ctx); err != nil {
+			return nil, err
+		}
+		if err := c.startWebhook(ctx); err != nil {
+			return nil, err
+		}
+		c.controllerArgs = opts.ControllerArgs
+		if c.controllerArgs == nil {
+			c.controllerArgs = []string{"--enable-gw-nftable-lb-svc", "--enable-gw-nftable-svc-cluster-ip", "--enable-lb=false"}
+		}
+		if err := c.StartController(ctx); err != nil {
+			return nil, err
+		}
 	}
 
 	if err := createAll(ctx, c.Client, userObjects()...); err != nil {
@@ -268,15 +285,28 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		WebhookInstallOptions: envtest.WebhookInstallOptions{ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{hooks}},
 		Scheme:                scheme,
 	}
+	if c.opts.NoVpcgw {
+		// What an operator's install brings, the operator installs.
+		c.env.CRDInstallOptions.CRDs, c.env.WebhookInstallOptions = nil, envtest.WebhookInstallOptions{}
+	}
 	kubeovnrun.ConfigureEnvtest(c.env, c.opts.KubeOVNDir, ServiceCIDR)
 	// A certificate directory of the lab's own: envtest keeps the serving certificates and the
 	// service-account keys of a directory it did not create, so that RestartAPIServer brings the
-	// same server back for every client.
+	// same server back for every client. The serving certificate names the `kubernetes` Service
+	// too, which Pods dial.
 	certDir := filepath.Join(c.dir, "apiserver")
 	if err := os.MkdirAll(certDir, 0o700); err != nil {
 		return err
 	}
-	c.env.ControlPlane.GetAPIServer().CertDir = certDir
+	api := c.env.ControlPlane.GetAPIServer()
+	api.CertDir = certDir
+	if api.SecureServing.CA, err = writeAPIServerCerts(certDir, firstServiceIP(ServiceCIDR)); err != nil {
+		return err
+	}
+	c.caFile = filepath.Join(certDir, clusterCAFile)
+	if err := c.configurePodAccess(api.Configure()); err != nil {
+		return err
+	}
 	c.opts.Log.Info("starting kube-apiserver and etcd", "assets", c.opts.AssetsDir)
 	if c.Config, err = c.env.Start(); err != nil {
 		return fmt.Errorf("starting the API server (are kube-apiserver and etcd in %q? make assets): %w", c.opts.AssetsDir, err)
@@ -651,6 +681,9 @@ func (c *Cluster) Stop() error {
 	}
 	if c.OVN != nil {
 		c.OVN.Stop()
+	}
+	if c.router != nil {
+		c.router.stop()
 	}
 	if c.net != nil {
 		if err := c.net.Cleanup(); err != nil {

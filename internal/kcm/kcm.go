@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -47,11 +48,22 @@ var WorkloadControllers = []string{
 	"garbage-collector-controller", "namespace-controller",
 }
 
+// ClusterControllers are WorkloadControllers and what Pods of an installed workload need from
+// the controller manager: each namespace's default ServiceAccount (the ServiceAccount admission
+// plugin refuses a Pod whose account is missing), the cluster CA in every namespace
+// (kube-root-ca.crt, read through each Pod's projected token volume; needs Options.RootCAFile),
+// and Jobs (helm's hooks).
+var ClusterControllers = append(slices.Clone(WorkloadControllers),
+	"serviceaccount-controller", "root-ca-certificate-publisher-controller", "job-controller")
+
 // Options says which controllers StartWith runs.
 type Options struct {
 	// Controllers are kube-controller-manager's controller names (--controllers); empty means
 	// EndpointSliceControllers.
 	Controllers []string
+	// RootCAFile is the cluster CA the root-CA publisher puts into every namespace
+	// (--root-ca-file).
+	RootCAFile string
 }
 
 // Start runs <assetsDir>/kube-controller-manager with the EndpointSlice and EndpointSlice
@@ -76,9 +88,12 @@ func StartWith(assetsDir string, kubeconfig []byte, dir string, opts Options) (*
 	if err := os.WriteFile(kc, kubeconfig, 0o600); err != nil {
 		return nil, err
 	}
+	args := []string{"--kubeconfig=" + kc}
+	if opts.RootCAFile != "" {
+		args = append(args, "--root-ca-file="+opts.RootCAFile)
+	}
 	p := &Process{done: make(chan struct{})}
-	p.cmd = exec.Command(bin,
-		"--kubeconfig="+kc,
+	p.cmd = exec.Command(bin, append(args,
 		"--controllers="+strings.Join(controllers, ","),
 		"--leader-elect=false",
 		"--secure-port=0",
@@ -86,7 +101,7 @@ func StartWith(assetsDir string, kubeconfig []byte, dir string, opts Options) (*
 		// Publish every change at once: the tests and benchmarks measure vpcgw, not batching.
 		"--endpointslice-updates-batch-period=0",
 		"--concurrent-service-endpoint-syncs=10",
-	)
+	)...)
 	p.cmd.Stdout, p.cmd.Stderr = &lockedWriter{p: p}, &lockedWriter{p: p}
 	// No Pdeathsig: it fires when the forking *thread* ends, and the bench's baseline ends the
 	// threads it locks into a namespace (internal/bench/baseline.go), which killed this process

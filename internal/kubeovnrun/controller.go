@@ -87,7 +87,7 @@ func Start(opts Options) (*Controller, error) {
 		opts.PodName = "kube-ovn-controller-0"
 	}
 	if opts.DefaultCIDR == "" {
-		opts.DefaultCIDR = "10.16.0.0/16"
+		opts.DefaultCIDR = DefaultCIDR
 	}
 	if opts.NodeSwitchCIDR == "" {
 		opts.NodeSwitchCIDR = "100.64.0.0/16"

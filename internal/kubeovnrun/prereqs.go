@@ -72,6 +72,10 @@ const (
 	DefaultVpc           = "ovn-cluster" // --cluster-router
 	DefaultLogicalSwitch = "ovn-default" // --default-ls
 	JoinSwitch           = "join"        // --node-switch
+	// DefaultCIDR is ovn-default's CIDR (--default-cidr) and DefaultGatewayIP its gateway
+	// (--default-gateway: kube-ovn takes the CIDR's first address).
+	DefaultCIDR      = "10.16.0.0/16"
+	DefaultGatewayIP = "10.16.0.1"
 )
 
 // seedDefaultVpc creates the default Vpc with the status kube-ovn-controller's first start gives

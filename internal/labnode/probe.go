@@ -6,16 +6,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"golang.org/x/sys/unix"
+	"github.com/vpcgw/vpcgw/internal/netlab"
 )
 
 // runReadiness probes the running container per its readinessProbe (exec, tcpSocket, httpGet;
@@ -150,11 +147,7 @@ func (c *containerRunner) port(p intstr.IntOrString) (int, error) {
 	return 0, fmt.Errorf("container %s has no port named %q", c.spec.Name, p.StrVal)
 }
 
-// dialInPod opens a TCP connection from inside the pod's network namespace: the socket is
-// created on a thread moved into it and then moved back. The thread must not end while locked:
-// Go would end the OS thread, and children other code in this process forked from it with
-// Pdeathsig (the lab's kube-controller-manager, kube-ovn-controller, ovsdb-server) would be
-// killed with it.
+// dialInPod opens a TCP connection from inside the pod's network namespace.
 func (c *containerRunner) dialInPod(ctx context.Context, addr string) (net.Conn, error) {
 	if c.pod.Spec.HostNetwork {
 		// The pod's network is the node's: the kubelet's probe dials from where it runs.
@@ -164,41 +157,5 @@ func (c *containerRunner) dialInPod(ctx context.Context, addr string) (net.Conn,
 	if !ok {
 		return nil, errNotRunning
 	}
-	type result struct {
-		conn net.Conn
-		err  error
-	}
-	res := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-		if err != nil {
-			runtime.UnlockOSThread()
-			res <- result{err: err}
-			return
-		}
-		defer orig.Close()
-		f, err := os.Open(filepath.Join("/run/netns", netns))
-		if err != nil {
-			runtime.UnlockOSThread()
-			res <- result{err: err}
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			res <- result{err: fmt.Errorf("entering %s: %w", netns, err)}
-			return
-		}
-		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
-		rerr := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET)
-		res <- result{conn, err}
-		if rerr != nil {
-			// Never seen; the thread may neither run other goroutines (wrong namespace) nor end.
-			select {}
-		}
-		runtime.UnlockOSThread()
-	}()
-	r := <-res
-	return r.conn, r.err
+	return netlab.DialInNetns(ctx, netns, "tcp", addr)
 }

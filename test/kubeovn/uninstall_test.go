@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -85,31 +86,8 @@ func TestUninstallLeavesNothing(t *testing.T) {
 	}
 	t.Logf("vpcgw release: %s", tail(out, 5))
 
-	// Nothing of vpcgw's in the gateway: no nft object (the table was vpcgw's alone), no lo VIP.
-	ns, _ := c.GatewayNetns()
-	if nft, err := netlab.Run("ip", "netns", "exec", ns, "nft", "list", "table", "ip", dataplane.TableName); err == nil {
-		for _, obj := range []string{dataplane.OwnedSet, dataplane.VIPSet, dataplane.HairpinChain, "dnat-", dataplane.ServiceMap} {
-			if strings.Contains(string(nft), obj) {
-				t.Errorf("after release the gateway still has %s:\n%s", obj, nft)
-			}
-		}
-	}
-	if lo := inGateway(t, c, "ip", "-4", "addr", "show", "dev", "lo"); strings.Contains(lo, dataplane.VIPLabel) {
-		t.Errorf("after release lo still holds VIPs:\n%s", lo)
-	}
-	if out, err := execInGateway(ctx, c, "ls", transport.AgentInstallDir); err == nil && strings.Contains(out, transport.DefaultAgentBinary) {
-		t.Errorf("after release the gateway container still holds the agent: %q", out)
-	}
-	// No VIP policy in OVN NB (what the NB DB holds now, read afresh).
-	eventually(t, 30*time.Second, "no VIP policy in the NB DB", func(ctx context.Context) (bool, error) {
-		pols, err := nb.Policies(ctx, "", "")
-		return err == nil && len(pols) == 0, err
-	})
-	// No ingress, no finalizer, no record.
-	svc := service(t, c, cluster.DemoNamespace, cluster.DemoService)
-	if len(svc.Status.LoadBalancer.Ingress) > 0 || hasFinalizer(svc.Finalizers) || model.HasClaimStamp(svc) {
-		t.Errorf("after release the Service has ingress %v, finalizers %v, conditions %v", svc.Status.LoadBalancer.Ingress, svc.Finalizers, svc.Status.Conditions)
-	}
+	assertNothingOfVpcgwInGateway(ctx, t, c, nb)
+	assertNothingOfVpcgwOnServices(ctx, t, c)
 	var srs vpcgwv1alpha1.ServiceRecordList
 	if err := c.Client.List(ctx, &srs); err != nil || len(srs.Items) > 0 {
 		t.Errorf("after release ServiceRecords %d, %v", len(srs.Items), err)
@@ -144,4 +122,49 @@ func hasFinalizer(fs []string) bool {
 		}
 	}
 	return false
+}
+
+// assertNothingOfVpcgwInGateway checks that vpcgw left nothing in the gateway and OVN: no nft
+// object of its own (the table was vpcgw's alone), no lo VIP, no agent copy in kube-ovn's
+// container, no VIP policy in the NB DB.
+func assertNothingOfVpcgwInGateway(ctx context.Context, t *testing.T, c *cluster.Cluster, nb *ovn.Writer) {
+	t.Helper()
+	ns, _ := c.GatewayNetns()
+	if nft, err := netlab.Run("ip", "netns", "exec", ns, "nft", "list", "table", "ip", dataplane.TableName); err == nil {
+		for _, obj := range []string{dataplane.OwnedSet, dataplane.VIPSet, dataplane.HairpinChain, "dnat-", dataplane.ServiceMap} {
+			if strings.Contains(string(nft), obj) {
+				t.Errorf("after release the gateway still has %s:\n%s", obj, nft)
+			}
+		}
+	}
+	if lo := inGateway(t, c, "ip", "-4", "addr", "show", "dev", "lo"); strings.Contains(lo, dataplane.VIPLabel) {
+		t.Errorf("after release lo still holds VIPs:\n%s", lo)
+	}
+	if out, err := execInGateway(ctx, c, "ls", transport.AgentInstallDir); err == nil && strings.Contains(out, transport.DefaultAgentBinary) {
+		t.Errorf("after release the gateway container still holds the agent: %q", out)
+	}
+	// What the NB DB holds now, read afresh.
+	eventually(t, 30*time.Second, "no VIP policy in the NB DB", func(ctx context.Context) (bool, error) {
+		pols, err := nb.Policies(ctx, "", "")
+		return err == nil && len(pols) == 0, err
+	})
+}
+
+// assertNothingOfVpcgwOnServices checks that no Service keeps vpcgw's ingress, finalizer or claim
+// stamp.
+func assertNothingOfVpcgwOnServices(ctx context.Context, t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	var svcs corev1.ServiceList
+	if err := c.Client.List(ctx, &svcs); err != nil {
+		t.Fatal(err)
+	}
+	for _, svc := range svcs.Items {
+		if svc.Annotations[model.AnnotationGateway] == "" {
+			continue
+		}
+		if len(svc.Status.LoadBalancer.Ingress) > 0 || hasFinalizer(svc.Finalizers) || model.HasClaimStamp(&svc) {
+			t.Errorf("after release Service %s/%s has ingress %v, finalizers %v, conditions %v", svc.Namespace, svc.Name,
+				svc.Status.LoadBalancer.Ingress, svc.Finalizers, svc.Status.Conditions)
+		}
+	}
 }

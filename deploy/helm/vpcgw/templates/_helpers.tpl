@@ -78,7 +78,7 @@ SPEC O4); the ClusterIP gate stays opt-in (it needs kube-ovn's --enable-lb=false
 {{- end -}}
 
 {{- define "vpcgw.leaderElect" -}}
-{{- include "vpcgw.bool" (list .Values.controller.leaderElect nil (gt (int .Values.controller.replicas) 1) "controller.leaderElect") -}}
+{{- include "vpcgw.bool" (list .Values.controller.leaderElect nil true "controller.leaderElect") -}}
 {{- end -}}
 
 {{/* The startup matrix of SPEC F2, checked at render time with the controller's own words. */}}

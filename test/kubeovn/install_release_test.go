@@ -1,0 +1,248 @@
+// covers: O4, O5, O6, K10, T1, T2, N5 (the release installed as an operator installs it, beside the real kube-ovn-controller: served without a value set, uninstalled leaving nothing, by helm and by install.sh)
+
+package kubeovn
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vpcgw/vpcgw/internal/cluster"
+	"github.com/vpcgw/vpcgw/internal/cluster/clustertest"
+	"github.com/vpcgw/vpcgw/internal/ovn"
+	"github.com/vpcgw/vpcgw/internal/testutil"
+)
+
+// The release's images are pulled by the names the chart gives them (values.yaml image.repository,
+// the agent image's name beside it).
+const (
+	releaseImageRepo = "ghcr.io/vpcgw/vpcgw"
+	releaseAgentRepo = "ghcr.io/vpcgw/vpcgw-agent"
+	installNamespace = "vpcgw-system"
+)
+
+// releaseFiles is what the test takes from `make release` (bin/release, VPCGW_RELEASE).
+type releaseFiles struct {
+	dir, version string
+}
+
+func (r releaseFiles) path(name string) string { return filepath.Join(r.dir, name) }
+
+func loadRelease(t *testing.T) releaseFiles {
+	t.Helper()
+	dir := os.Getenv("VPCGW_RELEASE")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "bin", "release")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "SHA256SUMS")); err != nil {
+		testutil.Skip(t, "no release in "+dir+" (run `make release`): "+err.Error())
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "images.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var images map[string]struct {
+		Tag string `json:"tag"`
+	}
+	if err := json.Unmarshal(b, &images); err != nil {
+		t.Fatalf("images.json: %v", err)
+	}
+	r := releaseFiles{dir: dir, version: images["vpcgw"].Tag}
+	if r.version == "" {
+		t.Fatalf("images.json has no vpcgw tag: %s", b)
+	}
+	return r
+}
+
+func toolFromEnv(t *testing.T, env, build string) string {
+	t.Helper()
+	p := os.Getenv(env)
+	if p == "" {
+		testutil.Skip(t, env+" is not set ("+build+")")
+	}
+	if _, err := os.Stat(p); err != nil {
+		testutil.Skip(t, env+"="+p+": "+err.Error())
+	}
+	return p
+}
+
+// A newcomer takes bin/release, installs the packaged chart into the lab beside kube-ovn without
+// setting a value and sees the demo served through its EIP; helm uninstall leaves nothing vpcgw
+// wrote. Then the same with the release's install.sh and `install.sh uninstall`. vpcgw's Pods
+// (controller, webhook, the uninstall's Job) run on the lab node from the release's OCI archives,
+// as the chart's service accounts with their projected tokens, reaching the API server through the
+// `kubernetes` Service; the API server reaches the webhook Pods at their addresses.
+func TestReleaseInstallServesAndUninstallLeavesNothing(t *testing.T) {
+	opts, skip, err := clustertest.Options()
+	if skip != "" {
+		testutil.Skip(t, skip)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := loadRelease(t)
+	helm := toolFromEnv(t, "VPCGW_HELM", "make helm")
+	kubectl := toolFromEnv(t, "VPCGW_KUBECTL", "make assets")
+	opts.NoVpcgw = true
+	opts.Images = map[string]string{
+		releaseImageRepo: rel.path("vpcgw-" + rel.version + ".oci.tar"),
+		releaseAgentRepo: rel.path("vpcgw-agent-" + rel.version + ".oci.tar"),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	c, err := cluster.Start(ctx, opts)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(tail(c.Logs(), 80))
+			t.Log(installedPodLogs(c, kubectl))
+		}
+		if err := c.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	nb, err := ovn.NewWriter(context.Background(), ovn.Config{Address: c.OVN.NBAddr()}, opts.Log.WithName("test-nb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nb.Close()
+	chart := rel.path("vpcgw-" + strings.TrimPrefix(rel.version, "v") + ".tgz")
+	kc := []string{"--kubeconfig", c.Kubeconfig}
+
+	// helm install, no value set.
+	out := run(t, nil, append([]string{helm, "install", "vpcgw", chart, "--namespace", installNamespace, "--create-namespace",
+		"--wait", "--timeout", "5m"}, kc...)...)
+	for _, want := range []string{"LoadBalancer Services: served", "kubectl vpcgw explain"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("helm install's notes do not say %q:\n%s", want, out)
+		}
+	}
+	assertDemoServed(t, c)
+	ctx, cancel = context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+
+	run(t, nil, append([]string{helm, "uninstall", "vpcgw", "--namespace", installNamespace, "--wait", "--timeout", "8m"}, kc...)...)
+	assertUninstalled(ctx, t, c, nb)
+
+	// The namespace helm created (--create-namespace) is the operator's to delete: with it go the
+	// Lease the uninstall's release holds for a while (so that a controller still running stands
+	// by) and the controller's published status.
+	deleteNamespace(ctx, t, c, installNamespace)
+
+	// install.sh from the release directory: it installs the chart beside it.
+	env := append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "HELM="+helm, "KUBECTL="+kubectl)
+	run(t, env, rel.path("install.sh"))
+	assertDemoServed(t, c)
+	run(t, env, rel.path("install.sh"), "uninstall")
+	assertUninstalled(ctx, t, c, nb)
+}
+
+// assertDemoServed waits until the demo Service has the EIP as its EXTERNAL-IP and answers through
+// it from the external client, from every backend.
+func assertDemoServed(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ip, err := c.WaitIngress(ctx, cluster.DemoNamespace, cluster.DemoService, 3*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ip != cluster.EIPAddress {
+		t.Fatalf("EXTERNAL-IP %s, want the EIP %s", ip, cluster.EIPAddress)
+	}
+	target := net.JoinHostPort(ip, "80") // the demo Service's TCP port
+	if err := c.WaitReachable(ctx, c.ExternalClient(), "tcp", target, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Probe(c.ExternalClient(), "tcp", target, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Total() != 40 || len(res.Answers) != 2 {
+		t.Fatalf("through the EIP: %d of 40 answered, by %d backends (want 2): %+v", res.Total(), len(res.Answers), res)
+	}
+}
+
+// assertUninstalled checks that nothing vpcgw wrote remains: in the gateway and OVN, on the
+// Services, its CRD (and with it every ServiceRecord), and the chart's objects.
+func assertUninstalled(ctx context.Context, t *testing.T, c *cluster.Cluster, nb *ovn.Writer) {
+	t.Helper()
+	assertNothingOfVpcgwInGateway(ctx, t, c, nb)
+	assertNothingOfVpcgwOnServices(ctx, t, c)
+	eventually(t, 2*time.Minute, "vpcgw's CRD and Deployments gone", func(ctx context.Context) (bool, error) {
+		crd := crdObject("servicerecords.vpcgw.io")
+		if err := c.Client.Get(ctx, client.ObjectKeyFromObject(crd), crd); !apierrors.IsNotFound(err) {
+			return false, client.IgnoreNotFound(err)
+		}
+		var ds appsv1.DeploymentList
+		if err := c.Client.List(ctx, &ds, client.InNamespace(installNamespace)); err != nil {
+			return false, err
+		}
+		var pods corev1.PodList
+		if err := c.Client.List(ctx, &pods, client.InNamespace(installNamespace)); err != nil {
+			return false, err
+		}
+		return len(ds.Items) == 0 && len(pods.Items) == 0, nil
+	})
+	if err := c.Client.Get(ctx, client.ObjectKey{Name: "vpc-nat-gateways.kubeovn.io"}, crdObject("")); err != nil {
+		t.Errorf("kube-ovn's CRD after the uninstall: %v", err)
+	}
+}
+
+func deleteNamespace(ctx context.Context, t *testing.T, c *cluster.Cluster, name string) {
+	t.Helper()
+	ns := &corev1.Namespace{}
+	ns.Name = name
+	if err := c.Client.Delete(ctx, ns); client.IgnoreNotFound(err) != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "namespace "+name+" gone", func(ctx context.Context) (bool, error) {
+		err := c.Client.Get(ctx, client.ObjectKey{Name: name}, ns)
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+}
+
+// run runs argv (env: the process's environment, nil for this one's) and returns its output; it
+// fails the test when the command fails.
+func run(t *testing.T, env []string, argv ...string) string {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, tail(string(out), 60))
+	}
+	return string(out)
+}
+
+// installedPodLogs is what the Pods of the install namespace logged, through the API server as
+// `kubectl logs` reads it, for a failed test's report.
+func installedPodLogs(c *cluster.Cluster, kubectl string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var pods corev1.PodList
+	if err := c.Client.List(ctx, &pods, client.InNamespace(installNamespace)); err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, p := range pods.Items {
+		fmt.Fprintf(&b, "== pod %s (%s)\n", p.Name, p.Status.Phase)
+		out, _ := exec.CommandContext(ctx, kubectl, "--kubeconfig", c.Kubeconfig, "logs", "-n", installNamespace, p.Name, "--all-containers", "--tail", "40").CombinedOutput()
+		b.Write(out)
+	}
+	return b.String()
+}
