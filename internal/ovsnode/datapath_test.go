@@ -246,6 +246,9 @@ func TestDataPath(t *testing.T) {
 		}
 	})
 
+	if err := e.ch.Check(); err != nil {
+		t.Errorf("after the test: %v", err)
+	}
 	use, err := e.ch.Usage()
 	if err != nil {
 		t.Error(err)

@@ -443,6 +443,25 @@ func (c *Chassis) vsctlWatch(ctx context.Context, timeout time.Duration, watch [
 	return c.waitCmd(ctx, timeout, watch, append([]string{"ovs-vsctl", "--db=" + c.DBSocket()}, args...)...)
 }
 
+// Check returns an error naming every daemon that has exited (while the chassis is not
+// stopped), with what it printed and the tail of its log; nil when all three run.
+func (c *Chassis) Check() error {
+	c.mu.Lock()
+	ds := []*daemon{c.db, c.vswitchd, c.controller}
+	stopped := c.stopped
+	c.mu.Unlock()
+	if stopped {
+		return errors.New("ovsnode: the chassis is stopped")
+	}
+	var errs []error
+	for _, d := range ds {
+		if d != nil && d.exited() {
+			errs = append(errs, fmt.Errorf("%w%s", d.exitError(), readTail(c.logFile(d.name))))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Usage reads what each running daemon costs (CPU time, RSS) from /proc.
 func (c *Chassis) Usage() ([]Usage, error) {
 	c.mu.Lock()
