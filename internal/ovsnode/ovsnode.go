@@ -352,8 +352,15 @@ func (c *Chassis) startController(ctx context.Context) error {
 	c.mu.Lock()
 	c.controller = d
 	c.mu.Unlock()
-	if _, err := c.waitCmd(ctx, 30*time.Second, []*daemon{d}, "ovn-sbctl", "--db="+c.opts.SBAddr, "wait-until", "Chassis", c.opts.SystemID); err != nil {
-		return fmt.Errorf("ovsnode: ovn-controller did not register chassis %s in %s: %w%s", c.opts.SystemID, c.opts.SBAddr, err, readTail(c.logFile("ovn-controller")))
+	// ovn-controller creates the Chassis_Private row itself (ovn-sbctl chassis-add makes only
+	// Chassis and Encap, which ovn-controller adopts when the name is its system-id).
+	if _, err := c.waitCmd(ctx, 30*time.Second, []*daemon{d}, "ovn-sbctl", "--db="+c.opts.SBAddr, "wait-until", "Chassis_Private", c.opts.SystemID); err != nil {
+		log := readTail(c.logFile("ovn-controller"))
+		hint := ""
+		if strings.Contains(log, `"Encap" table to have identical values`) {
+			hint = fmt.Sprintf(" (another SB chassis holds encap geneve %s: delete it first, Options.TakeOverEncap)", c.opts.EncapIP)
+		}
+		return fmt.Errorf("ovsnode: ovn-controller did not register chassis %s in %s%s: %w%s", c.opts.SystemID, c.opts.SBAddr, hint, err, log)
 	}
 	return poll(ctx, 10*time.Second, "ovn-controller's control socket", []*daemon{d}, c.logFile("ovn-controller"), func() bool {
 		_, err := c.controllerCtl(ctx, "version")
