@@ -5,8 +5,8 @@
 // OVN's own logical flows, computed by northd from what kube-ovn-controller writes into the NB
 // database, switch and route their traffic.
 //
-// Everything is private to one Chassis: the databases, sockets, logs and pid-less control sockets
-// live under Options.Dir, and ovs-vswitchd runs in a network namespace of its own (the datapath
+// Everything is private to one Chassis: the database, sockets, control sockets and logs live
+// under Options.Dir, and ovs-vswitchd runs in a network namespace of its own (the datapath
 // namespace, Netns). The userspace datapath creates tap devices named after the bridge and
 // "ovs-netdev"; two ovs-vswitchd in one namespace collide on "ovs-netdev" (the second fails with
 // "creating tap device failed: Device or resource busy"), so each chassis gets its namespace, and
@@ -22,7 +22,11 @@
 // cmd/daemon/cniserver.go initChassisAnno). A chassis that already holds the same encap
 // (geneve, EncapIP) in the SB database, such as the one kubeovnrun.AddNode pre-makes with
 // ovn-sbctl chassis-add, blocks ovn-controller's registration (the Encap table's (type, ip)
-// index): Options.TakeOverEncap deletes it first.
+// index), unless its name is SystemID (ovn-controller then adopts the row): Options.TakeOverEncap
+// deletes such chassis first.
+//
+// Faults: RestartOVNController and RestartVswitchd. The daemons are children of this process,
+// forked from a thread that lives as long as the process, with Pdeathsig: they never outlive it.
 package ovsnode
 
 import (
@@ -302,6 +306,20 @@ func (c *Chassis) logFile(name string) string {
 	return filepath.Join(c.ovsDir, name+".log")
 }
 
+// keep records d as the running daemon in *slot, unless Stop came meanwhile (a restart racing
+// with Stop): then d is stopped at once.
+func (c *Chassis) keep(slot **daemon, d *daemon) error {
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		d.stop(syscall.SIGTERM, 10*time.Second)
+		return errors.New("ovsnode: the chassis is stopped")
+	}
+	*slot = d
+	c.mu.Unlock()
+	return nil
+}
+
 // startDB starts OVS's ovsdb-server on <ovsDir>/conf.db and waits until its socket answers.
 func (c *Chassis) startDB(ctx context.Context) error {
 	d, err := startDaemon("ovsdb-server", c.env, "ovsdb-server", filepath.Join(c.ovsDir, "conf.db"),
@@ -312,9 +330,9 @@ func (c *Chassis) startDB(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	c.db = d
-	c.mu.Unlock()
+	if err := c.keep(&c.db, d); err != nil {
+		return err
+	}
 	return poll(ctx, 10*time.Second, "OVS ovsdb-server to listen on "+c.dbSock(), []*daemon{d}, c.logFile("ovsdb-server"), func() bool {
 		conn, err := net.DialTimeout("unix", c.dbSock(), time.Second)
 		if err != nil {
@@ -335,9 +353,9 @@ func (c *Chassis) startVswitchd() error {
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	c.vswitchd = d
-	c.mu.Unlock()
+	if err := c.keep(&c.vswitchd, d); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -349,9 +367,9 @@ func (c *Chassis) startController(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	c.controller = d
-	c.mu.Unlock()
+	if err := c.keep(&c.controller, d); err != nil {
+		return err
+	}
 	// ovn-controller creates the Chassis_Private row itself (ovn-sbctl chassis-add makes only
 	// Chassis and Encap, which ovn-controller adopts when the name is its system-id).
 	if _, err := c.waitCmd(ctx, 30*time.Second, []*daemon{d}, "ovn-sbctl", "--db="+c.opts.SBAddr, "wait-until", "Chassis_Private", c.opts.SystemID); err != nil {
