@@ -276,9 +276,20 @@ if [ "$uninstall" = true ]; then
 		die "the chart refused to render its release Job (above): nothing was released"
 	kube delete --namespace "$NAMESPACE" job/vpcgw-release --ignore-not-found --wait=true
 	kube apply --server-side --force-conflicts --field-manager=vpcgw-install --filename "$hook"
-	# Complete or Failed, whichever comes first; the Job's own deadline bounds it.
-	kube wait --namespace "$NAMESPACE" job/vpcgw-release --for=jsonpath='{.status.conditions[?(@.status=="True")].type}'=Complete --timeout=11m ||
-		die "the release Job did not complete: kubectl logs --namespace $NAMESPACE job/vpcgw-release says what is left; nothing was deleted"
+	# Complete or Failed, whichever comes first; the Job's own deadline bounds it. A finished Job
+	# has more than one true condition (SuccessCriteriaMet and Complete, FailureTarget and
+	# Failed), which `kubectl wait --for=jsonpath` refuses, so their types are read as a list.
+	deadline=$((SECONDS + 660))
+	while :; do
+		conditions=" $(kube get job/vpcgw-release --namespace "$NAMESPACE" -o 'jsonpath={.status.conditions[?(@.status=="True")].type}') "
+		case "$conditions" in
+		*" Complete "*) break ;;
+		*" Failed "*) die "the release Job failed: kubectl logs --namespace $NAMESPACE job/vpcgw-release says what is left; nothing was deleted" ;;
+		esac
+		[ "$SECONDS" -lt "$deadline" ] ||
+			die "the release Job did not complete in 11 minutes: kubectl logs --namespace $NAMESPACE job/vpcgw-release says what is left; nothing was deleted"
+		sleep 2
+	done
 	kube logs --namespace "$NAMESPACE" job/vpcgw-release --tail=5 || true
 	kube delete --namespace "$NAMESPACE" job/vpcgw-release --ignore-not-found
 	# What install applied, vpcgw's CRD with it (the rendered manifests hold no kubeovn.io CRD:
