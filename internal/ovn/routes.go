@@ -18,8 +18,8 @@ import (
 // ../shared/reference/ovn-datapath-here.md). A route to any other next hop is fine: the policy
 // then overrides the next hop. This file reads a router's routes from the writer's NB cache and
 // decides, per VIP, whether OVN carries it to the policy stage. vpcgw only reports a VIP it would
-// drop: the routes are the Vpc's (kube-ovn reconciles them from spec.staticRoutes and deletes
-// what the Vpc does not list), so the fix is the user's.
+// drop: the routes are the Vpc's (kube-ovn writes them from spec.staticRoutes and deletes those
+// with its mark that the Vpc does not list), so the fix is the user's.
 
 // NextHopDiscard is the next hop of a static route that drops what it matches.
 const NextHopDiscard = "discard"
@@ -74,8 +74,15 @@ const (
 //     length match (ECMP) and one of them discards, the VIP counts as dropped: OVN's choice is
 //     then not reliable;
 //   - when no dst-ip route or connected network matches, a src-ip route 0.0.0.0/0 counts as a
-//     route, since it matches every source (and it may discard). Other src-ip routes are
-//     ignored: whether they match depends on the client's address, which vpcgw does not know.
+//     route, since it matches every source (and it may discard). ovn-northd 23.03 installs it at
+//     priority 0, beside the stage's default drop of the same priority, so which of the two
+//     applies is not defined; it is counted all the same (a Vpc with such a route is not
+//     reported).
+//   - other src-ip routes are ignored: whether they match depends on the client's address, and
+//     the check judges the VIP. OVN ranks them by prefix length with the others, and kube-ovn
+//     writes one for each overlay Subnet of a custom Vpc (its CIDR via the Subnet's gateway), so
+//     the clients of such a Subnet may reach a VIP reported here (no dst-ip route, or a shorter
+//     discard one).
 func Routed(routes []Route, vip netip.Addr) (ok bool, why string) {
 	if !vip.Is4() {
 		return false, fmt.Sprintf("%s is not an IPv4 address", vip)
