@@ -53,10 +53,9 @@ func (r Route) String() string {
 	return fmt.Sprintf("%s via %s", r.Prefix, r.NextHop)
 }
 
-// Priorities of ovn-northd's routing flows: prefix length × 3, plus 2 for a connected network and
-// 1 for a static dst-ip route; a src-ip route adds nothing. So a connected network wins over a
-// static route of the same length, and a src-ip 0.0.0.0/0 route (priority 0) only applies when
-// nothing else matches.
+// Priorities of ovn-northd's routing flows for dst-ip routes: prefix length × 3, plus 2 for a
+// connected network and 1 for a static route, so a connected network wins over a static route of
+// the same length.
 const (
 	prioPerBit    = 3
 	prioStatic    = 1
@@ -64,7 +63,10 @@ const (
 )
 
 // Routed says whether OVN carries a packet to vip through the router with routes to its policy
-// stage, and if not, why ("no route covers <vip>", "route <prefix> discards it"). The rules:
+// stage, and if not, why ("no route covers <vip>", "route <prefix> discards it"). It judges by
+// the OVN kube-ovn v1.16.2 ships, whose ovn-northd carries kube-ovn's patch "modify src route
+// priority" (kube-ovn dist/images/patches/9ee66bd9...): a src-ip route gets priority 1 (2 for a
+// /32), below every dst-ip route but 0.0.0.0/0, whatever its length. The rules:
 //
 //   - only the main route table (route_table ""): a route of another table applies only to
 //     packets that enter by a port bound to that table, and a VIP must work from every port;
@@ -73,31 +75,28 @@ const (
 //   - the best match with next hop "discard" drops. When several static routes of the best
 //     length match (ECMP) and one of them discards, the VIP counts as dropped: OVN's choice is
 //     then not reliable;
-//   - when no dst-ip route or connected network matches, a src-ip route 0.0.0.0/0 counts as a
-//     route, since it matches every source (and it may discard). ovn-northd 23.03 installs it at
-//     priority 0, beside the stage's default drop of the same priority, so which of the two
-//     applies is not defined; it is counted all the same (a Vpc with such a route is not
-//     reported).
-//   - other src-ip routes are ignored: whether they match depends on the client's address, and
-//     the check judges the VIP. OVN ranks them by prefix length with the others, and kube-ovn
-//     writes one for each overlay Subnet of a custom Vpc (its CIDR via the Subnet's gateway), so
-//     the clients of such a Subnet may reach a VIP reported here (no dst-ip route, or a shorter
-//     discard one).
+//   - when no dst-ip route or connected network matches, the src-ip routes decide: kube-ovn writes
+//     one for each overlay Subnet of a custom Vpc (its CIDR via the Subnet's gateway), so a client
+//     of the Vpc's Subnets is routed by it to the policy stage, which reroutes the VIP. The VIP
+//     counts as carried when a src-ip route that does not discard exists; which clients it
+//     carries depends on their addresses, which the check does not know.
+//
+// Upstream OVN (Debian's 23.03 among them) ranks src-ip routes by prefix length with the dst-ip
+// ones instead, so there a Subnet's src-ip /24 takes every packet of its clients, VIPs included;
+// the policy stage still reroutes a VIP, so the VIP is carried there too.
 func Routed(routes []Route, vip netip.Addr) (ok bool, why string) {
 	if !vip.Is4() {
 		return false, fmt.Sprintf("%s is not an IPv4 address", vip)
 	}
 	bestPrio := -1
 	var best []Route
-	var anySource []Route // src-ip 0.0.0.0/0
+	var bySource []Route
 	for _, r := range routes {
 		if r.RouteTable != "" || !r.Prefix.IsValid() || !r.Prefix.Addr().Is4() {
 			continue
 		}
 		if r.Source {
-			if r.Prefix.Bits() == 0 {
-				anySource = append(anySource, r)
-			}
+			bySource = append(bySource, r)
 			continue
 		}
 		if !r.Prefix.Contains(vip) {
@@ -114,18 +113,23 @@ func Routed(routes []Route, vip netip.Addr) (ok bool, why string) {
 			best = append(best, r)
 		}
 	}
-	if len(best) == 0 {
-		best = anySource
+	if len(best) > 0 {
+		for _, r := range best {
+			if r.Discards() {
+				return false, "route " + r.Prefix.String() + " discards it"
+			}
+		}
+		return true, ""
 	}
-	if len(best) == 0 {
-		return false, "no route covers " + vip.String()
-	}
-	for _, r := range best {
-		if r.Discards() {
-			return false, "route " + r.Prefix.String() + " discards it"
+	for _, r := range bySource {
+		if !r.Discards() {
+			return true, ""
 		}
 	}
-	return true, ""
+	if len(bySource) > 0 {
+		return false, "no route covers " + vip.String() + " (its src-ip routes discard)"
+	}
+	return false, "no route covers " + vip.String()
 }
 
 // ErrCacheBehind is wrapped by RouterRoutes when the NB cache holds a router that references a

@@ -63,9 +63,13 @@ func TestRouted(t *testing.T) {
 		{name: "src-ip 0.0.0.0/0 counts when nothing else matches", routes: []Route{src("0.0.0.0/0", "10.0.1.254")}, vip: vip},
 		{name: "src-ip 0.0.0.0/0 loses to a dst-ip route", routes: []Route{src("0.0.0.0/0", "10.0.1.254"), dst("10.96.0.0/12", "discard")}, vip: vip,
 			why: "route 10.96.0.0/12 discards it"},
-		{name: "src-ip 0.0.0.0/0 that discards", routes: []Route{src("0.0.0.0/0", "discard")}, vip: vip, why: "route 0.0.0.0/0 discards it"},
-		{name: "a src-ip route of some sources is no route for all", routes: []Route{src("10.0.1.0/24", "10.0.1.254")}, vip: vip,
-			why: "no route covers 10.96.0.10"},
+		{name: "src-ip 0.0.0.0/0 that discards", routes: []Route{src("0.0.0.0/0", "discard")}, vip: vip, why: "no route covers 10.96.0.10 (its src-ip routes discard)"},
+		// kube-ovn's src-ip route of a Subnet (its CIDR via its gateway) carries the Subnet's
+		// clients to the policy stage when no dst-ip route covers the VIP (kube-ovn's OVN ranks
+		// src-ip routes below dst-ip ones).
+		{name: "a Subnet's src-ip route carries its clients", routes: []Route{src("10.0.1.0/24", "10.0.1.1"), connected("10.0.1.0/24", "p")}, vip: vip},
+		{name: "a Subnet's src-ip route loses to a dst-ip discard", routes: []Route{src("10.0.1.0/24", "10.0.1.1"), dst("10.96.0.0/12", "discard")}, vip: vip,
+			why: "route 10.96.0.0/12 discards it"},
 		{name: "IPv6 routes are ignored", routes: []Route{dst("::/0", "fd00::1")}, vip: vip, why: "no route covers 10.96.0.10"},
 		{name: "an EIP through the default route", routes: []Route{dst("0.0.0.0/0", "10.0.1.254"), connected("10.0.1.0/24", "p")}, vip: "172.18.0.10"},
 		{name: "IPv6 VIP", routes: []Route{dst("0.0.0.0/0", "10.0.1.254")}, vip: "fd00::10", why: "fd00::10 is not an IPv4 address"},
