@@ -139,7 +139,7 @@ func populate(ctx context.Context) error {
 		return nil
 	}
 	if err := create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "other"}},
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "stale"}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "stale"}}, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "unrouted"}},
 		&kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: "vpc1"}, Spec: kubeovnv1.VpcSpec{Namespaces: []string{"demo"}}},
 		&kubeovnv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: "vpc1-subnet"}, Spec: kubeovnv1.SubnetSpec{Vpc: "vpc1", CIDRBlock: "10.0.1.0/24", Provider: "ovn"}},
 		&kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: gwName}, Spec: kubeovnv1.VpcNatGatewaySpec{Vpc: "vpc1", Subnet: "vpc1-subnet", LanIP: lanIP, Replicas: 1}},
@@ -223,6 +223,17 @@ func populate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// A running controller that found a VIP of the gateway the Vpc's routes drop (SPEC V3).
+	withUnrouted := pub.Gateways[gwName]
+	rt := *withUnrouted.Routes
+	rt.UnroutedVIPs, rt.Unrouted = 1, "the Vpc has no route covering them (test)"
+	withUnrouted.Routes = &rt
+	withUnroutedPub := pub
+	withUnroutedPub.Gateways = map[string]status.Gateway{gwName: withUnrouted}
+	unrouted, err := status.Encode(withUnroutedPub)
+	if err != nil {
+		return err
+	}
 	pub.Heartbeat, pub.Gates = time.Now().Add(-5*time.Minute), status.Gates{EnableGwNftableLbSvc: true, Ledger: "service-record"}
 	stale, err := status.Encode(pub)
 	if err != nil {
@@ -230,6 +241,7 @@ func populate(ctx context.Context) error {
 	}
 	return create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: status.DefaultNamespace}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: status.DefaultNamespace, Name: status.ConfigMapName}, Data: data},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "unrouted", Name: status.ConfigMapName}, Data: unrouted},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "stale", Name: status.ConfigMapName}, Data: stale})
 }
 
@@ -428,6 +440,33 @@ func TestExplainServedJSON(t *testing.T) {
 		if !strings.Contains(r.stdout, s) {
 			t.Errorf("explain text lacks %q:\n%s", s, r.stdout)
 		}
+	}
+}
+
+// VIPs of the gateway that the Vpc's routes drop, as the controller published them (a count and
+// its text, never the VIPs, SPEC N8): in the routes of `explain` and of `status gw/`, in -o json
+// and for a person. The Service stays served by the controller's rules (exit code 0).
+// covers: V3, O2
+func TestExplainUnroutedVIPs(t *testing.T) {
+	ex := decode[inspect.ServiceExplanation](t, plugin(t, "explain", "svc/web", "--controller-namespace", "unrouted", "-o", "json").want(t, exitOK))
+	if rt := ex.Routes; rt == nil || rt.UnroutedVIPs != 1 || rt.Unrouted != "the Vpc has no route covering them (test)" {
+		t.Errorf("routes %+v", rt)
+	}
+	r := plugin(t, "explain", "svc/web", "--controller-namespace", "unrouted").want(t, exitOK)
+	if want := "Warning: OVN drops 1 VIP of gateway gw1 before their VIP route applies: the Vpc has no route covering them (test)"; !strings.Contains(r.stdout, want) {
+		t.Errorf("explain text lacks %q:\n%s", want, r.stdout)
+	}
+	gs := decode[inspect.GatewayStatus](t, plugin(t, "status", "gw/gw1", "--controller-namespace", "unrouted", "-o", "json").want(t, exitOK))
+	if gs.Routes.UnroutedVIPs != 1 {
+		t.Errorf("gateway routes %+v", gs.Routes)
+	}
+	r = plugin(t, "status", "gw/gw1", "--controller-namespace", "unrouted").want(t, exitOK)
+	if !strings.Contains(r.stdout, "Warning: OVN drops 1 VIP of the gateway before their VIP route applies") {
+		t.Errorf("status gw/gw1:\n%s", r.stdout)
+	}
+	// The controller of the default namespace found none: no warning.
+	if r := plugin(t, "explain", "svc/web").want(t, exitOK); strings.Contains(r.stdout, "Warning: OVN drops") {
+		t.Errorf("explain warns without unrouted VIPs:\n%s", r.stdout)
 	}
 }
 

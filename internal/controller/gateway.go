@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unique"
 
@@ -38,6 +39,7 @@ import (
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 	"github.com/vpcgw/vpcgw/internal/model"
+	"github.com/vpcgw/vpcgw/internal/ovn"
 	"github.com/vpcgw/vpcgw/internal/transport"
 )
 
@@ -225,11 +227,21 @@ type GatewayReconciler struct {
 	second    *model.SecondWriter
 	eventsMu  sync.Mutex
 	lastEvent map[types.UID]map[string]string
+	// routeChecks holds each gateway's last check of its VIPs against its Vpc's routes (SPEC V3);
+	// routeQueue is the work queue once the controller runs, for the NB's route changes.
+	routeMu     sync.Mutex
+	routeChecks map[string]*routeCheck
+	routeQueue  atomic.Pointer[routeQueue]
 }
 
-// RouteWriter converges one gateway's VIP router policies (SPEC V1).
+// RouteWriter converges one gateway's VIP router policies (SPEC V1) and reads the routes that
+// must carry the VIPs to them (SPEC V3). *ovn.Writer is one.
 type RouteWriter interface {
 	Sync(ctx context.Context, want model.VIPRoutes) error
+	// RouterRoutes reads a router's routes, cheaply (from a cache of the NB).
+	RouterRoutes(ctx context.Context, router string) ([]ovn.Route, error)
+	// OnRoutesChanged registers a func told the name of a router whose routes changed.
+	OnRoutesChanged(fn func(router string))
 }
 
 // SetupWithManager registers the indexes and watches.
@@ -254,6 +266,7 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 	r.sessions.keepalive = r.AgentKeepalive
 	r.sessions.status = r.Status
 	r.lastEvent = map[types.UID]map[string]string{}
+	r.routeChecks = map[string]*routeCheck{}
 	r.changes, r.planners = newChangeTracker(), newPlanners()
 	r.lastSync = map[string]time.Time{}
 	staleAfter := r.SyncStaleAfter
@@ -317,7 +330,7 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 	if workers <= 0 {
 		workers = DefaultGatewayWorkers
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("vpcgw-gateway").
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers,
 			// The queue tells readiness when work for a gateway arrives (SPEC O3).
@@ -356,8 +369,17 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 		// (SPEC K10): every gateway, and the Services bound to none, stand aside or resume.
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.secondWriterChanged)).
 		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(r.secondWriterChanged), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WatchesRawSource(source.Channel(ended, &handler.EnqueueRequestForObject{})).
-		Complete(r)
+		WatchesRawSource(source.Channel(ended, &handler.EnqueueRequestForObject{}))
+	if r.Routes != nil {
+		// A Vpc's routes changed in the NB: its gateways check their VIPs again (SPEC V3). The
+		// Vpc's own change comes earlier than kube-ovn's write of the route.
+		b = b.WatchesRawSource(source.Func(func(_ context.Context, q routeQueue) error {
+			r.routeQueue.Store(&q)
+			return nil
+		}))
+		r.Routes.OnRoutesChanged(r.routesChanged)
+	}
+	return b.Complete(r)
 }
 
 // throttle reports how long a sync of key must wait to keep MinSyncInterval, and otherwise
@@ -390,6 +412,7 @@ func (r *GatewayReconciler) forgetGateway(gw string) {
 	r.syncMu.Unlock()
 	r.health.forget(gw)
 	r.sessions.forget(gw)
+	r.forgetRouteCheck(gw)
 	deleteGatewaySeries(gw)
 }
 

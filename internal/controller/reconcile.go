@@ -191,7 +191,12 @@ func (r *GatewayReconciler) sync(ctx context.Context, key string) (_ reconcile.R
 		r.sessions.publish(key)
 		if r.Routes != nil {
 			err := r.Routes.Sync(ctx, gp.Routes)
-			r.noteRoutes(key, gp.Routes, err)
+			unrouted := r.lastUnrouted(key)
+			if err == nil {
+				// Written: would OVN carry the VIPs to them (SPEC V3)?
+				unrouted = r.checkRoutes(ctx, key, gp.Routes, planner)
+			}
+			r.noteRoutes(key, gp.Routes, err, unrouted)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("VIP routes of gateway %s: %w", key, err))
 			}

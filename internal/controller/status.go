@@ -79,15 +79,21 @@ func (r *GatewayReconciler) noteSync(key string, gp *model.GatewayPlan, generati
 	r.Status.GatewaySynced(key, s)
 }
 
-// noteRoutes tells the status recorder how a write of gateway key's VIP routes ended. The
-// error's details stay in the log: they may name other tenants' addresses (SPEC N8).
-func (r *GatewayReconciler) noteRoutes(key string, want model.VIPRoutes, err error) {
+// noteRoutes tells the status recorder how a write of gateway key's VIP routes ended, and how
+// many of the VIPs the Vpc's routes drop (SPEC V3). The error's details stay in the log, the
+// dropped VIPs in their Services' events: they may be other tenants' addresses (SPEC N8).
+func (r *GatewayReconciler) noteRoutes(key string, want model.VIPRoutes, err error, unrouted int) {
 	if r.Status == nil {
 		return
 	}
-	rs := status.RouteSync{NextHops: want.NextHops, VIPs: len(want.VIPs)}
+	rs := status.RouteSync{NextHops: want.NextHops, VIPs: len(want.VIPs), Unrouted: unrouted}
 	if err != nil {
 		rs.Error = "writing the VIP routes failed (the controller's log has the details); retrying"
+	}
+	if unrouted > 0 {
+		rs.UnroutedText = "the Vpc has no route covering them, or one that discards them (OVN looks up routes before policies); " +
+			"add a static route to the Vpc covering them with the gateway's lanIp as nextHopIP (e.g. 0.0.0.0/0, or a policyDst route for the Service CIDR). " +
+			"The Services' " + model.ReasonVIPNotRouted + " events name them"
 	}
 	r.Status.RoutesSynced(key, rs)
 }

@@ -143,6 +143,11 @@ func PrintExplanation(w io.Writer, ex ServiceExplanation, now time.Time) error {
 	}
 	if rt := ex.Routes; rt != nil {
 		fmt.Fprintf(w, "Routes of the Service's VIPs: %s\n", routesText(*rt, now))
+		if rt.UnroutedVIPs > 0 {
+			// The status says how many of the gateway's VIPs, not whose (SPEC N8).
+			fmt.Fprintf(w, "  Warning: OVN drops %s of gateway %s before their VIP route applies: %s\n",
+				vipCount(rt.UnroutedVIPs), ex.Service.Gateway, rt.Unrouted)
+		}
 	}
 	if len(st.Events) > 0 {
 		fmt.Fprintln(w, "\nEvents the controller gives it:")
@@ -160,6 +165,9 @@ func PrintGateway(w io.Writer, gs GatewayStatus, opts TableOptions, now time.Tim
 	printGatewayState(w, gs.GatewayState, now)
 	if gs.Routes.Router != "" || len(gs.Routes.VIPs) > 0 {
 		fmt.Fprintf(w, "Routes:     %s\n", routesText(gs.Routes, now))
+		if gs.Routes.UnroutedVIPs > 0 {
+			fmt.Fprintf(w, "  Warning: OVN drops %s of the gateway before their VIP route applies: %s\n", vipCount(gs.Routes.UnroutedVIPs), gs.Routes.Unrouted)
+		}
 	}
 	fmt.Fprintf(w, "\nServices (%d):\n", len(gs.Services))
 	return PrintServices(w, gs.Services, opts)
@@ -211,6 +219,13 @@ func routesText(rt Routes, now time.Time) string {
 		s += " (last write failed: " + rt.LastError + ")"
 	}
 	return s
+}
+
+func vipCount(n int) string {
+	if n == 1 {
+		return "1 VIP"
+	}
+	return fmt.Sprintf("%d VIPs", n)
 }
 
 func controllerLine(c ControllerInfo, now time.Time) string {

@@ -188,6 +188,12 @@ type Routes struct {
 	Synced       *bool     `json:"synced,omitempty"`
 	LastError    string    `json:"lastError,omitempty"`
 	LastSyncTime time.Time `json:"lastSyncTime,omitzero"`
+	// UnroutedVIPs is how many of the gateway's VIPs (for a Service too: the gateway's, the
+	// controller does not publish whose) OVN drops before their route applies, because the Vpc
+	// has no route for them or one that discards them (SPEC V3); Unrouted is the controller's
+	// text about it. The Services' NftableLbSvcVIPNotRouted events name the VIPs.
+	UnroutedVIPs int    `json:"unroutedVIPs,omitempty"`
+	Unrouted     string `json:"unrouted,omitempty"`
 }
 
 // GatewayState is a gateway and its instances, routes and programming.

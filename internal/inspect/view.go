@@ -342,6 +342,7 @@ func (v *View) GatewayState(name string) GatewayState {
 		if rt := pub.Routes; rt != nil {
 			gs.Routes.Synced = &rt.Synced
 			gs.Routes.LastError, gs.Routes.LastSyncTime = rt.LastError, rt.LastSyncTime
+			gs.Routes.UnroutedVIPs, gs.Routes.Unrouted = rt.UnroutedVIPs, rt.Unrouted
 		}
 	}
 	for i := range gs.Instances {

@@ -156,8 +156,9 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 	if l.nb, err = startNB(l.dir); err != nil {
 		return nil, fmt.Errorf("starting the OVN northbound DB: %w", err)
 	}
-	// kube-ovn creates a logical router per VPC, named like the Vpc.
-	if _, err := l.nb.nbctl("lr-add", VpcName); err != nil {
+	// kube-ovn creates a logical router per VPC, named like the Vpc, with the Vpc's static route
+	// to the gateway: OVN routes before it applies the VIP policies (SPEC V3).
+	if _, err := l.nb.nbctl("lr-add", VpcName, "--", "lr-route-add", VpcName, "0.0.0.0/0", GatewayLanIP); err != nil {
 		return nil, err
 	}
 	if l.net, err = netlab.New("vl"); err != nil {

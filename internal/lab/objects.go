@@ -41,7 +41,9 @@ func createKubeOVNObjects(ctx context.Context, c client.Client, gwNetns string) 
 	}
 	objs := []client.Object{
 		// The demo's namespace and the benchmark's are bound to the VPC (SPEC N1).
-		&kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: VpcName}, Spec: kubeovnv1.VpcSpec{Namespaces: []string{DemoNamespace, BenchNamespace}}},
+		// Its default route to the gateway, as kube-ovn's gateway examples give it (SPEC V3).
+		&kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: VpcName}, Spec: kubeovnv1.VpcSpec{Namespaces: []string{DemoNamespace, BenchNamespace},
+			StaticRoutes: []*kubeovnv1.StaticRoute{{Policy: kubeovnv1.PolicyDst, CIDR: "0.0.0.0/0", NextHopIP: GatewayLanIP}}}},
 		&kubeovnv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: VpcSubnetName}, Spec: kubeovnv1.SubnetSpec{
 			Vpc: VpcName, CIDRBlock: VPCCIDR, Gateway: VPCGatewayIP, Protocol: "IPv4", Provider: "ovn"}},
 		&kubeovnv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: ExternalSubnetName}, Spec: kubeovnv1.SubnetSpec{

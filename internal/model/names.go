@@ -116,6 +116,11 @@ const (
 	// ReasonKubeOVNServesEvent: kube-ovn-controller serves Services itself, so vpcgw serves and
 	// releases nothing (SPEC K10).
 	ReasonKubeOVNServesEvent = "NftableLbSvcKubeOVNServes"
+	// ReasonVIPNotRouted (Warning): the Vpc's router has no route for one of the Service's VIPs,
+	// or one that discards it, so OVN drops it before vpcgw's VIP route applies (SPEC V3).
+	// ReasonVIPRouted (Normal): that is over.
+	ReasonVIPNotRouted = "NftableLbSvcVIPNotRouted"
+	ReasonVIPRouted    = "NftableLbSvcVIPRouted"
 )
 
 // IdentityGroup names the identities of the Service with uid on the wire (gwstate.Identity.Group):

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strconv"
@@ -237,6 +238,25 @@ func (p *Planner) Quarantined(refused map[gwstate.IdentityKey]string) (map[types
 		}
 	}
 	return out, uids
+}
+
+// ServiceVIPs are the addresses one Service serves on its gateway: its EIP and its ClusterIP (the
+// zero Addr when that part is not served).
+type ServiceVIPs struct {
+	UID            types.UID
+	EIP, ClusterIP netip.Addr
+}
+
+// ServiceVIPs are the VIPs of every Service of the gateway that serves any at its last plan: the
+// controller tells a Service when the VPC's routes would drop one of them (SPEC V3).
+func (p *Planner) ServiceVIPs() map[types.NamespacedName]ServiceVIPs {
+	out := make(map[types.NamespacedName]ServiceVIPs, len(p.services))
+	for k, kp := range p.services {
+		if kp.part.EIP.IsValid() || kp.part.ClusterIP.IsValid() {
+			out[k] = ServiceVIPs{UID: kp.uid, EIP: kp.part.EIP, ClusterIP: kp.part.ClusterIP}
+		}
+	}
+	return out
 }
 
 func (p *Planner) keep(gw string, plans []ServicePlan, svcs []corev1.Service) {

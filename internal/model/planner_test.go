@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
@@ -109,7 +110,7 @@ func (w *world) base(gw string) Snapshot {
 	return b
 }
 
-// covers: I2, N3, N4, R5, S4, D2, V1
+// covers: I2, N3, N4, R5, S4, D2, V1, V3
 // The planner's partial plans equal full plans: a random sequence of what happens in a cluster
 // (Services created, deleted, re-annotated and re-ported so that they conflict and take over,
 // endpoints changing, EIPs turning ready and back, the gateway's pod changing, a gateway bound
@@ -176,6 +177,17 @@ func TestPartialPlansEqualFullPlans(t *testing.T) {
 						conflicts++
 						break
 					}
+				}
+				// The VIPs the planner remembers per Service are the full plan's (the controller
+				// tells those Services when a VIP is not routed, SPEC V3).
+				wantVIPs := map[types.NamespacedName]ServiceVIPs{}
+				for _, sp := range fplan.Services {
+					if sp.Gateway == "gw1" && sp.Served() && (sp.EIP.IsValid() || sp.ClusterIP.IsValid()) {
+						wantVIPs[sp.Key] = ServiceVIPs{UID: sp.UID, EIP: sp.EIP, ClusterIP: sp.ClusterIP}
+					}
+				}
+				if got := p.ServiceVIPs(); !maps.Equal(got, wantVIPs) {
+					t.Fatalf("step %d (%s): the planner's Service VIPs %v, the full plan's %v", step, what, got, wantVIPs)
 				}
 				for _, sp := range plan.Services {
 					if sp.Gateway != "gw1" {

@@ -1,4 +1,4 @@
-// covers: K3, V1, V2
+// covers: K3, V1, V2, V3
 
 package ovn
 
@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -278,5 +279,78 @@ func TestKubeOVNReconcileKeepsVIPRoutes(t *testing.T) {
 			t.Fatalf("exempt rows %v (want %v), repairs %d", got, rows, w.rep.count.Load())
 		}
 		wantList(t)
+	})
+
+	t.Run("the Vpc's static routes carry the VIPs", func(t *testing.T) {
+		// covers: V3
+		// The routes the real kube-ovn-controller writes for the Vpc's spec.staticRoutes, read
+		// from the writer's cache and told through OnRoutesChanged: without a route, the VIPs
+		// count as dropped before their policy (kube-ovn's own src-ip route of the Subnet,
+		// 10.78.1.0/24 via 10.78.1.1, is not counted: ovn.Routed counts src-ip 0.0.0.0/0 only);
+		// with the Vpc's usual 0.0.0.0/0 to the gateway, they are carried.
+		changed := make(chan string, 64)
+		w.OnRoutesChanged(func(router string) {
+			select {
+			case changed <- router:
+			default:
+			}
+		})
+		routed := func(want bool) {
+			t.Helper()
+			waitEvery(t, 60*time.Second, 50*time.Millisecond, fmt.Sprintf("the VIPs routed: %v", want), func() (bool, string) {
+				rs, err := w.RouterRoutes(ctx, koVPC)
+				if err != nil {
+					return false, err.Error()
+				}
+				for _, vip := range vips {
+					if ok, _ := Routed(rs, netip.MustParseAddr(vip)); ok != want {
+						return false, fmt.Sprint(rs)
+					}
+				}
+				return true, ""
+			})
+		}
+		routed(false)
+		rs, err := w.RouterRoutes(ctx, koVPC)
+		if ok, why := Routed(rs, netip.MustParseAddr(vips[0])); err != nil || ok || why != "no route covers "+vips[0] {
+			t.Fatalf("no static route: Routed = %v %q (routes %v, %v)", ok, why, rs, err)
+		}
+		drain := func() {
+			for len(changed) > 0 {
+				<-changed
+			}
+		}
+		drain()
+		ko.patchVPC(t, ctx, `{"spec":{"staticRoutes":[{"cidr":"0.0.0.0/0","nextHopIP":"`+koLanIP+`","policy":"policyDst"}]}}`)
+		routed(true)
+		waitEvery(t, 10*time.Second, 20*time.Millisecond, "the route change told", func() (bool, string) {
+			for len(changed) > 0 {
+				if <-changed == koVPC {
+					return true, ""
+				}
+			}
+			return false, ""
+		})
+		ko.patchVPC(t, ctx, `{"spec":{"staticRoutes":null}}`)
+		routed(false)
+
+		// Routes added behind the Vpc's back: kube-ovn's next VPC reconcile deletes one with its
+		// mark (vendor=kube-ovn) that the Vpc does not list, and leaves an unmarked one, which no
+		// Vpc object then shows.
+		ko.nbctl(t, "--", "--id=@r", "create", "Logical_Router_Static_Route", "ip_prefix=0.0.0.0/0", "nexthop="+koLanIP,
+			"external_ids:vendor=kube-ovn", "--", "add", "Logical_Router", koVPC, "static_routes", "@r")
+		routed(true)
+		ko.addCanary(t, "10.96.99.200")
+		ko.patchVPC(t, ctx, `{"metadata":{"annotations":{"test.kubernetes.io/trigger":"3"}}}`)
+		ko.waitReconciled(t, "10.96.99.200", "annotation")
+		routed(false)
+		ko.nbctl(t, "lr-route-add", koVPC, "0.0.0.0/0", koLanIP)
+		routed(true)
+		ko.addCanary(t, "10.96.99.201")
+		ko.patchVPC(t, ctx, `{"metadata":{"annotations":{"test.kubernetes.io/trigger":"4"}}}`)
+		ko.waitReconciled(t, "10.96.99.201", "annotation")
+		routed(true)
+		ko.nbctl(t, "lr-route-del", koVPC, "0.0.0.0/0")
+		routed(false)
 	})
 }

@@ -64,10 +64,12 @@ type Writer struct {
 	wg     sync.WaitGroup // the probe and repair goroutines
 	once   sync.Once
 	rep    repairer
+	routes routeWatch
 }
 
-// NewWriter connects to the NB database and monitors the Logical_Router (name, policies) and
-// Logical_Router_Policy tables. After a lost connection (server restart, leader change) the writer
+// NewWriter connects to the NB database and monitors the Logical_Router (name, policies, static
+// routes, ports), Logical_Router_Policy, Logical_Router_Static_Route and Logical_Router_Port
+// (name, networks) tables. After a lost connection (server restart, leader change) the writer
 // reconnects by itself, for ever, with backoff; a Sync issued meanwhile waits for it (bounded by
 // its context).
 func NewWriter(ctx context.Context, cfg Config, log logr.Logger) (*Writer, error) {
@@ -121,12 +123,19 @@ func newWriter(ctx context.Context, cfg Config, log logr.Logger, wo writerOption
 	w := &Writer{c: c, log: log, exempt: !wo.noExemption, stop: make(chan struct{})}
 	w.life, w.end = context.WithCancel(context.Background())
 	w.rep.init()
-	// Registered before the monitor starts, so that no change to a policy is missed.
+	w.routes.init()
+	// Registered before the monitor starts, so that no change to a policy or route is missed.
 	c.Cache().AddEventHandler(w.eventHandler())
+	c.Cache().AddEventHandler(w.routeEvents())
+	// The routes and router ports too: the VIP check reads them from the cache (SPEC V3).
 	lr := &nbdb.LogicalRouter{}
+	sr := &nbdb.LogicalRouterStaticRoute{}
+	lrp := &nbdb.LogicalRouterPort{}
 	mon := c.NewMonitor(
-		client.WithTable(lr, &lr.Name, &lr.Policies),
+		client.WithTable(lr, &lr.Name, &lr.Policies, &lr.StaticRoutes, &lr.Ports),
 		client.WithTable(&nbdb.LogicalRouterPolicy{}),
+		client.WithTable(sr, &sr.IPPrefix, &sr.Nexthop, &sr.Policy, &sr.RouteTable),
+		client.WithTable(lrp, &lrp.Name, &lrp.Networks),
 	)
 	if _, err := c.Monitor(ctx, mon); err != nil {
 		w.end()
@@ -145,9 +154,10 @@ func newWriter(ctx context.Context, cfg Config, log logr.Logger, wo writerOption
 	}
 	w.rep.loaded(uuids)
 	log.V(1).Info("connected to OVN NB", "endpoint", c.CurrentEndpoint())
-	w.wg.Add(2)
+	w.wg.Add(3)
 	go w.probe()
 	go w.repairLoop()
+	go w.routeNotifyLoop()
 	return w, nil
 }
 

@@ -12,6 +12,8 @@ import (
 func FuzzDecode(f *testing.F) {
 	f.Add("v0.3.0", `{"loadBalancer":true}`, `{"transport":"exec"}`, "2026-12-02T10:00:00Z", "pod-1", `{"gw1":{"identities":3}}`, "", `[{"type":"Serving","status":"True","reason":"KubeOVNDoesNotServeServices","message":"m","lastTransitionTime":"2026-12-02T10:00:00Z"}]`)
 	f.Add("", "not json", "[]", "yesterday", "", "{", "true", "[{}]")
+	// A gateway with VIPs the Vpc's routes drop (SPEC V3); documents without these fields decode too.
+	f.Add("v0.4.0", `{}`, `{}`, "2026-12-02T10:00:00Z", "", `{"gw1":{"identities":1,"routes":{"nextHops":["10.0.1.254"],"vips":2,"synced":true,"unroutedVIPs":2,"unrouted":"text"}}}`, "", "")
 	f.Fuzz(func(t *testing.T, version, gates, flags, heartbeat, holder, gateways, stopped, conditions string) {
 		data := map[string]string{KeyVersion: version, KeyGates: gates, KeyFlags: flags, KeyHeartbeat: heartbeat,
 			KeyHolder: holder, KeyGateways: gateways, KeyConditions: conditions}

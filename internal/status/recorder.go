@@ -35,6 +35,10 @@ type RouteSync struct {
 	NextHops []string
 	VIPs     int
 	Error    string // "" when it succeeded
+	// Unrouted counts the VIPs the Vpc's routes drop (SPEC V3); UnroutedText is fixed text that
+	// says so and what to do (never a VIP, SPEC N8).
+	Unrouted     int
+	UnroutedText string
 }
 
 // Recorder keeps in memory what the reconciler and the agent sessions learn about each gateway.
@@ -205,7 +209,8 @@ func (r *Recorder) GatewaySynced(gw string, s Sync) {
 // RoutesSynced records the outcome of a write of gateway gw's VIP routes.
 func (r *Recorder) RoutesSynced(gw string, rs RouteSync) {
 	r.update(gw, func(g *Gateway, now time.Time) {
-		rt := &Routes{NextHops: slices.Clone(rs.NextHops), VIPs: rs.VIPs, Synced: rs.Error == "", LastError: rs.Error}
+		rt := &Routes{NextHops: slices.Clone(rs.NextHops), VIPs: rs.VIPs, Synced: rs.Error == "", LastError: rs.Error,
+			UnroutedVIPs: rs.Unrouted, Unrouted: rs.UnroutedText}
 		if rt.NextHops == nil {
 			rt.NextHops = []string{}
 		}

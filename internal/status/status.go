@@ -118,6 +118,12 @@ type Routes struct {
 	Synced       bool      `json:"synced"`
 	LastError    string    `json:"lastError,omitempty"`
 	LastSyncTime time.Time `json:"lastSyncTime,omitzero"`
+	// UnroutedVIPs counts the VIPs that OVN drops before their policy applies, because the Vpc's
+	// router has no route for them or one that discards them (SPEC V3); Unrouted says so and what
+	// to do, in fixed text: the Services' events name the VIPs (SPEC N8). Absent: none, or a
+	// controller from before the check.
+	UnroutedVIPs int    `json:"unroutedVIPs,omitempty"`
+	Unrouted     string `json:"unrouted,omitempty"`
 }
 
 // Published is the whole content of the ConfigMap.

@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 )
 
-// covers: O2
+// covers: O2, V3
 func TestEncodeDecodeRoundTrip(t *testing.T) {
 	at := time.Date(2026, 5, 4, 3, 2, 1, 0, time.UTC)
 	p := Published{Version: "v1.2.3", Holder: "pod-a", Heartbeat: at, Stopped: at.Add(time.Minute),
@@ -28,7 +28,8 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		Flags: Flags{KubeOVNNamespace: "kube-system", MaxPortsPerService: 64, AgentKeepalive: "5s", VIPRoutes: true},
 		Gateways: map[string]Gateway{"gw1": {Generation: 7, Identities: 3, LastSyncTime: at,
 			Instances: []Instance{{Pod: "kube-system/vpc-nat-gw-gw1-0", UID: "u", AckedGeneration: 7, LastAckTime: at, AgentVersion: "v1.2.3"}},
-			Routes:    &Routes{NextHops: []string{"10.0.1.254"}, VIPs: 2, Synced: true, LastSyncTime: at}}},
+			Routes: &Routes{NextHops: []string{"10.0.1.254"}, VIPs: 2, Synced: true, LastSyncTime: at,
+				UnroutedVIPs: 1, Unrouted: "the Vpc has no route covering them"}}},
 		GatewaysOmitted: 2,
 		Conditions: []metav1.Condition{{Type: ConditionServing, Status: metav1.ConditionFalse, Reason: "KubeOVNServesServices",
 			Message: "--enable-gw-nftable-lb-svc is on", LastTransitionTime: metav1.NewTime(at)}},
@@ -86,7 +87,7 @@ func TestRecorderConditions(t *testing.T) {
 
 // Times alone are no change; an instance that is gone is forgotten; a pod replaced under the same
 // name starts with nothing acknowledged.
-// covers: O2
+// covers: O2, V3
 func TestRecorderChanges(t *testing.T) {
 	r := NewRecorder()
 	clock := time.Unix(1000, 0)
@@ -125,6 +126,19 @@ func TestRecorderChanges(t *testing.T) {
 	gws, _ = r.Gateways()
 	if g := gws["gw"]; len(g.Instances) != 1 || g.Instances[0].UID != "b2" || g.Instances[0].AckedGeneration != 0 || g.LastError != "" || g.Generation != 2 {
 		t.Errorf("after the replacement: %+v", g)
+	}
+	// VIPs the Vpc's routes drop (SPEC V3) are news, and so is their end.
+	seq = r.Seq()
+	r.RoutesSynced("gw", RouteSync{NextHops: []string{"10.0.0.1"}, VIPs: 2, Unrouted: 1, UnroutedText: "no route"})
+	gws, _ = r.Gateways()
+	if g := gws["gw"]; r.Seq() == seq || g.Routes.UnroutedVIPs != 1 || g.Routes.Unrouted != "no route" || !g.Routes.Synced {
+		t.Errorf("with an unrouted VIP: %+v (seq %d → %d)", g.Routes, seq, r.Seq())
+	}
+	seq = r.Seq()
+	r.RoutesSynced("gw", RouteSync{NextHops: []string{"10.0.0.1"}, VIPs: 2})
+	gws, _ = r.Gateways()
+	if g := gws["gw"]; r.Seq() == seq || g.Routes.UnroutedVIPs != 0 || g.Routes.Unrouted != "" {
+		t.Errorf("after the route came: %+v", g.Routes)
 	}
 	r.GatewayRemoved("gw")
 	if gws, _ := r.Gateways(); len(gws) != 0 {
