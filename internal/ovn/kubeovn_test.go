@@ -283,11 +283,11 @@ func TestKubeOVNReconcileKeepsVIPRoutes(t *testing.T) {
 
 	t.Run("the Vpc's static routes carry the VIPs", func(t *testing.T) {
 		// covers: V3
-		// The routes the real kube-ovn-controller writes for the Vpc's spec.staticRoutes, read
-		// from the writer's cache and told through OnRoutesChanged: without a route, the VIPs
-		// count as dropped before their policy (kube-ovn's own src-ip route of the Subnet,
-		// 10.78.1.0/24 via 10.78.1.1, is not counted: ovn.Routed counts src-ip 0.0.0.0/0 only);
-		// with the Vpc's usual 0.0.0.0/0 to the gateway, they are carried.
+		// The routes the real kube-ovn-controller writes, read from the writer's cache and told
+		// through OnRoutesChanged. kube-ovn writes a src-ip route for the Subnet (10.78.1.0/24
+		// via 10.78.1.1), which its OVN ranks below every dst-ip route: with no dst-ip route the
+		// Subnet's clients reach the policy stage through it. A discard route covering the VIPs
+		// drops them before their policy, unless a longer route carries them.
 		changed := make(chan string, 64)
 		w.OnRoutesChanged(func(router string) {
 			select {
@@ -295,34 +295,38 @@ func TestKubeOVNReconcileKeepsVIPRoutes(t *testing.T) {
 			default:
 			}
 		})
-		routed := func(want bool) {
+		routed := func(want bool, wantWhy string) {
 			t.Helper()
 			waitEvery(t, 60*time.Second, 50*time.Millisecond, fmt.Sprintf("the VIPs routed: %v", want), func() (bool, string) {
 				rs, err := w.RouterRoutes(ctx, koVPC)
 				if err != nil {
 					return false, err.Error()
 				}
-				for _, vip := range vips {
-					if ok, _ := Routed(rs, netip.MustParseAddr(vip)); ok != want {
-						return false, fmt.Sprint(rs)
-					}
-				}
-				return true, ""
+				ok, why := Routed(rs, netip.MustParseAddr(vips[0]))
+				return ok == want && why == wantWhy, fmt.Sprint(ok, " ", why, " ", rs)
 			})
 		}
-		routed(false)
+		const discards = "route 10.96.0.0/12 discards it"
+		routed(true, "")
 		rs, err := w.RouterRoutes(ctx, koVPC)
-		if ok, why := Routed(rs, netip.MustParseAddr(vips[0])); err != nil || ok || why != "no route covers "+vips[0] {
-			t.Fatalf("no static route: Routed = %v %q (routes %v, %v)", ok, why, rs, err)
+		if err != nil || !slices.ContainsFunc(rs, func(r Route) bool { return r.Source && r.Prefix.String() == "10.78.1.0/24" }) {
+			t.Fatalf("kube-ovn's src-ip route of the Subnet is not among the routes read: %v, %v", rs, err)
 		}
-		drain := func() {
-			for len(changed) > 0 {
-				<-changed
-			}
+		// A discard route for the Service CIDR, added by hand (no kube-ovn mark: it stays).
+		ko.nbctl(t, "lr-route-add", koVPC, "10.96.0.0/12", "discard")
+		routed(false, discards)
+		for len(changed) > 0 {
+			<-changed
 		}
-		drain()
+		// The Vpc's usual 0.0.0.0/0 loses to the longer discard; a route for the VIP's /16 wins.
 		ko.patchVPC(t, ctx, `{"spec":{"staticRoutes":[{"cidr":"0.0.0.0/0","nextHopIP":"`+koLanIP+`","policy":"policyDst"}]}}`)
-		routed(true)
+		waitEvery(t, 60*time.Second, 50*time.Millisecond, "kube-ovn wrote the Vpc's 0.0.0.0/0", func() (bool, string) {
+			rs, err := w.RouterRoutes(ctx, koVPC)
+			return err == nil && slices.ContainsFunc(rs, func(r Route) bool { return !r.Source && !r.Connected && r.Prefix.Bits() == 0 }), fmt.Sprint(rs, err)
+		})
+		routed(false, discards)
+		ko.patchVPC(t, ctx, `{"spec":{"staticRoutes":[{"cidr":"10.96.0.0/16","nextHopIP":"`+koLanIP+`","policy":"policyDst"}]}}`)
+		routed(true, "")
 		waitEvery(t, 10*time.Second, 20*time.Millisecond, "the route change told", func() (bool, string) {
 			for len(changed) > 0 {
 				if <-changed == koVPC {
@@ -332,25 +336,27 @@ func TestKubeOVNReconcileKeepsVIPRoutes(t *testing.T) {
 			return false, ""
 		})
 		ko.patchVPC(t, ctx, `{"spec":{"staticRoutes":null}}`)
-		routed(false)
+		routed(false, discards)
+		ko.nbctl(t, "lr-route-del", koVPC, "10.96.0.0/12")
+		routed(true, "")
 
 		// Routes added behind the Vpc's back: kube-ovn's next VPC reconcile deletes one with its
 		// mark (vendor=kube-ovn) that the Vpc does not list, and leaves an unmarked one, which no
 		// Vpc object then shows.
-		ko.nbctl(t, "--", "--id=@r", "create", "Logical_Router_Static_Route", "ip_prefix=0.0.0.0/0", "nexthop="+koLanIP,
+		ko.nbctl(t, "--", "--id=@r", "create", "Logical_Router_Static_Route", "ip_prefix=10.96.0.0/12", "nexthop=discard",
 			"external_ids:vendor=kube-ovn", "--", "add", "Logical_Router", koVPC, "static_routes", "@r")
-		routed(true)
+		routed(false, discards)
 		ko.addCanary(t, "10.96.99.200")
 		ko.patchVPC(t, ctx, `{"metadata":{"annotations":{"test.kubernetes.io/trigger":"3"}}}`)
 		ko.waitReconciled(t, "10.96.99.200", "annotation")
-		routed(false)
-		ko.nbctl(t, "lr-route-add", koVPC, "0.0.0.0/0", koLanIP)
-		routed(true)
+		routed(true, "")
+		ko.nbctl(t, "lr-route-add", koVPC, "10.96.0.0/12", "discard")
+		routed(false, discards)
 		ko.addCanary(t, "10.96.99.201")
 		ko.patchVPC(t, ctx, `{"metadata":{"annotations":{"test.kubernetes.io/trigger":"4"}}}`)
 		ko.waitReconciled(t, "10.96.99.201", "annotation")
-		routed(true)
-		ko.nbctl(t, "lr-route-del", koVPC, "0.0.0.0/0")
-		routed(false)
+		routed(false, discards)
+		ko.nbctl(t, "lr-route-del", koVPC, "10.96.0.0/12")
+		routed(true, "")
 	})
 }
