@@ -295,6 +295,10 @@ if [ "$uninstall" = true ]; then
 	# What install applied, vpcgw's CRD with it (the rendered manifests hold no kubeovn.io CRD:
 	# checked above).
 	kube delete --ignore-not-found --wait=true --filename "$manifests"
+	# The webhook's serving certificate: a second run of install keeps the first run's Secret and
+	# so leaves it out of the manifests, and cert-manager does not delete the Secret of a deleted
+	# Certificate.
+	kube delete --namespace "$NAMESPACE" secret/vpcgw-webhook-cert --ignore-not-found
 	echo "install.sh: vpcgw uninstalled: nothing it wrote is left" >&2
 	exit 0
 fi

@@ -14,8 +14,12 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -200,6 +204,94 @@ func assertUninstalled(ctx context.Context, t *testing.T, c *cluster.Cluster, nb
 	})
 	if err := c.Client.Get(ctx, client.ObjectKey{Name: "vpc-nat-gateways.kubeovn.io"}, crdObject("")); err != nil {
 		t.Errorf("kube-ovn's CRD after the uninstall: %v", err)
+	}
+	assertInstallNamespaceEmptied(ctx, t, c)
+}
+
+// assertInstallNamespaceEmptied checks what the uninstall leaves in the install namespace, which
+// the operator deletes (docs/user-guide.md, Uninstalling): only the leader election Lease the
+// release holds and the controller's published status, beside what kube-controller-manager puts
+// in every namespace (the default ServiceAccount, kube-root-ca.crt).
+func assertInstallNamespaceEmptied(ctx context.Context, t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	in := client.InNamespace(installNamespace)
+	var cms corev1.ConfigMapList
+	var sas corev1.ServiceAccountList
+	var secrets corev1.SecretList
+	var svcs corev1.ServiceList
+	var leases coordinationv1.LeaseList
+	var roles rbacv1.RoleList
+	var bindings rbacv1.RoleBindingList
+	var jobs batchv1.JobList
+	for _, l := range []client.ObjectList{&cms, &sas, &secrets, &svcs, &leases, &roles, &bindings, &jobs} {
+		if err := c.Client.List(ctx, l, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var left []string
+	for _, o := range cms.Items {
+		if o.Name != "kube-root-ca.crt" && o.Name != "vpcgw-controller" {
+			left = append(left, "ConfigMap "+o.Name)
+		}
+	}
+	for _, o := range sas.Items {
+		if o.Name != "default" {
+			left = append(left, "ServiceAccount "+o.Name)
+		}
+	}
+	for _, o := range leases.Items {
+		if o.Name != "vpcgw-controller" {
+			left = append(left, "Lease "+o.Name)
+		}
+	}
+	for _, o := range secrets.Items {
+		left = append(left, "Secret "+o.Name)
+	}
+	for _, o := range svcs.Items {
+		left = append(left, "Service "+o.Name)
+	}
+	for _, o := range roles.Items {
+		left = append(left, "Role "+o.Name)
+	}
+	for _, o := range bindings.Items {
+		left = append(left, "RoleBinding "+o.Name)
+	}
+	for _, o := range jobs.Items {
+		left = append(left, "Job "+o.Name)
+	}
+	// The chart's cluster-wide objects, all named vpcgw or vpcgw-*.
+	var crs rbacv1.ClusterRoleList
+	var crbs rbacv1.ClusterRoleBindingList
+	var hooks admissionregistrationv1.ValidatingWebhookConfigurationList
+	var policies admissionregistrationv1.ValidatingAdmissionPolicyList
+	var policyBindings admissionregistrationv1.ValidatingAdmissionPolicyBindingList
+	for _, l := range []client.ObjectList{&crs, &crbs, &hooks, &policies, &policyBindings} {
+		if err := c.Client.List(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vpcgws := func(kind, name string) {
+		if name == "vpcgw" || strings.HasPrefix(name, "vpcgw-") {
+			left = append(left, kind+" "+name)
+		}
+	}
+	for _, o := range crs.Items {
+		vpcgws("ClusterRole", o.Name)
+	}
+	for _, o := range crbs.Items {
+		vpcgws("ClusterRoleBinding", o.Name)
+	}
+	for _, o := range hooks.Items {
+		vpcgws("ValidatingWebhookConfiguration", o.Name)
+	}
+	for _, o := range policies.Items {
+		vpcgws("ValidatingAdmissionPolicy", o.Name)
+	}
+	for _, o := range policyBindings.Items {
+		vpcgws("ValidatingAdmissionPolicyBinding", o.Name)
+	}
+	if len(left) > 0 {
+		t.Errorf("after the uninstall these are left (namespace %s, cluster-wide): %v", installNamespace, left)
 	}
 }
 
