@@ -98,6 +98,7 @@ func parseControllerFlags(name string, args []string, opts *controller.Options, 
 		return nil, log, err
 	}
 	opts.StatusHolder = statusHolder()
+	opts.PodName, opts.PodNamespace = os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
 	if opts.AgentKeepalive == 0 {
 		opts.AgentKeepalive = -1 // Options: negative is off, 0 the default
 	}

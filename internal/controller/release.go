@@ -156,7 +156,7 @@ func (ro ReleaseOptions) withDefaults() ReleaseOptions {
 	}
 	if ro.Identity == "" {
 		h, _ := os.Hostname()
-		ro.Identity = "vpcgw-release-" + h + "-" + uuid.NewString()[:8]
+		ro.Identity = ReleaseIdentityPrefix + h + "-" + uuid.NewString()[:8]
 	}
 	return ro
 }

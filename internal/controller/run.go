@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -59,6 +60,10 @@ type Options struct {
 	PprofAddr               string
 	LeaderElection          bool
 	LeaderElectionNamespace string
+	// PodName and PodNamespace are the controller's own Pod (POD_NAME and POD_NAMESPACE from
+	// the downward API; empty outside a Pod): a Pod created after an uninstall's release took the
+	// leader election Lease frees it (freeEarlierInstallsLease).
+	PodName, PodNamespace string
 	// StatusNamespace is where the leader publishes what the controller runs and what it knows of
 	// each gateway, ConfigMap vpcgw-controller (internal/status, SPEC O2); "" turns that off.
 	// StatusHolder names this process there (its pod). StatusMinInterval and StatusHeartbeat
@@ -82,6 +87,20 @@ func Scheme() (*runtime.Scheme, error) { return vpcgwscheme.New() }
 
 // Run starts the controller and blocks until ctx ends.
 func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) error {
+	if opts.LeaderElection {
+		ns := opts.LeaderElectionNamespace
+		if ns == "" {
+			ns = opts.PodNamespace // controller-runtime's default: the service account's namespace
+		}
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("client for the leader election Lease: %w", err)
+		}
+		if err := freeEarlierInstallsLease(ctx, cs, ns, opts.PodNamespace, opts.PodName, log); err != nil {
+			// Not fatal: the controller then stands by until the release's hold ends.
+			log.Error(err, "could not tell whether an earlier install's release holds the leader election Lease")
+		}
+	}
 	mgr, _, closeNB, err := newManager(ctx, cfg, opts, log, nil)
 	if err != nil {
 		return err

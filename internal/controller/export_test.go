@@ -1,0 +1,4 @@
+package controller
+
+// FreeEarlierInstallsLease is freeEarlierInstallsLease, for the tests against the API server.
+var FreeEarlierInstallsLease = freeEarlierInstallsLease
