@@ -21,10 +21,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vpcgw/vpcgw/internal/cluster"
 	"github.com/vpcgw/vpcgw/internal/cluster/clustertest"
+	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/ovn"
 	"github.com/vpcgw/vpcgw/internal/testutil"
 )
@@ -141,6 +143,14 @@ func TestReleaseInstallServesAndUninstallLeavesNothing(t *testing.T) {
 
 	run(t, nil, append([]string{helm, "uninstall", "vpcgw", "--namespace", installNamespace, "--wait", "--timeout", "8m"}, kc...)...)
 	assertUninstalled(ctx, t, c, nb)
+
+	// The uninstall's release still holds the controller's Lease (what made the old controller
+	// stand by), for minutes after the uninstall.
+	var lease coordinationv1.Lease
+	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: installNamespace, Name: controller.LeaderElectionID}, &lease); err != nil ||
+		!strings.HasPrefix(ptr.Deref(lease.Spec.HolderIdentity, ""), controller.ReleaseIdentityPrefix) {
+		t.Fatalf("after helm uninstall the Lease is %+v (%v), want it held by the release", lease.Spec, err)
+	}
 
 	// install.sh from the release directory (it installs the chart beside it), into the same
 	// namespace at once: the new controller frees the Lease the uninstall's release still holds
