@@ -5,19 +5,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
 	"github.com/vpcgw/vpcgw/internal/netlab"
@@ -150,44 +146,6 @@ func containerID(t *testing.T) string {
 	return hex.EncodeToString(b[:])
 }
 
-// inNetns runs fn on an OS thread moved into the namespace ns, then moves the thread back. The
-// thread never ends while in another namespace, and never ends at all if it cannot come back:
-// Go would end a locked thread, and daemons this process forked from it with Pdeathsig (OVN
-// central's) would die with it.
-func inNetns(ns string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		target, err := os.Open(filepath.Join("/run/netns", ns))
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("entering %s: %w", ns, err)
-			return
-		}
-		ferr := fn()
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("leaving %s: %w", ns, err)
-			select {} // the thread may neither run other goroutines nor end
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
-
 // server answers every TCP connection with its name and counts them.
 type server struct {
 	name     string
@@ -198,7 +156,7 @@ type server struct {
 func serve(t *testing.T, ns, addr, name string) *server {
 	t.Helper()
 	var ln net.Listener
-	if err := inNetns(ns, func() (err error) { ln, err = net.Listen("tcp", addr); return err }); err != nil {
+	if err := netlab.InNetns(ns, func() (err error) { ln, err = net.Listen("tcp", addr); return err }); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
@@ -221,7 +179,7 @@ func serve(t *testing.T, ns, addr, name string) *server {
 // request connects from ns to addr and returns what the server answered.
 func request(ns, addr string, timeout time.Duration) (string, error) {
 	var conn net.Conn
-	if err := inNetns(ns, func() (err error) { conn, err = net.DialTimeout("tcp", addr, timeout); return err }); err != nil {
+	if err := netlab.InNetns(ns, func() (err error) { conn, err = net.DialTimeout("tcp", addr, timeout); return err }); err != nil {
 		return "", err
 	}
 	defer conn.Close()
