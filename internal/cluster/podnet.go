@@ -39,7 +39,7 @@ const (
 // the node, where kube-proxy serves the Services whose endpoints are the node itself (the API
 // server's Service `kubernetes`). The node of the lab is the host's loopback, which a Pod's
 // namespace cannot reach, so the Service is served in the router's namespace by a listener on
-// its ClusterIP that carries each connection to the endpoint on the host (hostServices). The
+// its ClusterIP that carries each connection to the endpoint on the host (serveHostService). The
 // other direction, the API server dialling a Pod (admission webhooks, through
 // --enable-aggregator-routing), takes the API server's egress selector: an HTTP CONNECT proxy
 // (egressProxy) that dials Pod addresses from the router's namespace.
