@@ -92,14 +92,7 @@ func runMain(m *testing.M) int {
 
 func helmBin(t *testing.T) string {
 	t.Helper()
-	h := os.Getenv(HelmEnv)
-	if h == "" {
-		testutil.Skip(t, HelmEnv+" is not set: build helm with hack/tools/helm/build.sh (make helm) and point "+HelmEnv+" at it")
-	}
-	if _, err := os.Stat(h); err != nil {
-		testutil.Skip(t, HelmEnv+"="+h+": "+err.Error())
-	}
-	return h
+	return testutil.ToolFromEnv(t, HelmEnv, "hack/tools/helm/build.sh (make helm)")
 }
 
 func needAPIServer(t *testing.T) {

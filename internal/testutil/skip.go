@@ -81,3 +81,18 @@ func KubeOVNAssets(files ...string) (dir, missing string) {
 	}
 	return dir, ""
 }
+
+// ToolFromEnv returns the binary the environment variable env names (VPCGW_HELM, VPCGW_KUBECTL:
+// make test sets them), or skips through Skip saying how to get it (build, e.g. "make helm") when
+// it is unset or missing.
+func ToolFromEnv(t testing.TB, env, build string) string {
+	t.Helper()
+	p := os.Getenv(env)
+	if p == "" {
+		Skip(t, env+" is not set: "+build+" builds it and make test sets it")
+	}
+	if _, err := os.Stat(p); err != nil {
+		Skip(t, env+"="+p+": "+err.Error())
+	}
+	return p
+}

@@ -72,18 +72,6 @@ func loadRelease(t *testing.T) releaseFiles {
 	return r
 }
 
-func toolFromEnv(t *testing.T, env, build string) string {
-	t.Helper()
-	p := os.Getenv(env)
-	if p == "" {
-		testutil.Skip(t, env+" is not set ("+build+")")
-	}
-	if _, err := os.Stat(p); err != nil {
-		testutil.Skip(t, env+"="+p+": "+err.Error())
-	}
-	return p
-}
-
 // A newcomer takes bin/release, installs the packaged chart into the lab beside kube-ovn without
 // setting a value and sees the demo served through its EIP; helm uninstall leaves nothing vpcgw
 // wrote. Then the same with the release's install.sh and `install.sh uninstall`. vpcgw's Pods
@@ -99,8 +87,8 @@ func TestReleaseInstallServesAndUninstallLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	rel := loadRelease(t)
-	helm := toolFromEnv(t, "VPCGW_HELM", "make helm")
-	kubectl := toolFromEnv(t, "VPCGW_KUBECTL", "make assets")
+	helm := testutil.ToolFromEnv(t, "VPCGW_HELM", "make helm")
+	kubectl := testutil.ToolFromEnv(t, "VPCGW_KUBECTL", "make assets")
 	opts.NoVpcgw = true
 	opts.Images = map[string]string{
 		releaseImageRepo: rel.path("vpcgw-" + rel.version + ".oci.tar"),

@@ -244,10 +244,7 @@ func TestKubectlPluginInTheLab(t *testing.T) {
 
 	// As a kubectl plugin: kubectl finds kubectl-vpcgw on the PATH and passes everything on.
 	t.Run("through kubectl", func(t *testing.T) {
-		kubectl := os.Getenv("VPCGW_KUBECTL")
-		if kubectl == "" {
-			testutil.Skip(t, "VPCGW_KUBECTL (the kubectl binary) is not set (make test sets it)")
-		}
+		kubectl := testutil.ToolFromEnv(t, "VPCGW_KUBECTL", "make assets")
 		cmd := exec.Command(kubectl, "vpcgw", "explain", "svc/"+cluster.DemoService, "-o", "json")
 		cmd.Env = append(os.Environ(), "KUBECONFIG="+demoKC, "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"))
 		out, err := cmd.Output()
