@@ -1,15 +1,21 @@
-// Package bench is `vpcgw-lab bench`: end-to-end scale and latency of vpcgw in the lab (SPEC P2, P3).
+// Package bench is `vpcgw-lab bench`: end-to-end scale and latency of vpcgw in the lab (SPEC P2, P3),
+// beside the real kube-ovn-controller.
 //
-// It starts the lab (real kube-apiserver, gateway namespace, in-process controller and the real
-// agent), creates N LoadBalancer Services with M endpoints each (EndpointSlices written by the
-// bench, no selectors, endpoints without Pod targets), waits until every one is programmed, then
-// changes endpoints at a steady rate. Each EndpointSlice write is stamped with
-// endpoints.kubernetes.io/last-change-trigger-time; the controller's OnProgrammed hook reports the
-// exact latency from that time to the agent's acknowledgement. The same change sequence is then
-// applied, in a namespace of its own, the way upstream kube-ovn does it: one `nft -f` transaction
-// per changed identity, serially, no coalescing (the baseline). Finally the in-process controller is
-// stopped, the gateway's table deleted, and `vpcgw controller` started as a separate process
-// against the Services already in the API (cold start, with its own memory figures).
+// It starts the one lab (internal/cluster: kube-apiserver, kube-controller-manager,
+// kube-ovn-controller v1.16.2 with --enable-lb=false, OVN NB/SB, the lab node, kube-ovn's gateway
+// Pod with the agent the controller delivers, and the vpcgw controller and webhook as their own
+// processes), creates N LoadBalancer Services with M endpoints each (EndpointSlices written by the
+// bench, no selectors, endpoints without Pod targets in the VPC's Subnet), waits until every one
+// is programmed, then changes endpoints at a steady rate. Each EndpointSlice write is stamped
+// with endpoints.kubernetes.io/last-change-trigger-time; the latency is what the controller
+// exports, its histogram vpcgw_network_programming_latency_seconds, read before and after the
+// churn (percentiles interpolated within the buckets, as Prometheus's histogram_quantile does).
+// The CPU time and memory of the controller and of kube-ovn-controller come from their /proc
+// entries. The same change sequence is then applied, in a namespace of its own, the way upstream
+// kube-ovn does it: one `nft -f` transaction per changed identity, serially, no coalescing (the
+// baseline). Finally the controller process is stopped, the gateway's agent killed and its table
+// deleted, and the controller started again against the Services already in the API (cold
+// start, with its memory).
 package bench
 
 import (
@@ -27,20 +33,18 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/vpcgw/vpcgw/internal/controller"
-	"github.com/vpcgw/vpcgw/internal/lab"
+	"github.com/vpcgw/vpcgw/internal/cluster"
 	"github.com/vpcgw/vpcgw/internal/labbin"
 )
 
 // Config of one bench run.
 type Config struct {
-	// Bins are the binaries: vpcgw-agent (agents), vpcgw-lab (echo, probes), vpcgw (the
-	// cold-start controller process).
-	Bins      labbin.Binaries
-	AssetsDir string
+	// Bins are the binaries the lab runs (vpcgw, vpcgw-agent, vpcgw-lab); AssetsDir holds
+	// kube-apiserver, etcd and kube-controller-manager; KubeOVNDir kube-ovn-controller and its
+	// assets (make kubeovn).
+	Bins                  labbin.Binaries
+	AssetsDir, KubeOVNDir string
 	// Sizes are the Service counts, in increasing order; Services are added from one size to
 	// the next.
 	Sizes     []int
@@ -49,18 +53,18 @@ type Config struct {
 	// Rate (changes/s) and Duration of the endpoint churn at each size.
 	Rate     float64
 	Duration time.Duration
-	// MinSyncInterval of the controller (its default is controller.DefaultMinSyncInterval).
+	// MinSyncInterval of the controller (0: its default).
 	MinSyncInterval time.Duration
-	// GatewayWorkers of the controller (0: controller.DefaultGatewayWorkers).
+	// GatewayWorkers of the controller (0: its default).
 	GatewayWorkers int
 	Baseline       bool // run the per-identity `nft -f` baseline
 	ColdStart      bool // run the cold start after the largest size
-	// ColdOnly: no in-process controller and no churn; write Sizes' largest count of Services
-	// and start the controller process against them, with an empty ledger (no records yet).
+	// ColdOnly: no churn; stop the controller, write Sizes' largest count of Services, and
+	// start the controller against them with an empty ledger (no records yet).
 	ColdOnly    bool
 	ColdTimeout time.Duration
-	// CPUProfile, when set, receives a CPU profile of the bench process (with the in-process
-	// controller) during the churn at the largest size.
+	// CPUProfile, when set, receives a CPU profile of the controller process (its pprof
+	// endpoint) during the churn at the largest size.
 	CPUProfile string
 	// HeapProfile: where to write the cold-start controller's heap profile ("" none).
 	HeapProfile string
@@ -71,16 +75,38 @@ type Config struct {
 	Log        logr.Logger
 }
 
-// Percentiles of a set of durations, in milliseconds.
+// Percentiles of a set of durations, in milliseconds. The vpcgw latencies come from the
+// controller's histogram: P50, P90 and P99 are interpolated within its buckets and Max is the
+// upper bound of the highest bucket with an observation (MaxIsBound); MaxAboveBuckets says an
+// observation was above every finite bound. The baseline's are exact (nearest rank).
 type Percentiles struct {
-	Count         int     `json:"count"`
-	P50, P90, P99 float64 `json:"-"`
-	Max           float64 `json:"max"`
+	Count           int     `json:"count"`
+	P50, P90, P99   float64 `json:"-"`
+	Max             float64 `json:"max"`
+	MaxIsBound      bool    `json:"-"`
+	MaxAboveBuckets bool    `json:"-"`
 }
 
 // MarshalJSON names the percentiles.
 func (p Percentiles) MarshalJSON() ([]byte, error) {
-	return json.Marshal(map[string]any{"count": p.Count, "p50_ms": p.P50, "p90_ms": p.P90, "p99_ms": p.P99, "max_ms": p.Max})
+	m := map[string]any{"count": p.Count, "p50_ms": p.P50, "p90_ms": p.P90, "p99_ms": p.P99, "max_ms": p.Max}
+	if p.MaxIsBound {
+		m["max_is_bucket_bound"] = true
+		m["max_above_buckets"] = p.MaxAboveBuckets
+	}
+	return json.Marshal(m)
+}
+
+// Usage is what a process of the lab used during a phase: CPU seconds (from /proc/<pid>/stat)
+// and its memory at the phase's end (VmRSS, and VmHWM, the peak since it started).
+type Usage struct {
+	CPUSeconds float64 `json:"cpu_s"`
+	RSSMiB     float64 `json:"rss_mib"`
+	HWMMiB     float64 `json:"vmhwm_mib"`
+}
+
+func (u Usage) String() string {
+	return fmt.Sprintf("CPU %.1f s, RSS %.0f MiB (peak %.0f MiB)", u.CPUSeconds, u.RSSMiB, u.HWMMiB)
 }
 
 // SizeResult is what one size produced.
@@ -90,9 +116,13 @@ type SizeResult struct {
 	LoadAvg   string  `json:"loadavg"`
 	CreateSec float64 `json:"create_s"`  // writing the new Services and slices
 	ProgramS  float64 `json:"program_s"` // from the first write to every Service programmed
-	Changes   int     `json:"changes"`   // EndpointSlice writes during the churn
-	RateAch   float64 `json:"rate_achieved"`
-	// Latency: network programming latency of the churn (OnProgrammed).
+	// CreateController and CreateKubeOVN: the vpcgw controller's and kube-ovn-controller's CPU
+	// time from the first write until every Service was programmed, and their memory then.
+	CreateController Usage   `json:"create_controller"`
+	CreateKubeOVN    Usage   `json:"create_kube_ovn_controller"`
+	Changes          int     `json:"changes"` // EndpointSlice writes during the churn
+	RateAch          float64 `json:"rate_achieved"`
+	// Latency: network programming latency of the churn, from the controller's histogram.
 	Latency Percentiles `json:"latency"`
 	// Syncs acknowledged during the churn (coalescing: Changes/Syncs per sync).
 	Syncs int `json:"syncs"`
@@ -103,10 +133,14 @@ type SizeResult struct {
 	ReconcileBusy float64 `json:"reconcile_busy_s"`
 	SyncMeanMs    float64 `json:"sync_mean_ms"`
 	RecordWrites  int     `json:"record_writes"`
-	// APIRequests: requests to the API server during the churn, "<method> <code>" -> count
-	// (the controller's and the bench's own EndpointSlice PUTs).
+	// APIRequests: the controller's requests to the API server during the churn,
+	// "<method> <code>" -> count.
 	APIRequests  map[string]int `json:"api_requests"`
 	ChurnSeconds float64        `json:"churn_s"`
+	// Controller and KubeOVN: the two controllers' CPU time during the churn (and the drain
+	// that follows it) and their memory at its end.
+	Controller Usage `json:"controller"`
+	KubeOVN    Usage `json:"kube_ovn_controller"`
 	// Baseline: the same changes, one `nft -f` per changed identity.
 	Baseline *BaselineResult `json:"baseline,omitempty"`
 }
@@ -131,8 +165,9 @@ type ColdResult struct {
 	HWMMiB       float64 `json:"controller_vmhwm_mib"`
 	RSSMiB       float64 `json:"controller_rss_mib"`
 	HeapMiB      float64 `json:"controller_heap_inuse_mib"`
+	CPUSeconds   float64 `json:"controller_cpu_s"` // the new process's CPU time until programmed
 	// EmptyLedger: no records existed (the controller wrote them all before programming);
-	// otherwise the in-process controller had programmed the same Services before.
+	// otherwise the controller had programmed the same Services before its restart.
 	EmptyLedger bool `json:"empty_ledger"`
 }
 
@@ -153,35 +188,31 @@ func Main(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.EIPs, "eips", 10, "EIPs of the gateway the Services are spread over")
 	fs.Float64Var(&cfg.Rate, "rate", 20, "endpoint changes per second during the churn")
 	fs.DurationVar(&cfg.Duration, "duration", 30*time.Second, "churn duration at each size")
-	fs.DurationVar(&cfg.MinSyncInterval, "min-sync-interval", controller.DefaultMinSyncInterval, "the controller's --min-sync-interval")
-	fs.IntVar(&cfg.GatewayWorkers, "gateway-workers", controller.DefaultGatewayWorkers, "the controller's --gateway-workers")
+	fs.DurationVar(&cfg.MinSyncInterval, "min-sync-interval", 0, "the controller's --min-sync-interval (0: its default)")
+	fs.IntVar(&cfg.GatewayWorkers, "gateway-workers", 0, "the controller's --gateway-workers (0: its default)")
 	fs.BoolVar(&cfg.Baseline, "baseline", true, "also apply the churn as one `nft -f` per changed identity")
-	fs.BoolVar(&cfg.ColdStart, "cold-start", true, "after the largest size, restart the controller as a process against the Services in the API")
-	fs.BoolVar(&cfg.ColdOnly, "cold-only", false, "only the cold start, from nothing: write the largest -n of Services with no controller running (no records yet), then start the controller process")
+	fs.BoolVar(&cfg.ColdStart, "cold-start", true, "after the largest size, restart the controller over an emptied gateway against the Services in the API")
+	fs.BoolVar(&cfg.ColdOnly, "cold-only", false, "only the cold start, from nothing: write the largest -n of Services with the controller stopped (no records yet), then start it")
 	fs.DurationVar(&cfg.ColdTimeout, "cold-timeout", 20*time.Minute, "how long the cold start may take")
 	fs.StringVar(&cfg.HeapProfile, "heapprofile", "", "write a heap profile of the cold-start controller process, 15 s after it programmed everything, to this file")
-	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the churn at the largest size (the in-process controller) to this file")
+	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the controller process during the churn at the largest size to this file")
 	fs.IntVar(&cfg.Workers, "workers", 8, "concurrent API writers when creating Services")
-	fs.StringVar(&cfg.AssetsDir, "assets", os.Getenv("KUBEBUILDER_ASSETS"), "directory with kube-apiserver and etcd")
 	fs.StringVar(&cfg.Plot, "plot", "docs/bench-latency.png", "PNG plot of latency percentiles against N (empty: none)")
 	fs.StringVar(&cfg.JSON, "json", "", "write the results as JSON to this file")
-	verbose := fs.Bool("v", false, "show the components' logs")
-	self, err := os.Executable()
-	if err != nil {
+	lf := cluster.LabFlags{Make: "lab"}
+	if err := lf.Register(fs); err != nil {
 		return err
 	}
-	cfg.Bins = labbin.Beside(self)
-	fs.StringVar(&cfg.Bins.Vpcgw, "vpcgw", cfg.Bins.Vpcgw, "the vpcgw binary (the cold-start controller process)")
-	fs.StringVar(&cfg.Bins.Agent, "agent", cfg.Bins.Agent, "the vpcgw-agent binary (the gateway's agent)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if cfg.Bins, err = cfg.Bins.Abs(); err != nil {
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if err := lf.Check(); err != nil {
 		return err
 	}
-	if err := cfg.Bins.Check(); err != nil {
-		return err
-	}
+	cfg.Bins, cfg.AssetsDir, cfg.KubeOVNDir = lf.Bins, lf.Assets, lf.KubeOVN
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n <= 0 {
@@ -189,14 +220,11 @@ func Main(ctx context.Context, args []string) error {
 		}
 		cfg.Sizes = append(cfg.Sizes, n)
 	}
-	logOut := io.Discard
-	if *verbose {
-		logOut = os.Stderr
-	}
-	cfg.Log = zap.New(zap.WriteTo(logOut), zap.UseDevMode(true))
-	ctrl.SetLogger(cfg.Log)
+	ctx, stop, components := lf.Setup(ctx)
+	defer stop()
+	cfg.Log = components
 	cfg.Out = os.Stdout
-	_, err = Run(ctx, cfg)
+	_, err := Run(ctx, cfg)
 	return err
 }
 
@@ -207,8 +235,8 @@ func (c *Config) validate() error {
 	if c.Endpoints < 1 || c.Endpoints > maxEndpoints {
 		return fmt.Errorf("endpoints per Service must be 1..%d", maxEndpoints)
 	}
-	if c.EIPs < 1 || c.EIPs > 80 {
-		return errors.New("EIPs must be 1..80")
+	if c.EIPs < 1 || c.EIPs > maxEIPs {
+		return fmt.Errorf("EIPs must be 1..%d", maxEIPs)
 	}
 	if last := c.Sizes[len(c.Sizes)-1]; (last+c.EIPs-1)/c.EIPs > maxPortsPerEIP {
 		return fmt.Errorf("%d Services over %d EIPs need more than %d ports per EIP: add EIPs", last, c.EIPs, maxPortsPerEIP)
@@ -228,64 +256,83 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// controllerArgs are the vpcgw controller's flags in the bench: the EIP gate only, so each
+// Service is exactly one identity (P2 counts identities), kube-ovn's --enable-lb=false, endpoints
+// without Pods (the bench writes EndpointSlices of addresses in the VPC's Subnet), and a pprof
+// endpoint for -cpuprofile and -heapprofile.
+func (c *Config) controllerArgs(pprofAddr string) []string {
+	args := []string{"--enable-gw-nftable-lb-svc", "--enable-lb=false", "--allow-endpoints-without-pods", "--pprof-bind-address", pprofAddr}
+	if c.MinSyncInterval > 0 {
+		args = append(args, "--min-sync-interval", c.MinSyncInterval.String())
+	}
+	if c.GatewayWorkers > 0 {
+		args = append(args, "--gateway-workers", strconv.Itoa(c.GatewayWorkers))
+	}
+	return args
+}
+
 // Run runs the whole bench and prints its report to cfg.Out.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	res := &Result{Machine: machine(), Config: fmt.Sprintf("N=%v M=%d EIPs=%d churn=%.0f/s for %s min-sync-interval=%s",
-		cfg.Sizes, cfg.Endpoints, cfg.EIPs, cfg.Rate, cfg.Duration, cfg.MinSyncInterval)}
+	res := &Result{Machine: machine(), Config: fmt.Sprintf("N=%v M=%d EIPs=%d churn=%.0f/s for %s; beside kube-ovn-controller v1.16.2",
+		cfg.Sizes, cfg.Endpoints, cfg.EIPs, cfg.Rate, cfg.Duration)}
 	out := cfg.Out
 	fmt.Fprintf(out, "== vpcgw bench: %s\n== machine: %s\n", res.Config, res.Machine)
 
-	rec := &recorder{}
-	fmt.Fprintf(out, "== starting the lab (load %s)\n", loadAvg())
-	l, err := lab.Start(ctx, lab.Options{
-		Bins: cfg.Bins, AssetsDir: cfg.AssetsDir, Log: cfg.Log,
-		ServiceCIDR: benchServiceCIDR, NoController: cfg.ColdOnly,
-		Controller: func(o *controller.Options) {
-			// One identity per Service: the EIP gate only (P2's "10,000 identities").
-			o.Flags = controller.Flags{EnableGwNftableLbSvc: true, EndpointsWithoutPods: true} // the bench writes EndpointSlices of addresses in the lab VPC, without Pods
-			o.MinSyncInterval = cfg.MinSyncInterval
-			o.GatewayWorkers = cfg.GatewayWorkers
-			o.OnProgrammed = rec.onProgrammed
-		},
+	pprofAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(out, "== starting the lab: API server, kube-controller-manager, OVN, kube-ovn-controller, lab node, vpcgw (load %s)\n", loadAvg())
+	started := time.Now()
+	c, err := cluster.Start(ctx, cluster.Options{
+		Bins: cfg.Bins, AssetsDir: cfg.AssetsDir, KubeOVNDir: cfg.KubeOVNDir, Log: cfg.Log,
+		NoDemo: true, ControllerArgs: cfg.controllerArgs(pprofAddr),
 	})
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
-		if err := l.Stop(); err != nil {
+		if err := c.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "lab cleanup:", err)
 		}
 	}()
-	w, err := newWorkload(ctx, l, cfg)
+	if err := c.WaitSettled(ctx, 3*time.Minute); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(out, "   up after %.1f s: kube-ovn's gateway Pod runs vpcgw's agent (load %s)\n", time.Since(started).Seconds(), loadAvg())
+	w, err := newWorkload(ctx, c, cfg, pprofAddr)
 	if err != nil {
 		return nil, err
 	}
 	// What was measured is reported even when a later size fails.
-	err = measure(ctx, l, w, cfg, rec, res)
+	err = measure(ctx, w, cfg, res)
+	if err != nil && len(c.Errors()) > 0 {
+		err = fmt.Errorf("%w (the lab's own loops: %v)", err, errors.Join(c.Errors()...))
+	}
 	if ferr := finish(cfg, res); ferr != nil {
 		err = errors.Join(err, ferr)
 	}
 	return res, err
 }
 
-func measure(ctx context.Context, l *lab.Lab, w *workload, cfg Config, rec *recorder, res *Result) error {
+func measure(ctx context.Context, w *workload, cfg Config, res *Result) error {
 	out := cfg.Out
 	if cfg.ColdOnly {
 		n := cfg.Sizes[len(cfg.Sizes)-1]
-		fmt.Fprintf(out, "== writing %d Services × %d endpoints, no controller running (load %s)\n", n, cfg.Endpoints, loadAvg())
+		w.c.StopController()
+		fmt.Fprintf(out, "== writing %d Services × %d endpoints, the controller stopped (load %s)\n", n, cfg.Endpoints, loadAvg())
 		start := time.Now()
 		if err := w.grow(ctx, n); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "   written in %.1f s\n", time.Since(start).Seconds())
-		cold, err := runColdStart(ctx, l, w, cfg)
+		cold, err := runColdStart(ctx, w, cfg, true)
 		if err != nil {
 			return fmt.Errorf("cold start: %w", err)
 		}
-		cold.EmptyLedger = true
 		res.Cold = cold
 		printCold(out, cold)
 		return nil
@@ -295,9 +342,9 @@ func measure(ctx context.Context, l *lab.Lab, w *workload, cfg Config, rec *reco
 		if k == len(cfg.Sizes)-1 {
 			profile = cfg.CPUProfile
 		}
-		sr, err := w.runSize(ctx, n, rec, profile)
+		sr, err := w.runSize(ctx, n, profile)
 		if err != nil {
-			return fmt.Errorf("N=%d: %w (lab errors: %v)", n, err, l.Errors())
+			return fmt.Errorf("N=%d: %w", n, err)
 		}
 		if cfg.Baseline {
 			fmt.Fprintf(out, "   baseline: one `nft -f` per changed identity, %d identities × %d backends (load %s)\n", n, cfg.Endpoints, loadAvg())
@@ -311,7 +358,7 @@ func measure(ctx context.Context, l *lab.Lab, w *workload, cfg Config, rec *reco
 		printSize(out, sr)
 	}
 	if cfg.ColdStart {
-		cold, err := runColdStart(ctx, l, w, cfg)
+		cold, err := runColdStart(ctx, w, cfg, false)
 		if err != nil {
 			return fmt.Errorf("cold start: %w", err)
 		}

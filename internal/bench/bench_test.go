@@ -4,78 +4,47 @@ package bench
 import (
 	"bytes"
 	"context"
-	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-
-	"github.com/vpcgw/vpcgw/internal/labbin"
-	"github.com/vpcgw/vpcgw/internal/netlab"
+	"github.com/vpcgw/vpcgw/internal/cluster/clustertest"
 	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
-func missing() string {
-	if err := netlab.Available(); err != nil {
-		return err.Error()
-	}
-	for _, bin := range []string{"nft", "ovsdb-server", "ovsdb-tool", "ovn-nbctl"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			return bin + " is not installed (apt-get install -y nftables ovn-central)"
-		}
-	}
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		return "KUBEBUILDER_ASSETS is not set (run hack/tools/build-assets.sh, or make test)"
-	}
-	for _, b := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(assets, b)); err != nil {
-			return fmt.Sprintf("%s is missing in KUBEBUILDER_ASSETS=%s", b, assets)
-		}
-	}
-	return ""
+func TestMain(m *testing.M) {
+	os.Exit(clustertest.Main(m, nil))
 }
 
-// TestBenchSmoke runs the whole bench small: two sizes, a few seconds of churn, the baseline and
-// the cold start with the controller as a process. It checks that the bench produces sane
-// output (every Service programmed, every change measured, plot and JSON written), never how
-// fast anything is.
+// TestBenchSmoke runs the whole bench small in the lab beside the real kube-ovn-controller: two
+// sizes, a few seconds of churn, the baseline and the cold start. It checks that the bench
+// produces sane output (every Service programmed, every change measured by the controller's
+// histogram, both controllers' usage read, plot and JSON written), never how fast anything is.
 func TestBenchSmoke(t *testing.T) {
-	if why := missing(); why != "" {
-		testutil.Skip(t, "skipping the bench smoke test: "+why)
+	opts, skip, err := clustertest.Options()
+	if skip != "" {
+		testutil.Skip(t, "skipping the bench smoke test: "+skip)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		testutil.Skip(t, "skipping the bench smoke test: nft is not installed (apt-get install -y nftables)")
 	}
 	dir := t.TempDir()
-	bins, err := labbin.Build(context.Background(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	logPath := filepath.Join(dir, "lab.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-	t.Cleanup(func() {
-		if t.Failed() {
-			data, _ := os.ReadFile(logPath)
-			if len(data) > 16<<10 {
-				data = data[len(data)-16<<10:]
-			}
-			t.Logf("lab log (last 16 KiB):\n%s", data)
-		}
-	})
 	cfg := Config{
-		Bins: bins, AssetsDir: os.Getenv("KUBEBUILDER_ASSETS"),
-		Sizes: []int{10, 20}, Endpoints: 3, EIPs: 2, Rate: 10, Duration: 3 * time.Second,
-		MinSyncInterval: 100 * time.Millisecond, Baseline: true, ColdStart: true, Workers: 4,
-		Plot: filepath.Join(dir, "latency.png"), JSON: filepath.Join(dir, "result.json"),
-		Out: &out, Log: zap.New(zap.WriteTo(logFile), zap.UseDevMode(true)),
+		Bins: opts.Bins, AssetsDir: opts.AssetsDir, KubeOVNDir: opts.KubeOVNDir, Log: opts.Log,
+		// 20 changes over 20 Services at the first size: each Service changes once, so no change
+		// is coalesced with another of its slice and every one is measured.
+		Sizes: []int{20, 40}, Endpoints: 3, EIPs: 2, Rate: 5, Duration: 4 * time.Second,
+		Baseline: true, ColdStart: true, Workers: 4,
+		Plot: filepath.Join(dir, "latency.png"), JSON: filepath.Join(dir, "result.json"), Out: &out,
 	}
 	res, err := Run(ctx, cfg)
 	t.Logf("bench output:\n%s", out.String())
@@ -90,22 +59,24 @@ func TestBenchSmoke(t *testing.T) {
 		if s.Changes != want {
 			t.Errorf("N=%d: %d changes written, want %d", s.Services, s.Changes, want)
 		}
-		// Each Service is changed at most twice, seconds apart: no change is coalesced away.
 		if s.Latency.Count != s.Changes {
-			t.Errorf("N=%d: %d latencies recorded for %d changes", s.Services, s.Latency.Count, s.Changes)
+			t.Errorf("N=%d: the controller's histogram measured %d changes of %d", s.Services, s.Latency.Count, s.Changes)
 		}
-		if s.Latency.P50 <= 0 || s.Latency.P50 > s.Latency.P99 || s.Latency.P99 > s.Latency.Max {
+		if s.Latency.P50 <= 0 || s.Latency.P50 > s.Latency.P99 || s.Latency.P99 > s.Latency.Max && !s.Latency.MaxAboveBuckets {
 			t.Errorf("N=%d: percentiles out of order: %+v", s.Services, s.Latency)
 		}
 		if s.Syncs == 0 {
 			t.Errorf("N=%d: no acknowledged sync during the churn", s.Services)
+		}
+		if s.Controller.CPUSeconds <= 0 || s.Controller.RSSMiB <= 0 || s.KubeOVN.RSSMiB <= 0 || s.CreateKubeOVN.HWMMiB <= 0 {
+			t.Errorf("N=%d: the controllers' usage was not read: vpcgw %+v, kube-ovn %+v", s.Services, s.Controller, s.KubeOVN)
 		}
 		if b := s.Baseline; b == nil || b.Latency.Count != s.Changes || b.Apply.Count != s.Changes {
 			t.Errorf("N=%d: baseline did not apply every change: %+v", s.Services, b)
 		}
 	}
 	c := res.Cold
-	if c == nil || c.Services != 20 || c.ProgrammedS <= 0 || c.AgentApplyS <= 0 || c.HWMMiB <= 0 {
+	if c == nil || c.Services != 40 || c.ProgrammedS <= 0 || c.AgentApplyS <= 0 || c.HWMMiB <= 0 {
 		t.Errorf("cold start result not sane: %+v", c)
 	}
 	for _, f := range []string{cfg.Plot, cfg.JSON} {
@@ -113,8 +84,8 @@ func TestBenchSmoke(t *testing.T) {
 			t.Errorf("%s not written: %v", f, err)
 		}
 	}
-	if !bytes.Contains(out.Bytes(), []byte("| 20 |")) {
-		t.Error("the summary table has no row for N=20")
+	if !bytes.Contains(out.Bytes(), []byte("| 40 |")) {
+		t.Error("the summary table has no row for N=40")
 	}
 }
 
@@ -129,6 +100,56 @@ func TestPercentiles(t *testing.T) {
 	}
 	if p := percentiles(nil); p.Count != 0 {
 		t.Errorf("percentiles(nil) = %+v", p)
+	}
+}
+
+// The latency percentiles come from the controller's histogram, read as Prometheus's
+// histogram_quantile reads it: the bucket difference of two scrapes, interpolated linearly within
+// the bucket the rank falls in.
+func TestHistogramQuantileFromScrapes(t *testing.T) {
+	scrape := func(counts ...float64) samples {
+		les := []string{"0.001", "0.002", "0.004", "0.008", "+Inf"}
+		s := samples{latencyMetric + "_count": counts[len(counts)-1], latencyMetric + "_sum": 1}
+		for i, le := range les {
+			s[latencyMetric+`_bucket{le="`+le+`"}`] = counts[i]
+		}
+		// Another histogram with labels is not mixed in.
+		s[syncMetric+`_bucket{result="ok",le="+Inf"}`] = 99
+		return s
+	}
+	before, err := readHistogram(scrape(5, 5, 5, 5, 5), latencyMetric, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Since before: 10 in (0, 1 ms], 60 in (1, 2], 20 in (2, 4], 10 in (4, 8].
+	after, err := readHistogram(scrape(15, 75, 95, 105, 105), latencyMetric, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := after.sub(before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := percentilesOf(h)
+	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-9 }
+	// p50: rank 50, 40 into the (1, 2] bucket of 60: 1 + 1·40/60 ms. p90: rank 90, all 20 of
+	// (2, 4]: 4 ms. p99: rank 99, 9 of the 10 in (4, 8]: 4 + 4·0.9 ms.
+	if p.Count != 100 || !near(p.P50, 1+40.0/60) || !near(p.P90, 4) || !near(p.P99, 7.6) || p.Max != 8 || p.MaxAboveBuckets {
+		t.Errorf("percentiles = %+v", p)
+	}
+	// Observations above every finite bound: the quantile is the highest finite bound.
+	over, err := readHistogram(scrape(15, 75, 95, 105, 205), latencyMetric, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, err = over.sub(before); err != nil {
+		t.Fatal(err)
+	}
+	if p := percentilesOf(h); !near(p.P99, 8) || !p.MaxAboveBuckets || p.Max != 8 {
+		t.Errorf("with observations in +Inf: %+v", p)
+	}
+	if _, err := readHistogram(samples{}, latencyMetric, nil); err == nil {
+		t.Error("a scrape without the histogram was read")
 	}
 }
 

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
-	"os"
-	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,15 +17,15 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	"github.com/vpcgw/vpcgw/internal/cluster"
 	"github.com/vpcgw/vpcgw/internal/gwstate"
-	"github.com/vpcgw/vpcgw/internal/lab"
 	"github.com/vpcgw/vpcgw/internal/model"
 )
 
 const (
-	benchNamespace = lab.BenchNamespace
-	// benchServiceCIDR replaces envtest's /24 so that 10,000 Services get ClusterIPs.
-	benchServiceCIDR  = "10.96.0.0/16"
+	// benchNamespace is the lab's namespace bound to its Vpc (SPEC N1 admits its Services).
+	benchNamespace    = cluster.DemoNamespace
 	triggerAnnotation = "endpoints.kubernetes.io/last-change-trigger-time"
 	managedBy         = "bench.vpcgw.io"
 	// Endpoint addresses are 10.77.1.20 .. 10.77.1.249 (the lab's VPC subnet; they need not answer).
@@ -36,14 +34,18 @@ const (
 	firstPort      = 1000
 	maxPortsPerEIP = 60000
 	targetPort     = 8080
+	// EIP k is 172.31.100.(firstEIP+k), in the lab's external Subnet.
+	firstEIP = 20
+	maxEIPs  = 80
 )
 
 // workload owns the bench's Services and EndpointSlices.
 type workload struct {
-	l    *lab.Lab
-	c    client.Client
-	cfg  Config
-	eips []string // addresses; EIP k is "bench-eip-<k>"
+	c         *cluster.Cluster
+	api       client.Client
+	cfg       Config
+	pprofAddr string   // the controller's pprof endpoint
+	eips      []string // addresses; EIP k is "bench-eip-<k>"
 
 	mu     []sync.Mutex // per Service, serializes its slice writes
 	slices []*discoveryv1.EndpointSlice
@@ -52,18 +54,23 @@ type workload struct {
 
 func eipName(k int) string { return fmt.Sprintf("bench-eip-%02d", k) }
 
-func newWorkload(ctx context.Context, l *lab.Lab, cfg Config) (*workload, error) {
-	w := &workload{l: l, c: l.Client, cfg: cfg}
-	if err := w.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: benchNamespace}}); err != nil {
-		return nil, fmt.Errorf("creating namespace %s: %w", benchNamespace, err)
-	}
+// newWorkload creates the bench's EIPs as a kube-ovn user does (IptablesEIPs of the lab's
+// gateway) and waits until kube-ovn made each Ready (its eip-add in the gateway Pod).
+func newWorkload(ctx context.Context, c *cluster.Cluster, cfg Config, pprofAddr string) (*workload, error) {
+	w := &workload{c: c, api: c.Client, cfg: cfg, pprofAddr: pprofAddr}
 	for k := range cfg.EIPs {
-		ip := fmt.Sprintf("172.31.100.%d", 20+k)
-		// Ready, bound to the gateway's net1 as kube-ovn's eip-add does.
-		if err := l.AddEIP(ctx, eipName(k), ip, true); err != nil {
-			return nil, err
+		ip := fmt.Sprintf("172.31.100.%d", firstEIP+k)
+		if err := w.api.Create(ctx, cluster.EIP(eipName(k), ip)); err != nil {
+			return nil, fmt.Errorf("creating IptablesEIP %s: %w", eipName(k), err)
 		}
 		w.eips = append(w.eips, ip)
+	}
+	for k := range cfg.EIPs {
+		if err := c.EIPReady(ctx, eipName(k), 2*time.Minute); err != nil {
+			var e kubeovnv1.IptablesEIP
+			_ = w.api.Get(ctx, client.ObjectKey{Name: eipName(k)}, &e)
+			return nil, fmt.Errorf("kube-ovn did not make IptablesEIP %s Ready (status %+v): %w", eipName(k), e.Status, err)
+		}
 	}
 	return w, nil
 }
@@ -89,7 +96,7 @@ func (w *workload) service(i int) *corev1.Service {
 	eip, port := w.placement(i)
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: serviceName(i), Namespace: benchNamespace, Annotations: map[string]string{
-			model.AnnotationGateway: lab.GatewayName,
+			model.AnnotationGateway: cluster.GatewayName,
 			model.AnnotationEIP:     eipName(eip),
 		}},
 		Spec: corev1.ServiceSpec{
@@ -142,12 +149,12 @@ func (w *workload) grow(ctx context.Context, n int) error {
 				if i >= n || ctx.Err() != nil {
 					return
 				}
-				if err := w.c.Create(ctx, w.service(i)); err != nil {
+				if err := w.api.Create(ctx, w.service(i)); err != nil {
 					errs <- fmt.Errorf("creating Service %s: %w", serviceName(i), err)
 					return
 				}
 				es := w.slice(i)
-				if err := w.c.Create(ctx, es); err != nil {
+				if err := w.api.Create(ctx, es); err != nil {
 					errs <- fmt.Errorf("creating EndpointSlice %s: %w", es.Name, err)
 					return
 				}
@@ -171,7 +178,7 @@ func (w *workload) waitProgrammed(ctx context.Context, n int, timeout time.Durat
 	}
 	for {
 		var list corev1.ServiceList
-		if err := w.c.List(ctx, &list, client.InNamespace(benchNamespace)); err != nil {
+		if err := w.api.List(ctx, &list, client.InNamespace(benchNamespace)); err != nil {
 			return err
 		}
 		done := 0
@@ -207,16 +214,16 @@ func (w *workload) change(ctx context.Context, i int) error {
 	w.offset[i]++
 	es.Endpoints = endpoints(endpointIPs(i, w.offset[i], w.cfg.Endpoints))
 	es.Annotations[triggerAnnotation] = time.Now().Format(time.RFC3339Nano)
-	err := w.c.Update(ctx, es)
+	err := w.api.Update(ctx, es)
 	if apierrors.IsConflict(err) {
 		var cur discoveryv1.EndpointSlice
-		if err := w.c.Get(ctx, client.ObjectKeyFromObject(es), &cur); err != nil {
+		if err := w.api.Get(ctx, client.ObjectKeyFromObject(es), &cur); err != nil {
 			return err
 		}
 		cur.Endpoints, cur.Annotations = es.Endpoints, es.Annotations
 		*es = cur
 		es.Annotations[triggerAnnotation] = time.Now().Format(time.RFC3339Nano)
-		err = w.c.Update(ctx, es)
+		err = w.api.Update(ctx, es)
 	}
 	return err
 }
@@ -255,9 +262,9 @@ func identity(vip netip.Addr, port int32, ips []string) gwstate.Identity {
 	return id
 }
 
-// churn changes endpoints at cfg.Rate for cfg.Duration (4 writers, paced by the clock), then
-// waits until the gateway acknowledged them. It returns the number of slice writes.
-func (w *workload) churn(ctx context.Context, n int, rec *recorder) (written int, elapsed time.Duration, err error) {
+// churn changes endpoints at cfg.Rate for cfg.Duration (4 writers, paced by the clock). It
+// returns the number of slice writes.
+func (w *workload) churn(ctx context.Context, n int) (written int, elapsed time.Duration, err error) {
 	total := max(1, int(w.cfg.Rate*w.cfg.Duration.Seconds()))
 	seq := w.changes(n, total)
 	jobs := make(chan int, total)
@@ -298,113 +305,3 @@ func (w *workload) churn(ctx context.Context, n int, rec *recorder) (written int
 	return int(ok.Load()), elapsed, ctx.Err()
 }
 
-// runSize grows the workload to n Services, waits until they are programmed, and measures the
-// churn's network programming latency.
-func (w *workload) runSize(ctx context.Context, n int, rec *recorder, cpuProfile string) (SizeResult, error) {
-	sr := SizeResult{Services: n, Endpoints: w.cfg.Endpoints}
-	out := w.cfg.Out
-	fmt.Fprintf(out, "== N=%d: creating %d Services × %d endpoints (load %s)\n", n, n-len(w.slices), w.cfg.Endpoints, loadAvg())
-	start := time.Now()
-	if err := w.grow(ctx, n); err != nil {
-		return sr, err
-	}
-	sr.CreateSec = time.Since(start).Seconds()
-	if err := w.waitProgrammed(ctx, n, max(3*time.Minute, time.Duration(n)*200*time.Millisecond)); err != nil {
-		return sr, err
-	}
-	sr.ProgramS = time.Since(start).Seconds()
-	fmt.Fprintf(out, "   written in %.1f s, all %d programmed after %.1f s; churn %.0f changes/s for %s (load %s)\n",
-		sr.CreateSec, n, sr.ProgramS, w.cfg.Rate, w.cfg.Duration, loadAvg())
-	// Let the controller's follow-up syncs (record status) settle before measuring.
-	time.Sleep(2 * time.Second)
-	sr.LoadAvg = loadAvg()
-	if cpuProfile != "" {
-		f, err := os.Create(cpuProfile)
-		if err != nil {
-			return sr, err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return sr, err
-		}
-		defer pprof.StopCPUProfile()
-	}
-	before := gatherStats()
-	rec.start()
-	written, elapsed, err := w.churn(ctx, n, rec)
-	if err != nil {
-		rec.stop()
-		return sr, err
-	}
-	lat, syncs := rec.drain(ctx, written, time.Minute, 10*time.Minute)
-	d := gatherStats().sub(before)
-	sr.Reconciles, sr.ReconcileBusy, sr.RecordWrites = int(d.reconciles), d.reconcileSec, int(d.recordWrites)
-	sr.APIRequests = map[string]int{}
-	for k, v := range d.requests {
-		sr.APIRequests[k] = int(v)
-	}
-	if d.syncs > 0 {
-		sr.SyncMeanMs = d.syncSec / d.syncs * 1000
-	}
-	sr.ChurnSeconds = elapsed.Seconds()
-	sr.Changes, sr.Syncs = written, syncs
-	sr.RateAch = float64(written) / elapsed.Seconds()
-	sr.Latency = percentiles(lat)
-	return sr, nil
-}
-
-// recorder collects the OnProgrammed latencies while it is on.
-type recorder struct {
-	mu    sync.Mutex
-	on    bool
-	lat   []time.Duration
-	syncs int
-}
-
-func (r *recorder) onProgrammed(gateway string, lat []time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.on || gateway != lab.GatewayName {
-		return
-	}
-	r.syncs++
-	r.lat = append(r.lat, lat...)
-}
-
-func (r *recorder) start() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.on, r.lat, r.syncs = true, nil, 0
-}
-
-func (r *recorder) stop() ([]time.Duration, int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.on = false
-	return r.lat, r.syncs
-}
-
-func (r *recorder) count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.lat)
-}
-
-// drain waits until want latencies arrived, or none arrived for stall, or max passed.
-func (r *recorder) drain(ctx context.Context, want int, stall, maxWait time.Duration) ([]time.Duration, int) {
-	deadline := time.Now().Add(maxWait)
-	last, lastChange := r.count(), time.Now()
-	for ctx.Err() == nil && time.Now().Before(deadline) {
-		c := r.count()
-		if c >= want {
-			break
-		}
-		if c != last {
-			last, lastChange = c, time.Now()
-		} else if time.Since(lastChange) > stall {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return r.stop()
-}

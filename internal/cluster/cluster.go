@@ -42,7 +42,6 @@ import (
 	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/kcm"
 	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
-	"github.com/vpcgw/vpcgw/internal/lab"
 	"github.com/vpcgw/vpcgw/internal/labbin"
 	"github.com/vpcgw/vpcgw/internal/labnode"
 	"github.com/vpcgw/vpcgw/internal/model"
@@ -230,7 +229,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	c.run("translator", func() error {
 		defer reader.Close()
-		return lab.RunVIPRouteTranslator(runCtx, reader, VpcName, c.network.router, opts.Log.WithName("translator"))
+		return runVIPRouteTranslator(runCtx, reader, VpcName, c.network.router, opts.Log.WithName("translator"))
 	})
 
 	if !opts.NoVpcgw {

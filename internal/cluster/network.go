@@ -8,29 +8,28 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/vpcgw/vpcgw/internal/lab"
 	"github.com/vpcgw/vpcgw/internal/labnode"
 	"github.com/vpcgw/vpcgw/internal/netlab"
 )
 
-// Addresses of the lab: the same plan as the benchmark lab's (package lab), where they are
-// defined once. They exist only inside the namespaces the lab creates.
+// Addresses of the lab. They exist only inside the namespaces the lab creates.
 const (
-	VPCCIDR        = lab.VPCCIDR
-	VPCGatewayIP   = lab.VPCGatewayIP // the subnet gateway: the VPC router's port
-	GatewayLanIP   = lab.GatewayLanIP
-	ClientCIDR     = lab.ClientCIDR // a second VPC subnet, behind the router
-	RouterClientIP = lab.RouterClientIP
-	VPCClientIP    = lab.VPCClientIP
-	// ServiceCIDR is the API server's --service-cluster-ip-range: the VPC router has no route for
-	// it, so a ClusterIP is reachable only through the VIP policies vpcgw writes.
-	ServiceCIDR  = lab.ServiceCIDR
-	ExternalCIDR = lab.ExternalCIDR
+	VPCCIDR        = "10.77.1.0/24"
+	VPCGatewayIP   = "10.77.1.1" // the subnet gateway: the VPC router's port
+	GatewayLanIP   = "10.77.1.254"
+	ClientCIDR     = "10.77.2.0/24" // a second VPC subnet, behind the router
+	RouterClientIP = "10.77.2.1"
+	VPCClientIP    = "10.77.2.2"
+	// ServiceCIDR is the API server's --service-cluster-ip-range, a /16 as in a cluster (room
+	// for the bench's 10,000 Services): the VPC router has no route for it, so a ClusterIP is
+	// reachable only through the VIP policies vpcgw writes.
+	ServiceCIDR  = "10.96.0.0/16"
+	ExternalCIDR = "172.31.100.0/24"
 	// ExternalGatewayIP is the external Subnet's gateway (kube-ovn's GATEWAY_V4 for the gateway).
 	ExternalGatewayIP = "172.31.100.1"
-	ExternalIP        = lab.ExternalIP
-	EIPAddress        = lab.EIPAddress
-	BackendPort       = lab.BackendPort
+	ExternalIP        = "172.31.100.100"
+	EIPAddress        = "172.31.100.10"
+	BackendPort       = 8080
 )
 
 // Role says what a namespace stands for (SPEC O1).
