@@ -304,4 +304,3 @@ func (w *workload) churn(ctx context.Context, n int) (written int, elapsed time.
 	}
 	return int(ok.Load()), elapsed, ctx.Err()
 }
-
