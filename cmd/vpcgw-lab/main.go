@@ -5,7 +5,7 @@
 //
 //	vpcgw-lab lab      run the local lab beside the real kube-ovn-controller (API server, lab node, traffic)
 //	vpcgw-lab soak     run the soak with faults beside kube-ovn-controller (traffic, churn, faults, leaks)
-//	vpcgw-lab bench    measure end-to-end programming latency and cold start in the benchmark lab
+//	vpcgw-lab bench    measure end-to-end programming latency and cold start in the lab beside kube-ovn-controller
 //	vpcgw-lab echo     a backend that answers with its name (lab helper)
 //	vpcgw-lab probe    send requests and count answers per backend (lab helper)
 //	vpcgw-lab version  print the version
