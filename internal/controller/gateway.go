@@ -191,19 +191,16 @@ type GatewayReconciler struct {
 	// MinSyncInterval is the least time between two syncs of one gateway: a burst of changes is
 	// coalesced into one sync, a lone change is synced at once (kube-proxy's minSyncPeriod).
 	MinSyncInterval time.Duration
-	// OnProgrammed, when set, receives after each acknowledged sync of a gateway the network
-	// programming latencies of the EndpointSlice changes it carried (benchmarks use it).
-	OnProgrammed func(gateway string, latencies []time.Duration)
 	// Status, when set, learns each gateway's programming for the published status (SPEC O2).
 	Status StatusRecorder
 	// SyncStaleAfter is how long a gateway's changes may wait unapplied before readiness fails
 	// (0: DefaultSyncStaleAfter; negative: never).
 	SyncStaleAfter time.Duration
-	// OnSynced, when set, learns each pass of a gateway that wrote its whole plan without an
-	// error: every instance acknowledged its state (or none runs), and the routes converged
-	// (vpcgw release waits for it, SPEC O4).
+	// OnSynced: see Options.OnSynced.
 	OnSynced func(gateway string)
-	Log      logr.Logger
+	// Name names the controller (see Options.Name).
+	Name string
+	Log  logr.Logger
 
 	health *syncHealth
 
@@ -331,7 +328,7 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 		workers = DefaultGatewayWorkers
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
-		Named("vpcgw-gateway").
+		Named(cmp.Or(r.Name, "vpcgw-gateway")).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers,
 			// The queue tells readiness when work for a gateway arrives (SPEC O3).
 			NewQueue: func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {

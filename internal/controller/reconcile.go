@@ -175,9 +175,7 @@ func (r *GatewayReconciler) sync(ctx context.Context, key string) (_ reconcile.R
 			lastSuccessfulSync.WithLabelValues(key).Set(float64(now.UnixNano()) / 1e9)
 			quarantinedServices.WithLabelValues(key).Set(float64(len(held)))
 			syncDuration.WithLabelValues("ok").Observe(now.Sub(start).Seconds())
-			if lat := r.latency.observe(changed, now); r.OnProgrammed != nil {
-				r.OnProgrammed(key, lat)
-			}
+			r.latency.observe(changed, now)
 			identities.WithLabelValues(key).Set(float64(len(gp.State.Identities)))
 			n := 0
 			for _, id := range gp.State.Identities {

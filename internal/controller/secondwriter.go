@@ -35,26 +35,35 @@ func trimDeployment(obj any) (any, error) {
 // (SPEC K10), and makes the metric, the status condition and the log say what it found. An error
 // reading the cache counts as "serves": vpcgw writes only when it knows it is the only writer.
 func (r *GatewayReconciler) secondWriter(ctx context.Context) model.SecondWriter {
-	ns := r.Flags.kubeOVNNamespace()
+	w, err := ReadSecondWriter(ctx, r.Client, r.Flags)
+	if err != nil {
+		w = model.SecondWriter{Serves: true, Reason: model.ReasonKubeOVNUnreadable, Message: "cannot read: " + err.Error()}
+	}
+	return r.noteSecondWriter(w)
+}
+
+// ReadSecondWriter reads kube-ovn-controller's Deployment and configuration (SPEC K10) and says
+// whether kube-ovn serves Services itself. An error is returned, not taken for either answer:
+// the controller takes it for "serves", and a release that cannot know must not report success.
+func ReadSecondWriter(ctx context.Context, c client.Reader, f Flags) (model.SecondWriter, error) {
+	ns, name := f.kubeOVNNamespace(), f.kubeOVNControllerDeployment()
 	var d *appsv1.Deployment
 	var got appsv1.Deployment
-	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: r.Flags.kubeOVNControllerDeployment()}, &got); {
+	switch err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &got); {
 	case err == nil:
 		d = &got
 	case !apierrors.IsNotFound(err):
-		return r.noteSecondWriter(model.SecondWriter{Serves: true, Reason: model.ReasonKubeOVNUnreadable,
-			Message: fmt.Sprintf("cannot read kube-ovn-controller's Deployment %s/%s: %v", ns, r.Flags.kubeOVNControllerDeployment(), err)})
+		return model.SecondWriter{}, fmt.Errorf("reading kube-ovn-controller's Deployment %s/%s: %w", ns, name, err)
 	}
 	var cm corev1.ConfigMap
 	var natConfig map[string]string
-	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: model.GatewayConfigMap}, &cm); {
+	switch err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: model.GatewayConfigMap}, &cm); {
 	case err == nil:
 		natConfig = cm.Data
 	case !apierrors.IsNotFound(err):
-		return r.noteSecondWriter(model.SecondWriter{Serves: true, Reason: model.ReasonKubeOVNUnreadable,
-			Message: fmt.Sprintf("cannot read kube-ovn's ConfigMap %s/%s: %v", ns, model.GatewayConfigMap, err)})
+		return model.SecondWriter{}, fmt.Errorf("reading kube-ovn's ConfigMap %s/%s: %w", ns, model.GatewayConfigMap, err)
 	}
-	return r.noteSecondWriter(model.KubeOVNServesServices(d, natConfig))
+	return model.KubeOVNServesServices(d, natConfig), nil
 }
 
 func (r *GatewayReconciler) noteSecondWriter(w model.SecondWriter) model.SecondWriter {
