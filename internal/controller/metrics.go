@@ -92,18 +92,12 @@ var (
 		Help:    "From an EndpointSlice change (endpoints.kubernetes.io/last-change-trigger-time) to the gateway's acknowledgement.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
 	})
-	syncFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "vpcgw_gateway_sync_failures_total",
-		Help: "Gateway syncs that failed (transport or agent error).",
-	}, []string{"gateway"})
-	identities = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "vpcgw_gateway_identities",
-		Help: "Identities (VIP, port, protocol) programmed on a gateway.",
-	}, []string{"gateway"})
-	backends = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "vpcgw_gateway_backends",
-		Help: "Backends over all identities programmed on a gateway.",
-	}, []string{"gateway"})
+	syncFailures = perGateway.counter("vpcgw_gateway_sync_failures_total",
+		"Gateway syncs that failed (transport or agent error).")
+	identities = perGateway.gauge("vpcgw_gateway_identities",
+		"Identities (VIP, port, protocol) programmed on a gateway.")
+	backends = perGateway.gauge("vpcgw_gateway_backends",
+		"Backends over all identities programmed on a gateway.")
 	conntrackDeleted = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "vpcgw_conntrack_entries_deleted_total",
 		Help: "Conntrack entries the gateway agents deleted (stale UDP flows, removed identities).",
@@ -149,30 +143,18 @@ var (
 		Name: "vpcgw_build_info",
 		Help: "Always 1; its labels say which build of the controller runs (version, Go version, VCS revision or \"unknown\").",
 	}, []string{"version", "goversion", "revision"})
-	lastSuccessfulSync = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "vpcgw_gateway_last_successful_sync_timestamp_seconds",
-		Help: "Unix time of the last state of a gateway that every instance acknowledged.",
-	}, []string{"gateway"})
-	pendingSince = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "vpcgw_gateway_pending_since_timestamp_seconds",
-		Help: "Unix time of the oldest change of a gateway that no sync pass has applied yet; 0 when nothing waits (readiness fails once it is older than --sync-stale-after).",
-	}, []string{"gateway"})
-	agentsConnected = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "vpcgw_gateway_agents_connected",
-		Help: "Instances of a gateway whose agent stream is up.",
-	}, []string{"gateway"})
-	gatewayInstances = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "vpcgw_gateway_instances",
-		Help: "Running instances (pods) of a gateway that its last plan programs.",
-	}, []string{"gateway"})
-	quarantinedServices = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "vpcgw_gateway_quarantined_services",
-		Help: "Services of a gateway held back at its last sync because an instance refused one of their identities (event NftableLbSvcQuarantined).",
-	}, []string{"gateway"})
-	waitingForRoom = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "vpcgw_gateway_services_waiting_for_room",
-		Help: "Services of a gateway not served because the gateway's identity or backend bound, or their namespace's fair share of it, is reached (event NftableLbSvcLimit).",
-	}, []string{"gateway"})
+	lastSuccessfulSync = perGateway.gauge("vpcgw_gateway_last_successful_sync_timestamp_seconds",
+		"Unix time of the last state of a gateway that every instance acknowledged.")
+	pendingSince = perGateway.gauge("vpcgw_gateway_pending_since_timestamp_seconds",
+		"Unix time of the oldest change of a gateway that no sync pass has applied yet; 0 when nothing waits (readiness fails once it is older than --sync-stale-after).")
+	agentsConnected = perGateway.gauge("vpcgw_gateway_agents_connected",
+		"Instances of a gateway whose agent stream is up.")
+	gatewayInstances = perGateway.gauge("vpcgw_gateway_instances",
+		"Running instances (pods) of a gateway that its last plan programs.")
+	quarantinedServices = perGateway.gauge("vpcgw_gateway_quarantined_services",
+		"Services of a gateway held back at its last sync because an instance refused one of their identities (event NftableLbSvcQuarantined).")
+	waitingForRoom = perGateway.gauge("vpcgw_gateway_services_waiting_for_room",
+		"Services of a gateway not served because the gateway's identity or backend bound, or their namespace's fair share of it, is reached (event NftableLbSvcLimit).")
 )
 
 // collectors are the controller's own metrics, registered with controller-runtime's registry.
@@ -183,11 +165,22 @@ var collectors = []prometheus.Collector{
 	kubeOVNServes,
 }
 
-// gatewaySeries are the metrics with a gateway label that this package sets: a gateway's series
-// go with the gateway (tenants name gateways in annotations, SPEC N4).
-var gatewaySeries = []*prometheus.MetricVec{
-	syncFailures.MetricVec, identities.MetricVec, backends.MetricVec, lastSuccessfulSync.MetricVec, pendingSince.MetricVec,
-	agentsConnected.MetricVec, gatewayInstances.MetricVec, quarantinedServices.MetricVec, waitingForRoom.MetricVec,
+// perGateway declares the metrics with a gateway label and keeps them: a gateway's series go
+// with the gateway (tenants name gateways in annotations, SPEC N4).
+var perGateway = &gatewayMetrics{}
+
+type gatewayMetrics struct{ vecs []*prometheus.MetricVec }
+
+func (g *gatewayMetrics) gauge(name, help string) *prometheus.GaugeVec {
+	v := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"gateway"})
+	g.vecs = append(g.vecs, v.MetricVec)
+	return v
+}
+
+func (g *gatewayMetrics) counter(name, help string) *prometheus.CounterVec {
+	v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"gateway"})
+	g.vecs = append(g.vecs, v.MetricVec)
+	return v
 }
 
 func init() {
@@ -210,7 +203,7 @@ func buildRevision() string {
 
 // deleteGatewaySeries drops every series of gateway gw.
 func deleteGatewaySeries(gw string) {
-	for _, v := range gatewaySeries {
+	for _, v := range perGateway.vecs {
 		v.DeletePartialMatch(prometheus.Labels{"gateway": gw})
 	}
 }

@@ -339,8 +339,8 @@ func TestGatewaySeriesForgotten(t *testing.T) {
 			t.Errorf("%d series of the kept gateway in %v, want 1", n, c)
 		}
 	}
-	if len(gatewaySeries) != 9 {
-		t.Errorf("gatewaySeries has %d metrics; this test sets 9: add the new one here", len(gatewaySeries))
+	if len(perGateway.vecs) != 9 {
+		t.Errorf("perGateway has %d metrics; this test sets 9: add the new one here", len(perGateway.vecs))
 	}
 	deleteGatewaySeries(kept)
 }

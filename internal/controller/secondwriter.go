@@ -115,7 +115,7 @@ func (r *GatewayReconciler) standAside(ctx context.Context, key string, w model.
 	}
 	for i := range svcs.Items {
 		svc := &svcs.Items[i]
-		r.emitOnce(&model.ServicePlan{Key: client.ObjectKeyFromObject(svc), UID: svc.UID}, model.Event{Type: corev1.EventTypeWarning,
+		r.emitOnce(client.ObjectKeyFromObject(svc), svc.UID, model.Event{Type: corev1.EventTypeWarning,
 			Reason: model.ReasonKubeOVNServesEvent, Message: "kube-ovn-controller may serve this Service itself, so vpcgw serves and releases nothing for it: " + w.Message})
 	}
 	return reconcile.Result{}, nil
