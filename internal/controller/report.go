@@ -73,7 +73,7 @@ func (r *GatewayReconciler) reportFailure(p *pass) {
 // to each quarantined Service.
 func (r *GatewayReconciler) reportProgrammed(p *pass) {
 	gp, prog := p.gateway, p.prog
-	lastSuccessfulSync.WithLabelValues(p.key).Set(float64(prog.acked.UnixNano())/1e9)
+	lastSuccessfulSync.WithLabelValues(p.key).Set(float64(prog.acked.UnixNano()) / 1e9)
 	quarantinedServices.WithLabelValues(p.key).Set(float64(len(prog.held)))
 	syncDuration.WithLabelValues("ok").Observe(prog.took.Seconds())
 	r.latency.observe(prog.changed, prog.acked)

@@ -271,4 +271,3 @@ const fieldOwner = "vpcgw-controller"
 func (r *GatewayReconciler) publishIngress(ctx context.Context, sp *model.ServicePlan) error {
 	return r.patchServiceStatus(ctx, sp, true)
 }
-
