@@ -23,10 +23,10 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	if wait := r.throttle(key); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
-	r.health.started(key)
+	r.health.Started(key)
 	start := time.Now()
 	res, full, err := r.sync(ctx, key)
-	r.health.ended(key, err == nil)
+	r.health.Ended(key, err == nil)
 	reconcileDuration.WithLabelValues(planKind(full), resultOf(err)).Observe(time.Since(start).Seconds())
 	return res, err
 }

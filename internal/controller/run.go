@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 
+	"github.com/vpcgw/vpcgw/internal/controller/readiness"
 	"github.com/vpcgw/vpcgw/internal/ovn"
 	vpcgwscheme "github.com/vpcgw/vpcgw/internal/scheme"
 	"github.com/vpcgw/vpcgw/internal/status"
@@ -72,6 +73,9 @@ type Options struct {
 	StatusMinInterval, StatusHeartbeat time.Duration
 }
 
+// DefaultSyncStaleAfter is --sync-stale-after's default (readiness.DefaultSyncStaleAfter).
+const DefaultSyncStaleAfter = readiness.DefaultSyncStaleAfter
+
 // DefaultGatewayWorkers is --gateway-workers' default: each gateway is synced by one worker at a
 // time, so a gateway whose agent hangs (until its keepalive or apply timeout) holds one worker,
 // not the others' syncs (SPEC L9). A sync mostly waits on its agents and the API server, so more
@@ -126,7 +130,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) (
 		return nil, fmt.Errorf("adding the liveness check: %w", err)
 	}
 	// Ready once the caches have synced; the gateway syncs' check is added with the reconciler.
-	if err := mgr.AddReadyzCheck("informers", cacheSynced(mgr.GetCache())); err != nil {
+	if err := mgr.AddReadyzCheck("informers", readiness.CacheSynced(mgr.GetCache())); err != nil {
 		return nil, fmt.Errorf("adding the informers' readiness check: %w", err)
 	}
 	c := &Controller{Manager: mgr, Close: func() {}}
@@ -202,7 +206,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts Options, routes RouteWrit
 		return err
 	}
 	// Not ready while a gateway's changes wait unapplied for too long (kube-proxy's healthz).
-	if err := mgr.AddReadyzCheck("gateway-syncs", r.health.check); err != nil {
+	if err := mgr.AddReadyzCheck("gateway-syncs", r.health.Check); err != nil {
 		return fmt.Errorf("adding the gateway syncs' readiness check: %w", err)
 	}
 	return nil

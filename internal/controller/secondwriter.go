@@ -15,22 +15,6 @@ import (
 	"github.com/vpcgw/vpcgw/internal/status"
 )
 
-// trimDeployment keeps of kube-ovn-controller's Deployment what tells its flags (SPEC K10).
-func trimDeployment(obj any) (any, error) {
-	d, ok := obj.(*appsv1.Deployment)
-	if !ok {
-		return obj, nil
-	}
-	d.ManagedFields, d.Annotations = nil, nil
-	cs := make([]corev1.Container, 0, len(d.Spec.Template.Spec.Containers))
-	for _, c := range d.Spec.Template.Spec.Containers {
-		cs = append(cs, corev1.Container{Name: c.Name, Image: c.Image, Command: c.Command, Args: c.Args, Env: c.Env})
-	}
-	d.Spec = appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: cs}}}
-	d.Status = appsv1.DeploymentStatus{}
-	return d, nil
-}
-
 // secondWriter reads whether kube-ovn-controller serves Services through the gateways itself
 // (SPEC K10), and makes the metric, the status condition and the log say what it found. An error
 // reading the cache counts as "serves": vpcgw writes only when it knows it is the only writer.
