@@ -36,6 +36,7 @@ import (
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
+	"github.com/vpcgw/vpcgw/internal/controller/kubewrite"
 	"github.com/vpcgw/vpcgw/internal/controller/objcache"
 	"github.com/vpcgw/vpcgw/internal/controller/readiness"
 	"github.com/vpcgw/vpcgw/internal/model"
@@ -103,12 +104,8 @@ type GatewayReconciler struct {
 	sessions *sessions
 	changes  *changeTracker
 	planners *planners
-	// ownDeletes holds the UIDs of records this controller is deleting, so that their delete
-	// events are not taken for someone else's (SPEC R4).
-	ownDeletes sync.Map
-	// ownWrites holds, per record UID, the resourceVersion of this controller's last write,
-	// so that its update event does not wake the gateway again.
-	ownWrites sync.Map
+	// writer makes the API writes, and knows its own (SPEC R4).
+	writer *kubewrite.Writer
 	// lastEvent remembers the last event per Service UID and reason, so that a cause is reported
 	// once, not on every reconcile (SPEC T3).
 	// second is what secondWriter last found (nil: not read yet), for logging changes only.
@@ -154,6 +151,7 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 	})
 	r.sessions.keepalive = r.AgentKeepalive
 	r.sessions.status = r.Status
+	r.writer = &kubewrite.Writer{Client: r.Client, Log: r.Log}
 	r.lastEvent = map[types.UID]map[string]string{}
 	r.routeChecks = map[string]*routeCheck{}
 	r.changes, r.planners = newChangeTracker(), newPlanners()
@@ -476,26 +474,19 @@ func (r *GatewayReconciler) recordChangedByOthers() predicate.Funcs {
 			if !model.HasRecordLabels(e.Object.GetLabels()) {
 				return true
 			}
-			if rv, own := r.ownWrites.Load(e.Object.GetUID()); own && rv == e.Object.GetResourceVersion() {
-				r.ownWrites.CompareAndDelete(e.Object.GetUID(), rv)
-				return false
-			}
-			return true
+			return !r.writer.OwnWrite(e.Object.GetUID(), e.Object.GetResourceVersion())
 		},
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			// A ServiceRecord has no status subresource: the controller's own write changes its
 			// generation too, and is recognised by the resourceVersion the API returned.
-			if rv, own := r.ownWrites.Load(e.ObjectNew.GetUID()); own && rv == e.ObjectNew.GetResourceVersion() {
-				r.ownWrites.CompareAndDelete(e.ObjectNew.GetUID(), rv)
+			if r.writer.OwnWrite(e.ObjectNew.GetUID(), e.ObjectNew.GetResourceVersion()) {
 				return false
 			}
 			return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
 				!maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels())
 		},
 		DeleteFunc: func(e event.DeleteEvent) bool {
-			r.ownWrites.Delete(e.Object.GetUID())
-			_, own := r.ownDeletes.LoadAndDelete(e.Object.GetUID())
-			return !own
+			return !r.writer.OwnDelete(e.Object.GetUID())
 		},
 		GenericFunc: func(event.GenericEvent) bool { return true },
 	}

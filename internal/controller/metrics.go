@@ -26,6 +26,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/vpcgw/vpcgw/internal/controller/kubewrite"
 	"github.com/vpcgw/vpcgw/internal/ovn"
 	"github.com/vpcgw/vpcgw/internal/version"
 )
@@ -102,10 +103,6 @@ var (
 		Name: "vpcgw_conntrack_entries_deleted_total",
 		Help: "Conntrack entries the gateway agents deleted (stale UDP flows, removed identities).",
 	})
-	recordsWritten = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "vpcgw_records_written_total",
-		Help: "Service records written (ServiceRecords, or share IptablesDnatRules), by operation.",
-	}, []string{"op"})
 )
 
 var (
@@ -159,7 +156,7 @@ var (
 
 // collectors are the controller's own metrics, registered with controller-runtime's registry.
 var collectors = []prometheus.Collector{
-	syncDuration, programmingLatency, syncFailures, identities, backends, recordsWritten, conntrackDeleted,
+	syncDuration, programmingLatency, syncFailures, identities, backends, kubewrite.RecordsWritten, conntrackDeleted,
 	fullSyncs, partialSyncs, planDuration, reconcileDuration,
 	buildInfo, lastSuccessfulSync, pendingSince, agentsConnected, gatewayInstances, quarantinedServices, waitingForRoom,
 	kubeOVNServes,

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/vpcgw/vpcgw/internal/controller/kubewrite"
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/transport"
 )
@@ -169,21 +170,21 @@ func (r *GatewayReconciler) plan(ctx context.Context, p *pass) error {
 // finalizer, then the records' claims of the identities (SPEC T2, R3). It returns the records
 // as the API returned them, so that the status writes after programming need not wait for the
 // cache to see them.
-func (r *GatewayReconciler) writeBefore(ctx context.Context, p *pass) *writtenRecords {
-	written := newWrittenRecords()
+func (r *GatewayReconciler) writeBefore(ctx context.Context, p *pass) *kubewrite.Written {
+	written := kubewrite.NewWritten()
 	for _, sp := range p.mine {
 		before := sp.Before()
 		if before.Claim {
-			p.writes.note(sp, r.writeClaim(ctx, sp))
+			p.writes.note(sp, r.writer.WriteClaim(ctx, sp))
 		}
 		if before.AddFinalizer {
-			if err := r.patchFinalizer(ctx, sp, true); err != nil {
+			if err := r.writer.PatchFinalizer(ctx, sp, true); err != nil {
 				p.writes.note(sp, err)
 				sp.FinalizerFailed()
 			}
 		}
 		if sp.Before().Records {
-			p.writes.note(sp, r.writeRecords(ctx, sp, written)...)
+			p.writes.note(sp, r.writer.WriteRecords(ctx, sp, written)...)
 		}
 	}
 	return written
@@ -224,7 +225,7 @@ func (r *GatewayReconciler) program(ctx context.Context, p *pass) programReport 
 
 // writeAfter writes what programming confirmed, and what is released, as the model decides
 // (model.After, model.ReleaseOrphans).
-func (r *GatewayReconciler) writeAfter(ctx context.Context, p *pass, written *writtenRecords) {
+func (r *GatewayReconciler) writeAfter(ctx context.Context, p *pass, written *kubewrite.Written) {
 	if p.prog.outcome == model.Failed {
 		for _, sp := range p.mine {
 			p.writes.failed[sp] = true // their status, ingress and releases wait for programming
@@ -233,16 +234,16 @@ func (r *GatewayReconciler) writeAfter(ctx context.Context, p *pass, written *wr
 	for _, sp := range p.mine {
 		after := sp.After(p.prog.outcomeOf(sp.Key))
 		if after.RecordStatus {
-			p.writes.note(sp, r.writeRecordStatus(ctx, sp, written)...)
+			p.writes.note(sp, r.writer.WriteRecordStatus(ctx, sp, written)...)
 		}
 		if after.ServiceRecord {
-			p.writes.note(sp, r.writeServiceRecord(ctx, sp))
+			p.writes.note(sp, r.writer.WriteServiceRecord(ctx, sp))
 		}
 		if after.Ingress {
-			p.writes.note(sp, r.publishIngress(ctx, sp))
+			p.writes.note(sp, r.writer.PublishIngress(ctx, sp))
 		}
 		if after.Claim {
-			p.writes.note(sp, r.writeClaim(ctx, sp))
+			p.writes.note(sp, r.writer.WriteClaim(ctx, sp))
 		}
 		if after.Release {
 			r.release(ctx, p, sp, after.ReleaseFinalizer)
@@ -251,7 +252,7 @@ func (r *GatewayReconciler) writeAfter(ctx context.Context, p *pass, written *wr
 	if !model.ReleaseOrphans(p.prog.outcome, p.key) {
 		return
 	}
-	if errs := append(r.deleteRecords(ctx, p.plan.OrphanRecords), r.deleteServiceRecords(ctx, p.plan.OrphanServiceRecords)...); len(errs) > 0 {
+	if errs := append(r.writer.DeleteRecords(ctx, p.plan.OrphanRecords), r.writer.DeleteServiceRecords(ctx, p.plan.OrphanServiceRecords)...); len(errs) > 0 {
 		// Orphans belong to no kept Service: only a full plan finds them again.
 		p.planner.Invalidate()
 		p.writes.errs = append(p.writes.errs, errs...)
@@ -261,10 +262,10 @@ func (r *GatewayReconciler) writeAfter(ctx context.Context, p *pass, written *wr
 // release deletes the records the Service's plan lets go of, then, when finalizer says so and
 // they are gone, its finalizer (SPEC T2).
 func (r *GatewayReconciler) release(ctx context.Context, p *pass, sp *model.ServicePlan, finalizer bool) {
-	errs := append(r.deleteRecords(ctx, sp.DeleteRecords), r.deleteServiceRecords(ctx, sp.DeleteServiceRecords)...)
+	errs := append(r.writer.DeleteRecords(ctx, sp.DeleteRecords), r.writer.DeleteServiceRecords(ctx, sp.DeleteServiceRecords)...)
 	p.writes.note(sp, errs...)
 	if finalizer && len(errs) == 0 {
-		p.writes.note(sp, r.patchFinalizer(ctx, sp, false))
+		p.writes.note(sp, r.writer.PatchFinalizer(ctx, sp, false))
 	}
 }
 
