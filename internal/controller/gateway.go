@@ -37,6 +37,7 @@ import (
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 	"github.com/vpcgw/vpcgw/internal/controller/kubewrite"
+	"github.com/vpcgw/vpcgw/internal/controller/latency"
 	"github.com/vpcgw/vpcgw/internal/controller/objcache"
 	"github.com/vpcgw/vpcgw/internal/controller/readiness"
 	"github.com/vpcgw/vpcgw/internal/model"
@@ -99,7 +100,7 @@ type GatewayReconciler struct {
 
 	syncMu   sync.Mutex
 	lastSync map[string]time.Time
-	latency  latencyTracker
+	latency  latency.Tracker
 
 	sessions *sessions
 	changes  *changeTracker
@@ -238,7 +239,7 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 			GenericFunc: func(_ context.Context, e handlerGeneric, q reqQueue) { enqueue(q, r.serviceChanged(e.Object)) },
 		}).
 		// A deleted slice's trigger time is forgotten: the tracker holds live slices only (SPEC N4).
-		Watches(&discoveryv1.EndpointSlice{}, forgetOnDelete{handler.EnqueueRequestsFromMapFunc(r.gatewayOfSlice), r.latency.forget}).
+		Watches(&discoveryv1.EndpointSlice{}, latency.ForgetOnDelete{EventHandler: handler.EnqueueRequestsFromMapFunc(r.gatewayOfSlice), Forget: r.latency.Forget}).
 		Watches(&kubeovnv1.IptablesEIP{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfEIP)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfPod)).
 		// kube-ovn's allocations decide a backend's address (SPEC N2).

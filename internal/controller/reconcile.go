@@ -203,7 +203,7 @@ func (r *GatewayReconciler) program(ctx context.Context, p *pass) programReport 
 	case len(gp.Instances) == 0:
 		return programReport{outcome: model.NoInstance}
 	}
-	rep := programReport{outcome: model.Programmed, changed: r.latency.pending(p.slices)}
+	rep := programReport{outcome: model.Programmed, changed: r.latency.Pending(p.slices)}
 	start := time.Now()
 	acked, err := r.sessions.apply(ctx, p.key, transportInstances(gp), gp.State)
 	rep.acked = time.Now()

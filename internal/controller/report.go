@@ -76,7 +76,7 @@ func (r *GatewayReconciler) reportProgrammed(p *pass) {
 	lastSuccessfulSync.WithLabelValues(p.key).Set(float64(prog.acked.UnixNano()) / 1e9)
 	quarantinedServices.WithLabelValues(p.key).Set(float64(len(prog.held)))
 	syncDuration.WithLabelValues("ok").Observe(prog.took.Seconds())
-	r.latency.observe(prog.changed, prog.acked)
+	r.latency.Observe(prog.changed, prog.acked)
 	identities.WithLabelValues(p.key).Set(float64(len(gp.State.Identities)))
 	n := 0
 	for _, id := range gp.State.Identities {
