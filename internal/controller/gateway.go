@@ -40,26 +40,15 @@ import (
 	"github.com/vpcgw/vpcgw/internal/controller/latency"
 	"github.com/vpcgw/vpcgw/internal/controller/objcache"
 	"github.com/vpcgw/vpcgw/internal/controller/readiness"
+	"github.com/vpcgw/vpcgw/internal/controller/wake"
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/ovn"
 	"github.com/vpcgw/vpcgw/internal/transport"
 )
 
-const (
-	// unboundKey is the reconcile key of Services that hold the finalizer but name no gateway:
-	// they only need releasing.
-	unboundKey = ""
-
-	indexServiceGateway = "vpcgw.gateway" // annotation, or unboundKey for finalizer holders without one
-	indexServiceEIP     = "vpcgw.eip"
-	indexServiceClaim   = "vpcgw.eip-port" // "<EIP name>/<port>/<protocol>" per port: who may conflict (SPEC I2)
-	indexSliceService   = "vpcgw.service"
-	indexSlicePod       = "vpcgw.pod"            // namespace/name of the Pods an EndpointSlice targets
-	indexRecordOwner    = "vpcgw.record-owner"   // a Service record's owner UID
-	indexRecordGateway  = "vpcgw.record-gateway" // a Service record's gateway
-	indexAddressPod     = "vpcgw.address-pod"    // namespace/name of the Pod a kube-ovn IP is allocated to
-	indexNatEIP         = "vpcgw.nat-eip"        // the EIP of kube-ovn's own DNAT rules (not records)
-)
+// unboundKey is the reconcile key of Services that hold the finalizer but name no gateway: they
+// only need releasing.
+const unboundKey = ""
 
 // CacheOptions keeps the caches small (objcache).
 func CacheOptions(f Flags) cache.Options {
@@ -107,6 +96,8 @@ type GatewayReconciler struct {
 	planners *planners
 	// writer makes the API writes, and knows its own (SPEC R4).
 	writer *kubewrite.Writer
+	// wake maps events to the gateways they wake.
+	wake *wake.Mapper
 	// lastEvent remembers the last event per Service UID and reason, so that a cause is reported
 	// once, not on every reconcile (SPEC T3).
 	// second is what secondWriter last found (nil: not read yet), for logging changes only.
@@ -133,6 +124,27 @@ type RouteWriter interface {
 
 // SetupWithManager registers the indexes and watches.
 func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	ended := r.start(ctx)
+	if err := wake.RegisterIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	r.wake = &wake.Mapper{Client: r.Client, Marks: r.changes, Log: r.Log}
+	b := r.watches(mgr, ended)
+	if r.Routes != nil {
+		// A Vpc's routes changed in the NB: its gateways check their VIPs again (SPEC V3). The
+		// Vpc's own change comes earlier than kube-ovn's write of the route.
+		b = b.WatchesRawSource(source.Func(func(_ context.Context, q routeQueue) error {
+			r.routeQueue.Store(&q)
+			return nil
+		}))
+		r.Routes.OnRoutesChanged(r.routesChanged)
+	}
+	return b.Complete(r)
+}
+
+// start makes the reconciler's memory and agent sessions, which end with ctx. A stream that ends
+// by itself wakes its gateway through the channel returned.
+func (r *GatewayReconciler) start(ctx context.Context) chan event.TypedGenericEvent[client.Object] {
 	if r.ApplyTimeout == 0 {
 		r.ApplyTimeout = 30 * time.Second
 	}
@@ -173,52 +185,16 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 		pendingSince.WithLabelValues(gw).Set(v)
 	}
 	go func() { <-ctx.Done(); r.sessions.closeAll() }()
+	return ended
+}
 
-	idx := mgr.GetFieldIndexer()
-	for _, ix := range []struct {
-		obj  client.Object
-		name string
-		fn   client.IndexerFunc
-	}{
-		{&corev1.Service{}, indexServiceGateway, func(o client.Object) []string { return model.ServiceGatewayKeys(o) }},
-		{&corev1.Service{}, indexServiceEIP, func(o client.Object) []string { return nonEmpty(o.GetAnnotations()[model.AnnotationEIP]) }},
-		{&corev1.Service{}, indexServiceClaim, func(o client.Object) []string {
-			if svc, ok := o.(*corev1.Service); ok {
-				return model.ClaimKeys(svc)
-			}
-			return nil
-		}},
-		{&discoveryv1.EndpointSlice{}, indexSliceService, func(o client.Object) []string {
-			return nonEmpty(o.GetLabels()[discoveryv1.LabelServiceName])
-		}},
-		{&discoveryv1.EndpointSlice{}, indexSlicePod, slicePods},
-		{&kubeovnv1.IptablesDnatRule{}, indexNatEIP, func(o client.Object) []string {
-			if r, ok := o.(*kubeovnv1.IptablesDnatRule); ok && !model.IsRecord(r) {
-				return nonEmpty(r.Spec.EIP)
-			}
-			return nil
-		}},
-		{&kubeovnv1.IP{}, indexAddressPod, func(o client.Object) []string {
-			if a, ok := o.(*kubeovnv1.IP); ok && a.Spec.PodName != "" {
-				return []string{a.Spec.Namespace + "/" + a.Spec.PodName}
-			}
-			return nil
-		}},
-		{&kubeovnv1.IptablesDnatRule{}, indexRecordOwner, func(o client.Object) []string { return recordLabel(o, model.LabelRecordUID) }},
-		{&kubeovnv1.IptablesDnatRule{}, indexRecordGateway, func(o client.Object) []string { return recordLabel(o, model.LabelGateway) }},
-		{&vpcgwv1alpha1.ServiceRecord{}, indexRecordOwner, func(o client.Object) []string { return recordLabel(o, model.LabelRecordUID) }},
-		{&vpcgwv1alpha1.ServiceRecord{}, indexRecordGateway, func(o client.Object) []string { return recordLabel(o, model.LabelGateway) }},
-	} {
-		if err := idx.IndexField(ctx, ix.obj, ix.name, ix.fn); err != nil {
-			return fmt.Errorf("index %s: %w", ix.name, err)
-		}
-	}
-
+// watches are the controller's watches: what wakes a gateway.
+func (r *GatewayReconciler) watches(mgr ctrl.Manager, ended chan event.TypedGenericEvent[client.Object]) *builder.TypedBuilder[reconcile.Request] {
 	workers := r.Workers
 	if workers <= 0 {
 		workers = DefaultGatewayWorkers
 	}
-	b := ctrl.NewControllerManagedBy(mgr).
+	return ctrl.NewControllerManagedBy(mgr).
 		Named(cmp.Or(r.Name, "vpcgw-gateway")).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers,
 			// The queue tells readiness when work for a gateway arrives (SPEC O3).
@@ -227,47 +203,39 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 			}}).
 		For(&kubeovnv1.VpcNatGateway{}).
 		Watches(&corev1.Service{}, handler.Funcs{
-			CreateFunc: func(_ context.Context, e handlerCreate, q reqQueue) { enqueue(q, r.serviceChanged(e.Object)) },
+			CreateFunc: func(_ context.Context, e handlerCreate, q reqQueue) { wake.Enqueue(q, r.wake.ServiceChanged(e.Object)) },
 			UpdateFunc: func(_ context.Context, e handlerUpdate, q reqQueue) {
-				enqueue(q, r.serviceChanged(e.ObjectOld))
-				enqueue(q, r.serviceChanged(e.ObjectNew))
+				wake.Enqueue(q, r.wake.ServiceChanged(e.ObjectOld))
+				wake.Enqueue(q, r.wake.ServiceChanged(e.ObjectNew))
 			},
 			DeleteFunc: func(_ context.Context, e handlerDelete, q reqQueue) {
-				enqueue(q, r.serviceChanged(e.Object))
+				wake.Enqueue(q, r.wake.ServiceChanged(e.Object))
 				r.forgetEvents(e.Object.GetUID()) // bounded by live Services (SPEC N4)
 			},
-			GenericFunc: func(_ context.Context, e handlerGeneric, q reqQueue) { enqueue(q, r.serviceChanged(e.Object)) },
+			GenericFunc: func(_ context.Context, e handlerGeneric, q reqQueue) {
+				wake.Enqueue(q, r.wake.ServiceChanged(e.Object))
+			},
 		}).
 		// A deleted slice's trigger time is forgotten: the tracker holds live slices only (SPEC N4).
-		Watches(&discoveryv1.EndpointSlice{}, latency.ForgetOnDelete{EventHandler: handler.EnqueueRequestsFromMapFunc(r.gatewayOfSlice), Forget: r.latency.Forget}).
-		Watches(&kubeovnv1.IptablesEIP{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfEIP)).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfPod)).
+		Watches(&discoveryv1.EndpointSlice{}, latency.ForgetOnDelete{EventHandler: handler.EnqueueRequestsFromMapFunc(r.wake.GatewayOfSlice), Forget: r.latency.Forget}).
+		Watches(&kubeovnv1.IptablesEIP{}, handler.EnqueueRequestsFromMapFunc(r.wake.GatewaysOfEIP)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.wake.GatewaysOfPod)).
 		// kube-ovn's allocations decide a backend's address (SPEC N2).
-		Watches(&kubeovnv1.IP{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfAddress)).
+		Watches(&kubeovnv1.IP{}, handler.EnqueueRequestsFromMapFunc(r.wake.GatewaysOfAddress)).
 		// A Subnet's CIDR, gateway and reserved addresses decide what may be a backend.
-		Watches(&kubeovnv1.Subnet{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfSubnet), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&kubeovnv1.IptablesDnatRule{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfRecord), builder.WithPredicates(r.recordChangedByOthers())).
+		Watches(&kubeovnv1.Subnet{}, handler.EnqueueRequestsFromMapFunc(r.wake.GatewaysOfSubnet), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&kubeovnv1.IptablesDnatRule{}, handler.EnqueueRequestsFromMapFunc(r.wake.GatewayOfRecord), builder.WithPredicates(r.recordChangedByOthers())).
 		// kube-ovn's floating IPs hold their EIP (SPEC N3).
-		Watches(&kubeovnv1.IptablesFIPRule{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfNatRule)).
-		Watches(&vpcgwv1alpha1.ServiceRecord{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfRecord), builder.WithPredicates(r.recordChangedByOthers())).
+		Watches(&kubeovnv1.IptablesFIPRule{}, handler.EnqueueRequestsFromMapFunc(r.wake.GatewayOfNatRule)).
+		Watches(&vpcgwv1alpha1.ServiceRecord{}, handler.EnqueueRequestsFromMapFunc(r.wake.GatewayOfRecord), builder.WithPredicates(r.recordChangedByOthers())).
 		// A Vpc's namespaces admit Services to its gateways (SPEC N1).
-		Watches(&kubeovnv1.Vpc{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfVpc), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&kubeovnv1.Vpc{}, handler.EnqueueRequestsFromMapFunc(r.wake.GatewaysOfVpc), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// A new natGwNamePrefix moves every gateway's pods: replan them all. Its keys and
 		// kube-ovn-controller's flags may also turn kube-ovn's own Service controller on or off
 		// (SPEC K10): every gateway, and the Services bound to none, stand aside or resume.
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.secondWriterChanged)).
 		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(r.secondWriterChanged), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Channel(ended, &handler.EnqueueRequestForObject{}))
-	if r.Routes != nil {
-		// A Vpc's routes changed in the NB: its gateways check their VIPs again (SPEC V3). The
-		// Vpc's own change comes earlier than kube-ovn's write of the route.
-		b = b.WatchesRawSource(source.Func(func(_ context.Context, q routeQueue) error {
-			r.routeQueue.Store(&q)
-			return nil
-		}))
-		r.Routes.OnRoutesChanged(r.routesChanged)
-	}
-	return b.Complete(r)
 }
 
 // throttle reports how long a sync of key must wait to keep MinSyncInterval, and otherwise
@@ -299,123 +267,9 @@ func (r *GatewayReconciler) forgetGateway(gw string) {
 	delete(r.lastSync, gw)
 	r.syncMu.Unlock()
 	r.health.Forget(gw)
-	r.sessions.forget(gw)
+	r.sessions.closeGateway(gw, true)
 	r.forgetRouteCheck(gw)
 	deleteGatewaySeries(gw)
-}
-
-// serviceChanged marks a Service for replanning on the gateways it wakes, and returns them.
-func (r *GatewayReconciler) serviceChanged(o client.Object) []string {
-	keys := model.ServiceGatewayKeys(o)
-	r.changes.markService(keys, types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()})
-	return keys
-}
-
-func slicePods(o client.Object) []string {
-	es, ok := o.(*discoveryv1.EndpointSlice)
-	if !ok {
-		return nil
-	}
-	var out []string
-	for _, ep := range es.Endpoints {
-		if ref := ep.TargetRef; ref != nil && ref.Kind == "Pod" {
-			ns := ref.Namespace
-			if ns == "" {
-				ns = es.Namespace
-			}
-			out = append(out, ns+"/"+ref.Name)
-		}
-	}
-	return out
-}
-
-func (r *GatewayReconciler) gatewayOfSlice(ctx context.Context, o client.Object) []reconcile.Request {
-	name := o.GetLabels()[discoveryv1.LabelServiceName]
-	if name == "" {
-		return nil
-	}
-	var svc corev1.Service
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: o.GetNamespace(), Name: name}, &svc, client.UnsafeDisableDeepCopy); err != nil {
-		return nil
-	}
-	return requests(r.serviceChanged(&svc))
-}
-
-// gatewaysOfEIP wakes the gateways of every Service that names the EIP (SPEC S4: served as soon
-// as the EIP is Ready, woken by the EIP's own events).
-func (r *GatewayReconciler) gatewaysOfEIP(ctx context.Context, o client.Object) []reconcile.Request {
-	var svcs corev1.ServiceList
-	if err := r.Client.List(ctx, &svcs, client.MatchingFields{indexServiceEIP: o.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
-		r.Log.Error(err, "listing Services of EIP", "eip", o.GetName())
-		return nil
-	}
-	var keys []string
-	for i := range svcs.Items {
-		keys = append(keys, r.serviceChanged(&svcs.Items[i])...)
-	}
-	if eip, ok := o.(*kubeovnv1.IptablesEIP); ok {
-		keys = append(keys, nonEmpty(eip.Spec.NatGwDp)...)
-	}
-	return requests(keys)
-}
-
-// gatewaysOfPod wakes a gateway pod's gateway, and the gateways of Services whose endpoints
-// target the pod (SPEC B2).
-func (r *GatewayReconciler) gatewaysOfPod(ctx context.Context, o client.Object) []reconcile.Request {
-	var keys []string
-	if o.GetLabels()[model.LabelGatewayPod] == "true" {
-		keys = append(keys, nonEmpty(o.GetAnnotations()[model.AnnotationGatewayPod])...)
-	}
-	return requests(append(keys, r.gatewaysOfBackend(ctx, o.GetNamespace(), o.GetName())...))
-}
-
-// gatewaysOfAddress wakes the gateways of Services whose endpoints target the Pod a kube-ovn IP
-// is allocated to.
-func (r *GatewayReconciler) gatewaysOfAddress(ctx context.Context, o client.Object) []reconcile.Request {
-	a, ok := o.(*kubeovnv1.IP)
-	if !ok || a.Spec.PodName == "" {
-		return nil
-	}
-	return requests(r.gatewaysOfBackend(ctx, a.Spec.Namespace, a.Spec.PodName))
-}
-
-// gatewaysOfBackend marks the Services whose endpoints target Pod namespace/name and returns
-// their gateways.
-func (r *GatewayReconciler) gatewaysOfBackend(ctx context.Context, namespace, name string) []string {
-	var keys []string
-	var es discoveryv1.EndpointSliceList
-	if err := r.Client.List(ctx, &es, client.MatchingFields{indexSlicePod: namespace + "/" + name}); err == nil {
-		for i := range es.Items {
-			keys = append(keys, reqNames(r.gatewayOfSlice(ctx, &es.Items[i]))...)
-		}
-	}
-	return keys
-}
-
-// gatewaysOfSubnet wakes the gateways of a Subnet's VPC.
-func (r *GatewayReconciler) gatewaysOfSubnet(ctx context.Context, o client.Object) []reconcile.Request {
-	sub, ok := o.(*kubeovnv1.Subnet)
-	if !ok {
-		return nil
-	}
-	vpc := &kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: cmp.Or(sub.Spec.Vpc, kubeovnv1.DefaultVpc)}}
-	return r.gatewaysOfVpc(ctx, vpc)
-}
-
-// gatewaysOfVpc wakes the gateways of a Vpc.
-func (r *GatewayReconciler) gatewaysOfVpc(ctx context.Context, o client.Object) []reconcile.Request {
-	var gws kubeovnv1.VpcNatGatewayList
-	if err := r.Client.List(ctx, &gws); err != nil {
-		r.Log.Error(err, "listing gateways")
-		return nil
-	}
-	var keys []string
-	for i := range gws.Items {
-		if gws.Items[i].Spec.Vpc == o.GetName() {
-			keys = append(keys, gws.Items[i].Name)
-		}
-	}
-	return requests(keys)
 }
 
 // forgetEvents drops what was remembered of a deleted Service's events.
@@ -423,20 +277,6 @@ func (r *GatewayReconciler) forgetEvents(uid types.UID) {
 	r.eventsMu.Lock()
 	delete(r.lastEvent, uid)
 	r.eventsMu.Unlock()
-}
-
-// allGateways wakes every gateway.
-func (r *GatewayReconciler) allGateways(ctx context.Context, _ client.Object) []reconcile.Request {
-	var gws kubeovnv1.VpcNatGatewayList
-	if err := r.Client.List(ctx, &gws); err != nil {
-		r.Log.Error(err, "listing gateways")
-		return nil
-	}
-	keys := make([]string, 0, len(gws.Items))
-	for i := range gws.Items {
-		keys = append(keys, gws.Items[i].Name)
-	}
-	return requests(keys)
 }
 
 // placement reads where kube-ovn runs gateway pods: its namespace (a flag) and its natGwNamePrefix
@@ -451,14 +291,6 @@ func (r *GatewayReconciler) placement(ctx context.Context) (model.GatewayPlaceme
 		return p, fmt.Errorf("reading ConfigMap %s/%s: %w", p.KubeOVNNamespace, model.GatewayConfigMap, err)
 	}
 	return p, nil
-}
-
-// recordLabel indexes Service records (not kube-ovn's own rules) by one of their labels.
-func recordLabel(o client.Object, label string) []string {
-	if o.GetLabels()[model.LabelRecord] != "true" {
-		return nil
-	}
-	return nonEmpty(o.GetLabels()[label])
 }
 
 // recordChangedByOthers passes the record events that may need repair (SPEC R4): a delete, or a
@@ -491,67 +323,4 @@ func (r *GatewayReconciler) recordChangedByOthers() predicate.Funcs {
 		},
 		GenericFunc: func(event.GenericEvent) bool { return true },
 	}
-}
-
-// gatewayOfRecord: a record's own events only wake its gateway (SPEC R3), which replans the
-// record's owner.
-func (r *GatewayReconciler) gatewayOfRecord(ctx context.Context, o client.Object) []reconcile.Request {
-	l := o.GetLabels()
-	if !model.HasRecordLabels(l) {
-		return r.gatewayOfNatRule(ctx, o)
-	}
-	if l[model.LabelGateway] == "" {
-		return nil
-	}
-	r.changes.markOwner(l[model.LabelGateway], types.NamespacedName{Namespace: l[model.LabelRecordNamespace], Name: l[model.LabelRecordName]}, types.UID(l[model.LabelRecordUID]))
-	return requests([]string{l[model.LabelGateway]})
-}
-
-// gatewayOfNatRule wakes the gateway of the EIP that one of kube-ovn's own DNAT or FIP rules
-// uses: what it forwards is held (SPEC N3), and the gateway's next plan is full.
-func (r *GatewayReconciler) gatewayOfNatRule(ctx context.Context, o client.Object) []reconcile.Request {
-	var eipName string
-	switch rule := o.(type) {
-	case *kubeovnv1.IptablesDnatRule:
-		eipName = rule.Spec.EIP
-	case *kubeovnv1.IptablesFIPRule:
-		eipName = rule.Spec.EIP
-	}
-	if eipName == "" {
-		return nil
-	}
-	var eip kubeovnv1.IptablesEIP
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: eipName}, &eip); err != nil {
-		return nil
-	}
-	return requests(nonEmpty(eip.Spec.NatGwDp))
-}
-
-func requests(keys []string) []reconcile.Request {
-	out := make([]reconcile.Request, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: k}})
-	}
-	return out
-}
-
-func reqNames(rs []reconcile.Request) []string {
-	out := make([]string, 0, len(rs))
-	for _, r := range rs {
-		out = append(out, r.Name)
-	}
-	return out
-}
-
-func enqueue(q reqQueue, keys []string) {
-	for _, r := range requests(keys) {
-		q.Add(r)
-	}
-}
-
-func nonEmpty(s string) []string {
-	if s == "" {
-		return nil
-	}
-	return []string{s}
 }

@@ -106,7 +106,7 @@ func TestAgentsConnectedGauge(t *testing.T) {
 	if n := connected(); n != 1 {
 		t.Fatalf("%v agents connected after instance a went, want 1", n)
 	}
-	s.forget(gw)
+	s.closeGateway(gw, true)
 	if n := seriesOf(t, agentsConnected, gw); n != 0 {
 		t.Fatalf("%d agents_connected series of a forgotten gateway", n)
 	}

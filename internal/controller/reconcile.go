@@ -126,7 +126,7 @@ func (r *GatewayReconciler) sync(ctx context.Context, key string) (_ reconcile.R
 	}
 	defer func() {
 		for sp := range p.writes.failed {
-			r.changes.markOwner(key, sp.Key, sp.UID)
+			r.changes.MarkOwner(key, sp.Key, sp.UID)
 		}
 	}()
 	written := r.writeBefore(ctx, p)
@@ -217,7 +217,7 @@ func (r *GatewayReconciler) program(ctx context.Context, p *pass) programReport 
 		rep.held = make(map[types.NamespacedName]heldService, len(hs))
 		for k, reason := range hs {
 			rep.held[k] = heldService{uid: uids[k], reason: transport.RefusalText(reason)}
-			r.changes.markOwner(p.key, k, uids[k]) // replanned on the next pass: its writes are decided again
+			r.changes.MarkOwner(p.key, k, uids[k]) // replanned on the next pass: its writes are decided again
 		}
 	}
 	return rep

@@ -165,7 +165,7 @@ func (r *GatewayReconciler) routesChanged(router string) {
 	if q == nil {
 		return
 	}
-	for _, req := range r.gatewaysOfVpc(context.Background(), &kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: router}}) {
+	for _, req := range r.wake.GatewaysOfVpc(context.Background(), &kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: router}}) {
 		(*q).Add(req)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/vpcgw/vpcgw/internal/controller/wake"
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/status"
 )
@@ -92,9 +93,9 @@ func boolGauge(b bool) float64 {
 // why once.
 func (r *GatewayReconciler) standAside(ctx context.Context, key string, w model.SecondWriter) (reconcile.Result, error) {
 	r.planners.of(key).Invalidate()
-	r.sessions.closeGateway(key)
+	r.sessions.closeGateway(key, false)
 	var svcs corev1.ServiceList
-	if err := r.Client.List(ctx, &svcs, client.MatchingFields{indexServiceGateway: key}); err != nil {
+	if err := r.Client.List(ctx, &svcs, client.MatchingFields{wake.IndexServiceGateway: key}); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing the Services of gateway %q: %w", key, err)
 	}
 	for i := range svcs.Items {
@@ -109,7 +110,7 @@ func (r *GatewayReconciler) standAside(ctx context.Context, key string, w model.
 // configuration changed: each stands aside or resumes (SPEC K10).
 func (r *GatewayReconciler) secondWriterChanged(ctx context.Context, o client.Object) []reconcile.Request {
 	r.secondWriter(ctx)
-	return append(r.allGateways(ctx, o), reconcile.Request{NamespacedName: client.ObjectKey{Name: unboundKey}})
+	return append(r.wake.AllGateways(ctx, o), reconcile.Request{NamespacedName: client.ObjectKey{Name: unboundKey}})
 }
 
 // forgetReason forgets the events of one reason given so far, so that the next is given again.
