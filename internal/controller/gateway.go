@@ -40,6 +40,7 @@ import (
 	"github.com/vpcgw/vpcgw/internal/controller/latency"
 	"github.com/vpcgw/vpcgw/internal/controller/objcache"
 	"github.com/vpcgw/vpcgw/internal/controller/readiness"
+	"github.com/vpcgw/vpcgw/internal/controller/serviceevents"
 	"github.com/vpcgw/vpcgw/internal/controller/wake"
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/ovn"
@@ -87,8 +88,7 @@ type GatewayReconciler struct {
 
 	health *readiness.Tracker
 
-	syncMu   sync.Mutex
-	lastSync map[string]time.Time
+	throttle syncThrottle
 	latency  latency.Tracker
 
 	sessions *sessions
@@ -98,17 +98,13 @@ type GatewayReconciler struct {
 	writer *kubewrite.Writer
 	// wake maps events to the gateways they wake.
 	wake *wake.Mapper
-	// lastEvent remembers the last event per Service UID and reason, so that a cause is reported
-	// once, not on every reconcile (SPEC T3).
-	// second is what secondWriter last found (nil: not read yet), for logging changes only.
-	secondMu  sync.Mutex
-	second    *model.SecondWriter
-	eventsMu  sync.Mutex
-	lastEvent map[types.UID]map[string]string
-	// routeChecks holds each gateway's last check of its VIPs against its Vpc's routes (SPEC V3);
+	// second is what secondWriter last found, for telling changes only.
+	second lastSecondWriter
+	// events gives each cause once (SPEC T3).
+	events *serviceevents.Once
+	// routeChecks are each gateway's last check of its VIPs against its Vpc's routes (SPEC V3);
 	// routeQueue is the work queue once the controller runs, for the NB's route changes.
-	routeMu     sync.Mutex
-	routeChecks map[string]*routeCheck
+	routeChecks routeChecks
 	routeQueue  atomic.Pointer[routeQueue]
 }
 
@@ -165,10 +161,9 @@ func (r *GatewayReconciler) start(ctx context.Context) chan event.TypedGenericEv
 	r.sessions.keepalive = r.AgentKeepalive
 	r.sessions.status = r.Status
 	r.writer = &kubewrite.Writer{Client: r.Client, Log: r.Log}
-	r.lastEvent = map[types.UID]map[string]string{}
-	r.routeChecks = map[string]*routeCheck{}
+	r.events = &serviceevents.Once{Recorder: r.Recorder}
 	r.changes, r.planners = newChangeTracker(), newPlanners()
-	r.lastSync = map[string]time.Time{}
+	r.throttle.min = r.MinSyncInterval
 	staleAfter := r.SyncStaleAfter
 	if staleAfter == 0 {
 		staleAfter = readiness.DefaultSyncStaleAfter
@@ -210,7 +205,7 @@ func (r *GatewayReconciler) watches(mgr ctrl.Manager, ended chan event.TypedGene
 			},
 			DeleteFunc: func(_ context.Context, e handlerDelete, q reqQueue) {
 				wake.Enqueue(q, r.wake.ServiceChanged(e.Object))
-				r.forgetEvents(e.Object.GetUID()) // bounded by live Services (SPEC N4)
+				r.events.ForgetService(e.Object.GetUID()) // bounded by live Services (SPEC N4)
 			},
 			GenericFunc: func(_ context.Context, e handlerGeneric, q reqQueue) {
 				wake.Enqueue(q, r.wake.ServiceChanged(e.Object))
@@ -238,17 +233,33 @@ func (r *GatewayReconciler) watches(mgr ctrl.Manager, ended chan event.TypedGene
 		WatchesRawSource(source.Channel(ended, &handler.EnqueueRequestForObject{}))
 }
 
-// throttle reports how long a sync of key must wait to keep MinSyncInterval, and otherwise
-// records that a sync starts now.
-func (r *GatewayReconciler) throttle(key string) time.Duration {
-	r.syncMu.Lock()
-	defer r.syncMu.Unlock()
+// syncThrottle keeps MinSyncInterval between two syncs of one gateway.
+type syncThrottle struct {
+	min  time.Duration
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+// wait reports how long a sync of key must wait to keep min, and otherwise records that a sync
+// starts now.
+func (t *syncThrottle) wait(key string) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	now := time.Now()
-	if wait := r.MinSyncInterval - now.Sub(r.lastSync[key]); wait > 0 {
+	if wait := t.min - now.Sub(t.last[key]); wait > 0 {
 		return wait
 	}
-	r.lastSync[key] = now
+	if t.last == nil {
+		t.last = map[string]time.Time{}
+	}
+	t.last[key] = now
 	return 0
+}
+
+func (t *syncThrottle) forget(gw string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.last, gw)
 }
 
 // gatewayExists reports whether gateway gw exists (in the cache); an error counts as existing.
@@ -263,20 +274,11 @@ func (r *GatewayReconciler) gatewayExists(ctx context.Context, gw string) bool {
 // changes stay marked for when it comes back.
 func (r *GatewayReconciler) forgetGateway(gw string) {
 	r.planners.forget(gw)
-	r.syncMu.Lock()
-	delete(r.lastSync, gw)
-	r.syncMu.Unlock()
+	r.throttle.forget(gw)
 	r.health.Forget(gw)
 	r.sessions.closeGateway(gw, true)
-	r.forgetRouteCheck(gw)
+	r.routeChecks.forget(gw)
 	deleteGatewaySeries(gw)
-}
-
-// forgetEvents drops what was remembered of a deleted Service's events.
-func (r *GatewayReconciler) forgetEvents(uid types.UID) {
-	r.eventsMu.Lock()
-	delete(r.lastEvent, uid)
-	r.eventsMu.Unlock()
 }
 
 // placement reads where kube-ovn runs gateway pods: its namespace (a flag) and its natGwNamePrefix

@@ -123,7 +123,7 @@ func (d dialerFunc) Dial(ctx context.Context, inst transport.Instance) (*transpo
 // in annotations), and nothing else's.
 func TestGatewaySeriesForgotten(t *testing.T) {
 	const gone, kept = "gw-unit-gone", "gw-unit-kept"
-	r := &GatewayReconciler{planners: newPlanners(), lastSync: map[string]time.Time{}, health: readiness.New(time.Minute, clocktesting.NewFakePassiveClock(time.Now())),
+	r := &GatewayReconciler{planners: newPlanners(), health: readiness.New(time.Minute, clocktesting.NewFakePassiveClock(time.Now())),
 		sessions: newSessions(nil, time.Second, logr.Discard(), nil)}
 	for _, gw := range []string{gone, kept} {
 		syncFailures.WithLabelValues(gw).Inc()

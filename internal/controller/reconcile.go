@@ -21,7 +21,7 @@ import (
 // tells readiness how it ended).
 func (r *GatewayReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	key := req.Name
-	if wait := r.throttle(key); wait > 0 {
+	if wait := r.throttle.wait(key); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 	r.health.Started(key)

@@ -15,7 +15,7 @@ import (
 // the VIP route check, OnSynced, and the pass's result. It writes nothing to the API but events.
 func (r *GatewayReconciler) report(p *pass) (reconcile.Result, error) {
 	for _, sp := range p.mine {
-		r.emit(sp)
+		r.events.Plan(sp)
 	}
 	gp := p.gateway
 	if gp == nil {
@@ -36,7 +36,7 @@ func (r *GatewayReconciler) report(p *pass) (reconcile.Result, error) {
 	}
 	r.sessions.publish(p.key)
 	if p.routes.written {
-		unrouted := r.lastUnrouted(p.key)
+		unrouted := r.routeChecks.unrouted(p.key)
 		if p.routes.checked {
 			unrouted = r.settleRouteCheck(p.key, p.routes)
 		}
@@ -62,7 +62,7 @@ func (r *GatewayReconciler) reportFailure(p *pass) {
 	msg := fmt.Sprintf("programming gateway %s failed, retrying: %s", p.key, transport.EventText(p.prog.err))
 	for _, sp := range p.mine {
 		if sp.Served() {
-			r.emitOnce(sp.Key, sp.UID, model.Event{Type: corev1.EventTypeWarning, Reason: model.ReasonProgrammingFailed, Message: msg})
+			r.events.Emit(sp.Key, sp.UID, model.Event{Type: corev1.EventTypeWarning, Reason: model.ReasonProgrammingFailed, Message: msg})
 		}
 	}
 	r.noteSync(p.key, p.gateway, 0, p.prog.err)
@@ -89,7 +89,7 @@ func (r *GatewayReconciler) reportProgrammed(p *pass) {
 		r.Log.Info("the gateway refused identities; their Services are quarantined, the others programmed", "gateway", p.key, "services", len(prog.held))
 	}
 	for k, h := range prog.held {
-		r.emitOnce(k, h.uid, model.Event{Type: corev1.EventTypeWarning, Reason: model.ReasonQuarantined, Message: fmt.Sprintf(
+		r.events.Emit(k, h.uid, model.Event{Type: corev1.EventTypeWarning, Reason: model.ReasonQuarantined, Message: fmt.Sprintf(
 			"gateway %s refused this Service's change (%s): it is quarantined, the gateway keeps serving what it served for it before and the gateway's other Services are programmed; change the Service to try again (it is tried again every %s)",
 			p.key, h.reason, model.QuarantineRetry)})
 	}

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -91,30 +92,61 @@ func (r *GatewayReconciler) checkRoutes(ctx context.Context, p *pass, rep *route
 	}
 }
 
-// lastUnrouted is the count of gateway key's last route check (0: none yet).
-func (r *GatewayReconciler) lastUnrouted(key string) int {
-	r.routeMu.Lock()
-	defer r.routeMu.Unlock()
-	if c := r.routeChecks[key]; c != nil {
+// routeChecks holds each gateway's last check of its VIPs against its Vpc's routes (SPEC V3).
+type routeChecks struct {
+	mu   sync.Mutex
+	byGw map[string]*routeCheck
+}
+
+// unrouted is the count of gateway key's last route check (0: none yet).
+func (rc *routeChecks) unrouted(key string) int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if c := rc.byGw[key]; c != nil {
 		return len(c.dropped)
 	}
 	return 0
+}
+
+// record keeps the dropped VIPs of gateway key's check, and returns whether they changed and
+// the Services warned at the last check.
+func (rc *routeChecks) record(key string, dropped map[netip.Addr]string) (changed bool, warned map[types.UID]types.NamespacedName) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.byGw == nil {
+		rc.byGw = map[string]*routeCheck{}
+	}
+	c := rc.byGw[key]
+	if c == nil {
+		c = &routeCheck{}
+		rc.byGw[key] = c
+	}
+	changed = !maps.Equal(c.dropped, dropped)
+	c.dropped = dropped
+	return changed, maps.Clone(c.warned)
+}
+
+// warn keeps the Services warned at gateway key's check.
+func (rc *routeChecks) warn(key string, warned map[types.UID]types.NamespacedName) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if c := rc.byGw[key]; c != nil {
+		c.warned = warned
+	}
+}
+
+// forget drops gateway gw's route check (the gateway is gone, SPEC N4).
+func (rc *routeChecks) forget(gw string) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	delete(rc.byGw, gw)
 }
 
 // settleRouteCheck records the check of gateway key, gives the events model.NoticeVIPRoutes
 // decides, and returns how many VIPs OVN would drop. The log says when the dropped VIPs change
 // (the VIPs themselves are in the log, as in the writer's).
 func (r *GatewayReconciler) settleRouteCheck(key string, rep routeReport) int {
-	r.routeMu.Lock()
-	c := r.routeChecks[key]
-	if c == nil {
-		c = &routeCheck{}
-		r.routeChecks[key] = c
-	}
-	changed := !maps.Equal(c.dropped, rep.dropped)
-	c.dropped = rep.dropped
-	warned := maps.Clone(c.warned)
-	r.routeMu.Unlock()
+	changed, warned := r.routeChecks.record(key, rep.dropped)
 	if changed && len(rep.dropped) > 0 {
 		vips := make([]string, 0, len(rep.dropped))
 		for _, a := range slices.SortedFunc(maps.Keys(rep.dropped), netip.Addr.Compare) {
@@ -126,35 +158,17 @@ func (r *GatewayReconciler) settleRouteCheck(key string, rep routeReport) int {
 	}
 	n := model.NoticeVIPRoutes(rep.served, rep.dropped, warned, rep.want)
 	for _, w := range n.Warn {
-		r.emitOnce(w.Key, w.UID, model.Event{Type: corev1.EventTypeWarning, Reason: model.ReasonVIPNotRouted, Message: w.Message})
+		r.events.Emit(w.Key, w.UID, model.Event{Type: corev1.EventTypeWarning, Reason: model.ReasonVIPNotRouted, Message: w.Message})
 	}
 	for _, uid := range n.Forget {
-		r.forgetEvent(uid, model.ReasonVIPNotRouted) // if it comes back, it is told again
+		r.events.Forget(uid, model.ReasonVIPNotRouted) // if it comes back, it is told again
 	}
 	for _, o := range n.Over {
-		r.emitOnce(o.Key, o.UID, model.Event{Type: corev1.EventTypeNormal, Reason: model.ReasonVIPRouted, Message: o.Message})
-		r.forgetEvent(o.UID, model.ReasonVIPRouted)
+		r.events.Emit(o.Key, o.UID, model.Event{Type: corev1.EventTypeNormal, Reason: model.ReasonVIPRouted, Message: o.Message})
+		r.events.Forget(o.UID, model.ReasonVIPRouted)
 	}
-	r.routeMu.Lock()
-	if c := r.routeChecks[key]; c != nil {
-		c.warned = n.Warned
-	}
-	r.routeMu.Unlock()
+	r.routeChecks.warn(key, n.Warned)
 	return len(rep.dropped)
-}
-
-// forgetEvent forgets the last event of reason given to Service uid, so that the next is given.
-func (r *GatewayReconciler) forgetEvent(uid types.UID, reason string) {
-	r.eventsMu.Lock()
-	defer r.eventsMu.Unlock()
-	delete(r.lastEvent[uid], reason)
-}
-
-// forgetRouteCheck drops gateway gw's route check (the gateway is gone, SPEC N4).
-func (r *GatewayReconciler) forgetRouteCheck(gw string) {
-	r.routeMu.Lock()
-	defer r.routeMu.Unlock()
-	delete(r.routeChecks, gw)
 }
 
 // routesChanged wakes the gateways of router (a Vpc) after its routes changed in the NB: their

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -52,11 +53,7 @@ func ReadSecondWriter(ctx context.Context, c client.Reader, f Flags) (model.Seco
 }
 
 func (r *GatewayReconciler) noteSecondWriter(w model.SecondWriter) model.SecondWriter {
-	r.secondMu.Lock()
-	changed := r.second == nil || *r.second != w
-	was := r.second
-	r.second = &w
-	r.secondMu.Unlock()
+	was, changed := r.second.swap(w)
 	if !changed {
 		return w
 	}
@@ -66,7 +63,7 @@ func (r *GatewayReconciler) noteSecondWriter(w model.SecondWriter) model.SecondW
 	} else {
 		r.Log.Info("vpcgw serves", "reason", w.Reason, "why", w.Message)
 		if was != nil && was.Serves {
-			r.forgetReason(model.ReasonKubeOVNServesEvent) // a later stand-aside is news again
+			r.events.ForgetReason(model.ReasonKubeOVNServesEvent) // a later stand-aside is news again
 		}
 	}
 	if r.Status != nil {
@@ -77,6 +74,20 @@ func (r *GatewayReconciler) noteSecondWriter(w model.SecondWriter) model.SecondW
 		r.Status.SetCondition(metav1.Condition{Type: status.ConditionServing, Status: st, Reason: w.Reason, Message: w.Message})
 	}
 	return w
+}
+
+// lastSecondWriter is what the controller last found of kube-ovn's own Service controller.
+type lastSecondWriter struct {
+	mu   sync.Mutex
+	last *model.SecondWriter // nil: not read yet
+}
+
+// swap keeps w and returns what was found before (nil: nothing) and whether w differs.
+func (l *lastSecondWriter) swap(w model.SecondWriter) (was *model.SecondWriter, changed bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	was, l.last = l.last, &w
+	return was, was == nil || *was != w
 }
 
 func boolGauge(b bool) float64 {
@@ -100,7 +111,7 @@ func (r *GatewayReconciler) standAside(ctx context.Context, key string, w model.
 	}
 	for i := range svcs.Items {
 		svc := &svcs.Items[i]
-		r.emitOnce(client.ObjectKeyFromObject(svc), svc.UID, model.Event{Type: corev1.EventTypeWarning,
+		r.events.Emit(client.ObjectKeyFromObject(svc), svc.UID, model.Event{Type: corev1.EventTypeWarning,
 			Reason: model.ReasonKubeOVNServesEvent, Message: "kube-ovn-controller may serve this Service itself, so vpcgw serves and releases nothing for it: " + w.Message})
 	}
 	return reconcile.Result{}, nil
@@ -111,13 +122,4 @@ func (r *GatewayReconciler) standAside(ctx context.Context, key string, w model.
 func (r *GatewayReconciler) secondWriterChanged(ctx context.Context, o client.Object) []reconcile.Request {
 	r.secondWriter(ctx)
 	return append(r.wake.AllGateways(ctx, o), reconcile.Request{NamespacedName: client.ObjectKey{Name: unboundKey}})
-}
-
-// forgetReason forgets the events of one reason given so far, so that the next is given again.
-func (r *GatewayReconciler) forgetReason(reason string) {
-	r.eventsMu.Lock()
-	defer r.eventsMu.Unlock()
-	for _, m := range r.lastEvent {
-		delete(m, reason)
-	}
 }
