@@ -243,23 +243,32 @@ func (w *Writer) WriteRecordStatus(ctx context.Context, sp *model.ServicePlan, w
 	})
 }
 
+// DeleteRecords deletes the seed ledger's records of names (SPEC R4).
 func (w *Writer) DeleteRecords(ctx context.Context, names []string) []error {
+	return w.deleteEach(ctx, names, "record", func() client.Object { return &kubeovnv1.IptablesDnatRule{} })
+}
+
+// deleteEach deletes the named objects, each exactly as read (UID precondition), so that its
+// delete event is known as this Writer's; one already gone is no error.
+func (w *Writer) deleteEach(ctx context.Context, names []string, what string, newObject func() client.Object) []error {
 	return each(len(names), func(i int) error {
-		var cur kubeovnv1.IptablesDnatRule
-		if err := w.Client.Get(ctx, types.NamespacedName{Name: names[i]}, &cur, client.UnsafeDisableDeepCopy); err != nil {
+		cur := newObject()
+		if err := w.Client.Get(ctx, types.NamespacedName{Name: names[i]}, cur, client.UnsafeDisableDeepCopy); err != nil {
 			return client.IgnoreNotFound(err)
 		}
-		// Delete exactly the record read (UID precondition): its delete event is ours.
-		rec := &kubeovnv1.IptablesDnatRule{ObjectMeta: metav1.ObjectMeta{Name: names[i], UID: cur.UID}}
-		w.ownDeletes.Store(cur.UID, true)
-		if err := w.Client.Delete(ctx, rec, client.Preconditions{UID: &cur.UID}); err != nil {
-			w.ownDeletes.Delete(cur.UID)
+		uid := cur.GetUID()
+		obj := newObject()
+		obj.SetName(names[i])
+		obj.SetUID(uid)
+		w.ownDeletes.Store(uid, true)
+		if err := w.Client.Delete(ctx, obj, client.Preconditions{UID: &uid}); err != nil {
+			w.ownDeletes.Delete(uid)
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
-			return fmt.Errorf("deleting record %s: %w", names[i], err)
+			return fmt.Errorf("deleting %s %s: %w", what, names[i], err)
 		}
-		w.ownWrites.Delete(cur.UID)
+		w.ownWrites.Delete(uid)
 		RecordsWritten.WithLabelValues("delete").Inc()
 		return nil
 	})
@@ -283,25 +292,9 @@ func (w *Writer) WriteServiceRecord(ctx context.Context, sp *model.ServicePlan) 
 	return nil
 }
 
+// DeleteServiceRecords deletes the ServiceRecords of names (SPEC R4).
 func (w *Writer) DeleteServiceRecords(ctx context.Context, names []string) []error {
-	return each(len(names), func(i int) error {
-		var cur vpcgwv1alpha1.ServiceRecord
-		if err := w.Client.Get(ctx, types.NamespacedName{Name: names[i]}, &cur, client.UnsafeDisableDeepCopy); err != nil {
-			return client.IgnoreNotFound(err)
-		}
-		rec := &vpcgwv1alpha1.ServiceRecord{ObjectMeta: metav1.ObjectMeta{Name: names[i], UID: cur.UID}}
-		w.ownDeletes.Store(cur.UID, true)
-		if err := w.Client.Delete(ctx, rec, client.Preconditions{UID: &cur.UID}); err != nil {
-			w.ownDeletes.Delete(cur.UID)
-			if apierrors.IsNotFound(err) {
-				return nil
-			}
-			return fmt.Errorf("deleting ServiceRecord %s: %w", names[i], err)
-		}
-		w.ownWrites.Delete(cur.UID)
-		RecordsWritten.WithLabelValues("delete").Inc()
-		return nil
-	})
+	return w.deleteEach(ctx, names, "ServiceRecord", func() client.Object { return &vpcgwv1alpha1.ServiceRecord{} })
 }
 
 // fieldOwner is the field manager of the controller's server-side applies.
