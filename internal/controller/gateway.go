@@ -1,7 +1,9 @@
-// Package controller watches Services, EndpointSlices, Pods, IptablesEIPs, VpcNatGateways and the
-// Service records, asks the model what each gateway must serve, and writes the Plan: finalizers
-// and records first, then every gateway instance through the transport, then record status,
-// ingress, releases and events.
+// Package controller syncs one VpcNatGateway per pass: it asks the model what the gateway must
+// serve and writes that in phases (reconcile.go): finalizers and records first, then every
+// gateway instance through the transport and the VIP routes, then record status, ingress and
+// releases; one report turns the phases into metrics, status and events (report.go). Its parts
+// with a job of their own are packages: wake (which gateways an event wakes; the cache indexes),
+// kubewrite (the API writes), readiness, latency, serviceevents, objcache and metricsserve.
 package controller
 
 import (

@@ -100,7 +100,7 @@ type heldService struct {
 	reason string
 }
 
-// outcome is how programming ended for Service k.
+// outcomeOf is how programming ended for Service k.
 func (p programReport) outcomeOf(k types.NamespacedName) model.Outcome {
 	if _, held := p.held[k]; held {
 		return model.Held
