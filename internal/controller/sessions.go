@@ -206,16 +206,26 @@ func (s *sessions) drop(gw string, uid types.UID, conn *transport.Conn) {
 	_ = conn.Close()
 }
 
-// closeGateway ends the streams of one gateway's instances (SPEC K10: vpcgw stands aside); the
-// agents keep what the kernel has.
-func (s *sessions) closeGateway(gw string) {
+// closeGateway ends the streams of gateway gw's instances, as apply ends those of instances that
+// are gone; the agents keep what the kernel has. A gateway that is gone (gone) takes its agent
+// count with it (SPEC N4), and its streams close in the background; one that vpcgw stands aside
+// from (SPEC K10) shows none, and its streams are closed when it returns.
+func (s *sessions) closeGateway(gw string, gone bool) {
 	s.mu.Lock()
 	live := s.byGw[gw]
 	delete(s.byGw, gw)
-	s.publishLocked(gw)
+	if gone {
+		agentsConnected.DeleteLabelValues(gw)
+	} else {
+		s.publishLocked(gw)
+	}
 	s.mu.Unlock()
+	var wg sync.WaitGroup
 	for _, sess := range live {
-		_ = sess.conn.Close()
+		wg.Go(func() { _ = sess.conn.Close() })
+	}
+	if !gone {
+		wg.Wait()
 	}
 }
 
@@ -236,19 +246,6 @@ func (s *sessions) publish(gw string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.publishLocked(gw)
-}
-
-// forget ends the streams of a gateway that is gone, as apply ends those of instances that are
-// gone (the agents keep what the kernel has), and drops its count.
-func (s *sessions) forget(gw string) {
-	s.mu.Lock()
-	live := s.byGw[gw]
-	delete(s.byGw, gw)
-	agentsConnected.DeleteLabelValues(gw)
-	s.mu.Unlock()
-	for _, sess := range live {
-		go sess.conn.Close()
-	}
 }
 
 // closeAll ends every stream (controller shutdown).

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -219,14 +220,19 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 	return l, nil
 }
 
+// controllerStarts numbers the in-process controllers.
+var controllerStarts atomic.Int64
+
 // StartController starts the in-process controller (again, after StopController).
 func (l *Lab) StartController() {
 	ctrlCtx, stopCtrl := context.WithCancel(l.runCtx)
 	done := make(chan struct{})
 	l.stopCtrl, l.ctrlDone = stopCtrl, done
+	opts := l.ctrlOpts
+	opts.Name = fmt.Sprintf("vpcgw-gateway-%d", controllerStarts.Add(1)) // one name per controller in a process
 	l.run("controller", func() error {
 		defer close(done)
-		return controller.Run(ctrlCtx, l.Config, l.ctrlOpts, l.opts.Log.WithName("controller"))
+		return controller.Run(ctrlCtx, l.Config, opts, l.opts.Log.WithName("controller"))
 	})
 }
 
