@@ -48,7 +48,7 @@ func TestOVNCarriesTheVpc(t *testing.T) {
 	flow := fmt.Sprintf(`inport == %q && eth.src == %s && eth.dst == %s && ip4.src == %s && ip4.dst == %s && ip.ttl == 64 && tcp && tcp.src == %d && tcp.dst == 40000`,
 		pod.Name+"."+pod.Namespace, pod.Annotations["ovn.kubernetes.io/mac_address"], strings.Trim(strings.TrimSpace(lrpMAC), `"`),
 		pod.Status.PodIP, cluster.ExternalIP, cluster.BackendPort)
-	trace, err := netlab.Run("ovn-trace", "--db="+c.OVN.SBSocket(), "--ovnnb-db="+c.OVN.NBSocket(), cluster.VpcSubnetName, flow)
+	trace, err := netlab.Run("ovn-trace", "--db="+c.OVN.SBSocket(), cluster.VpcSubnetName, flow)
 	if err != nil {
 		t.Fatalf("ovn-trace: %v\n%s", err, trace)
 	}
