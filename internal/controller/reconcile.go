@@ -142,7 +142,8 @@ func (r *GatewayReconciler) sync(ctx context.Context, key string) (_ reconcile.R
 		default:
 			changed := r.latency.pending(endpointSlices)
 			start := time.Now()
-			acked, err := r.sessions.apply(ctx, key, transportInstances(gp), gp.State)
+			update := gp.Update()
+			acked, err := r.sessions.apply(ctx, key, transportInstances(gp), update)
 			if len(acked.Refused) > 0 && err == nil {
 				hs, uids := planner.Quarantined(acked.Refused)
 				log.Info("the gateway refused identities; their Services are quarantined, the others programmed", "refused", len(acked.Refused), "services", len(hs))
@@ -178,15 +179,11 @@ func (r *GatewayReconciler) sync(ctx context.Context, key string) (_ reconcile.R
 			if lat := r.latency.observe(changed, now); r.OnProgrammed != nil {
 				r.OnProgrammed(key, lat)
 			}
-			identities.WithLabelValues(key).Set(float64(len(gp.State.Identities)))
-			n := 0
-			for _, id := range gp.State.Identities {
-				n += len(id.Backends)
-			}
-			backends.WithLabelValues(key).Set(float64(n))
+			identities.WithLabelValues(key).Set(float64(update.Identities))
+			backends.WithLabelValues(key).Set(float64(update.Backends))
 			programmed = true
 			r.noteSync(key, gp, acked.Generation, nil)
-			log.V(1).Info("gateway programmed", "instances", len(gp.Instances), "identities", len(gp.State.Identities), "clusterIPs", len(gp.State.ClusterIPs))
+			log.V(1).Info("gateway programmed", "instances", len(gp.Instances), "identities", update.Identities, "clusterIPs", len(update.ClusterIPs))
 		}
 		r.sessions.publish(key)
 		if r.Routes != nil {

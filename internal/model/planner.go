@@ -60,6 +60,9 @@ type Planner struct {
 	// held is what the kept Services hold against the gateway's bounds, kept up to date by keep
 	// and forget so that a partial plan does not walk every identity.
 	held Load
+	// state is the gateway's whole state at the last plan (nil: none), changed by a partial plan
+	// only where the Services it replans changed it (gatewaystate.go).
+	state *gatewayState
 }
 
 // keptPlan is what the planner remembers of one Service's last plan.
@@ -146,7 +149,9 @@ func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedNa
 		p.valid, p.fingerprint = true, sc.fingerprint
 		p.services, p.limited, p.held = map[types.NamespacedName]*keptPlan{}, 0, Load{}
 		p.keep(gw, plan.Services, snap.Services)
-		return plan, plan.Gateway(gw), true
+		gp := plan.Gateway(gw)
+		p.fullState(gp)
+		return plan, gp, true
 	}
 	snap.GatewayLoad = map[string]Load{gw: p.load(replanned)}
 	plan = Compute(snap, gates)
@@ -158,19 +163,66 @@ func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedNa
 	if p.limited > 0 && !p.sameDemand(plan.Services, replanned, gw) {
 		return Plan{}, nil, false
 	}
-	for k := range replanned {
+	keys := slices.SortedFunc(maps.Keys(replanned), compareKeys) // old and now in one order
+	old := p.parts(keys)
+	for _, k := range keys {
 		p.forget(k)
 	}
 	p.keep(gw, plan.Services, snap.Services)
 	if gp = plan.Gateway(gw); gp == nil {
+		p.state = nil
 		return plan, nil, true
 	}
-	whole := gp.Base()
-	for _, kp := range p.services {
-		whole.Add(kp.part)
+	var base uint64
+	delta := gwstate.State{}
+	if p.state == nil {
+		p.state = rebuild(*gp, p.allParts())
+	} else {
+		base = p.state.version
+		p.state, delta = p.state.update(old, p.parts(keys))
 	}
-	whole.Finish()
+	p.state.release = gp.State.Release
+	whole := p.state.plan(*gp, base, delta)
 	return plan, &whole, true
+}
+
+// fullState makes the whole state of a full plan's gateway gp the planner's, and gives gp its
+// update: the change from the planner's previous state, diffed whole (O(n), as the full plan).
+func (p *Planner) fullState(gp *GatewayPlan) {
+	prev := p.state
+	if gp == nil {
+		p.state = nil
+		return
+	}
+	p.state = newGatewayState(gp, p.allParts())
+	var base uint64
+	var delta gwstate.State
+	if prev != nil {
+		base, delta = prev.version, gwstate.Delta(prev.whole(), gp.State)
+	}
+	whole := gp.State
+	gp.update = gwstate.NewUpdate(p.state.version, base, delta, whole.Release, whole.ClusterIPs, p.state.ids.n, p.state.backends,
+		func() gwstate.State { return whole })
+}
+
+// allParts are the kept contributions of every Service.
+func (p *Planner) allParts() []Contribution {
+	out := make([]Contribution, 0, len(p.services))
+	for _, kp := range p.services {
+		out = append(out, kp.part)
+	}
+	return out
+}
+
+// parts are the kept contributions of the Services keys, in their order.
+func (p *Planner) parts(keys []types.NamespacedName) []Contribution {
+	var out []Contribution
+	for _, k := range keys {
+		if kp := p.services[k]; kp != nil {
+			out = append(out, kp.part)
+		}
+	}
+	return out
 }
 
 // sameDemand reports whether every replanned Service was served at its last plan and is served
