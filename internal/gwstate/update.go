@@ -19,6 +19,8 @@ type Update struct {
 	// Delta is what Delta(state of Base, this state) gives: the identities added or changed,
 	// the keys removed, and the complete ClusterIPs. Generation and Base are the sender's.
 	Delta State
+	// SameClusterIPs: Delta's ClusterIPs are those of the state of Base (State.SameClusterIPs).
+	SameClusterIPs bool
 	// Release: the whole state is a release (State.Release), which is always sent complete.
 	Release bool
 	// ClusterIPs, Identities and Backends describe the whole state without building it.

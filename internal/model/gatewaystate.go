@@ -167,6 +167,12 @@ func (gs *gatewayState) plan(base GatewayPlan, baseVersion uint64, delta gwstate
 	return gp
 }
 
+// sameList reports whether a and b are one list: addrSet.change keeps the list when its members
+// do not change, so this is how a version tells its ClusterIPs are its base's, in O(1).
+func sameList[T any](a, b []T) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
 // chunkSize is the length of the chunks the sorted identities are kept in: a change copies its
 // chunk and the chunk list (n/chunkSize entries), not n identities.
 const chunkSize = 64

@@ -174,15 +174,18 @@ func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedNa
 		return plan, nil, true
 	}
 	var base uint64
-	delta := gwstate.State{}
+	delta, same := gwstate.State{}, false
 	if p.state == nil {
 		p.state = rebuild(*gp, p.allParts())
 	} else {
-		base = p.state.version
-		p.state, delta = p.state.update(old, p.parts(keys))
+		prev := p.state
+		base = prev.version
+		p.state, delta = prev.update(old, p.parts(keys))
+		same = sameList(prev.clusterIPs.sorted, p.state.clusterIPs.sorted)
 	}
 	p.state.release = gp.State.Release
 	whole := p.state.plan(*gp, base, delta)
+	whole.update.SameClusterIPs = same
 	return plan, &whole, true
 }
 
@@ -203,6 +206,7 @@ func (p *Planner) fullState(gp *GatewayPlan) {
 	whole := gp.State
 	gp.update = gwstate.NewUpdate(p.state.version, base, delta, whole.Release, whole.ClusterIPs, p.state.ids.n, p.state.backends,
 		func() gwstate.State { return whole })
+	gp.update.SameClusterIPs = prev != nil && slices.Equal(prev.clusterIPs.sorted, whole.ClusterIPs)
 }
 
 // allParts are the kept contributions of every Service.

@@ -168,6 +168,9 @@ func TestPartialPlansEqualFullPlans(t *testing.T) {
 						if want := gwstate.Delta(prev.Whole(), u.Whole()); u.Base != prev.Version || !reflect.DeepEqual(u.Delta, want) {
 							t.Fatalf("step %d (%s, full %v): update of version %d against %d (previous %d) carries\n%+v\nwant\n%+v", step, what, full, u.Version, u.Base, prev.Version, u.Delta, want)
 						}
+						if u.SameClusterIPs && !slices.Equal(u.ClusterIPs, prev.ClusterIPs) {
+							t.Fatalf("step %d (%s): the update keeps its base's ClusterIPs %v, but has %v", step, what, prev.ClusterIPs, u.ClusterIPs)
+						}
 						deltas++
 					}
 					if w := u.Whole(); u.Identities != len(w.Identities) || u.Backends != countBackends(w) || !slices.Equal(u.ClusterIPs, w.ClusterIPs) {

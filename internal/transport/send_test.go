@@ -4,7 +4,9 @@ package transport_test
 
 import (
 	"context"
+	"net/netip"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/vpcgw/vpcgw/internal/gwstate"
@@ -105,5 +107,34 @@ func TestSendToAnOlderAgentIsWhole(t *testing.T) {
 			t.Fatalf("version %d: delta %v, %d identities; want whole", v, msg.IsDelta(), len(msg.Identities))
 		}
 		prev = next
+	}
+}
+
+// A delta whose ClusterIPs are its base's leaves them out (State.SameClusterIPs) for an agent
+// that accepts that, and carries them to one that does not; the agent's merged state is the
+// one sent either way.
+func TestSendLeavesOutTheBasesClusterIPs(t *testing.T) {
+	for _, accepts := range []bool{true, false} {
+		a := &deltaAgent{accepts: true}
+		conn, stop := agenttest.Pipe(func(st gwstate.State) gwstate.Ack {
+			ack := a.answer(st)
+			ack.SameClusterIPs = accepts
+			return ack
+		})
+		s1, s2 := state("10.1.0.1"), state("10.1.0.2")
+		s1.ClusterIPs = []netip.Addr{netip.MustParseAddr("10.96.0.1")}
+		s2.ClusterIPs = s1.ClusterIPs
+		for v, st := range []gwstate.State{s1, s2} {
+			u := plannerUpdate(uint64(v+1), uint64(v), s1, st)
+			u.SameClusterIPs, u.Generation = v > 0, int64(v+1)
+			if err := conn.Send(context.Background(), u); err != nil {
+				t.Fatal(err)
+			}
+		}
+		msg, held := a.last()
+		if !msg.IsDelta() || msg.SameClusterIPs != accepts || (len(msg.ClusterIPs) == 0) != accepts || !slices.Equal(held.ClusterIPs, s1.ClusterIPs) {
+			t.Fatalf("agent accepting it %v: delta %v keeping %v with ClusterIPs %v; the agent holds %v", accepts, msg.IsDelta(), msg.SameClusterIPs, msg.ClusterIPs, held.ClusterIPs)
+		}
+		stop()
 	}
 }

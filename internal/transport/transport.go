@@ -66,6 +66,8 @@ type Conn struct {
 	// (it says so in its acks). Then Send and Apply send only what changed.
 	acked  ackedState
 	deltas bool
+	// sameClusterIPs: the agent accepts deltas that keep their base's ClusterIPs (its acks say).
+	sameClusterIPs bool
 	// version is what the agent said it is (gwstate.Ack.AgentVersion), set by the reader.
 	version atomic.Pointer[string]
 	// keepalive: the agent answers pings (it said so in an ack); active is when the stream last
@@ -191,6 +193,9 @@ func (c *Conn) Send(ctx context.Context, u gwstate.Update) error {
 	case u.HasDelta() && acked.version == u.Base:
 		msg = u.Delta
 		msg.Generation, msg.Base = gen, acked.generation
+		if u.SameClusterIPs && c.sameClusterIPs {
+			msg.ClusterIPs, msg.SameClusterIPs = nil, true
+		}
 	case u.Version == 0 && acked.state != nil:
 		st := u.Whole()
 		whole = &st
@@ -236,7 +241,7 @@ func (c *Conn) Send(ctx context.Context, u gwstate.Update) error {
 			}
 			// A state with refused identities is the agent's desired state all the same (the
 			// next delta is against it); the agent keeps trying the refused ones.
-			c.acked, c.deltas = ackedState{generation: gen, version: u.Version, state: whole}, ack.Deltas
+			c.acked, c.deltas, c.sameClusterIPs = ackedState{generation: gen, version: u.Version, state: whole}, ack.Deltas, ack.SameClusterIPs
 			if len(ack.Refused) > 0 {
 				return &RefusedError{Generation: gen, Refused: ack.Refused}
 			}
