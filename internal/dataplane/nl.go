@@ -37,6 +37,9 @@ type nlBackend struct {
 	fd    int
 	seq   uint32
 	table *nftables.Table
+	// answers is readAnswers' buffer, one for the socket: its reads are serialised as its
+	// requests are.
+	answers []byte
 	// anon numbers the next anonymous map (see anonName). inventory raises it above the number
 	// of every set already in the table that has a name of that form.
 	anon uint64
@@ -325,7 +328,7 @@ func (b *nlBackend) sendBatch(msgs []netlink.Message) error {
 	// Once a message failed, the ack of the last may never come: stop when none is queued (the
 	// answers are queued before sendmsg returns).
 	idle := func() bool { return failed > 0 }
-	err := readAnswers(b.fd, " to the batch", idle, func(typ uint16, _ uint32, body []byte) (bool, error) {
+	err := b.readAnswers(" to the batch", idle, func(typ uint16, _ uint32, body []byte) (bool, error) {
 		if typ != unix.NLMSG_ERROR || len(body) < 4+unix.NLMSG_HDRLEN {
 			return false, nil
 		}
@@ -364,12 +367,15 @@ func (b *nlBackend) sendBatch(msgs []netlink.Message) error {
 	return bf
 }
 
-// readAnswers is the one reader of the kernel's netlink answers on fd: it hands each message
-// (type, sequence number, body) to answer until answer says done or fails. When no answer is
-// queued it stops if stop says so (nil: never), and otherwise waits up to 10 s for one. what
-// names the request in the timeout's error.
-func readAnswers(fd int, what string, stop func() bool, answer func(typ uint16, seq uint32, body []byte) (done bool, err error)) error {
-	rbuf := make([]byte, 1<<16)
+// readAnswers is the one reader of the kernel's netlink answers on the batch socket: it hands
+// each message (type, sequence number, body: valid until answer returns) to answer until answer
+// says done or fails. When no answer is queued it stops if stop says so (nil: never), and
+// otherwise waits up to 10 s for one. what names the request in the timeout's error.
+func (b *nlBackend) readAnswers(what string, stop func() bool, answer func(typ uint16, seq uint32, body []byte) (done bool, err error)) error {
+	if b.answers == nil {
+		b.answers = make([]byte, 1<<16)
+	}
+	fd, rbuf := b.fd, b.answers
 	for {
 		n, _, err := unix.Recvfrom(fd, rbuf, unix.MSG_DONTWAIT)
 		switch {
@@ -1277,7 +1283,7 @@ func (b *nlBackend) request(msgType uint16, flags netlink.HeaderFlags, attrs []b
 		return fmt.Errorf("sending: %w", err)
 	}
 	dump := flags&netlink.Dump != 0
-	return readAnswers(b.fd, "", nil, func(typ uint16, mseq uint32, body []byte) (bool, error) {
+	return b.readAnswers("", nil, func(typ uint16, mseq uint32, body []byte) (bool, error) {
 		if mseq != seq {
 			return false, nil // an answer to an earlier batch
 		}
