@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 
 	"github.com/vpcgw/vpcgw/internal/gwstate"
@@ -34,9 +35,7 @@ func (a *Agent) ApplyMessage(ctx context.Context, msg gwstate.State) error {
 	if msg.Base != a.lastGen {
 		return fmt.Errorf("delta against generation %d, but the state held is generation %d: send a complete state", msg.Base, a.lastGen)
 	}
-	if msg.SameClusterIPs {
-		msg.ClusterIPs, msg.SameClusterIPs = a.lastClusterIPs, false
-	}
+
 	if a.synced && a.vipsSynced && len(a.staged) == 0 {
 		err := a.applyDelta(ctx, msg)
 		var kr *kernelRefusal
@@ -109,8 +108,9 @@ func (a *Agent) desired() (*gwstate.State, error) {
 	return a.last, nil
 }
 
-// recordDelta records the accepted delta msg in the desired state in O(len(msg)).
-func (a *Agent) recordDelta(msg gwstate.State) {
+// recordDelta records the accepted delta msg, whose ClusterIPs are clusterIPs, in the desired
+// state in O(len(msg)).
+func (a *Agent) recordDelta(msg gwstate.State, clusterIPs []netip.Addr) {
 	if a.pending == nil {
 		a.pending = make(map[gwstate.IdentityKey]pendingID, len(msg.Identities)+len(msg.Removed))
 	}
@@ -120,7 +120,7 @@ func (a *Agent) recordDelta(msg gwstate.State) {
 	for _, id := range msg.Identities {
 		a.pending[id.Key()] = pendingID{id: id}
 	}
-	a.lastGen, a.lastClusterIPs = msg.Generation, msg.ClusterIPs
+	a.lastGen, a.lastClusterIPs = msg.Generation, clusterIPs
 }
 
 // applyDelta is the fast path of a delta (SPEC P1): the agent is synced, so what it committed
@@ -164,9 +164,13 @@ func (a *Agent) applyDelta(ctx context.Context, msg gwstate.State) error {
 		}
 	}
 	a.refused = refused
-	loChanged := !slices.Equal(a.lastClusterIPs, msg.ClusterIPs)
-	a.recordDelta(msg)
-	return a.applyChanges(ctx, c, msg.Generation, msg.ClusterIPs, loChanged)
+	// A delta that keeps its base's ClusterIPs leaves lo as it is, without comparing them.
+	clusterIPs, loChanged := a.lastClusterIPs, false
+	if !msg.SameClusterIPs {
+		clusterIPs, loChanged = msg.ClusterIPs, !slices.Equal(a.lastClusterIPs, msg.ClusterIPs)
+	}
+	a.recordDelta(msg, clusterIPs)
+	return a.applyChanges(ctx, c, msg.Generation, clusterIPs, loChanged)
 }
 
 // cleanConntrack deletes the flows targets name (SPEC D6). A failure is logged, not returned:

@@ -103,12 +103,21 @@ func TestDeltaKeepsItsBasesClusterIPs(t *testing.T) {
 	if err != nil || desired.Generation != 2 || !slices.Equal(desired.ClusterIPs, cips) || desired.Identities[0].Backends[0] != be("10.0.1.2", 8080) {
 		t.Fatalf("desired state %+v (%v), want generation 2 with ClusterIPs %v and the new backend", desired, err, cips)
 	}
+	// The same through the full path (an agent that does not trust its memory merges).
+	a.synced = false
+	d.Generation, d.Base = 3, 2
+	if ack := send(d); ack.Error != "" {
+		t.Fatalf("delta keeping the ClusterIPs, full path: ack %+v", ack)
+	}
+	if desired, err := a.desired(); err != nil || desired.Generation != 3 || !slices.Equal(desired.ClusterIPs, cips) {
+		t.Fatalf("desired state after the full path %+v (%v), want generation 3 with ClusterIPs %v", desired, err, cips)
+	}
 	for name, c := range map[string]struct {
 		msg  gwstate.State
 		want string
 	}{
-		"keeps and carries": {gwstate.State{Generation: 3, Base: 2, SameClusterIPs: true, ClusterIPs: cips[:1]}, "carries 1 ClusterIPs"},
-		"complete":          {gwstate.State{Generation: 3, SameClusterIPs: true}, "cannot keep its base's ClusterIPs"},
+		"keeps and carries": {gwstate.State{Generation: 4, Base: 3, SameClusterIPs: true, ClusterIPs: cips[:1]}, "carries 1 ClusterIPs"},
+		"complete":          {gwstate.State{Generation: 4, SameClusterIPs: true}, "cannot keep its base's ClusterIPs"},
 	} {
 		if ack := send(c.msg); !strings.Contains(ack.Error, c.want) {
 			t.Errorf("%s: ack %+v, want an error with %q", name, ack, c.want)
