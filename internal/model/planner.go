@@ -25,7 +25,8 @@ import (
 
 // The planner plans one gateway at a time, and after its first full plan replans only the
 // Services a change touches (kube-proxy's partial sync): it remembers what each Service of the
-// gateway contributed at its last plan and assembles the gateway's state from those. It decides
+// gateway contributed at its last plan, and the gateway's whole state, which a partial plan
+// changes only where the Services it replans changed it (gatewaystate.go). It decides
 // everything about that without I/O:
 //
 //   - when a plan must be full (no valid memory, a gateway-wide input changed: Fingerprint, or,
@@ -136,7 +137,8 @@ func (p *Planner) Scope(base Snapshot, gw string, ch Changes) Scope {
 // Plan plans gateway gw from snap, which holds the gateway-wide objects and what ReadScope read
 // for sc, and updates the memory. It returns the plan of the Services planned (all of the
 // gateway's for a full plan; the controller writes those whose Gateway is gw) and the plan of
-// the whole gateway (nil: the gateway does not exist, or gw is UnboundGateway). ok is false, with
+// the whole gateway (nil: the gateway does not exist, or gw is UnboundGateway); what its
+// instances get is its Update (a partial plan leaves its State empty). ok is false, with
 // nothing changed, when a partial plan cannot decide: a Service does not fit the gateway's
 // bounds, and only a full plan shares a full gateway between namespaces (SPEC N4). Then plan in
 // full: Sync does.
