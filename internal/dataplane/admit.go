@@ -88,7 +88,7 @@ func firstReason(m map[gwstate.IdentityKey]string) string {
 // validated when they were committed and are left out (nothing to program); the others are
 // screened, except the keys in force (refused by the kernel in an earlier round of this
 // message), which are refused again; a refusal holds back its group. It returns the changed
-// identities it admits, in ids' order, and the refused ones with why. An error (the gateway's
+// identities it admits, in ids' order, and the refused ones with why (nil: none). An error (the gateway's
 // addresses could not be read, too many refusals) refuses the whole message.
 func (a *Agent) admission(ids []gwstate.Identity, force map[gwstate.IdentityKey]string) ([]gwstate.Identity, map[gwstate.IdentityKey]refusal, error) {
 	var changed, check, forced []gwstate.Identity
@@ -109,6 +109,9 @@ func (a *Agent) admission(ids []gwstate.Identity, force map[gwstate.IdentityKey]
 	maps.Copy(reasons, force)
 	if err := holdGroups(append(slices.Clip(check), forced...), reasons); err != nil {
 		return nil, nil, err
+	}
+	if len(reasons) == 0 {
+		return changed, nil, nil // the common case: nothing refused, nothing more to allocate
 	}
 	admitted := make([]gwstate.Identity, 0, len(changed))
 	refused := make(map[gwstate.IdentityKey]refusal, len(reasons))
