@@ -48,7 +48,7 @@ type Dialer interface {
 	Dial(ctx context.Context, inst Instance) (*Conn, error)
 }
 
-// Conn is an open stream to one agent. Apply is safe for concurrent use but serialises callers:
+// Conn is an open stream to one agent. Send and Apply are safe for concurrent use but serialise callers:
 // the agent answers states in order.
 type Conn struct {
 	mu      sync.Mutex
