@@ -48,8 +48,8 @@ type Dialer interface {
 	Dial(ctx context.Context, inst Instance) (*Conn, error)
 }
 
-// Conn is an open stream to one agent. Send and Apply are safe for concurrent use but serialise callers:
-// the agent answers states in order.
+// Conn is an open stream to one agent. Send and Apply are safe for concurrent use but serialise
+// callers: the agent answers states in order.
 type Conn struct {
 	mu      sync.Mutex
 	w       io.Writer
