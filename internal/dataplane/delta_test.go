@@ -124,3 +124,13 @@ func TestDeltaKeepsItsBasesClusterIPs(t *testing.T) {
 		}
 	}
 }
+
+// covers: D8
+// An agent without a desired state says so instead of failing on its memory: the caller
+// refuses the message, and the controller sends a complete state.
+func TestDesiredStateBeforeAnyState(t *testing.T) {
+	a := NewAgent(newFake(), logr.Discard())
+	if st, err := a.desired(); err == nil || st != nil || !strings.Contains(err.Error(), "send a complete state") {
+		t.Fatalf("desired() = %v, %v; want an error asking for a complete state", st, err)
+	}
+}
