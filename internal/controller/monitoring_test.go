@@ -79,7 +79,7 @@ func TestAgentsConnectedGauge(t *testing.T) {
 	b := transport.Instance{Gateway: gw, Namespace: "kube-system", Pod: "b", UID: "uid-b"}
 	connected := func() float64 { return testutil.ToFloat64(agentsConnected.WithLabelValues(gw)) }
 
-	if _, err := s.apply(context.Background(), gw, []transport.Instance{a, b}, gwstate.State{}); err != nil {
+	if _, err := s.apply(context.Background(), gw, []transport.Instance{a, b}, gwstate.Complete(gwstate.State{})); err != nil {
 		t.Fatal(err)
 	}
 	if n := connected(); n != 2 {
@@ -94,13 +94,13 @@ func TestAgentsConnectedGauge(t *testing.T) {
 	if n := connected(); n != 1 {
 		t.Fatalf("%v agents connected after one exited, want 1", n)
 	}
-	if _, err := s.apply(context.Background(), gw, []transport.Instance{a, b}, gwstate.State{}); err != nil {
+	if _, err := s.apply(context.Background(), gw, []transport.Instance{a, b}, gwstate.Complete(gwstate.State{})); err != nil {
 		t.Fatal(err)
 	}
 	if n := connected(); n != 2 {
 		t.Fatalf("%v agents connected after the redial, want 2", n)
 	}
-	if _, err := s.apply(context.Background(), gw, []transport.Instance{b}, gwstate.State{}); err != nil {
+	if _, err := s.apply(context.Background(), gw, []transport.Instance{b}, gwstate.Complete(gwstate.State{})); err != nil {
 		t.Fatal(err)
 	}
 	if n := connected(); n != 1 {

@@ -205,7 +205,7 @@ func (r *GatewayReconciler) program(ctx context.Context, p *pass) programReport 
 	}
 	rep := programReport{outcome: model.Programmed, changed: r.latency.Pending(p.slices)}
 	start := time.Now()
-	acked, err := r.sessions.apply(ctx, p.key, transportInstances(gp), gp.State)
+	acked, err := r.sessions.apply(ctx, p.key, transportInstances(gp), gp.Update())
 	rep.acked = time.Now()
 	rep.took, rep.generation = rep.acked.Sub(start), acked.Generation
 	if err != nil {

@@ -77,14 +77,11 @@ func (r *GatewayReconciler) reportProgrammed(p *pass) {
 	quarantinedServices.WithLabelValues(p.key).Set(float64(len(prog.held)))
 	syncDuration.WithLabelValues("ok").Observe(prog.took.Seconds())
 	r.latency.Observe(prog.changed, prog.acked)
-	identities.WithLabelValues(p.key).Set(float64(len(gp.State.Identities)))
-	n := 0
-	for _, id := range gp.State.Identities {
-		n += len(id.Backends)
-	}
-	backends.WithLabelValues(p.key).Set(float64(n))
+	update := gp.Update()
+	identities.WithLabelValues(p.key).Set(float64(update.Identities))
+	backends.WithLabelValues(p.key).Set(float64(update.Backends))
 	r.noteSync(p.key, gp, prog.generation, nil)
-	r.Log.V(1).Info("gateway programmed", "gateway", p.key, "instances", len(gp.Instances), "identities", len(gp.State.Identities), "clusterIPs", len(gp.State.ClusterIPs))
+	r.Log.V(1).Info("gateway programmed", "gateway", p.key, "instances", len(gp.Instances), "identities", update.Identities, "clusterIPs", len(update.ClusterIPs))
 	if len(prog.held) > 0 {
 		r.Log.Info("the gateway refused identities; their Services are quarantined, the others programmed", "gateway", p.key, "services", len(prog.held))
 	}
