@@ -13,8 +13,15 @@ export VPCGW_HELM := $(HELM_DIR)/helm
 # its Go module (hack/tools/kubeovn); the lab and the K tests read VPCGW_KUBEOVN.
 KUBEOVN_DIR ?= $(HOME)/.cache/vpcgw/kube-ovn-v1.16.2
 export VPCGW_KUBEOVN := $(KUBEOVN_DIR)
+# Open vSwitch and OVN as kube-ovn v1.16.2 ships them (OVS branch-3.5, OVN branch-25.03, kube-ovn's
+# patches), built from ../shared/third_party/ovn or their public repositories (hack/tools/ovn):
+# the lab and the tests run ovsdb-server, ovs-vswitchd, ovn-northd, ovn-controller and the ctl
+# tools from here, first on PATH.
+OVN_DIR ?= $(HOME)/.cache/vpcgw/ovn-25.03-4eddbd952d0c-ovs-3.5-cb3bb5a5c15e
+export VPCGW_OVN := $(OVN_DIR)
+export PATH := $(OVN_DIR)/bin:$(OVN_DIR)/sbin:$(PATH)
 
-.PHONY: fuzz all build deps assets helm kubeovn images release generate lab lab-stay soak test unit fmt-check vet
+.PHONY: fuzz all build deps assets helm kubeovn ovn ovn-rebuild images release generate lab lab-stay soak test unit fmt-check vet
 
 all: build
 
@@ -61,7 +68,7 @@ export VPCGW_RELEASE := $(abspath $(RELEASE_DIR))
 release: helm
 	$(GO) -C hack/tools/release run . --repo "$(CURDIR)" --out "$(VPCGW_RELEASE)" --version "$(VERSION)" --source-date-epoch "$(or $(SOURCE_DATE_EPOCH),0)" --helm "$(VPCGW_HELM)" --go "$(GO)"
 
-# Debian packages (nftables, iproute2, conntrack, ovn-central).
+# Debian packages (nftables, iproute2, conntrack, ...: hack/install-deps.sh).
 deps:
 	hack/install-deps.sh
 
@@ -77,28 +84,36 @@ helm:
 kubeovn:
 	hack/tools/kubeovn/build.sh "$(KUBEOVN_DIR)"
 
+# kube-ovn's OVS and OVN (~12 min the first time on two cores; nothing when built).
+ovn:
+	hack/tools/ovn/build.sh "$(OVN_DIR)"
+
+# OVN alone again over the kept OVS build (after a change to its patches or pins, ~3 min).
+ovn-rebuild:
+	hack/tools/ovn/build.sh --rebuild-ovn "$(OVN_DIR)"
+
 # Deepcopy code and CRD YAML from api/kubeovn/v1 (controller-gen, hack/tools/controllergen).
 generate:
 	hack/generate.sh
 
 # The local lab: API server, gateway, backends, an external client, traffic through the EIP.
-lab: deps assets kubeovn build
+lab: deps assets kubeovn ovn build
 	./bin/vpcgw-lab lab $(LAB_ARGS)
 
 # The same lab, left running for your own Services (prints a KUBECONFIG; Ctrl-C ends it).
-lab-stay: deps assets kubeovn build
+lab-stay: deps assets kubeovn ovn build
 	./bin/vpcgw-lab lab --stay $(LAB_ARGS)
 
 # The soak with faults beside kube-ovn-controller: steady traffic, churn and faults for SOAK_ARGS
 # --duration (default 30m), then the leak check (docs/reliability.md). CI runs one round of it
 # (test/kubeovn TestSoakWithFaultsShort).
-soak: deps assets kubeovn build
+soak: deps assets kubeovn ovn build
 	./bin/vpcgw-lab soak $(SOAK_ARGS)
 
 # Every test: unit tests (race detector), integration tests against the real API server, real
 # nftables in network namespaces, and the end-to-end lab tests. VPCGW_REQUIRE_ALL=1 turns every
 # "this machine lacks X" skip into a failure, so nothing is silently skipped here.
-test: deps assets helm kubeovn images release fmt-check vet
+test: deps assets helm kubeovn ovn images release fmt-check vet
 	VPCGW_REQUIRE_ALL=1 $(GO) test -race -count=1 -timeout 30m ./...
 	$(MAKE) fuzz
 

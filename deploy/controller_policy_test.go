@@ -175,7 +175,7 @@ func TestControllerPolicyOnAPIServer(t *testing.T) {
 		must(t, k8s.Get(ctx, client.ObjectKey{Name: name}, u))
 		return u
 	}
-	// finalizerPatch is the controller's own request (reconcile.go:patchFinalizer): a strategic
+	// finalizerPatch is the controller's own request (kubewrite.go:PatchFinalizer): a strategic
 	// merge patch naming the Service's UID and only the finalizer.
 	finalizerPatch := func(add bool, extra map[string]any) client.Patch {
 		meta := map[string]any{"uid": string(svc.UID)}
@@ -211,7 +211,7 @@ func TestControllerPolicyOnAPIServer(t *testing.T) {
 		if !slices.Contains(s.Finalizers, model.Finalizer) {
 			t.Errorf("finalizers %v after the controller's patch", s.Finalizers)
 		}
-		// reconcile.go:publishIngress: a merge patch of status.loadBalancer.ingress.
+		// kubewrite.go:PublishIngress: a merge patch of status.loadBalancer.ingress.
 		patch := client.MergeFrom(s.DeepCopy())
 		s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "172.19.3.10"}}
 		admitted(t, "the controller publishes the ingress", ctrl.Status().Patch(ctx, s, patch))
@@ -349,7 +349,7 @@ func TestControllerPolicyOnAPIServer(t *testing.T) {
 		denied(t, "the controller writes a user's rule's status", ctrl.Status().Update(ctx, status, client.DryRunAll), onlyRecords)
 		denied(t, "the controller deletes a user's rule", ctrl.Delete(ctx, users.DeepCopy(), client.DryRunAll), onlyRecords)
 
-		// Its own records: create, update, status, delete (reconcile.go:writeRecords,
+		// Its own records: create, update, status, delete (kubewrite.go:WriteRecords,
 		// writeRecordStatus, deleteRecords).
 		admitted(t, "the controller creates a labelled record", ctrl.Create(ctx, dnat("policy-record", record)))
 		rec := getRule(t, "policy-record")

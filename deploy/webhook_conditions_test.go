@@ -156,7 +156,7 @@ func TestWebhookMatchConditionsOnAPIServer(t *testing.T) {
 		}
 		return c.Status().Update(ctx, cur, client.DryRunAll)
 	}
-	// The controller's finalizer patch (internal/controller/reconcile.go:patchFinalizer), the one
+	// The controller's finalizer patch (internal/controller/kubewrite/kubewrite.go:PatchFinalizer), the one
 	// Service write it makes (its admission policy, not the webhook, bounds it: SPEC N5).
 	finalizer := func(c client.Client) error {
 		return c.Patch(ctx, existingSvc.DeepCopy(), client.RawPatch(types.StrategicMergePatchType,

@@ -7,11 +7,11 @@ set -euo pipefail
 # namespace and calls them.
 # busybox: the lab's gateway containers run the base tools of kube-ovn's Alpine image from it
 # (what vpcgw's controller runs there to deliver the agent: uname, sha256sum, dd, ...).
-# openvswitch-switch and ovn-host: the lab's chassis (internal/ovsnode) runs its own ovsdb-server,
-# ovs-vswitchd (userspace datapath) and ovn-controller from them, with private run directories;
-# ethtool: it turns tx checksum offload off on the Pods' veths, as kube-ovn-cni does on a
-# userspace datapath.
-packages=(nftables iproute2 conntrack ovn-central iptables iputils-arping kmod busybox openvswitch-switch ovn-host ethtool)
+# ethtool: the lab's chassis (internal/ovsnode) turns tx checksum offload off on the Pods' veths,
+# as kube-ovn-cni does on a userspace datapath.
+# Open vSwitch and OVN are not Debian's: hack/tools/ovn/build.sh builds kube-ovn's (and installs
+# the build's own packages: a compiler, autotools, libssl-dev, ...).
+packages=(nftables iproute2 conntrack iptables iputils-arping kmod busybox ethtool)
 missing=()
 for p in "${packages[@]}"; do
 	[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || missing+=("$p")
@@ -25,10 +25,10 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
-# The packages' maintainer scripts start system services (openvswitch-switch, ovn-host,
-# ovn-central): the lab never uses them (it runs its own daemons with private sockets), and in a
-# container without an init they fail or linger. A policy-rc.d that refuses every start, put in
-# place only for this install when the machine has none, keeps them from starting.
+# A package's maintainer scripts may start system services: the lab never uses them (it runs its
+# own daemons with private sockets), and in a container without an init they fail or linger. A
+# policy-rc.d that refuses every start, put in place only for this install when the machine has
+# none, keeps them from starting.
 policy=/usr/sbin/policy-rc.d
 if [ ! -e "$policy" ]; then
 	printf '#!/bin/sh\n# hack/install-deps.sh: no service starts during this install\nexit 101\n' >"$policy"

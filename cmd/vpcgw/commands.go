@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/go-logr/logr"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -17,6 +18,7 @@ import (
 	"github.com/vpcgw/vpcgw/internal/cli"
 	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/ovn"
+	"github.com/vpcgw/vpcgw/internal/release"
 	"github.com/vpcgw/vpcgw/internal/scheme"
 	"github.com/vpcgw/vpcgw/internal/status"
 	"github.com/vpcgw/vpcgw/internal/transport"
@@ -40,7 +42,28 @@ func runController(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if opts.LeaderElection {
+		freeEarlierInstallsLease(ctx, cfg, opts, log)
+	}
 	return controller.Run(ctx, cfg, opts, log)
+}
+
+// freeEarlierInstallsLease frees the leader election Lease that an earlier install's release
+// still holds (release.FreeEarlierInstallsLease), so that a reinstalled controller serves at once.
+// Not fatal: the controller then stands by until the release's hold ends.
+func freeEarlierInstallsLease(ctx context.Context, cfg *rest.Config, opts controller.Options, log logr.Logger) {
+	podName, podNamespace := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
+	ns := opts.LeaderElectionNamespace
+	if ns == "" {
+		ns = podNamespace // controller-runtime's default: the service account's namespace
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err == nil {
+		err = release.FreeEarlierInstallsLease(ctx, cs, ns, podNamespace, podName, log)
+	}
+	if err != nil {
+		log.Error(err, "could not tell whether an earlier install's release holds the leader election Lease")
+	}
 }
 
 // controllerSetup parses the controller's flags (vpcgw controller, and vpcgw release, which takes
@@ -98,7 +121,6 @@ func parseControllerFlags(name string, args []string, opts *controller.Options, 
 		return nil, log, err
 	}
 	opts.StatusHolder = statusHolder()
-	opts.PodName, opts.PodNamespace = os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
 	if opts.AgentKeepalive == 0 {
 		opts.AgentKeepalive = -1 // Options: negative is off, 0 the default
 	}

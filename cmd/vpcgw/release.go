@@ -6,15 +6,15 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/vpcgw/vpcgw/internal/controller"
+	"github.com/vpcgw/vpcgw/internal/release"
 )
 
 // runRelease is `vpcgw release`: the uninstall of SPEC O4. It takes the controller's flags (the
 // chart's pre-delete hook and install.sh uninstall pass the same ones) and releases everything
-// vpcgw wrote (controller.Release); it exits 0 when nothing is left, or when kube-ovn's own
+// vpcgw wrote (internal/release); it exits 0 when nothing is left, or when kube-ovn's own
 // Service controller serves (K10: nothing released, it says so), and non-zero naming what is left.
 func runRelease(ctx context.Context, args []string) error {
-	var ro controller.ReleaseOptions
+	var ro release.Options
 	cfg, opts, log, err := controllerSetup("release", args, func(fs *flag.FlagSet) {
 		fs.DurationVar(&ro.Timeout, "release-timeout", 5*time.Minute, "how long the release may take, the wait for the leader's lease included; past it, it fails naming what is left")
 		fs.DurationVar(&ro.LeaseHold, "lease-hold", 10*time.Minute,
@@ -23,7 +23,7 @@ func runRelease(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	res, err := controller.Release(ctx, cfg, opts, ro, log.WithName("release"))
+	res, err := release.Run(ctx, cfg, opts, ro, log.WithName("release"))
 	if err != nil {
 		return err
 	}

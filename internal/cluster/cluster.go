@@ -3,9 +3,11 @@
 // kube-ovn-controller v1.16.2 with its own CRDs and OVN NB/SB databases and ovn-northd, the vpcgw
 // controller and webhook as their own processes under their own identities and the shipped RBAC,
 // the webhook registered over TLS as shipped. A lab node plays the kubelet (Pods as network
-// namespaces, the kubelet's exec API), and bridge and router namespaces play OVN's data path,
-// which cannot run without OVS. The lab creates only what a kube-ovn user creates; kube-ovn makes
-// the gateway, its Pod, the addresses and the EIP's status.
+// namespaces, the kubelet's exec API) and runs an OVN chassis (OVS on the userspace datapath and
+// ovn-controller, kube-ovn's build) that carries the custom Vpc's traffic by OVN's own flows; the
+// external network and, for now, the default network are bridges. The lab creates only what a
+// kube-ovn user creates; kube-ovn makes the gateway, its Pod, the addresses and the EIP's
+// status.
 package cluster
 
 import (
@@ -46,7 +48,7 @@ import (
 	"github.com/vpcgw/vpcgw/internal/labnode"
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/netlab"
-	"github.com/vpcgw/vpcgw/internal/ovn"
+	"github.com/vpcgw/vpcgw/internal/ovsnode"
 	"github.com/vpcgw/vpcgw/internal/status"
 	"github.com/vpcgw/vpcgw/internal/transport"
 	"github.com/vpcgw/vpcgw/internal/webhook"
@@ -105,6 +107,9 @@ type Cluster struct {
 
 	OVN     *kubeovnrun.OVN
 	KubeOVN *kubeovnrun.Controller
+	// Chassis is the lab node's OVN chassis (ovs-vswitchd and ovn-controller): it carries the
+	// custom Vpc's traffic.
+	Chassis *ovsnode.Chassis
 	Node    *labnode.Node
 	kcm     *kcm.Process
 	net     *netlab.Lab
@@ -172,7 +177,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if c.net, err = netlab.New("vc"); err != nil {
 		return nil, err
 	}
-	if c.network, err = newNetwork(c.net, ServiceCIDR); err != nil {
+	if c.network, err = newNetwork(c.net); err != nil {
 		return nil, err
 	}
 	if err := c.startPodNetwork(ctx); err != nil {
@@ -194,6 +199,16 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := kubeovnrun.AddNode(ctx, c.Client, c.OVN, kubeovnrun.Node{Name: NodeName, Address: "127.0.0.1", KubeletPort: int32(c.Node.ExecPort())}); err != nil {
 		return nil, err
 	}
+	// The node's OVN chassis, as kube-ovn's ovs-ovn Pod runs it, under the system-id the Node's
+	// chassis annotation names.
+	if c.Chassis, err = ovsnode.Start(ctx, ovsnode.Options{
+		Dir: filepath.Join(c.dir, "ch"), Node: NodeName, SystemID: kubeovnrun.ChassisName(NodeName),
+		SBAddr: c.OVN.SBAddr(), TakeOverEncap: true, NetnsPrefix: "vc",
+		Logf: func(format string, args ...any) { opts.Log.V(1).Info(fmt.Sprintf(format, args...)) },
+	}); err != nil {
+		return nil, fmt.Errorf("the lab node's OVN chassis: %w", err)
+	}
+	c.network.useChassis(c.Chassis)
 	kcmKC, err := kubeovnrun.AdminKubeconfig(c.env, "system:kube-controller-manager")
 	if err != nil {
 		return nil, err
@@ -222,16 +237,6 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 
-	// The VPC router follows the NB DB's VIP policies (OVN's data path, played).
-	reader, err := ovn.NewWriter(ctx, ovn.Config{Address: c.OVN.NBAddr()}, opts.Log.WithName("translator-nb"))
-	if err != nil {
-		return nil, err
-	}
-	c.run("translator", func() error {
-		defer reader.Close()
-		return runVIPRouteTranslator(runCtx, reader, VpcName, c.network.router, opts.Log.WithName("translator"))
-	})
-
 	if !opts.NoVpcgw {
 		if err := c.installRBAC(ctx); err != nil {
 			return nil, err
@@ -249,6 +254,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 
 	if err := createAll(ctx, c.Client, userObjects()...); err != nil {
+		return nil, err
+	}
+	if err := c.network.plugVPCClient(ctx, c.OVN); err != nil {
 		return nil, err
 	}
 	if err := c.waitGateway(ctx, 90*time.Second); err != nil {
@@ -543,10 +551,9 @@ func (c *Cluster) GatewayNetns() (string, bool) {
 	return c.Node.PodNetns(kubeovnrun.Namespace, c.GatewayPodName())
 }
 
-// ExternalClient and VPCClient are the clients' namespaces; RouterNetns the VPC router's.
+// ExternalClient and VPCClient are the clients' namespaces.
 func (c *Cluster) ExternalClient() string { return c.network.ext }
 func (c *Cluster) VPCClient() string      { return c.network.vpcClient }
-func (c *Cluster) RouterNetns() string    { return c.network.router }
 
 // WaitIngress waits until the Service has an EXTERNAL-IP and returns it.
 func (c *Cluster) WaitIngress(ctx context.Context, ns, name string, timeout time.Duration) (string, error) {
@@ -669,6 +676,11 @@ func (c *Cluster) Stop() error {
 	c.wg.Wait()
 	if c.Node != nil {
 		if err := c.Node.Stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.Chassis != nil {
+		if err := c.Chassis.Stop(); err != nil {
 			errs = append(errs, err)
 		}
 	}

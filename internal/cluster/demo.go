@@ -356,7 +356,7 @@ func (d *Demo) ShowDataPlane() (DataPlane, error) {
 	if dp.Policies, err = d.C.OVN.NBCtl("lr-policy-list", VpcName); err != nil {
 		return dp, err
 	}
-	fmt.Fprintf(d.Out, "== ovn-nbctl --db=%s lr-policy-list %s (the VIP routes vpcgw wrote; the lab's router follows them)\n%s\n", d.C.OVN.NBAddr(), VpcName, dp.Policies)
+	fmt.Fprintf(d.Out, "== ovn-nbctl --db=%s lr-policy-list %s (the VIP routes vpcgw wrote; OVN's router applies them in the chassis)\n%s\n", d.C.OVN.NBAddr(), VpcName, dp.Policies)
 	gw, ok := d.C.GatewayNetns()
 	if !ok {
 		return dp, fmt.Errorf("kube-ovn's gateway pod %s/%s has no network namespace on the lab node", kubeovnrun.Namespace, d.C.GatewayPodName())

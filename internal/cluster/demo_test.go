@@ -182,7 +182,7 @@ func TestLabDemo(t *testing.T) {
 	gwNetns, _ := c.GatewayNetns()
 	wantNetns := map[string]string{
 		c.ExternalClient(): string(cluster.RoleExternalClient), c.VPCClient(): string(cluster.RoleVPCClient),
-		c.RouterNetns(): string(cluster.RoleRouter), gwNetns: kubeovnrun.Namespace + "/" + c.GatewayPodName(),
+		c.Chassis.Netns(): string(cluster.RoleChassis), gwNetns: kubeovnrun.Namespace + "/" + c.GatewayPodName(),
 	}
 	for _, n := range desc.Namespaces {
 		if want, ok := wantNetns[n.Name]; ok && (want == string(n.Role) || want == n.Pod) {

@@ -3,26 +3,31 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
 	"github.com/vpcgw/vpcgw/internal/labnode"
 	"github.com/vpcgw/vpcgw/internal/netlab"
+	"github.com/vpcgw/vpcgw/internal/ovsnode"
 )
 
-// Addresses of the lab. They exist only inside the namespaces the lab creates.
+// Addresses of the lab. They exist only inside the namespaces the lab creates and the lab's OVN.
 const (
 	VPCCIDR        = "10.77.1.0/24"
-	VPCGatewayIP   = "10.77.1.1" // the subnet gateway: the VPC router's port
+	VPCGatewayIP   = "10.77.1.1" // the Subnet's gateway: the Vpc router's port
 	GatewayLanIP   = "10.77.1.254"
-	ClientCIDR     = "10.77.2.0/24" // a second VPC subnet, behind the router
-	RouterClientIP = "10.77.2.1"
+	ClientCIDR     = "10.77.2.0/24" // a second Subnet of the Vpc, behind its router
+	RouterClientIP = "10.77.2.1"    // that Subnet's gateway
 	VPCClientIP    = "10.77.2.2"
-	// ServiceCIDR is the API server's --service-cluster-ip-range, a /16 as in a cluster (room
-	// for the bench's 10,000 Services): the VPC router has no route for it, so a ClusterIP is
-	// reachable only through the VIP policies vpcgw writes.
+	// ServiceCIDR is the API server's --service-cluster-ip-range, a /16 as in a cluster (room for
+	// the bench's 10,000 Services).
 	ServiceCIDR  = "10.96.0.0/16"
 	ExternalCIDR = "172.31.100.0/24"
 	// ExternalGatewayIP is the external Subnet's gateway (kube-ovn's GATEWAY_V4 for the gateway).
@@ -30,6 +35,10 @@ const (
 	ExternalIP        = "172.31.100.100"
 	EIPAddress        = "172.31.100.10"
 	BackendPort       = 8080
+	// VPCClientMAC is the VPC client's logical switch port's MAC (the lab makes that port).
+	VPCClientMAC = "0a:58:0a:4d:02:02"
+	// VPCClientPort is the VPC client's logical switch port on the client Subnet.
+	VPCClientPort = "lab-vpc-client"
 )
 
 // Role says what a namespace stands for (SPEC O1).
@@ -41,6 +50,9 @@ const (
 	RoleRouter         Role = "vpc-router"
 	RoleVPCClient      Role = "vpc-client"
 	RolePod            Role = "pod" // a Pod the lab node runs: gateway instance or backend
+	// RoleChassis is the OVN chassis's datapath namespace: ovs-vswitchd, its taps and the host
+	// ends of every OVN NIC.
+	RoleChassis Role = "ovn-chassis"
 )
 
 // Netns describes one namespace of the lab.
@@ -51,25 +63,33 @@ type Netns struct {
 	Addresses map[string]string `json:"addresses"`     // interface -> CIDR
 }
 
-// network is the lab's L2/L3 topology, standing in for OVN's data path where OVS cannot run: a
-// bridge namespace per logical switch (kube-ovn Subnet) and per non-OVN attachment network, the
-// VPC router as a namespace, and the two clients. Pods are plugged into the switches by the lab
-// node (labnode.Network), from kube-ovn's own IPAM annotations.
+// network is the lab's L2/L3 topology. The custom Vpc's Subnets are OVN's: a chassis of the lab
+// node (internal/ovsnode: ovs-vswitchd on the userspace datapath and ovn-controller, from
+// kube-ovn's OVS and OVN build) carries every packet between the Vpc's Pods, the VPC client and
+// the gateway's eth0, by the flows ovn-northd computes from what kube-ovn-controller and vpcgw
+// write; a Pod's NIC is plugged as kube-ovn-cni plugs it. Two networks stay bridges: the
+// external network (the gateway's net1, a macvlan attachment in a cluster, which is not OVN's in
+// kube-ovn either) and, for now, the default network ovn-default with its router namespace
+// (podnet.go), which reaches the host where a cluster's Pods take the node's join port.
 //
-//	ext client 172.31.100.100 ── [external switch] ── net1 gateway pod eth0 ── [VPC switch] ── backend pods
+//	ext client 172.31.100.100 ── [external bridge] ── net1 gateway pod eth0 ── OVN: lab-vpc-subnet ── backend pods
 //	                                                                               │
-//	                                                      router 10.77.1.1, 10.77.2.1 ── VPC client 10.77.2.2
+//	                                                   OVN router lab-vpc 10.77.1.1, 10.77.2.1 ── lab-clients ── VPC client 10.77.2.2
 type network struct {
-	net *netlab.Lab
+	net     *netlab.Lab
+	chassis *ovsnode.Chassis
 
 	mu       sync.Mutex
-	switches map[string]string // switch key (logical switch or provider) -> bridge namespace
-	ports    map[string]string // "<netns>/<nic>" -> port name on the bridge
+	switches map[string]string // bridge key (provider, or ovn-default) -> bridge namespace
+	ports    map[string]string // "<netns>/<nic>" -> port name on the bridge, or ovnPort
 	next     int
 
-	ext, router, vpcClient string
-	fixed                  []Netns
+	ext, vpcClient string
+	fixed          []Netns
 }
+
+// ovnPort marks, in network.ports, a NIC the chassis plugged.
+const ovnPort = "ovn"
 
 // Switch keys: the Subnets' names, and the external network's provider (kube-ovn writes no
 // logical switch for its attachment).
@@ -78,52 +98,64 @@ const (
 	extSwitch = "ovn-vpc-external-network.kube-system"
 )
 
-func newNetwork(n *netlab.Lab, serviceCIDR string) (*network, error) {
+func newNetwork(n *netlab.Lab) (*network, error) {
 	t := &network{net: n, switches: map[string]string{}, ports: map[string]string{}}
 	var err error
-	for _, ns := range []struct {
-		short string
-		into  *string
-	}{{"ext", &t.ext}, {"rtr", &t.router}, {"vcli", &t.vpcClient}} {
-		if *ns.into, err = n.AddNetns(ns.short); err != nil {
-			return nil, err
-		}
+	if t.ext, err = n.AddNetns("ext"); err != nil {
+		return nil, err
 	}
-	vpcSw, err := t.switchNetns(vpcSwitch)
-	if err != nil {
+	if t.vpcClient, err = n.AddNetns("vcli"); err != nil {
 		return nil, err
 	}
 	extSw, err := t.switchNetns(extSwitch)
 	if err != nil {
 		return nil, err
 	}
-	steps := []func() error{
-		func() error { return n.VethToBridge(t.ext, "eth0", extSw, "ext", "br0") },
-		func() error { return n.AddAddr(t.ext, "eth0", ExternalIP+"/24") },
-		func() error { return n.VethToBridge(t.router, "vpc0", vpcSw, "rtr", "br0") },
-		func() error { return n.AddAddr(t.router, "vpc0", VPCGatewayIP+"/24") },
-		func() error { return n.Veth(t.router, "cli0", t.vpcClient, "eth0") },
-		func() error { return n.AddAddr(t.router, "cli0", RouterClientIP+"/24") },
-		func() error { return n.AddAddr(t.vpcClient, "eth0", VPCClientIP+"/24") },
-		func() error { return n.AddRoute(t.vpcClient, "default", "via", RouterClientIP) },
-		func() error { return n.Sysctl(t.router, "net.ipv4.ip_forward", "1") },
-		// The Vpc's static route 0.0.0.0/0 -> the gateway's lanIp (the lab creates the Vpc so).
-		func() error { return n.AddRoute(t.router, "default", "via", GatewayLanIP) },
-		func() error { return n.AddRoute(t.router, "unreachable", serviceCIDR) },
+	if err := n.VethToBridge(t.ext, "eth0", extSw, "ext", "br0"); err != nil {
+		return nil, fmt.Errorf("building the lab network: %w", err)
 	}
-	for _, step := range steps {
-		if err := step(); err != nil {
-			return nil, fmt.Errorf("building the lab network: %w", err)
-		}
+	if err := n.AddAddr(t.ext, "eth0", ExternalIP+"/24"); err != nil {
+		return nil, fmt.Errorf("building the lab network: %w", err)
 	}
 	t.fixed = []Netns{
 		{Name: t.ext, Role: RoleExternalClient, Addresses: map[string]string{"eth0": ExternalIP + "/24"}},
-		{Name: t.router, Role: RoleRouter, Addresses: map[string]string{"vpc0": VPCGatewayIP + "/24", "cli0": RouterClientIP + "/24"}},
 		{Name: t.vpcClient, Role: RoleVPCClient, Addresses: map[string]string{"eth0": VPCClientIP + "/24"}},
-		{Name: vpcSw, Role: RoleSwitch, Addresses: map[string]string{}},
 		{Name: extSw, Role: RoleSwitch, Addresses: map[string]string{}},
 	}
 	return t, nil
+}
+
+// useChassis makes ch carry the OVN NICs plugged from now on.
+func (t *network) useChassis(ch *ovsnode.Chassis) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.chassis = ch
+	t.fixed = append(t.fixed, Netns{Name: ch.Netns(), Role: RoleChassis, Addresses: map[string]string{}})
+}
+
+// plugVPCClient gives the VPC client a port of the client Subnet, once kube-ovn made its logical
+// switch: a logical switch port the lab makes in the NB database (a client that is not a Pod;
+// kube-ovn's garbage collection leaves ports without its vendor mark alone, and the Subnet
+// excludes the address from its IPAM), plugged through the chassis.
+func (t *network) plugVPCClient(ctx context.Context, o *kubeovnrun.OVN) error {
+	if _, err := o.NBCtl("--timeout=90", "wait-until", "Logical_Switch", ClientSubnetName); err != nil {
+		return fmt.Errorf("waiting for kube-ovn's logical switch %s: %w", ClientSubnetName, err)
+	}
+	if _, err := o.NBCtl("--may-exist", "lsp-add", ClientSubnetName, VPCClientPort,
+		"--", "lsp-set-addresses", VPCClientPort, VPCClientMAC+" "+VPCClientIP); err != nil {
+		return fmt.Errorf("the VPC client's logical switch port: %w", err)
+	}
+	mac, err := net.ParseMAC(VPCClientMAC)
+	if err != nil {
+		return err
+	}
+	plugCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return t.chassis.PlugHost(plugCtx, ovsnode.HostPort{IfaceID: VPCClientPort, HostIf: "vcli", Iface: ovsnode.Iface{
+		Netns: t.vpcClient, Name: "eth0", MAC: mac,
+		IPs:      []netip.Prefix{netip.MustParsePrefix(VPCClientIP + "/24")},
+		Gateways: []netip.Addr{netip.MustParseAddr(RouterClientIP)}, DefaultRoute: true, WaitGateway: true,
+	}})
 }
 
 // switchNetns returns the bridge namespace of a switch, creating it on first use.
@@ -152,13 +184,45 @@ func switchKey(nic labnode.NIC) string {
 	return nic.Provider
 }
 
-// Attach plugs a Pod's NIC into its switch (labnode.Network).
-func (t *network) Attach(_ context.Context, pod *corev1.Pod, netns string, nic labnode.NIC) error {
+// viaOVN reports whether the chassis carries nic: every NIC on a logical switch but the default
+// network's, which stays a bridge (podnet.go).
+func (t *network) viaOVN(nic labnode.NIC) bool {
+	return nic.LogicalSwitch != "" && nic.LogicalSwitch != DefaultSubnet
+}
+
+// ovnPortOf is the chassis's view of a Pod NIC: kube-ovn's logical switch port name from the Pod,
+// namespace and provider, and veth names from the sandbox's ID (the lab's sandboxes are named by
+// the Pod's UID, so a sandbox made again for the same Pod gets the same names; Plug removes a
+// pair left behind first).
+func ovnPortOf(pod *corev1.Pod, netns string, nic labnode.NIC) ovsnode.Port {
+	in := nic.Iface(netns)
+	in.WaitGateway = true
+	return ovsnode.Port{Pod: pod.Name, Namespace: pod.Namespace, Provider: nic.Provider,
+		ContainerID: strings.ReplaceAll(string(pod.UID), "-", ""), Iface: in}
+}
+
+// Attach plugs a Pod's NIC into its switch and configures it (labnode.Network).
+func (t *network) Attach(ctx context.Context, pod *corev1.Pod, netns string, nic labnode.NIC) error {
 	key := switchKey(nic)
 	if key == "" {
 		return fmt.Errorf("pod %s/%s NIC %s names neither a logical switch nor a provider", pod.Namespace, pod.Name, nic.Name)
 	}
-	// A switch the lab did not build (another Subnet a user made) gets a bridge of its own.
+	if t.viaOVN(nic) {
+		t.mu.Lock()
+		ch := t.chassis
+		t.mu.Unlock()
+		if ch == nil {
+			return fmt.Errorf("pod %s/%s NIC %s: the lab's OVN chassis is not running yet", pod.Namespace, pod.Name, nic.Name)
+		}
+		if err := ch.Plug(ctx, ovnPortOf(pod, netns, nic)); err != nil {
+			return err
+		}
+		t.mu.Lock()
+		t.ports[netns+"/"+nic.Name] = ovnPort
+		t.mu.Unlock()
+		return nil
+	}
+	// A network the lab did not build (an attachment a user made) gets a bridge of its own.
 	sw, err := t.switchNetns(key)
 	if err != nil {
 		return err
@@ -168,21 +232,28 @@ func (t *network) Attach(_ context.Context, pod *corev1.Pod, netns string, nic l
 	port := "p" + strconv.Itoa(t.next)
 	t.ports[netns+"/"+nic.Name] = port
 	t.mu.Unlock()
-	return t.net.VethToBridge(netns, nic.Name, sw, port, "br0")
+	if err := t.net.VethToBridge(netns, nic.Name, sw, port, "br0"); err != nil {
+		return err
+	}
+	return netlab.Configure(ctx, nic.Iface(netns))
 }
 
 // Detach removes a Pod's NIC from its switch.
-func (t *network) Detach(_ context.Context, _ *corev1.Pod, netns string, nic labnode.NIC) error {
-	sw, err := t.switchNetns(switchKey(nic))
-	if err != nil {
-		return err
-	}
+func (t *network) Detach(ctx context.Context, pod *corev1.Pod, netns string, nic labnode.NIC) error {
 	t.mu.Lock()
 	port, ok := t.ports[netns+"/"+nic.Name]
 	delete(t.ports, netns+"/"+nic.Name)
+	ch := t.chassis
 	t.mu.Unlock()
 	if !ok {
 		return nil
+	}
+	if port == ovnPort {
+		return ch.Unplug(ctx, ovnPortOf(pod, netns, nic))
+	}
+	sw, err := t.switchNetns(switchKey(nic))
+	if err != nil {
+		return err
 	}
 	_, err = netlab.Run("ip", "-n", sw, "link", "del", port)
 	return err

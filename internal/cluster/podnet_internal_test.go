@@ -68,7 +68,7 @@ func TestDefaultNetworkReachesHostAndIsReached(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	nw, err := newNetwork(n, ServiceCIDR)
+	nw, err := newNetwork(n)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,8 +29,8 @@ func (c *changeTracker) gateway(gw string) *model.Changes {
 	return ch
 }
 
-// markService records that Service key changed, for each of the gateways it wakes.
-func (c *changeTracker) markService(gws []string, key types.NamespacedName) {
+// MarkService records that Service key changed, for each of the gateways it wakes.
+func (c *changeTracker) MarkService(gws []string, key types.NamespacedName) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, gw := range gws {
@@ -38,9 +38,9 @@ func (c *changeTracker) markService(gws []string, key types.NamespacedName) {
 	}
 }
 
-// markOwner records that a record of owner uid (Service key) changed on gateway gw, or that the
+// MarkOwner records that a record of owner uid (Service key) changed on gateway gw, or that the
 // Service must be replanned (a write for it failed, it is quarantined).
-func (c *changeTracker) markOwner(gw string, key types.NamespacedName, uid types.UID) {
+func (c *changeTracker) MarkOwner(gw string, key types.NamespacedName, uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ch := c.gateway(gw)

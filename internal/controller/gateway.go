@@ -1,7 +1,9 @@
-// Package controller watches Services, EndpointSlices, Pods, IptablesEIPs, VpcNatGateways and the
-// Service records, asks the model what each gateway must serve, and writes the Plan: finalizers
-// and records first, then every gateway instance through the transport, then record status,
-// ingress, releases and events.
+// Package controller syncs one VpcNatGateway per pass: it asks the model what the gateway must
+// serve and writes that in phases (reconcile.go): finalizers and records first, then every
+// gateway instance through the transport and the VIP routes, then record status, ingress and
+// releases; one report turns the phases into metrics, status and events (report.go). Its parts
+// with a job of their own are packages: wake (which gateways an event wakes; the cache indexes),
+// kubewrite (the API writes), readiness, latency, serviceevents, objcache and metricsserve.
 package controller
 
 import (
@@ -12,7 +14,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unique"
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
@@ -20,7 +21,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -38,138 +38,24 @@ import (
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
+	"github.com/vpcgw/vpcgw/internal/controller/kubewrite"
+	"github.com/vpcgw/vpcgw/internal/controller/latency"
+	"github.com/vpcgw/vpcgw/internal/controller/objcache"
+	"github.com/vpcgw/vpcgw/internal/controller/readiness"
+	"github.com/vpcgw/vpcgw/internal/controller/serviceevents"
+	"github.com/vpcgw/vpcgw/internal/controller/wake"
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/ovn"
 	"github.com/vpcgw/vpcgw/internal/transport"
 )
 
-const (
-	// unboundKey is the reconcile key of Services that hold the finalizer but name no gateway:
-	// they only need releasing.
-	unboundKey = ""
+// unboundKey is the reconcile key of Services that hold the finalizer but name no gateway: they
+// only need releasing.
+const unboundKey = ""
 
-	indexServiceGateway = "vpcgw.gateway" // annotation, or unboundKey for finalizer holders without one
-	indexServiceEIP     = "vpcgw.eip"
-	indexServiceClaim   = "vpcgw.eip-port" // "<EIP name>/<port>/<protocol>" per port: who may conflict (SPEC I2)
-	indexSliceService   = "vpcgw.service"
-	indexSlicePod       = "vpcgw.pod"            // namespace/name of the Pods an EndpointSlice targets
-	indexRecordOwner    = "vpcgw.record-owner"   // a Service record's owner UID
-	indexRecordGateway  = "vpcgw.record-gateway" // a Service record's gateway
-	indexAddressPod     = "vpcgw.address-pod"    // namespace/name of the Pod a kube-ovn IP is allocated to
-	indexNatEIP         = "vpcgw.nat-eip"        // the EIP of kube-ovn's own DNAT rules (not records)
-)
-
-// CacheOptions keeps the caches small: no object keeps its managedFields (at 100,000 records they
-// were most of the controller's memory), and Pods keep only what the model reads (vpcgw caches
-// every Pod: backends can be anywhere).
+// CacheOptions keeps the caches small (objcache).
 func CacheOptions(f Flags) cache.Options {
-	kubeOVNNamespace := f.kubeOVNNamespace()
-	return cache.Options{
-		DefaultTransform: cache.TransformStripManagedFields(),
-		ByObject: map[client.Object]cache.ByObject{
-			// Only kube-ovn's gateway configuration is read, not every ConfigMap of the cluster.
-			&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{kubeOVNNamespace: {}},
-				Field: fields.OneTermEqualSelector("metadata.name", model.GatewayConfigMap)},
-			// Only kube-ovn-controller's own Deployment, for its flags (SPEC K10).
-			&appsv1.Deployment{}: {Namespaces: map[string]cache.Config{kubeOVNNamespace: {}},
-				Field: fields.OneTermEqualSelector("metadata.name", f.kubeOVNControllerDeployment()), Transform: trimDeployment},
-			&corev1.Pod{}:                  {Transform: trimPod},
-			&kubeovnv1.IP{}:                {Transform: trimAddress},
-			&kubeovnv1.IptablesDnatRule{}:  {Transform: trimRecord},
-			&vpcgwv1alpha1.ServiceRecord{}: {Transform: trimServiceRecord},
-		},
-	}
-}
-
-// trimRecord keeps one copy of the strings records repeat: a Service has a record per backend,
-// and every record carries the same label keys, gateway, EIP, Service name, ports and condition
-// text. Decoding gives each record its own copies; at 100,000 records those were tens of MB.
-func trimRecord(obj any) (any, error) {
-	r, ok := obj.(*kubeovnv1.IptablesDnatRule)
-	if !ok {
-		return obj, nil
-	}
-	r.ManagedFields = nil
-	r.Labels = internMap(r.Labels)
-	r.Annotations = internMap(r.Annotations)
-	r.Namespace = intern(r.Namespace)
-	sp := &r.Spec
-	sp.EIP, sp.ExternalPort, sp.Protocol, sp.InternalPort = intern(sp.EIP), intern(sp.ExternalPort), intern(sp.Protocol), intern(sp.InternalPort)
-	sp.InternalIP = intern(sp.InternalIP) // also in the status, and shared by the backend's records
-	sp.Type, sp.SessionAffinity, sp.ClusterIP = kubeovnv1.DnatRuleType(intern(string(sp.Type))), kubeovnv1.DnatSessionAffinity(intern(string(sp.SessionAffinity))), intern(sp.ClusterIP)
-	st := &r.Status
-	st.V4IP, st.NatGwDp, st.Protocol, st.InternalPort, st.ExternalPort = intern(st.V4IP), intern(st.NatGwDp), intern(st.Protocol), intern(st.InternalPort), intern(st.ExternalPort)
-	st.InternalIP = intern(st.InternalIP)
-	for i := range st.Conditions {
-		c := &st.Conditions[i]
-		c.Type, c.Status = kubeovnv1.ConditionType(intern(string(c.Type))), corev1.ConditionStatus(intern(string(c.Status)))
-		c.Reason, c.Message = intern(c.Reason), intern(c.Message)
-	}
-	return r, nil
-}
-
-// trimServiceRecord interns what ServiceRecords repeat: label keys, gateway, EIP and backend
-// addresses shared by the records of one gateway.
-func trimServiceRecord(obj any) (any, error) {
-	r, ok := obj.(*vpcgwv1alpha1.ServiceRecord)
-	if !ok {
-		return obj, nil
-	}
-	r.ManagedFields = nil
-	r.Labels = internMap(r.Labels)
-	r.Annotations = internMap(r.Annotations)
-	sp := &r.Spec
-	sp.Service.Namespace, sp.Gateway, sp.EIP, sp.EIPAddress = intern(sp.Service.Namespace), intern(sp.Gateway), intern(sp.EIP), intern(sp.EIPAddress)
-	for i := range sp.Ports {
-		p := &sp.Ports[i]
-		p.Protocol = intern(p.Protocol)
-		for j := range p.Backends {
-			p.Backends[j] = intern(p.Backends[j])
-		}
-	}
-	return r, nil
-}
-
-func intern(s string) string {
-	if s == "" {
-		return s
-	}
-	return unique.Make(s).Value()
-}
-
-func internMap(m map[string]string) map[string]string {
-	if len(m) == 0 {
-		return m
-	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[intern(k)] = intern(v)
-	}
-	return out
-}
-
-// trimAddress keeps of kube-ovn's IP objects (one per NIC of every Pod in the cluster) only what
-// the model reads.
-func trimAddress(obj any) (any, error) {
-	a, ok := obj.(*kubeovnv1.IP)
-	if !ok {
-		return obj, nil
-	}
-	a.ObjectMeta = metav1.ObjectMeta{Name: a.Name, ResourceVersion: a.ResourceVersion, UID: a.UID, DeletionTimestamp: a.DeletionTimestamp}
-	a.Spec = kubeovnv1.IPSpec{PodName: a.Spec.PodName, Namespace: intern(a.Spec.Namespace), Subnet: intern(a.Spec.Subnet),
-		IPAddress: a.Spec.IPAddress, V4IPAddress: a.Spec.V4IPAddress}
-	return a, nil
-}
-
-func trimPod(obj any) (any, error) {
-	p, ok := obj.(*corev1.Pod)
-	if !ok {
-		return obj, nil
-	}
-	p.ManagedFields = nil
-	p.Spec = corev1.PodSpec{NodeName: p.Spec.NodeName}
-	p.Status = corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs}
-	return p, nil
+	return objcache.Options(f.kubeOVNNamespace(), f.kubeOVNControllerDeployment())
 }
 
 // GatewayReconciler programs one VpcNatGateway per reconcile: all its instances get the same
@@ -191,46 +77,36 @@ type GatewayReconciler struct {
 	// MinSyncInterval is the least time between two syncs of one gateway: a burst of changes is
 	// coalesced into one sync, a lone change is synced at once (kube-proxy's minSyncPeriod).
 	MinSyncInterval time.Duration
-	// OnProgrammed, when set, receives after each acknowledged sync of a gateway the network
-	// programming latencies of the EndpointSlice changes it carried (benchmarks use it).
-	OnProgrammed func(gateway string, latencies []time.Duration)
 	// Status, when set, learns each gateway's programming for the published status (SPEC O2).
 	Status StatusRecorder
 	// SyncStaleAfter is how long a gateway's changes may wait unapplied before readiness fails
 	// (0: DefaultSyncStaleAfter; negative: never).
 	SyncStaleAfter time.Duration
-	// OnSynced, when set, learns each pass of a gateway that wrote its whole plan without an
-	// error: every instance acknowledged its state (or none runs), and the routes converged
-	// (vpcgw release waits for it, SPEC O4).
+	// OnSynced: see Options.OnSynced.
 	OnSynced func(gateway string)
-	Log      logr.Logger
+	// Name names the controller (see Options.Name).
+	Name string
+	Log  logr.Logger
 
-	health *syncHealth
+	health *readiness.Tracker
 
-	syncMu   sync.Mutex
-	lastSync map[string]time.Time
-	latency  latencyTracker
+	throttle syncThrottle
+	latency  latency.Tracker
 
 	sessions *sessions
 	changes  *changeTracker
 	planners *planners
-	// ownDeletes holds the UIDs of records this controller is deleting, so that their delete
-	// events are not taken for someone else's (SPEC R4).
-	ownDeletes sync.Map
-	// ownWrites holds, per record UID, the resourceVersion of this controller's last write,
-	// so that its update event does not wake the gateway again.
-	ownWrites sync.Map
-	// lastEvent remembers the last event per Service UID and reason, so that a cause is reported
-	// once, not on every reconcile (SPEC T3).
-	// second is what secondWriter last found (nil: not read yet), for logging changes only.
-	secondMu  sync.Mutex
-	second    *model.SecondWriter
-	eventsMu  sync.Mutex
-	lastEvent map[types.UID]map[string]string
-	// routeChecks holds each gateway's last check of its VIPs against its Vpc's routes (SPEC V3);
+	// writer makes the API writes, and knows its own (SPEC R4).
+	writer *kubewrite.Writer
+	// wake maps events to the gateways they wake.
+	wake *wake.Mapper
+	// second is what secondWriter last found, for telling changes only.
+	second lastSecondWriter
+	// events gives each cause once (SPEC T3).
+	events *serviceevents.Once
+	// routeChecks are each gateway's last check of its VIPs against its Vpc's routes (SPEC V3);
 	// routeQueue is the work queue once the controller runs, for the NB's route changes.
-	routeMu     sync.Mutex
-	routeChecks map[string]*routeCheck
+	routeChecks routeChecks
 	routeQueue  atomic.Pointer[routeQueue]
 }
 
@@ -246,6 +122,27 @@ type RouteWriter interface {
 
 // SetupWithManager registers the indexes and watches.
 func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	ended := r.start(ctx)
+	if err := wake.RegisterIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	r.wake = &wake.Mapper{Client: r.Client, Marks: r.changes, Log: r.Log}
+	b := r.watches(mgr, ended)
+	if r.Routes != nil {
+		// A Vpc's routes changed in the NB: its gateways check their VIPs again (SPEC V3). The
+		// Vpc's own change comes earlier than kube-ovn's write of the route.
+		b = b.WatchesRawSource(source.Func(func(_ context.Context, q routeQueue) error {
+			r.routeQueue.Store(&q)
+			return nil
+		}))
+		r.Routes.OnRoutesChanged(r.routesChanged)
+	}
+	return b.Complete(r)
+}
+
+// start makes the reconciler's memory and agent sessions, which end with ctx. A stream that ends
+// by itself wakes its gateway through the channel returned.
+func (r *GatewayReconciler) start(ctx context.Context) chan event.TypedGenericEvent[client.Object] {
 	if r.ApplyTimeout == 0 {
 		r.ApplyTimeout = 30 * time.Second
 	}
@@ -265,16 +162,16 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 	})
 	r.sessions.keepalive = r.AgentKeepalive
 	r.sessions.status = r.Status
-	r.lastEvent = map[types.UID]map[string]string{}
-	r.routeChecks = map[string]*routeCheck{}
+	r.writer = &kubewrite.Writer{Client: r.Client, Log: r.Log}
+	r.events = &serviceevents.Once{Recorder: r.Recorder}
 	r.changes, r.planners = newChangeTracker(), newPlanners()
-	r.lastSync = map[string]time.Time{}
+	r.throttle.min = r.MinSyncInterval
 	staleAfter := r.SyncStaleAfter
 	if staleAfter == 0 {
-		staleAfter = DefaultSyncStaleAfter
+		staleAfter = readiness.DefaultSyncStaleAfter
 	}
-	r.health = newSyncHealth(staleAfter, clock.RealClock{})
-	r.health.gauge = func(gw string, since time.Time) {
+	r.health = readiness.New(staleAfter, clock.RealClock{})
+	r.health.Gauge = func(gw string, since time.Time) {
 		if gw == unboundKey {
 			return
 		}
@@ -285,114 +182,86 @@ func (r *GatewayReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 		pendingSince.WithLabelValues(gw).Set(v)
 	}
 	go func() { <-ctx.Done(); r.sessions.closeAll() }()
+	return ended
+}
 
-	idx := mgr.GetFieldIndexer()
-	for _, ix := range []struct {
-		obj  client.Object
-		name string
-		fn   client.IndexerFunc
-	}{
-		{&corev1.Service{}, indexServiceGateway, func(o client.Object) []string { return model.ServiceGatewayKeys(o) }},
-		{&corev1.Service{}, indexServiceEIP, func(o client.Object) []string { return nonEmpty(o.GetAnnotations()[model.AnnotationEIP]) }},
-		{&corev1.Service{}, indexServiceClaim, func(o client.Object) []string {
-			if svc, ok := o.(*corev1.Service); ok {
-				return model.ClaimKeys(svc)
-			}
-			return nil
-		}},
-		{&discoveryv1.EndpointSlice{}, indexSliceService, func(o client.Object) []string {
-			return nonEmpty(o.GetLabels()[discoveryv1.LabelServiceName])
-		}},
-		{&discoveryv1.EndpointSlice{}, indexSlicePod, slicePods},
-		{&kubeovnv1.IptablesDnatRule{}, indexNatEIP, func(o client.Object) []string {
-			if r, ok := o.(*kubeovnv1.IptablesDnatRule); ok && !model.IsRecord(r) {
-				return nonEmpty(r.Spec.EIP)
-			}
-			return nil
-		}},
-		{&kubeovnv1.IP{}, indexAddressPod, func(o client.Object) []string {
-			if a, ok := o.(*kubeovnv1.IP); ok && a.Spec.PodName != "" {
-				return []string{a.Spec.Namespace + "/" + a.Spec.PodName}
-			}
-			return nil
-		}},
-		{&kubeovnv1.IptablesDnatRule{}, indexRecordOwner, func(o client.Object) []string { return recordLabel(o, model.LabelRecordUID) }},
-		{&kubeovnv1.IptablesDnatRule{}, indexRecordGateway, func(o client.Object) []string { return recordLabel(o, model.LabelGateway) }},
-		{&vpcgwv1alpha1.ServiceRecord{}, indexRecordOwner, func(o client.Object) []string { return recordLabel(o, model.LabelRecordUID) }},
-		{&vpcgwv1alpha1.ServiceRecord{}, indexRecordGateway, func(o client.Object) []string { return recordLabel(o, model.LabelGateway) }},
-	} {
-		if err := idx.IndexField(ctx, ix.obj, ix.name, ix.fn); err != nil {
-			return fmt.Errorf("index %s: %w", ix.name, err)
-		}
-	}
-
+// watches are the controller's watches: what wakes a gateway.
+func (r *GatewayReconciler) watches(mgr ctrl.Manager, ended chan event.TypedGenericEvent[client.Object]) *builder.TypedBuilder[reconcile.Request] {
 	workers := r.Workers
 	if workers <= 0 {
 		workers = DefaultGatewayWorkers
 	}
-	b := ctrl.NewControllerManagedBy(mgr).
-		Named("vpcgw-gateway").
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(cmp.Or(r.Name, "vpcgw-gateway")).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers,
 			// The queue tells readiness when work for a gateway arrives (SPEC O3).
 			NewQueue: func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
-				return newNoticingQueue(name, rl, r.health, r.Log)
+				return readiness.NewQueue(name, rl, r.health, r.Log)
 			}}).
 		For(&kubeovnv1.VpcNatGateway{}).
 		Watches(&corev1.Service{}, handler.Funcs{
-			CreateFunc: func(_ context.Context, e handlerCreate, q reqQueue) { enqueue(q, r.serviceChanged(e.Object)) },
+			CreateFunc: func(_ context.Context, e handlerCreate, q reqQueue) { wake.Enqueue(q, r.wake.ServiceChanged(e.Object)) },
 			UpdateFunc: func(_ context.Context, e handlerUpdate, q reqQueue) {
-				enqueue(q, r.serviceChanged(e.ObjectOld))
-				enqueue(q, r.serviceChanged(e.ObjectNew))
+				wake.Enqueue(q, r.wake.ServiceChanged(e.ObjectOld))
+				wake.Enqueue(q, r.wake.ServiceChanged(e.ObjectNew))
 			},
 			DeleteFunc: func(_ context.Context, e handlerDelete, q reqQueue) {
-				enqueue(q, r.serviceChanged(e.Object))
-				r.forgetEvents(e.Object.GetUID()) // bounded by live Services (SPEC N4)
+				wake.Enqueue(q, r.wake.ServiceChanged(e.Object))
+				r.events.ForgetService(e.Object.GetUID()) // bounded by live Services (SPEC N4)
 			},
-			GenericFunc: func(_ context.Context, e handlerGeneric, q reqQueue) { enqueue(q, r.serviceChanged(e.Object)) },
+			GenericFunc: func(_ context.Context, e handlerGeneric, q reqQueue) {
+				wake.Enqueue(q, r.wake.ServiceChanged(e.Object))
+			},
 		}).
 		// A deleted slice's trigger time is forgotten: the tracker holds live slices only (SPEC N4).
-		Watches(&discoveryv1.EndpointSlice{}, forgetOnDelete{handler.EnqueueRequestsFromMapFunc(r.gatewayOfSlice), r.latency.forget}).
-		Watches(&kubeovnv1.IptablesEIP{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfEIP)).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfPod)).
+		Watches(&discoveryv1.EndpointSlice{}, latency.ForgetOnDelete{EventHandler: handler.EnqueueRequestsFromMapFunc(r.wake.GatewayOfSlice), Forget: r.latency.Forget}).
+		Watches(&kubeovnv1.IptablesEIP{}, handler.EnqueueRequestsFromMapFunc(r.wake.GatewaysOfEIP)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.wake.GatewaysOfPod)).
 		// kube-ovn's allocations decide a backend's address (SPEC N2).
-		Watches(&kubeovnv1.IP{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfAddress)).
+		Watches(&kubeovnv1.IP{}, handler.EnqueueRequestsFromMapFunc(r.wake.GatewaysOfAddress)).
 		// A Subnet's CIDR, gateway and reserved addresses decide what may be a backend.
-		Watches(&kubeovnv1.Subnet{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfSubnet), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&kubeovnv1.IptablesDnatRule{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfRecord), builder.WithPredicates(r.recordChangedByOthers())).
+		Watches(&kubeovnv1.Subnet{}, handler.EnqueueRequestsFromMapFunc(r.wake.GatewaysOfSubnet), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&kubeovnv1.IptablesDnatRule{}, handler.EnqueueRequestsFromMapFunc(r.wake.GatewayOfRecord), builder.WithPredicates(r.recordChangedByOthers())).
 		// kube-ovn's floating IPs hold their EIP (SPEC N3).
-		Watches(&kubeovnv1.IptablesFIPRule{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfNatRule)).
-		Watches(&vpcgwv1alpha1.ServiceRecord{}, handler.EnqueueRequestsFromMapFunc(r.gatewayOfRecord), builder.WithPredicates(r.recordChangedByOthers())).
+		Watches(&kubeovnv1.IptablesFIPRule{}, handler.EnqueueRequestsFromMapFunc(r.wake.GatewayOfNatRule)).
+		Watches(&vpcgwv1alpha1.ServiceRecord{}, handler.EnqueueRequestsFromMapFunc(r.wake.GatewayOfRecord), builder.WithPredicates(r.recordChangedByOthers())).
 		// A Vpc's namespaces admit Services to its gateways (SPEC N1).
-		Watches(&kubeovnv1.Vpc{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfVpc), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&kubeovnv1.Vpc{}, handler.EnqueueRequestsFromMapFunc(r.wake.GatewaysOfVpc), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// A new natGwNamePrefix moves every gateway's pods: replan them all. Its keys and
 		// kube-ovn-controller's flags may also turn kube-ovn's own Service controller on or off
 		// (SPEC K10): every gateway, and the Services bound to none, stand aside or resume.
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.secondWriterChanged)).
 		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(r.secondWriterChanged), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Channel(ended, &handler.EnqueueRequestForObject{}))
-	if r.Routes != nil {
-		// A Vpc's routes changed in the NB: its gateways check their VIPs again (SPEC V3). The
-		// Vpc's own change comes earlier than kube-ovn's write of the route.
-		b = b.WatchesRawSource(source.Func(func(_ context.Context, q routeQueue) error {
-			r.routeQueue.Store(&q)
-			return nil
-		}))
-		r.Routes.OnRoutesChanged(r.routesChanged)
-	}
-	return b.Complete(r)
 }
 
-// throttle reports how long a sync of key must wait to keep MinSyncInterval, and otherwise
-// records that a sync starts now.
-func (r *GatewayReconciler) throttle(key string) time.Duration {
-	r.syncMu.Lock()
-	defer r.syncMu.Unlock()
+// syncThrottle keeps MinSyncInterval between two syncs of one gateway.
+type syncThrottle struct {
+	min  time.Duration
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+// wait reports how long a sync of key must wait to keep min, and otherwise records that a sync
+// starts now.
+func (t *syncThrottle) wait(key string) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	now := time.Now()
-	if wait := r.MinSyncInterval - now.Sub(r.lastSync[key]); wait > 0 {
+	if wait := t.min - now.Sub(t.last[key]); wait > 0 {
 		return wait
 	}
-	r.lastSync[key] = now
+	if t.last == nil {
+		t.last = map[string]time.Time{}
+	}
+	t.last[key] = now
 	return 0
+}
+
+func (t *syncThrottle) forget(gw string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.last, gw)
 }
 
 // gatewayExists reports whether gateway gw exists (in the cache); an error counts as existing.
@@ -407,148 +276,11 @@ func (r *GatewayReconciler) gatewayExists(ctx context.Context, gw string) bool {
 // changes stay marked for when it comes back.
 func (r *GatewayReconciler) forgetGateway(gw string) {
 	r.planners.forget(gw)
-	r.syncMu.Lock()
-	delete(r.lastSync, gw)
-	r.syncMu.Unlock()
-	r.health.forget(gw)
-	r.sessions.forget(gw)
-	r.forgetRouteCheck(gw)
+	r.throttle.forget(gw)
+	r.health.Forget(gw)
+	r.sessions.closeGateway(gw, true)
+	r.routeChecks.forget(gw)
 	deleteGatewaySeries(gw)
-}
-
-// serviceChanged marks a Service for replanning on the gateways it wakes, and returns them.
-func (r *GatewayReconciler) serviceChanged(o client.Object) []string {
-	keys := model.ServiceGatewayKeys(o)
-	r.changes.markService(keys, types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()})
-	return keys
-}
-
-func slicePods(o client.Object) []string {
-	es, ok := o.(*discoveryv1.EndpointSlice)
-	if !ok {
-		return nil
-	}
-	var out []string
-	for _, ep := range es.Endpoints {
-		if ref := ep.TargetRef; ref != nil && ref.Kind == "Pod" {
-			ns := ref.Namespace
-			if ns == "" {
-				ns = es.Namespace
-			}
-			out = append(out, ns+"/"+ref.Name)
-		}
-	}
-	return out
-}
-
-func (r *GatewayReconciler) gatewayOfSlice(ctx context.Context, o client.Object) []reconcile.Request {
-	name := o.GetLabels()[discoveryv1.LabelServiceName]
-	if name == "" {
-		return nil
-	}
-	var svc corev1.Service
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: o.GetNamespace(), Name: name}, &svc, client.UnsafeDisableDeepCopy); err != nil {
-		return nil
-	}
-	return requests(r.serviceChanged(&svc))
-}
-
-// gatewaysOfEIP wakes the gateways of every Service that names the EIP (SPEC S4: served as soon
-// as the EIP is Ready, woken by the EIP's own events).
-func (r *GatewayReconciler) gatewaysOfEIP(ctx context.Context, o client.Object) []reconcile.Request {
-	var svcs corev1.ServiceList
-	if err := r.Client.List(ctx, &svcs, client.MatchingFields{indexServiceEIP: o.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
-		r.Log.Error(err, "listing Services of EIP", "eip", o.GetName())
-		return nil
-	}
-	var keys []string
-	for i := range svcs.Items {
-		keys = append(keys, r.serviceChanged(&svcs.Items[i])...)
-	}
-	if eip, ok := o.(*kubeovnv1.IptablesEIP); ok {
-		keys = append(keys, nonEmpty(eip.Spec.NatGwDp)...)
-	}
-	return requests(keys)
-}
-
-// gatewaysOfPod wakes a gateway pod's gateway, and the gateways of Services whose endpoints
-// target the pod (SPEC B2).
-func (r *GatewayReconciler) gatewaysOfPod(ctx context.Context, o client.Object) []reconcile.Request {
-	var keys []string
-	if o.GetLabels()[model.LabelGatewayPod] == "true" {
-		keys = append(keys, nonEmpty(o.GetAnnotations()[model.AnnotationGatewayPod])...)
-	}
-	return requests(append(keys, r.gatewaysOfBackend(ctx, o.GetNamespace(), o.GetName())...))
-}
-
-// gatewaysOfAddress wakes the gateways of Services whose endpoints target the Pod a kube-ovn IP
-// is allocated to.
-func (r *GatewayReconciler) gatewaysOfAddress(ctx context.Context, o client.Object) []reconcile.Request {
-	a, ok := o.(*kubeovnv1.IP)
-	if !ok || a.Spec.PodName == "" {
-		return nil
-	}
-	return requests(r.gatewaysOfBackend(ctx, a.Spec.Namespace, a.Spec.PodName))
-}
-
-// gatewaysOfBackend marks the Services whose endpoints target Pod namespace/name and returns
-// their gateways.
-func (r *GatewayReconciler) gatewaysOfBackend(ctx context.Context, namespace, name string) []string {
-	var keys []string
-	var es discoveryv1.EndpointSliceList
-	if err := r.Client.List(ctx, &es, client.MatchingFields{indexSlicePod: namespace + "/" + name}); err == nil {
-		for i := range es.Items {
-			keys = append(keys, reqNames(r.gatewayOfSlice(ctx, &es.Items[i]))...)
-		}
-	}
-	return keys
-}
-
-// gatewaysOfSubnet wakes the gateways of a Subnet's VPC.
-func (r *GatewayReconciler) gatewaysOfSubnet(ctx context.Context, o client.Object) []reconcile.Request {
-	sub, ok := o.(*kubeovnv1.Subnet)
-	if !ok {
-		return nil
-	}
-	vpc := &kubeovnv1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: cmp.Or(sub.Spec.Vpc, kubeovnv1.DefaultVpc)}}
-	return r.gatewaysOfVpc(ctx, vpc)
-}
-
-// gatewaysOfVpc wakes the gateways of a Vpc.
-func (r *GatewayReconciler) gatewaysOfVpc(ctx context.Context, o client.Object) []reconcile.Request {
-	var gws kubeovnv1.VpcNatGatewayList
-	if err := r.Client.List(ctx, &gws); err != nil {
-		r.Log.Error(err, "listing gateways")
-		return nil
-	}
-	var keys []string
-	for i := range gws.Items {
-		if gws.Items[i].Spec.Vpc == o.GetName() {
-			keys = append(keys, gws.Items[i].Name)
-		}
-	}
-	return requests(keys)
-}
-
-// forgetEvents drops what was remembered of a deleted Service's events.
-func (r *GatewayReconciler) forgetEvents(uid types.UID) {
-	r.eventsMu.Lock()
-	delete(r.lastEvent, uid)
-	r.eventsMu.Unlock()
-}
-
-// allGateways wakes every gateway.
-func (r *GatewayReconciler) allGateways(ctx context.Context, _ client.Object) []reconcile.Request {
-	var gws kubeovnv1.VpcNatGatewayList
-	if err := r.Client.List(ctx, &gws); err != nil {
-		r.Log.Error(err, "listing gateways")
-		return nil
-	}
-	keys := make([]string, 0, len(gws.Items))
-	for i := range gws.Items {
-		keys = append(keys, gws.Items[i].Name)
-	}
-	return requests(keys)
 }
 
 // placement reads where kube-ovn runs gateway pods: its namespace (a flag) and its natGwNamePrefix
@@ -565,14 +297,6 @@ func (r *GatewayReconciler) placement(ctx context.Context) (model.GatewayPlaceme
 	return p, nil
 }
 
-// recordLabel indexes Service records (not kube-ovn's own rules) by one of their labels.
-func recordLabel(o client.Object, label string) []string {
-	if o.GetLabels()[model.LabelRecord] != "true" {
-		return nil
-	}
-	return nonEmpty(o.GetLabels()[label])
-}
-
 // recordChangedByOthers passes the record events that may need repair (SPEC R4): a delete, or a
 // change of spec or labels. The controller's own creates, status writes and deletes would only
 // wake the gateway for nothing (a wasted sync per backend change).
@@ -587,90 +311,20 @@ func (r *GatewayReconciler) recordChangedByOthers() predicate.Funcs {
 			if !model.HasRecordLabels(e.Object.GetLabels()) {
 				return true
 			}
-			if rv, own := r.ownWrites.Load(e.Object.GetUID()); own && rv == e.Object.GetResourceVersion() {
-				r.ownWrites.CompareAndDelete(e.Object.GetUID(), rv)
-				return false
-			}
-			return true
+			return !r.writer.OwnWrite(e.Object.GetUID(), e.Object.GetResourceVersion())
 		},
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			// A ServiceRecord has no status subresource: the controller's own write changes its
 			// generation too, and is recognised by the resourceVersion the API returned.
-			if rv, own := r.ownWrites.Load(e.ObjectNew.GetUID()); own && rv == e.ObjectNew.GetResourceVersion() {
-				r.ownWrites.CompareAndDelete(e.ObjectNew.GetUID(), rv)
+			if r.writer.OwnWrite(e.ObjectNew.GetUID(), e.ObjectNew.GetResourceVersion()) {
 				return false
 			}
 			return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
 				!maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels())
 		},
 		DeleteFunc: func(e event.DeleteEvent) bool {
-			r.ownWrites.Delete(e.Object.GetUID())
-			_, own := r.ownDeletes.LoadAndDelete(e.Object.GetUID())
-			return !own
+			return !r.writer.OwnDelete(e.Object.GetUID())
 		},
 		GenericFunc: func(event.GenericEvent) bool { return true },
 	}
-}
-
-// gatewayOfRecord: a record's own events only wake its gateway (SPEC R3), which replans the
-// record's owner.
-func (r *GatewayReconciler) gatewayOfRecord(ctx context.Context, o client.Object) []reconcile.Request {
-	l := o.GetLabels()
-	if !model.HasRecordLabels(l) {
-		return r.gatewayOfNatRule(ctx, o)
-	}
-	if l[model.LabelGateway] == "" {
-		return nil
-	}
-	r.changes.markOwner(l[model.LabelGateway], types.NamespacedName{Namespace: l[model.LabelRecordNamespace], Name: l[model.LabelRecordName]}, types.UID(l[model.LabelRecordUID]))
-	return requests([]string{l[model.LabelGateway]})
-}
-
-// gatewayOfNatRule wakes the gateway of the EIP that one of kube-ovn's own DNAT or FIP rules
-// uses: what it forwards is held (SPEC N3), and the gateway's next plan is full.
-func (r *GatewayReconciler) gatewayOfNatRule(ctx context.Context, o client.Object) []reconcile.Request {
-	var eipName string
-	switch rule := o.(type) {
-	case *kubeovnv1.IptablesDnatRule:
-		eipName = rule.Spec.EIP
-	case *kubeovnv1.IptablesFIPRule:
-		eipName = rule.Spec.EIP
-	}
-	if eipName == "" {
-		return nil
-	}
-	var eip kubeovnv1.IptablesEIP
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: eipName}, &eip); err != nil {
-		return nil
-	}
-	return requests(nonEmpty(eip.Spec.NatGwDp))
-}
-
-func requests(keys []string) []reconcile.Request {
-	out := make([]reconcile.Request, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: k}})
-	}
-	return out
-}
-
-func reqNames(rs []reconcile.Request) []string {
-	out := make([]string, 0, len(rs))
-	for _, r := range rs {
-		out = append(out, r.Name)
-	}
-	return out
-}
-
-func enqueue(q reqQueue, keys []string) {
-	for _, r := range requests(keys) {
-		q.Add(r)
-	}
-}
-
-func nonEmpty(s string) []string {
-	if s == "" {
-		return nil
-	}
-	return []string{s}
 }

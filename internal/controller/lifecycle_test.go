@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -334,6 +335,9 @@ func (f *fixture) sibling(gw string, instances int) *fixture {
 	return g
 }
 
+// controllerStarts numbers the controllers the tests start.
+var controllerStarts atomic.Int64
+
 func (f *fixture) start(gates model.Gates) {
 	ctx, cancel := context.WithCancel(context.Background())
 	f.stop, f.done = cancel, make(chan error, 1)
@@ -342,6 +346,7 @@ func (f *fixture) start(gates model.Gates) {
 		Flags: controller.Flags{EnableGwNftableLbSvc: gates.LoadBalancer, EnableGwNftableSvcClusterIP: gates.ClusterIP, Ledger: string(gates.Ledger),
 			MaxIdentitiesPerGateway: gates.MaxIdentitiesPerGateway},
 		Dialer: f.dialer, MetricsAddr: "0", HealthAddr: "0", MinSyncInterval: f.minSync,
+		Name: fmt.Sprintf("vpcgw-gateway-%d", controllerStarts.Add(1)), // controller-runtime: one name per controller in a process
 	}
 	if f.options != nil {
 		f.options(&opts)

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"net/http/httptest"
 	"os"
 	"runtime"
 	"strings"
@@ -14,207 +13,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
-	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/vpcgw/vpcgw/internal/controller/readiness"
 	"github.com/vpcgw/vpcgw/internal/gwstate"
 	"github.com/vpcgw/vpcgw/internal/transport"
 	"github.com/vpcgw/vpcgw/internal/transport/agenttest"
 	"github.com/vpcgw/vpcgw/internal/version"
 )
-
-// covers: O3
-// Readiness goes stale as kube-proxy's healthz does: only while a gateway has work that no pass
-// applied, counted from when that work arrived; a gateway where nothing changed for hours is
-// fresh, a failed pass keeps the work waiting, and work that arrives during a pass is not
-// applied by it.
-func TestSyncHealthStaleOnlyWithPendingWork(t *testing.T) {
-	clk := clocktesting.NewFakePassiveClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	h := newSyncHealth(5*time.Minute, clk)
-	shown := map[string]time.Time{}
-	h.gauge = func(gw string, since time.Time) { shown[gw] = since }
-	step := func(d time.Duration) { clk.SetTime(clk.Now().Add(d)) }
-	wantStale := func(want ...string) {
-		t.Helper()
-		got := h.stale()
-		if strings.Join(got, ",") != strings.Join(want, ",") {
-			t.Fatalf("at %s stale %v, want %v", clk.Now().Format(time.TimeOnly), got, want)
-		}
-		err := h.check(httptest.NewRequest("GET", "/readyz", nil))
-		if (err != nil) != (len(want) > 0) {
-			t.Fatalf("check: %v with stale %v", err, want)
-		}
-		for _, gw := range want {
-			if !strings.Contains(err.Error(), gw) {
-				t.Fatalf("check error %q does not name %s", err, gw)
-			}
-		}
-	}
-
-	// A synced gateway where nothing changes is never stale.
-	h.queued("quiet")
-	h.started("quiet")
-	h.ended("quiet", true)
-	step(10 * time.Hour)
-	wantStale()
-	if !shown["quiet"].IsZero() {
-		t.Fatalf("quiet gateway shows pending since %s", shown["quiet"])
-	}
-
-	// Work that waits: fresh up to the bound, stale past it, fresh again once a pass applies it.
-	h.queued("busy")
-	queuedAt := clk.Now()
-	if !shown["busy"].Equal(queuedAt) {
-		t.Fatalf("pending since %s shown, want %s", shown["busy"], queuedAt)
-	}
-	step(time.Minute)
-	h.queued("busy") // more work: the oldest counts
-	step(4 * time.Minute)
-	wantStale()
-	step(time.Second)
-	wantStale("busy")
-	h.started("busy")
-	step(time.Second)
-	h.ended("busy", false) // a failed pass applied nothing
-	wantStale("busy")
-	if !shown["busy"].Equal(queuedAt) {
-		t.Fatalf("after a failed pass pending since %s shown, want %s", shown["busy"], queuedAt)
-	}
-	h.started("busy")
-	step(time.Second)
-	h.ended("busy", true)
-	wantStale()
-	if !shown["busy"].IsZero() {
-		t.Fatalf("applied gateway shows pending since %s", shown["busy"])
-	}
-
-	// Work that arrives while a pass runs waits for the next pass, counted from its arrival.
-	h.queued("racy")
-	h.started("racy")
-	step(time.Second)
-	h.queued("racy")
-	arrived := clk.Now()
-	step(time.Second)
-	h.ended("racy", true)
-	if !shown["racy"].Equal(arrived) {
-		t.Fatalf("work queued during a pass: pending since %s shown, want %s", shown["racy"], arrived)
-	}
-	step(5*time.Minute - time.Second)
-	wantStale()
-	step(2 * time.Second)
-	wantStale("racy")
-
-	// A pass the queue scheduled without new work (a retry) that fails leaves its work pending.
-	h.forget("racy")
-	h.started("retry")
-	startedAt := clk.Now()
-	h.ended("retry", false)
-	if !shown["retry"].Equal(startedAt) {
-		t.Fatalf("failed retry: pending since %s shown, want %s", shown["retry"], startedAt)
-	}
-	step(6 * time.Minute)
-	wantStale("retry")
-
-	// A gateway forgotten during its pass stays forgotten.
-	h.started("retry")
-	h.forget("retry")
-	h.ended("retry", true)
-	wantStale()
-	if _, kept := h.gws["retry"]; kept {
-		t.Fatal("a forgotten gateway came back when its pass ended")
-	}
-
-	// Off: never stale.
-	off := newSyncHealth(-1, clk)
-	off.queued("gw")
-	step(time.Hour)
-	if err := off.check(nil); err != nil {
-		t.Fatalf("check with staleness off: %v", err)
-	}
-}
-
-// covers: O3
-// The readiness message names at most a few gateways: it is one log line (the probe's answer
-// withholds it).
-func TestSyncHealthCheckIsBounded(t *testing.T) {
-	clk := clocktesting.NewFakePassiveClock(time.Now())
-	h := newSyncHealth(time.Minute, clk)
-	for _, gw := range []string{"a", "b", "c", "d", "e", "f", "g"} {
-		h.queued(gw)
-	}
-	clk.SetTime(clk.Now().Add(2 * time.Minute))
-	err := h.check(nil)
-	if err == nil || !strings.Contains(err.Error(), "and 2 more") || strings.Contains(err.Error(), `"f"`) {
-		t.Fatalf("check: %v, want five gateways named and 2 more", err)
-	}
-}
-
-type fakeCache struct {
-	mu     sync.Mutex
-	synced bool
-	calls  int
-}
-
-func (c *fakeCache) WaitForCacheSync(ctx context.Context) bool {
-	c.mu.Lock()
-	c.calls++
-	synced := c.synced
-	c.mu.Unlock()
-	if !synced {
-		<-ctx.Done() // as the informers do: wait until synced or the probe's deadline
-	}
-	return synced
-}
-
-// covers: O3
-// Readiness fails until the manager's caches have synced, and once they have it asks no more.
-func TestCacheSyncedCheck(t *testing.T) {
-	c := &fakeCache{}
-	check := cacheSynced(c)
-	req := httptest.NewRequest("GET", "/readyz", nil)
-	if err := check(req); err == nil {
-		t.Fatal("ready before the caches synced")
-	}
-	c.mu.Lock()
-	c.synced = true
-	c.mu.Unlock()
-	for range 3 {
-		if err := check(req); err != nil {
-			t.Fatalf("not ready with synced caches: %v", err)
-		}
-	}
-	if c.calls != 2 {
-		t.Fatalf("the caches were asked %d times, want 2 (synced is remembered)", c.calls)
-	}
-}
-
-// covers: O3
-// The gateway work queue tells readiness of new work (handlers' adds, with or without priority)
-// and not of what a pass scheduled for later (throttle, quarantine retry) or a retry after an
-// error (that pass kept its work pending).
-func TestNoticingQueueNotesNewWorkOnly(t *testing.T) {
-	clk := clocktesting.NewFakePassiveClock(time.Now())
-	h := newSyncHealth(time.Minute, clk)
-	q := newNoticingQueue("test", workqueue.DefaultTypedItemBasedRateLimiter[reconcile.Request](), h, logr.Discard())
-	defer q.ShutDown()
-	req := func(gw string) reconcile.Request {
-		return reconcile.Request{NamespacedName: types.NamespacedName{Name: gw}}
-	}
-	var _ priorityqueue.PriorityQueue[reconcile.Request] = q // handlers keep their priorities
-
-	q.Add(req("added"))
-	q.AddWithOpts(priorityqueue.AddOpts{Priority: new(-100)}, req("low"), req("low2"))
-	q.AddAfter(req("later"), time.Hour)
-	q.AddWithOpts(priorityqueue.AddOpts{After: time.Hour}, req("later2"))
-	q.AddWithOpts(priorityqueue.AddOpts{RateLimited: true}, req("retried"))
-	q.AddRateLimited(req("retried2"))
-	clk.SetTime(clk.Now().Add(2 * time.Minute))
-	if got := strings.Join(h.stale(), ","); got != "added,low,low2" {
-		t.Fatalf("pending work of %s, want added,low,low2", got)
-	}
-}
 
 // seriesOf lists the label values of c's series that have gateway gw (collecting, unlike
 // WithLabelValues, creates nothing).
@@ -273,7 +79,7 @@ func TestAgentsConnectedGauge(t *testing.T) {
 	b := transport.Instance{Gateway: gw, Namespace: "kube-system", Pod: "b", UID: "uid-b"}
 	connected := func() float64 { return testutil.ToFloat64(agentsConnected.WithLabelValues(gw)) }
 
-	if _, err := s.apply(context.Background(), gw, []transport.Instance{a, b}, gwstate.State{}); err != nil {
+	if _, err := s.apply(context.Background(), gw, []transport.Instance{a, b}, gwstate.Complete(gwstate.State{})); err != nil {
 		t.Fatal(err)
 	}
 	if n := connected(); n != 2 {
@@ -288,19 +94,19 @@ func TestAgentsConnectedGauge(t *testing.T) {
 	if n := connected(); n != 1 {
 		t.Fatalf("%v agents connected after one exited, want 1", n)
 	}
-	if _, err := s.apply(context.Background(), gw, []transport.Instance{a, b}, gwstate.State{}); err != nil {
+	if _, err := s.apply(context.Background(), gw, []transport.Instance{a, b}, gwstate.Complete(gwstate.State{})); err != nil {
 		t.Fatal(err)
 	}
 	if n := connected(); n != 2 {
 		t.Fatalf("%v agents connected after the redial, want 2", n)
 	}
-	if _, err := s.apply(context.Background(), gw, []transport.Instance{b}, gwstate.State{}); err != nil {
+	if _, err := s.apply(context.Background(), gw, []transport.Instance{b}, gwstate.Complete(gwstate.State{})); err != nil {
 		t.Fatal(err)
 	}
 	if n := connected(); n != 1 {
 		t.Fatalf("%v agents connected after instance a went, want 1", n)
 	}
-	s.forget(gw)
+	s.closeGateway(gw, true)
 	if n := seriesOf(t, agentsConnected, gw); n != 0 {
 		t.Fatalf("%d agents_connected series of a forgotten gateway", n)
 	}
@@ -317,7 +123,7 @@ func (d dialerFunc) Dial(ctx context.Context, inst transport.Instance) (*transpo
 // in annotations), and nothing else's.
 func TestGatewaySeriesForgotten(t *testing.T) {
 	const gone, kept = "gw-unit-gone", "gw-unit-kept"
-	r := &GatewayReconciler{planners: newPlanners(), lastSync: map[string]time.Time{}, health: newSyncHealth(time.Minute, clocktesting.NewFakePassiveClock(time.Now())),
+	r := &GatewayReconciler{planners: newPlanners(), health: readiness.New(time.Minute, clocktesting.NewFakePassiveClock(time.Now())),
 		sessions: newSessions(nil, time.Second, logr.Discard(), nil)}
 	for _, gw := range []string{gone, kept} {
 		syncFailures.WithLabelValues(gw).Inc()
@@ -339,8 +145,8 @@ func TestGatewaySeriesForgotten(t *testing.T) {
 			t.Errorf("%d series of the kept gateway in %v, want 1", n, c)
 		}
 	}
-	if len(gatewaySeries) != 9 {
-		t.Errorf("gatewaySeries has %d metrics; this test sets 9: add the new one here", len(gatewaySeries))
+	if len(perGateway.vecs) != 9 {
+		t.Errorf("perGateway has %d metrics; this test sets 9: add the new one here", len(perGateway.vecs))
 	}
 	deleteGatewaySeries(kept)
 }

@@ -7,13 +7,12 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 
+	"github.com/vpcgw/vpcgw/internal/controller/readiness"
 	"github.com/vpcgw/vpcgw/internal/ovn"
 	vpcgwscheme "github.com/vpcgw/vpcgw/internal/scheme"
 	"github.com/vpcgw/vpcgw/internal/status"
@@ -40,10 +39,13 @@ type Options struct {
 	// GatewayWorkers is how many gateways are synced at once (0: DefaultGatewayWorkers). One
 	// gateway is never synced twice at once (SPEC L9).
 	GatewayWorkers int
-	// OnProgrammed: see GatewayReconciler.OnProgrammed.
-	OnProgrammed func(gateway string, latencies []time.Duration)
-	// OnSynced: see GatewayReconciler.OnSynced.
+	// OnSynced, when set, learns each pass of a gateway that wrote its whole plan without an
+	// error: every instance acknowledged its state (or none runs), and the routes converged
+	// (vpcgw release waits for it, SPEC O4).
 	OnSynced func(gateway string)
+	// Name names the gateway controller (default "vpcgw-gateway"): controller-runtime refuses two
+	// controllers of one name in one process, so tests that start several name each.
+	Name string
 	// SyncStaleAfter is how long a gateway's changes may wait unapplied before /readyz fails
 	// (0: DefaultSyncStaleAfter; negative: never).
 	SyncStaleAfter time.Duration
@@ -60,10 +62,9 @@ type Options struct {
 	PprofAddr               string
 	LeaderElection          bool
 	LeaderElectionNamespace string
-	// PodName and PodNamespace are the controller's own Pod (POD_NAME and POD_NAMESPACE from
-	// the downward API; empty outside a Pod): a Pod created after an uninstall's release took the
-	// leader election Lease frees it (freeEarlierInstallsLease).
-	PodName, PodNamespace string
+	// LeaderElectionLock, when set, is the lock of the leader election, held beyond the
+	// manager's end (vpcgw release brings the Lease it took and keeps it).
+	LeaderElectionLock resourcelock.Interface
 	// StatusNamespace is where the leader publishes what the controller runs and what it knows of
 	// each gateway, ConfigMap vpcgw-controller (internal/status, SPEC O2); "" turns that off.
 	// StatusHolder names this process there (its pod). StatusMinInterval and StatusHeartbeat
@@ -71,6 +72,9 @@ type Options struct {
 	StatusNamespace, StatusHolder      string
 	StatusMinInterval, StatusHeartbeat time.Duration
 }
+
+// DefaultSyncStaleAfter is --sync-stale-after's default (readiness.DefaultSyncStaleAfter).
+const DefaultSyncStaleAfter = readiness.DefaultSyncStaleAfter
 
 // DefaultGatewayWorkers is --gateway-workers' default: each gateway is synced by one worker at a
 // time, so a gateway whose agent hangs (until its keepalive or apply timeout) holds one worker,
@@ -87,54 +91,75 @@ func Scheme() (*runtime.Scheme, error) { return vpcgwscheme.New() }
 
 // Run starts the controller and blocks until ctx ends.
 func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) error {
-	if opts.LeaderElection {
-		ns := opts.LeaderElectionNamespace
-		if ns == "" {
-			ns = opts.PodNamespace // controller-runtime's default: the service account's namespace
-		}
-		cs, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return fmt.Errorf("client for the leader election Lease: %w", err)
-		}
-		if err := freeEarlierInstallsLease(ctx, cs, ns, opts.PodNamespace, opts.PodName, log); err != nil {
-			// Not fatal: the controller then stands by until the release's hold ends.
-			log.Error(err, "could not tell whether an earlier install's release holds the leader election Lease")
-		}
-	}
-	mgr, _, closeNB, err := newManager(ctx, cfg, opts, log, nil)
+	c, err := New(ctx, cfg, opts, log)
 	if err != nil {
 		return err
 	}
-	defer closeNB()
+	defer c.Close()
 	log.Info("starting controller", "enableGwNftableLbSvc", opts.Flags.EnableGwNftableLbSvc,
 		"enableGwNftableSvcClusterIP", opts.Flags.EnableGwNftableSvcClusterIP)
-	return mgr.Start(ctx)
+	return c.Manager.Start(ctx)
 }
 
-// controllerParts is what newManager built besides the manager.
-type controllerParts struct {
-	reconciler *GatewayReconciler
-	nb         *ovn.Writer // nil without --ovn-nb-addr
+// Controller is the controller's manager, not started yet, and what it holds open.
+type Controller struct {
+	Manager ctrl.Manager
+	// NB is the VIP route writer (nil without Options.NB); vpcgw release reads what is left.
+	NB *ovn.Writer
+	// Close closes the NB connection.
+	Close func()
 }
 
-// newManager builds the controller's manager and reconciler (Run and Release share it); adjust,
-// when set, changes the manager's options. The returned func closes the NB connection.
-func newManager(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger, adjust func(*ctrl.Options)) (ctrl.Manager, controllerParts, func(), error) {
-	var parts controllerParts
-	noop := func() {}
+// New builds the controller's manager and reconciler (Run and vpcgw release share it).
+func New(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) (*Controller, error) {
 	if err := opts.Flags.Validate(); err != nil {
-		return nil, parts, noop, err
+		return nil, err
 	}
 	if err := CheckLedgerForm(ctx, cfg, opts.Flags.Gates().Ledger); err != nil {
-		return nil, parts, noop, err
+		return nil, err
 	}
+	mo, err := managerOptions(opts, log)
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(cfg, mo)
+	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("adding the liveness check: %w", err)
+	}
+	// Ready once the caches have synced; the gateway syncs' check is added with the reconciler.
+	if err := mgr.AddReadyzCheck("informers", readiness.CacheSynced(mgr.GetCache())); err != nil {
+		return nil, fmt.Errorf("adding the informers' readiness check: %w", err)
+	}
+	c := &Controller{Manager: mgr, Close: func() {}}
+	var routes RouteWriter
+	if opts.NB.Address != "" {
+		w, err := ovn.NewWriter(ctx, opts.NB, log.WithName("ovn"))
+		if err != nil {
+			return nil, fmt.Errorf("OVN northbound DB %s: %w", opts.NB.Address, err)
+		}
+		c.NB, c.Close, routes = w, w.Close, w
+	} else {
+		log.Info("no --ovn-nb-addr: VIP routes are not written; route the VIPs to the gateway by hand")
+	}
+	if err := setup(ctx, mgr, opts, routes, log); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// managerOptions are the manager's options for opts.
+func managerOptions(opts Options, log logr.Logger) (ctrl.Options, error) {
 	metrics, err := MetricsServerOptions(opts.MetricsAddr, opts.MetricsSecure, opts.MetricsCertDir)
 	if err != nil {
-		return nil, parts, noop, err
+		return ctrl.Options{}, err
 	}
 	scheme, err := Scheme()
 	if err != nil {
-		return nil, parts, noop, fmt.Errorf("building scheme: %w", err)
+		return ctrl.Options{}, fmt.Errorf("building scheme: %w", err)
 	}
 	mo := ctrl.Options{
 		Scheme:                  scheme,
@@ -146,41 +171,22 @@ func newManager(ctx context.Context, cfg *rest.Config, opts Options, log logr.Lo
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        LeaderElectionID,
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
-		// Tests and the lab run several controllers in one process, one after another.
-		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
 	}
-	if adjust != nil {
-		adjust(&mo)
+	if opts.LeaderElectionLock != nil {
+		mo.LeaderElectionResourceLockInterface = opts.LeaderElectionLock
+		mo.LeaderElectionReleaseOnCancel = false // its owner keeps it
 	}
-	mgr, err := ctrl.NewManager(cfg, mo)
-	if err != nil {
-		return nil, parts, noop, fmt.Errorf("creating manager: %w", err)
-	}
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return nil, parts, noop, err
-	}
-	// Ready once the caches have synced; the gateway syncs' check is added with the reconciler.
-	if err := mgr.AddReadyzCheck("informers", cacheSynced(mgr.GetCache())); err != nil {
-		return nil, parts, noop, fmt.Errorf("adding the informers' readiness check: %w", err)
-	}
-	var routes RouteWriter
-	closeNB := noop
-	if opts.NB.Address != "" {
-		w, err := ovn.NewWriter(ctx, opts.NB, log.WithName("ovn"))
-		if err != nil {
-			return nil, parts, noop, fmt.Errorf("OVN northbound DB %s: %w", opts.NB.Address, err)
-		}
-		closeNB = w.Close
-		routes, parts.nb = w, w
-	} else {
-		log.Info("no --ovn-nb-addr: VIP routes are not written; route the VIPs to the gateway by hand")
-	}
+	return mo, nil
+}
+
+// setup adds the reconciler, its status publisher and its readiness check to mgr.
+func setup(ctx context.Context, mgr ctrl.Manager, opts Options, routes RouteWriter, log logr.Logger) error {
 	r := &GatewayReconciler{
 		Routes:          routes,
 		MinSyncInterval: opts.MinSyncInterval,
 		Workers:         opts.GatewayWorkers,
-		OnProgrammed:    opts.OnProgrammed,
 		OnSynced:        opts.OnSynced,
+		Name:            opts.Name,
 		AgentKeepalive:  opts.AgentKeepalive,
 		SyncStaleAfter:  opts.SyncStaleAfter,
 		Client:          mgr.GetClient(),
@@ -189,29 +195,25 @@ func newManager(ctx context.Context, cfg *rest.Config, opts Options, log logr.Lo
 		Dialer:          opts.Dialer,
 		Log:             log.WithName("gateway"),
 	}
-	parts.reconciler = r
-	fail := func(err error) (ctrl.Manager, controllerParts, func(), error) {
-		closeNB()
-		return nil, parts, noop, err
-	}
 	if opts.StatusNamespace != "" {
 		rec := status.NewRecorder()
 		r.Status = rec
 		if err := mgr.Add(statusPublisher(mgr, opts, rec, routes != nil, log)); err != nil {
-			return fail(err)
+			return fmt.Errorf("adding the status publisher: %w", err)
 		}
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
-		return fail(err)
+		return err
 	}
 	// Not ready while a gateway's changes wait unapplied for too long (kube-proxy's healthz).
-	if err := mgr.AddReadyzCheck("gateway-syncs", r.health.check); err != nil {
-		return fail(fmt.Errorf("adding the gateway syncs' readiness check: %w", err))
+	if err := mgr.AddReadyzCheck("gateway-syncs", r.health.Check); err != nil {
+		return fmt.Errorf("adding the gateway syncs' readiness check: %w", err)
 	}
-	return mgr, parts, closeNB, nil
+	return nil
 }
 
-// LeaderElectionID is the controller's leader election Lease (vpcgw release takes it too).
+// LeaderElectionID is the controller's leader election Lease (vpcgw release takes it too, and a
+// new install frees it from an earlier install's release: internal/release).
 const LeaderElectionID = "vpcgw-controller"
 
 func pprofAddr(a string) string {

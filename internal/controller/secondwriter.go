@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -11,58 +12,48 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/vpcgw/vpcgw/internal/controller/wake"
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/status"
 )
-
-// trimDeployment keeps of kube-ovn-controller's Deployment what tells its flags (SPEC K10).
-func trimDeployment(obj any) (any, error) {
-	d, ok := obj.(*appsv1.Deployment)
-	if !ok {
-		return obj, nil
-	}
-	d.ManagedFields, d.Annotations = nil, nil
-	cs := make([]corev1.Container, 0, len(d.Spec.Template.Spec.Containers))
-	for _, c := range d.Spec.Template.Spec.Containers {
-		cs = append(cs, corev1.Container{Name: c.Name, Image: c.Image, Command: c.Command, Args: c.Args, Env: c.Env})
-	}
-	d.Spec = appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: cs}}}
-	d.Status = appsv1.DeploymentStatus{}
-	return d, nil
-}
 
 // secondWriter reads whether kube-ovn-controller serves Services through the gateways itself
 // (SPEC K10), and makes the metric, the status condition and the log say what it found. An error
 // reading the cache counts as "serves": vpcgw writes only when it knows it is the only writer.
 func (r *GatewayReconciler) secondWriter(ctx context.Context) model.SecondWriter {
-	ns := r.Flags.kubeOVNNamespace()
+	w, err := ReadSecondWriter(ctx, r.Client, r.Flags)
+	if err != nil {
+		w = model.SecondWriter{Serves: true, Reason: model.ReasonKubeOVNUnreadable, Message: "cannot read: " + err.Error()}
+	}
+	return r.noteSecondWriter(w)
+}
+
+// ReadSecondWriter reads kube-ovn-controller's Deployment and configuration (SPEC K10) and says
+// whether kube-ovn serves Services itself. An error is returned, not taken for either answer:
+// the controller takes it for "serves", and a release that cannot know must not report success.
+func ReadSecondWriter(ctx context.Context, c client.Reader, f Flags) (model.SecondWriter, error) {
+	ns, name := f.kubeOVNNamespace(), f.kubeOVNControllerDeployment()
 	var d *appsv1.Deployment
 	var got appsv1.Deployment
-	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: r.Flags.kubeOVNControllerDeployment()}, &got); {
+	switch err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &got); {
 	case err == nil:
 		d = &got
 	case !apierrors.IsNotFound(err):
-		return r.noteSecondWriter(model.SecondWriter{Serves: true, Reason: model.ReasonKubeOVNUnreadable,
-			Message: fmt.Sprintf("cannot read kube-ovn-controller's Deployment %s/%s: %v", ns, r.Flags.kubeOVNControllerDeployment(), err)})
+		return model.SecondWriter{}, fmt.Errorf("reading kube-ovn-controller's Deployment %s/%s: %w", ns, name, err)
 	}
 	var cm corev1.ConfigMap
 	var natConfig map[string]string
-	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: model.GatewayConfigMap}, &cm); {
+	switch err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: model.GatewayConfigMap}, &cm); {
 	case err == nil:
 		natConfig = cm.Data
 	case !apierrors.IsNotFound(err):
-		return r.noteSecondWriter(model.SecondWriter{Serves: true, Reason: model.ReasonKubeOVNUnreadable,
-			Message: fmt.Sprintf("cannot read kube-ovn's ConfigMap %s/%s: %v", ns, model.GatewayConfigMap, err)})
+		return model.SecondWriter{}, fmt.Errorf("reading kube-ovn's ConfigMap %s/%s: %w", ns, model.GatewayConfigMap, err)
 	}
-	return r.noteSecondWriter(model.KubeOVNServesServices(d, natConfig))
+	return model.KubeOVNServesServices(d, natConfig), nil
 }
 
 func (r *GatewayReconciler) noteSecondWriter(w model.SecondWriter) model.SecondWriter {
-	r.secondMu.Lock()
-	changed := r.second == nil || *r.second != w
-	was := r.second
-	r.second = &w
-	r.secondMu.Unlock()
+	was, changed := r.second.swap(w)
 	if !changed {
 		return w
 	}
@@ -72,7 +63,7 @@ func (r *GatewayReconciler) noteSecondWriter(w model.SecondWriter) model.SecondW
 	} else {
 		r.Log.Info("vpcgw serves", "reason", w.Reason, "why", w.Message)
 		if was != nil && was.Serves {
-			r.forgetReason(model.ReasonKubeOVNServesEvent) // a later stand-aside is news again
+			r.events.ForgetReason(model.ReasonKubeOVNServesEvent) // a later stand-aside is news again
 		}
 	}
 	if r.Status != nil {
@@ -83,6 +74,20 @@ func (r *GatewayReconciler) noteSecondWriter(w model.SecondWriter) model.SecondW
 		r.Status.SetCondition(metav1.Condition{Type: status.ConditionServing, Status: st, Reason: w.Reason, Message: w.Message})
 	}
 	return w
+}
+
+// lastSecondWriter is what the controller last found of kube-ovn's own Service controller.
+type lastSecondWriter struct {
+	mu   sync.Mutex
+	last *model.SecondWriter // nil: not read yet
+}
+
+// swap keeps w and returns what was found before (nil: nothing) and whether w differs.
+func (l *lastSecondWriter) swap(w model.SecondWriter) (was *model.SecondWriter, changed bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	was, l.last = l.last, &w
+	return was, was == nil || *was != w
 }
 
 func boolGauge(b bool) float64 {
@@ -99,14 +104,14 @@ func boolGauge(b bool) float64 {
 // why once.
 func (r *GatewayReconciler) standAside(ctx context.Context, key string, w model.SecondWriter) (reconcile.Result, error) {
 	r.planners.of(key).Invalidate()
-	r.sessions.closeGateway(key)
+	r.sessions.closeGateway(key, false)
 	var svcs corev1.ServiceList
-	if err := r.Client.List(ctx, &svcs, client.MatchingFields{indexServiceGateway: key}); err != nil {
+	if err := r.Client.List(ctx, &svcs, client.MatchingFields{wake.IndexServiceGateway: key}); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing the Services of gateway %q: %w", key, err)
 	}
 	for i := range svcs.Items {
 		svc := &svcs.Items[i]
-		r.emitOnce(&model.ServicePlan{Key: client.ObjectKeyFromObject(svc), UID: svc.UID}, model.Event{Type: corev1.EventTypeWarning,
+		r.events.Emit(client.ObjectKeyFromObject(svc), svc.UID, model.Event{Type: corev1.EventTypeWarning,
 			Reason: model.ReasonKubeOVNServesEvent, Message: "kube-ovn-controller may serve this Service itself, so vpcgw serves and releases nothing for it: " + w.Message})
 	}
 	return reconcile.Result{}, nil
@@ -116,14 +121,5 @@ func (r *GatewayReconciler) standAside(ctx context.Context, key string, w model.
 // configuration changed: each stands aside or resumes (SPEC K10).
 func (r *GatewayReconciler) secondWriterChanged(ctx context.Context, o client.Object) []reconcile.Request {
 	r.secondWriter(ctx)
-	return append(r.allGateways(ctx, o), reconcile.Request{NamespacedName: client.ObjectKey{Name: unboundKey}})
-}
-
-// forgetReason forgets the events of one reason given so far, so that the next is given again.
-func (r *GatewayReconciler) forgetReason(reason string) {
-	r.eventsMu.Lock()
-	defer r.eventsMu.Unlock()
-	for _, m := range r.lastEvent {
-		delete(m, reason)
-	}
+	return append(r.wake.AllGateways(ctx, o), reconcile.Request{NamespacedName: client.ObjectKey{Name: unboundKey}})
 }

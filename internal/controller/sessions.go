@@ -51,10 +51,11 @@ type applied struct {
 	Refused map[gwstate.IdentityKey]string
 }
 
-// apply sends st to every instance of gateway gw and waits for all acknowledgements (SPEC D7).
-// The error is nil when every instance programmed the state, its refused identities aside.
-// Streams of instances that are gone are closed.
-func (s *sessions) apply(ctx context.Context, gw string, instances []transport.Instance, st gwstate.State) (applied, error) {
+// apply sends the state u to every instance of gateway gw, each its delta or the whole state
+// (transport.Conn.Send), and waits for all acknowledgements (SPEC D7). The error is nil when
+// every instance programmed the state, its refused identities aside. Streams of instances that
+// are gone are closed.
+func (s *sessions) apply(ctx context.Context, gw string, instances []transport.Instance, u gwstate.Update) (applied, error) {
 	s.mu.Lock()
 	live := s.byGw[gw]
 	if live == nil {
@@ -74,7 +75,7 @@ func (s *sessions) apply(ctx context.Context, gw string, instances []transport.I
 	}
 	s.publishLocked(gw)
 	s.nextG++
-	st.Generation = s.nextG
+	u.Generation = s.nextG
 	s.mu.Unlock()
 	// Closing a stream can take seconds (the agent's grace period): never under the lock.
 	for _, c := range stale {
@@ -84,10 +85,10 @@ func (s *sessions) apply(ctx context.Context, gw string, instances []transport.I
 	errs := make([]error, len(instances))
 	var wg sync.WaitGroup
 	for i, inst := range instances {
-		wg.Go(func() { errs[i] = s.applyOne(ctx, gw, inst, st) })
+		wg.Go(func() { errs[i] = s.applyOne(ctx, gw, inst, u) })
 	}
 	wg.Wait()
-	out := applied{Generation: st.Generation}
+	out := applied{Generation: u.Generation}
 	for i, err := range errs {
 		var re *transport.RefusedError
 		if !errors.As(err, &re) {
@@ -106,7 +107,7 @@ func (s *sessions) apply(ctx context.Context, gw string, instances []transport.I
 	return out, errors.Join(errs...)
 }
 
-func (s *sessions) applyOne(ctx context.Context, gw string, inst transport.Instance, st gwstate.State) error {
+func (s *sessions) applyOne(ctx context.Context, gw string, inst transport.Instance, u gwstate.Update) error {
 	conn, err := s.conn(ctx, gw, inst)
 	if err != nil {
 		s.noteFailed(gw, inst, err)
@@ -114,7 +115,7 @@ func (s *sessions) applyOne(ctx context.Context, gw string, inst transport.Insta
 	}
 	actx, cancel := context.WithTimeout(ctx, s.applyTimeout)
 	defer cancel()
-	err = conn.Apply(actx, st)
+	err = conn.Send(actx, u)
 	var refused *transport.RefusedError
 	if err != nil && !errors.As(err, &refused) {
 		if conn.Broken() {
@@ -124,7 +125,7 @@ func (s *sessions) applyOne(ctx context.Context, gw string, inst transport.Insta
 		return fmt.Errorf("instance %s: %w", inst, err)
 	}
 	if s.status != nil {
-		s.status.InstanceAcked(gw, instanceRef(inst), st.Generation, conn.AgentVersion())
+		s.status.InstanceAcked(gw, instanceRef(inst), u.Generation, conn.AgentVersion())
 	}
 	if refused != nil {
 		return refused
@@ -206,16 +207,26 @@ func (s *sessions) drop(gw string, uid types.UID, conn *transport.Conn) {
 	_ = conn.Close()
 }
 
-// closeGateway ends the streams of one gateway's instances (SPEC K10: vpcgw stands aside); the
-// agents keep what the kernel has.
-func (s *sessions) closeGateway(gw string) {
+// closeGateway ends the streams of gateway gw's instances, as apply ends those of instances that
+// are gone; the agents keep what the kernel has. A gateway that is gone (gone) takes its agent
+// count with it (SPEC N4), and its streams close in the background; one that vpcgw stands aside
+// from (SPEC K10) shows none, and its streams are closed when it returns.
+func (s *sessions) closeGateway(gw string, gone bool) {
 	s.mu.Lock()
 	live := s.byGw[gw]
 	delete(s.byGw, gw)
-	s.publishLocked(gw)
+	if gone {
+		agentsConnected.DeleteLabelValues(gw)
+	} else {
+		s.publishLocked(gw)
+	}
 	s.mu.Unlock()
+	var wg sync.WaitGroup
 	for _, sess := range live {
-		_ = sess.conn.Close()
+		wg.Go(func() { _ = sess.conn.Close() })
+	}
+	if !gone {
+		wg.Wait()
 	}
 }
 
@@ -236,19 +247,6 @@ func (s *sessions) publish(gw string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.publishLocked(gw)
-}
-
-// forget ends the streams of a gateway that is gone, as apply ends those of instances that are
-// gone (the agents keep what the kernel has), and drops its count.
-func (s *sessions) forget(gw string) {
-	s.mu.Lock()
-	live := s.byGw[gw]
-	delete(s.byGw, gw)
-	agentsConnected.DeleteLabelValues(gw)
-	s.mu.Unlock()
-	for _, sess := range live {
-		go sess.conn.Close()
-	}
 }
 
 // closeAll ends every stream (controller shutdown).

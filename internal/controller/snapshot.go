@@ -11,6 +11,7 @@ import (
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
+	"github.com/vpcgw/vpcgw/internal/controller/wake"
 	"github.com/vpcgw/vpcgw/internal/model"
 )
 
@@ -59,7 +60,7 @@ func (r *GatewayReconciler) kubeOVNNat(ctx context.Context, key string, s *model
 		if e := &s.EIPs[i]; e.Spec.NatGwDp == key && key != unboundKey {
 			own[e.Name] = true
 			var rules kubeovnv1.IptablesDnatRuleList
-			if err := r.Client.List(ctx, &rules, client.MatchingFields{indexNatEIP: e.Name}, client.UnsafeDisableDeepCopy); err != nil {
+			if err := r.Client.List(ctx, &rules, client.MatchingFields{wake.IndexNatEIP: e.Name}, client.UnsafeDisableDeepCopy); err != nil {
 				return fmt.Errorf("listing kube-ovn's DNAT rules of EIP %s: %w", e.Name, err)
 			}
 			s.KubeOVNDnatRules = append(s.KubeOVNDnatRules, rules.Items...)
@@ -95,7 +96,7 @@ func (r cacheReader) list(l client.ObjectList, opts ...client.ListOption) error 
 
 func (r cacheReader) GatewayServices(gw string) ([]corev1.Service, error) {
 	var l corev1.ServiceList
-	if err := r.list(&l, client.MatchingFields{indexServiceGateway: gw}); err != nil {
+	if err := r.list(&l, client.MatchingFields{wake.IndexServiceGateway: gw}); err != nil {
 		return nil, fmt.Errorf("listing Services of gateway %q: %w", gw, err)
 	}
 	return l.Items, nil
@@ -111,7 +112,7 @@ func (r cacheReader) Service(k types.NamespacedName) (*corev1.Service, error) {
 
 func (r cacheReader) ClaimingServices(claim string) ([]corev1.Service, error) {
 	var l corev1.ServiceList
-	if err := r.list(&l, client.MatchingFields{indexServiceClaim: claim}); err != nil {
+	if err := r.list(&l, client.MatchingFields{wake.IndexServiceClaim: claim}); err != nil {
 		return nil, err
 	}
 	return l.Items, nil
@@ -130,16 +131,16 @@ func (r cacheReader) records(index, value string) ([]vpcgwv1alpha1.ServiceRecord
 }
 
 func (r cacheReader) GatewayRecords(gw string) ([]vpcgwv1alpha1.ServiceRecord, []kubeovnv1.IptablesDnatRule, error) {
-	return r.records(indexRecordGateway, gw)
+	return r.records(wake.IndexRecordGateway, gw)
 }
 
 func (r cacheReader) OwnerRecords(uid types.UID) ([]vpcgwv1alpha1.ServiceRecord, []kubeovnv1.IptablesDnatRule, error) {
-	return r.records(indexRecordOwner, string(uid))
+	return r.records(wake.IndexRecordOwner, string(uid))
 }
 
 func (r cacheReader) ServiceSlices(ns, name string) ([]discoveryv1.EndpointSlice, error) {
 	var l discoveryv1.EndpointSliceList
-	if err := r.list(&l, client.InNamespace(ns), client.MatchingFields{indexSliceService: name}); err != nil {
+	if err := r.list(&l, client.InNamespace(ns), client.MatchingFields{wake.IndexSliceService: name}); err != nil {
 		return nil, err
 	}
 	return l.Items, nil
@@ -147,7 +148,7 @@ func (r cacheReader) ServiceSlices(ns, name string) ([]discoveryv1.EndpointSlice
 
 func (r cacheReader) PodAddresses(k types.NamespacedName) ([]kubeovnv1.IP, error) {
 	var l kubeovnv1.IPList
-	if err := r.list(&l, client.MatchingFields{indexAddressPod: k.Namespace + "/" + k.Name}); err != nil {
+	if err := r.list(&l, client.MatchingFields{wake.IndexAddressPod: k.Namespace + "/" + k.Name}); err != nil {
 		return nil, err
 	}
 	return l.Items, nil

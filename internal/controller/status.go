@@ -69,7 +69,7 @@ func (r *GatewayReconciler) noteSync(key string, gp *model.GatewayPlan, generati
 	if r.Status == nil {
 		return
 	}
-	s := status.Sync{Programmed: generation > 0, Generation: generation, Identities: len(gp.State.Identities)}
+	s := status.Sync{Programmed: generation > 0, Generation: generation, Identities: gp.Update().Identities}
 	for _, inst := range transportInstances(gp) {
 		s.Instances = append(s.Instances, instanceRef(inst))
 	}

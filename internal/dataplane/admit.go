@@ -83,44 +83,64 @@ func firstReason(m map[gwstate.IdentityKey]string) string {
 	return m[keys[0]]
 }
 
-// admit splits the complete desired state st into what the agent programs and what it refuses.
-// Identities equal to their committed version were validated when they were committed; the
-// others are screened, and so are the keys in force (refused by the kernel in an earlier round
-// of this message). The result is st with every refused identity replaced by its committed
-// version, or left out when none is committed.
+// admission is the one admission of both message kinds (SPEC D8, N2, N4): it decides which of
+// ids, desired identities, the agent programs. Identities equal to their committed version were
+// validated when they were committed and are left out (nothing to program); the others are
+// screened, except the keys in force (refused by the kernel in an earlier round of this
+// message), which are refused again; a refusal holds back its group. It returns the changed
+// identities it admits, in ids' order, and the refused ones with why (nil: none). An error (the gateway's
+// addresses could not be read, too many refusals) refuses the whole message.
+func (a *Agent) admission(ids []gwstate.Identity, force map[gwstate.IdentityKey]string) ([]gwstate.Identity, map[gwstate.IdentityKey]refusal, error) {
+	var changed, check, forced []gwstate.Identity
+	for _, id := range ids {
+		if _, ok := force[id.Key()]; ok {
+			forced = append(forced, id)
+		} else if old, ok := a.present[id.Key()]; ok && identityEqual(old, id) {
+			continue
+		} else {
+			check = append(check, id)
+		}
+		changed = append(changed, id)
+	}
+	reasons, err := a.screen(check)
+	if err != nil {
+		return nil, nil, err
+	}
+	maps.Copy(reasons, force)
+	if err := holdGroups(append(slices.Clip(check), forced...), reasons); err != nil {
+		return nil, nil, err
+	}
+	if len(reasons) == 0 {
+		return changed, nil, nil // the common case: nothing refused, nothing more to allocate
+	}
+	admitted := make([]gwstate.Identity, 0, len(changed))
+	refused := make(map[gwstate.IdentityKey]refusal, len(reasons))
+	for _, id := range changed {
+		if reason, no := reasons[id.Key()]; no {
+			refused[id.Key()] = refusal{id: id, reason: reason}
+			continue
+		}
+		admitted = append(admitted, id)
+	}
+	return admitted, refused, nil
+}
+
+// admit splits the complete desired state st into what the agent programs and what it refuses
+// (admission). The result is st with every refused identity replaced by its committed version,
+// or left out when none is committed.
 func (a *Agent) admit(st gwstate.State, force map[gwstate.IdentityKey]string) (gwstate.State, map[gwstate.IdentityKey]refusal, error) {
 	if err := st.ValidateShape(); err != nil {
 		return gwstate.State{}, nil, err
 	}
-	var check, forced []gwstate.Identity
-	for _, id := range st.Identities {
-		if _, ok := force[id.Key()]; ok {
-			forced = append(forced, id)
-			continue
-		}
-		if old, ok := a.present[id.Key()]; ok && identityEqual(old, id) {
-			continue
-		}
-		check = append(check, id)
-	}
-	reasons, err := a.screen(check)
+	_, refused, err := a.admission(st.Identities, force)
 	if err != nil {
 		return gwstate.State{}, nil, err
 	}
-	maps.Copy(reasons, force)
-	if err := holdGroups(append(check, forced...), reasons); err != nil {
-		return gwstate.State{}, nil, err
-	}
-	refused := make(map[gwstate.IdentityKey]refusal, len(reasons))
 	eff := gwstate.State{Generation: st.Generation, ClusterIPs: st.ClusterIPs, Identities: make([]gwstate.Identity, 0, len(st.Identities))}
 	for _, id := range st.Identities {
-		reason, no := reasons[id.Key()]
-		if !no {
+		if _, no := refused[id.Key()]; !no {
 			eff.Identities = append(eff.Identities, id)
-			continue
-		}
-		refused[id.Key()] = refusal{id: id, reason: reason}
-		if old, ok := a.present[id.Key()]; ok {
+		} else if old, ok := a.present[id.Key()]; ok {
 			eff.Identities = append(eff.Identities, old) // sorted as st: same key
 		}
 	}

@@ -237,7 +237,7 @@ func (a *Agent) Retry(ctx context.Context) (bool, error) {
 	if a.last == nil || a.released || (a.synced && a.vipsSynced) {
 		return false, nil
 	}
-	return true, a.converge(ctx, *a.desired(), false, nil)
+	return true, a.convergeDesired(ctx, nil)
 }
 
 // Verify looks for drift: the agent's objects in the table have the content it committed
@@ -255,7 +255,7 @@ func (a *Agent) Verify(ctx context.Context) (string, error) {
 		return "", nil
 	}
 	if !a.synced || !a.vipsSynced {
-		return "", a.converge(ctx, *a.desired(), false, nil)
+		return "", a.convergeDesired(ctx, nil)
 	}
 	drift, intact, err := a.be.check(ctx, a.expectation())
 	if err != nil {
@@ -279,7 +279,7 @@ func (a *Agent) Verify(ctx context.Context) (string, error) {
 	// The identities found whole get only their element (SPEC L8: a hand-removed element at
 	// 10,000 identities is one small transaction, not a rewrite of every chain).
 	a.intact, a.repairing = intact, true
-	err = a.converge(ctx, *a.desired(), false, nil)
+	err = a.convergeDesired(ctx, nil)
 	a.intact, a.repairing = nil, false
 	if err != nil {
 		return drift, fmt.Errorf("repairing drift (%s): %w", drift, err)

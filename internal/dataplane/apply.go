@@ -115,6 +115,16 @@ func (a *Agent) applyChanges(ctx context.Context, c changes, generation int64, c
 
 	targets := a.targets(false, c)
 	applyVIPDelta(a.vipRefs, vipDelta)
+	a.book(c)
+	a.log.V(1).Info("applied changes", "generation", generation, "changed", len(c.upserts), "removed", len(c.removed),
+		"identities", len(a.applied), "operations", tx.size()+stagedOps, "stagingTransactions", stagedTx, "kernelTime", a.commitTime.String())
+	return a.finish(targets, clusterIPs, convergeLo)
+}
+
+// book records the committed change set c, the one booking of both apply paths: present holds
+// every identity of the desired state the kernel has (with or without backends), applied those
+// with backends (objects in the table). Staged chains are referenced by the commit.
+func (a *Agent) book(c changes) {
 	for _, old := range c.removed {
 		delete(a.present, old.Key())
 		delete(a.applied, old.Key())
@@ -128,9 +138,6 @@ func (a *Agent) applyChanges(ctx context.Context, c changes, generation int64, c
 		}
 	}
 	a.staged = nil
-	a.log.V(1).Info("applied changes", "generation", generation, "changed", len(c.upserts), "removed", len(c.removed),
-		"identities", len(a.applied), "operations", tx.size()+stagedOps, "stagingTransactions", stagedTx, "kernelTime", a.commitTime.String())
-	return a.finish(targets, clusterIPs, convergeLo)
 }
 
 // fullApply lists the table and makes it exactly st, as far as the agent's objects go
@@ -176,8 +183,8 @@ func (a *Agent) fullApply(ctx context.Context, st gwstate.State) error {
 		}
 	}
 	targets := a.targets(true, c)
-	a.applied, a.present, a.vipRefs = desired, present, countVIPs(desired)
-	a.staged = nil // referenced now, or deleted by the full sync as stale
+	a.book(c) // staged chains are referenced now, or deleted by the full sync as stale
+	a.vipRefs = countVIPs(a.applied)
 	a.synced = true
 	a.log.V(1).Info("applied state", "generation", st.Generation, "identities", len(desired), "operations", tx.size()+stagedOps,
 		"stagingTransactions", stagedTx, "full", true, "kernelTime", a.commitTime.String())

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 
 	"github.com/vpcgw/vpcgw/internal/gwstate"
@@ -34,6 +35,7 @@ func (a *Agent) ApplyMessage(ctx context.Context, msg gwstate.State) error {
 	if msg.Base != a.lastGen {
 		return fmt.Errorf("delta against generation %d, but the state held is generation %d: send a complete state", msg.Base, a.lastGen)
 	}
+
 	if a.synced && a.vipsSynced && len(a.staged) == 0 {
 		err := a.applyDelta(ctx, msg)
 		var kr *kernelRefusal
@@ -42,13 +44,27 @@ func (a *Agent) ApplyMessage(ctx context.Context, msg gwstate.State) error {
 		}
 		// The delta is the desired state now; program it without what the kernel refused.
 		a.log.Info("the kernel refused identities; programming the state without them", "refused", len(kr.reasons), "generation", msg.Generation, "error", kr.err.Error())
-		return a.converge(ctx, *a.desired(), false, kr.reasons)
+		return a.convergeDesired(ctx, kr.reasons)
 	}
-	st, err := a.desired().Merge(msg)
+	desired, err := a.desired()
+	if err != nil {
+		return err
+	}
+	st, err := desired.Merge(msg)
 	if err != nil {
 		return fmt.Errorf("%w: send a complete state", err)
 	}
 	return a.converge(ctx, st, true, nil)
+}
+
+// convergeDesired programs the desired state again (Retry, Verify, the kernel's refusals of a
+// delta); force are identities the kernel already refused.
+func (a *Agent) convergeDesired(ctx context.Context, force map[gwstate.IdentityKey]string) error {
+	st, err := a.desired()
+	if err != nil {
+		return err
+	}
+	return a.converge(ctx, *st, false, force)
 }
 
 // pendingID is one entry of Agent.pending: an identity upserted or removed by a delta since
@@ -65,10 +81,15 @@ func (a *Agent) setLast(st *gwstate.State) {
 }
 
 // desired returns the complete desired state: last with the pending deltas merged in (O(n),
-// done only when the complete state is needed, and then kept).
-func (a *Agent) desired() *gwstate.State {
-	if a.last == nil || (len(a.pending) == 0 && a.last.Generation == a.lastGen) {
-		return a.last
+// done only when the complete state is needed, and then kept). An error means the agent's own
+// memory is inconsistent: the caller refuses the message, and the controller sends a complete
+// state.
+func (a *Agent) desired() (*gwstate.State, error) {
+	if a.last == nil {
+		return nil, errors.New("no desired state yet: send a complete state")
+	}
+	if len(a.pending) == 0 && a.last.Generation == a.lastGen {
+		return a.last, nil
 	}
 	d := gwstate.State{Generation: a.lastGen, Base: a.last.Generation, ClusterIPs: a.lastClusterIPs}
 	for k, p := range a.pending {
@@ -81,14 +102,15 @@ func (a *Agent) desired() *gwstate.State {
 	d.Normalize() // sorts by key; backends and ClusterIPs are normalized already
 	st, err := a.last.Merge(d)
 	if err != nil {
-		panic(fmt.Sprintf("merging pending deltas: %v", err)) // Base is last's generation
+		return nil, fmt.Errorf("merging the deltas accepted since generation %d into the desired state: %w", a.last.Generation, err)
 	}
 	a.setLast(&st)
-	return a.last
+	return a.last, nil
 }
 
-// recordDelta records the accepted delta msg in the desired state in O(len(msg)).
-func (a *Agent) recordDelta(msg gwstate.State) {
+// recordDelta records the accepted delta msg, whose ClusterIPs are clusterIPs, in the desired
+// state in O(len(msg)).
+func (a *Agent) recordDelta(msg gwstate.State, clusterIPs []netip.Addr) {
 	if a.pending == nil {
 		a.pending = make(map[gwstate.IdentityKey]pendingID, len(msg.Identities)+len(msg.Removed))
 	}
@@ -98,7 +120,7 @@ func (a *Agent) recordDelta(msg gwstate.State) {
 	for _, id := range msg.Identities {
 		a.pending[id.Key()] = pendingID{id: id}
 	}
-	a.lastGen, a.lastClusterIPs = msg.Generation, msg.ClusterIPs
+	a.lastGen, a.lastClusterIPs = msg.Generation, clusterIPs
 }
 
 // applyDelta is the fast path of a delta (SPEC P1): the agent is synced, so what it committed
@@ -115,59 +137,40 @@ func (a *Agent) applyDelta(ctx context.Context, msg gwstate.State) error {
 	// Identities refused before are tried again with every message, unless this one changes or
 	// removes them (admit.go).
 	upserts := msg.Identities
-	refused := a.refused
-	if len(refused) > 0 {
-		refused = maps.Clone(refused)
+	if len(a.refused) > 0 {
+		retry := maps.Clone(a.refused)
 		for _, k := range msg.Removed {
-			delete(refused, k)
+			delete(retry, k)
 		}
 		for _, id := range msg.Identities {
-			delete(refused, id.Key())
+			delete(retry, id.Key())
 		}
-		if len(refused) > 0 {
+		if len(retry) > 0 {
 			upserts = slices.Clone(upserts)
-			for _, r := range refused {
+			for _, r := range retry {
 				upserts = append(upserts, r.id)
 			}
 			slices.SortFunc(upserts, func(x, y gwstate.Identity) int { return x.Key().Compare(y.Key()) })
-			clear(refused)
 		}
 	}
-	var candidates []gwstate.Identity // upserts that differ from the committed identities
-	for _, id := range upserts {
-		if old, ok := a.present[id.Key()]; ok && identityEqual(old, id) {
-			continue
-		}
-		candidates = append(candidates, id)
-	}
-	reasons, err := a.screen(candidates)
-	if err == nil {
-		err = holdGroups(candidates, reasons)
-	}
+	admitted, refused, err := a.admission(upserts, nil)
 	if err != nil {
 		return fmt.Errorf("invalid state: %w", err)
 	}
-
-	var c changes
-	for _, id := range candidates {
-		if reason, no := reasons[id.Key()]; no {
-			if refused == nil {
-				refused = map[gwstate.IdentityKey]refusal{}
-			}
-			refused[id.Key()] = refusal{id: id, reason: reason}
-			continue
-		}
-		c.upserts = append(c.upserts, id)
-	}
+	c := changes{upserts: admitted}
 	for _, k := range msg.Removed {
 		if old, ok := a.present[k]; ok {
 			c.removed = append(c.removed, old)
 		}
 	}
 	a.refused = refused
-	loChanged := !slices.Equal(a.lastClusterIPs, msg.ClusterIPs)
-	a.recordDelta(msg)
-	return a.applyChanges(ctx, c, msg.Generation, msg.ClusterIPs, loChanged)
+	// A delta that keeps its base's ClusterIPs leaves lo as it is, without comparing them.
+	clusterIPs, loChanged := a.lastClusterIPs, false
+	if !msg.SameClusterIPs {
+		clusterIPs, loChanged = msg.ClusterIPs, !slices.Equal(a.lastClusterIPs, msg.ClusterIPs)
+	}
+	a.recordDelta(msg, clusterIPs)
+	return a.applyChanges(ctx, c, msg.Generation, clusterIPs, loChanged)
 }
 
 // cleanConntrack deletes the flows targets name (SPEC D6). A failure is logged, not returned:

@@ -127,7 +127,11 @@ func TestDeltaFastPathRandomMatchesFresh(t *testing.T) {
 				t.Fatal("the sequence never cleaned conntrack")
 			}
 			want := states[len(states)-1]
-			got := *a.desired()
+			desired, err := a.desired()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := *desired
 			if got.Generation != want.Generation || !slices.Equal(got.ClusterIPs, want.ClusterIPs) || !reflect.DeepEqual(normIDs(got.Identities), normIDs(want.Identities)) {
 				t.Fatalf("desired state after the deltas:\n%+v\nwant the merged complete state\n%+v", got, want)
 			}
@@ -244,8 +248,8 @@ func TestDeltaFastPathFailedTransaction(t *testing.T) {
 			if got, w := sortElements(f.Dump()), sortElements(freshDump(t, want)); got != w {
 				t.Fatalf("after recovery:\n%s\nwant:\n%s", got, w)
 			}
-			if d := a.desired(); d.Generation != want.Generation || !reflect.DeepEqual(normIDs(d.Identities), normIDs(want.Identities)) {
-				t.Fatalf("desired state %+v, want %+v", *d, want)
+			if d, err := a.desired(); err != nil || d.Generation != want.Generation || !reflect.DeepEqual(normIDs(d.Identities), normIDs(want.Identities)) {
+				t.Fatalf("desired state %+v (%v), want %+v", d, err, want)
 			}
 			// And the fast path is back.
 			s4 := want

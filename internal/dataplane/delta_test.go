@@ -5,6 +5,8 @@ package dataplane
 import (
 	"context"
 	"encoding/json"
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -70,5 +72,65 @@ func TestDeltaBeforeCompleteStateRefused(t *testing.T) {
 	line, _ := json.Marshal(gwstate.State{Generation: 2, Base: 1})
 	if ack := handleLine(context.Background(), a, line, logr.Discard()); !strings.Contains(ack.Error, "before any complete state") {
 		t.Fatalf("ack = %+v, want a refusal", ack)
+	}
+}
+
+// covers: P1, P3, D5
+// A delta that keeps its base's ClusterIPs (gwstate.State.SameClusterIPs) leaves the desired
+// ClusterIPs as they were; the agent says it accepts such deltas; one that both keeps and
+// carries ClusterIPs is refused whole, and so is a complete state that keeps them.
+func TestDeltaKeepsItsBasesClusterIPs(t *testing.T) {
+	a := NewAgent(newFake(), logr.Discard())
+	send := func(msg gwstate.State) gwstate.Ack {
+		t.Helper()
+		line, err := json.Marshal(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return handleLine(context.Background(), a, line, logr.Discard())
+	}
+	cips := []netip.Addr{netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("10.96.0.2")}
+	first := state(1, ident("10.96.0.1", 80, gwstate.TCP, be("10.0.1.1", 8080)))
+	first.ClusterIPs = cips
+	if ack := send(first); ack.Error != "" || !ack.SameClusterIPs {
+		t.Fatalf("complete state: ack %+v, want success with SameClusterIPs", ack)
+	}
+	d := gwstate.State{Generation: 2, Base: 1, SameClusterIPs: true, Identities: []gwstate.Identity{ident("10.96.0.1", 80, gwstate.TCP, be("10.0.1.2", 8080))}}
+	if ack := send(d); ack.Error != "" {
+		t.Fatalf("delta keeping the ClusterIPs: ack %+v", ack)
+	}
+	desired, err := a.desired()
+	if err != nil || desired.Generation != 2 || !slices.Equal(desired.ClusterIPs, cips) || desired.Identities[0].Backends[0] != be("10.0.1.2", 8080) {
+		t.Fatalf("desired state %+v (%v), want generation 2 with ClusterIPs %v and the new backend", desired, err, cips)
+	}
+	// The same through the full path (an agent that does not trust its memory merges).
+	a.synced = false
+	d.Generation, d.Base = 3, 2
+	if ack := send(d); ack.Error != "" {
+		t.Fatalf("delta keeping the ClusterIPs, full path: ack %+v", ack)
+	}
+	if desired, err := a.desired(); err != nil || desired.Generation != 3 || !slices.Equal(desired.ClusterIPs, cips) {
+		t.Fatalf("desired state after the full path %+v (%v), want generation 3 with ClusterIPs %v", desired, err, cips)
+	}
+	for name, c := range map[string]struct {
+		msg  gwstate.State
+		want string
+	}{
+		"keeps and carries": {gwstate.State{Generation: 4, Base: 3, SameClusterIPs: true, ClusterIPs: cips[:1]}, "carries 1 ClusterIPs"},
+		"complete":          {gwstate.State{Generation: 4, SameClusterIPs: true}, "cannot keep its base's ClusterIPs"},
+	} {
+		if ack := send(c.msg); !strings.Contains(ack.Error, c.want) {
+			t.Errorf("%s: ack %+v, want an error with %q", name, ack, c.want)
+		}
+	}
+}
+
+// covers: D8
+// An agent without a desired state says so instead of failing on its memory: the caller
+// refuses the message, and the controller sends a complete state.
+func TestDesiredStateBeforeAnyState(t *testing.T) {
+	a := NewAgent(newFake(), logr.Discard())
+	if st, err := a.desired(); err == nil || st != nil || !strings.Contains(err.Error(), "send a complete state") {
+		t.Fatalf("desired() = %v, %v; want an error asking for a complete state", st, err)
 	}
 }

@@ -345,8 +345,8 @@ func TestOwnAddressBackendRefused(t *testing.T) {
 			if got := sortElements(f.Dump()); got != want {
 				t.Errorf("backend %s (%s): table\n%s\nwant the previous web beside the new identity:\n%s", bad, how, got, want)
 			}
-			if d := a.desired(); d.Generation != gen || len(d.Identities) != 2 || !d.Identities[0].Equal(evil) {
-				t.Errorf("backend %s (%s): desired state is generation %d with %+v, want generation %d as sent", bad, how, d.Generation, d.Identities, gen)
+			if d, err := a.desired(); err != nil || d.Generation != gen || len(d.Identities) != 2 || !d.Identities[0].Equal(evil) {
+				t.Errorf("backend %s (%s): desired state is %+v (%v), want generation %d as sent", bad, how, d, err, gen)
 			}
 		}
 		gen++

@@ -37,6 +37,9 @@ type nlBackend struct {
 	fd    int
 	seq   uint32
 	table *nftables.Table
+	// answers is readAnswers' buffer, one for the socket: its reads are serialised as its
+	// requests are.
+	answers []byte
 	// anon numbers the next anonymous map (see anonName). inventory raises it above the number
 	// of every set already in the table that has a name of that form.
 	anon uint64
@@ -321,63 +324,35 @@ func (b *nlBackend) sendBatch(msgs []netlink.Message) error {
 	// when reading it failed) are skipped by their sequence numbers.
 	var errs []error
 	failed := 0
-	acked := false
 	bf := &batchFailure{}
-	rbuf := make([]byte, 1<<16)
-	for !acked {
-		n, _, err := unix.Recvfrom(b.fd, rbuf, unix.MSG_DONTWAIT)
-		if errors.Is(err, unix.EAGAIN) {
-			// Not expected (the answers are queued before sendmsg returns); wait a little.
-			if failed > 0 {
-				break
-			}
-			fds := []unix.PollFd{{Fd: int32(b.fd), Events: unix.POLLIN}}
-			if k, perr := unix.Poll(fds, 10_000); perr != nil && !errors.Is(perr, unix.EINTR) {
-				return fmt.Errorf("waiting for the kernel's answer: %w", perr)
-			} else if k == 0 {
-				return errors.New("no answer from the kernel to the batch within 10s")
-			}
-			continue
+	// Once a message failed, the ack of the last may never come: stop when none is queued (the
+	// answers are queued before sendmsg returns).
+	idle := func() bool { return failed > 0 }
+	err := b.readAnswers(" to the batch", idle, func(typ uint16, _ uint32, body []byte) (bool, error) {
+		if typ != unix.NLMSG_ERROR || len(body) < 4+unix.NLMSG_HDRLEN {
+			return false, nil
 		}
-		if errors.Is(err, unix.EINTR) {
-			continue
+		code := int32(binary.NativeEndian.Uint32(body[0:]))
+		seq := binary.NativeEndian.Uint32(body[4+8:]) // the answered message's
+		if seq-first > last-first {
+			return false, nil // not this batch's
 		}
-		if err != nil {
-			// ENOBUFS: answers were lost; whether the batch committed is unknown.
-			return fmt.Errorf("reading the kernel's answer: %w", err)
-		}
-		for d := rbuf[:n]; len(d) >= unix.NLMSG_HDRLEN; {
-			l := int(binary.NativeEndian.Uint32(d[0:]))
-			if l < unix.NLMSG_HDRLEN || l > len(d) {
-				return fmt.Errorf("malformed netlink answer (length %d of %d)", l, len(d))
+		if code != 0 {
+			// The first errors name the cause; later messages often fail because of it.
+			e := batchError(msgs, first, seq, syscall.Errno(-code))
+			if failed++; failed <= 3 {
+				errs = append(errs, e)
 			}
-			typ := binary.NativeEndian.Uint16(d[4:])
-			body := d[unix.NLMSG_HDRLEN:l]
-			d = d[min((l+3)&^3, len(d)):]
-			if typ != unix.NLMSG_ERROR || len(body) < 4+unix.NLMSG_HDRLEN {
-				continue
-			}
-			code := int32(binary.NativeEndian.Uint32(body[0:]))
-			seq := binary.NativeEndian.Uint32(body[4+8:])
-			if seq-first > last-first {
-				continue // not this batch's
-			}
-			if code != 0 {
-				// The first errors name the cause; later messages often fail because of it.
-				e := batchError(msgs, first, seq, syscall.Errno(-code))
-				if failed++; failed <= 3 {
-					errs = append(errs, e)
-				}
-				if i := int(seq) - int(first) - 1; i >= 0 && i < len(msgs) {
-					bf.failed = append(bf.failed, failedMsg{index: i, err: e})
-				} else {
-					bf.whole = true // the batch itself failed (its commit): no message is the cause
-				}
-			}
-			if seq == last {
-				acked = true
+			if i := int(seq) - int(first) - 1; i >= 0 && i < len(msgs) {
+				bf.failed = append(bf.failed, failedMsg{index: i, err: e})
+			} else {
+				bf.whole = true // the batch itself failed (its commit): no message is the cause
 			}
 		}
+		return seq == last, nil
+	})
+	if err != nil {
+		return err
 	}
 	if failed > 3 {
 		errs = append(errs, fmt.Errorf("and %d more failed messages", failed-3))
@@ -390,6 +365,51 @@ func (b *nlBackend) sendBatch(msgs []netlink.Message) error {
 		bf.failed = nil
 	}
 	return bf
+}
+
+// readAnswers is the one reader of the kernel's netlink answers on the batch socket: it hands
+// each message (type, sequence number, body: valid until answer returns) to answer until answer
+// says done or fails. When no answer is queued it stops if stop says so (nil: never), and
+// otherwise waits up to 10 s for one. what names the request in the timeout's error.
+func (b *nlBackend) readAnswers(what string, stop func() bool, answer func(typ uint16, seq uint32, body []byte) (done bool, err error)) error {
+	if b.answers == nil {
+		b.answers = make([]byte, 1<<16)
+	}
+	fd, rbuf := b.fd, b.answers
+	for {
+		n, _, err := unix.Recvfrom(fd, rbuf, unix.MSG_DONTWAIT)
+		switch {
+		case errors.Is(err, unix.EAGAIN):
+			if stop != nil && stop() {
+				return nil
+			}
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			if k, perr := unix.Poll(fds, 10_000); perr != nil && !errors.Is(perr, unix.EINTR) {
+				return fmt.Errorf("waiting for the kernel's answer: %w", perr)
+			} else if k == 0 {
+				return fmt.Errorf("no answer from the kernel%s within 10s", what)
+			}
+			continue
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			// ENOBUFS: answers were lost; whether a batch committed is unknown.
+			return fmt.Errorf("reading the kernel's answer: %w", err)
+		}
+		for d := rbuf[:n]; len(d) >= unix.NLMSG_HDRLEN; {
+			l := int(binary.NativeEndian.Uint32(d[0:]))
+			if l < unix.NLMSG_HDRLEN || l > len(d) {
+				return fmt.Errorf("malformed netlink answer (length %d of %d)", l, len(d))
+			}
+			typ := binary.NativeEndian.Uint16(d[4:])
+			seq := binary.NativeEndian.Uint32(d[8:])
+			body := d[unix.NLMSG_HDRLEN:l]
+			d = d[min((l+3)&^3, len(d)):]
+			if done, err := answer(typ, seq, body); done || err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // batchFailure is a batch the kernel refused: failed are its refused messages (by index into
@@ -1263,53 +1283,27 @@ func (b *nlBackend) request(msgType uint16, flags netlink.HeaderFlags, attrs []b
 		return fmt.Errorf("sending: %w", err)
 	}
 	dump := flags&netlink.Dump != 0
-	rbuf := make([]byte, 1<<16)
-	for {
-		fds := []unix.PollFd{{Fd: int32(b.fd), Events: unix.POLLIN}}
-		if k, err := unix.Poll(fds, 10_000); err != nil && !errors.Is(err, unix.EINTR) {
-			return fmt.Errorf("waiting for the kernel's answer: %w", err)
-		} else if k == 0 {
-			return errors.New("no answer from the kernel within 10s")
+	return b.readAnswers("", nil, func(typ uint16, mseq uint32, body []byte) (bool, error) {
+		if mseq != seq {
+			return false, nil // an answer to an earlier batch
 		}
-		n, _, err := unix.Recvfrom(b.fd, rbuf, unix.MSG_DONTWAIT)
-		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("reading the kernel's answer: %w", err)
-		}
-		for d := rbuf[:n]; len(d) >= unix.NLMSG_HDRLEN; {
-			l := int(binary.NativeEndian.Uint32(d[0:]))
-			if l < unix.NLMSG_HDRLEN || l > len(d) {
-				return fmt.Errorf("malformed netlink answer (length %d of %d)", l, len(d))
-			}
-			typ := binary.NativeEndian.Uint16(d[4:])
-			mseq := binary.NativeEndian.Uint32(d[8:])
-			body := d[unix.NLMSG_HDRLEN:l]
-			d = d[min((l+3)&^3, len(d)):]
-			if mseq != seq {
-				continue // an answer to an earlier batch
-			}
-			switch typ {
-			case unix.NLMSG_DONE:
-				return nil
-			case unix.NLMSG_ERROR:
-				if len(body) >= 4 {
-					if code := int32(binary.NativeEndian.Uint32(body)); code != 0 {
-						return syscall.Errno(-code)
-					}
+		switch typ {
+		case unix.NLMSG_DONE:
+			return true, nil
+		case unix.NLMSG_ERROR:
+			if len(body) >= 4 {
+				if code := int32(binary.NativeEndian.Uint32(body)); code != 0 {
+					return true, syscall.Errno(-code)
 				}
-				return nil
 			}
-			if len(body) < 4 {
-				continue
-			}
-			if err := fn(typ, body[4:]); err != nil {
-				return err
-			}
-			if !dump {
-				return nil
-			}
+			return true, nil
 		}
-	}
+		if len(body) < 4 {
+			return false, nil
+		}
+		if err := fn(typ, body[4:]); err != nil {
+			return true, err
+		}
+		return !dump, nil
+	})
 }

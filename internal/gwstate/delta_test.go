@@ -95,6 +95,8 @@ func TestDeltaRejected(t *testing.T) {
 		"bad removed port":            {State{Generation: 2, Base: 1, Removed: []IdentityKey{{VIP: netip.MustParseAddr("10.0.0.1"), Port: 0, Protocol: TCP}}}, "outside 1..65535"},
 		"bad removed protocol":        {State{Generation: 2, Base: 1, Removed: []IdentityKey{{VIP: netip.MustParseAddr("10.0.0.1"), Port: 80, Protocol: "sctp"}}}, "not tcp or udp"},
 		"negative base":               {State{Generation: 2, Base: -1}, "negative"},
+		"complete keeping ClusterIPs": {State{Generation: 2, SameClusterIPs: true}, "cannot keep its base's ClusterIPs"},
+		"keeping and carrying":        {State{Generation: 2, Base: 1, SameClusterIPs: true, ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.1")}}, "carries 1 ClusterIPs"},
 	} {
 		if err := c.st.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: Validate() = %v, want an error with %q", name, err, c.want)

@@ -48,6 +48,10 @@ type State struct {
 	// agent that said it accepts them (Ack.Deltas), so an older agent always gets complete states.
 	Base    int64         `json:"base,omitempty"`
 	Removed []IdentityKey `json:"removed,omitempty"`
+	// SameClusterIPs, in a delta, says the ClusterIPs are those of the base state, and
+	// ClusterIPs is empty: a change of endpoints at 10,000 Services does not carry 10,000
+	// addresses. Sent only to an agent that said it accepts it (Ack.SameClusterIPs).
+	SameClusterIPs bool `json:"sameClusterIPs,omitempty"`
 
 	// Ping > 0 makes the line a keepalive, not a state: the agent changes nothing and answers
 	// Ack.Pong = Ping. The controller pings only an agent that said it answers them
@@ -112,6 +116,9 @@ type Ack struct {
 	ConntrackDeleted int `json:"conntrackDeleted,omitempty"`
 	// Deltas: the agent accepts delta states (State.Base) on this stream.
 	Deltas bool `json:"deltas,omitempty"`
+	// SameClusterIPs: the agent accepts deltas that keep their base's ClusterIPs
+	// (State.SameClusterIPs).
+	SameClusterIPs bool `json:"sameClusterIPs,omitempty"`
 	// Keepalive: the agent answers State.Ping; Pong is the answer to one (no state applied).
 	Keepalive bool  `json:"keepalive,omitempty"`
 	Pong      int64 `json:"pong,omitempty"`
@@ -231,6 +238,10 @@ func (s State) ValidateShape() error {
 		return fmt.Errorf("base generation %d is negative", s.Base)
 	case s.Base == 0 && len(s.Removed) > 0:
 		return fmt.Errorf("a complete state (no base generation) cannot remove identities")
+	case s.SameClusterIPs && s.Base == 0:
+		return fmt.Errorf("a complete state (no base generation) cannot keep its base's ClusterIPs")
+	case s.SameClusterIPs && len(s.ClusterIPs) > 0:
+		return fmt.Errorf("a delta that keeps its base's ClusterIPs carries %d ClusterIPs", len(s.ClusterIPs))
 	}
 	for _, k := range s.Removed {
 		if err := k.validate(); err != nil {
@@ -398,6 +409,9 @@ func (s State) Merge(d State) (State, error) {
 		drop[id.Key()] = true
 	}
 	out := State{Generation: d.Generation, Identities: make([]Identity, 0, len(s.Identities)+len(d.Identities)), ClusterIPs: d.ClusterIPs}
+	if d.SameClusterIPs {
+		out.ClusterIPs = s.ClusterIPs
+	}
 	// Both lists are sorted: merge them.
 	i, j := 0, 0
 	for i < len(s.Identities) || j < len(d.Identities) {

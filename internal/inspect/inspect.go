@@ -1,7 +1,9 @@
 // Package inspect answers an operator's questions with the controller's own model: what each
 // Service is served as, why one is not and what to do about it, and what a gateway's instances
 // and routes hold (SPEC O2). The rules are the controller's: internal/model.Compute on a snapshot
-// read through the API, with the gates the running controller publishes (internal/status).
+// read through the API, with the gates the running controller publishes (internal/status). What
+// each gateway's plan reads, the model says: the snapshot is read through the model's Reader
+// (model.ReadScope over the lists read once), as the controller reads its cache.
 package inspect
 
 import (
@@ -92,28 +94,15 @@ func Snapshot(ctx context.Context, c client.Reader, o SnapshotOptions) (Read, er
 			rd.RecordsUnknown = true
 		}
 	}
-	owners := map[string]bool{}
-	for _, r := range records.Items {
-		owners[r.Labels[model.LabelRecordUID]] = true
-	}
-	for _, r := range serviceRecords.Items {
-		owners[r.Labels[model.LabelRecordUID]] = true
-	}
-	s.ServiceRecords = serviceRecords.Items
-	for _, svc := range svcs.Items {
-		include := o.Include != nil && svc.UID == o.Include.UID
-		if include || svc.Annotations[model.AnnotationGateway] != "" || slices.Contains(svc.Finalizers, model.Finalizer) || owners[string(svc.UID)] {
-			s.Services = append(s.Services, svc)
-		}
-	}
-	if o.Include != nil && !slices.ContainsFunc(s.Services, func(svc corev1.Service) bool { return svc.UID == o.Include.UID }) {
-		s.Services = append(s.Services, *o.Include)
+	reader := &listReader{services: svcs.Items, slices: slices_.Items, records: records.Items, serviceRecords: serviceRecords.Items}
+	if o.Include != nil && !slices.ContainsFunc(reader.services, func(svc corev1.Service) bool { return svc.UID == o.Include.UID }) {
+		reader.services = append(reader.services, *o.Include)
 	}
 	for _, p := range pods.Items {
 		if p.Labels[model.LabelGatewayPod] == "true" {
 			s.GatewayPods = append(s.GatewayPods, p)
 		} else {
-			s.Pods = append(s.Pods, p)
+			reader.pods = append(reader.pods, p)
 		}
 	}
 	s.Placement = placement(ctx, c, o.KubeOVNNamespace)
@@ -137,10 +126,15 @@ func Snapshot(ctx context.Context, c client.Reader, o SnapshotOptions) (Read, er
 	case err != nil:
 		return rd, fmt.Errorf("listing IPs: %w", err)
 	default:
-		s.PodAddresses = addrs.Items
+		reader.addresses = addrs.Items
 	}
-	s.EndpointSlices, s.Gateways, s.EIPs, s.Subnets, s.Records = slices_.Items, gws.Items, eips.Items, subnets.Items, records.Items
-	s.Vpcs = vpcs.Items
+	s.Gateways, s.EIPs, s.Subnets, s.Vpcs = gws.Items, eips.Items, subnets.Items, vpcs.Items
+	// What each gateway's plan reads, the model says (model.ReadScope), as in the controller.
+	read, err := readGateways(reader, *s, o.Include)
+	if err != nil {
+		return rd, err
+	}
+	rd.Snapshot = read
 	return rd, nil
 }
 

@@ -19,6 +19,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/vpcgw/vpcgw/internal/ovsbuild"
 )
 
 // Schema files in the kube-ovn assets directory (hack/tools/kubeovn/build.sh extracts them from
@@ -49,10 +51,8 @@ type dbServer struct {
 // their ovsdb-servers and ovn-northd. dir should be short: unix socket paths are limited to 108
 // bytes.
 func StartOVN(dir, kubeOVNDir string) (o *OVN, err error) {
-	for _, bin := range []string{"ovsdb-server", "ovsdb-tool", "ovn-northd", "ovn-nbctl", "ovn-sbctl"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			return nil, fmt.Errorf("%s is not installed (apt-get install -y ovn-central)", bin)
-		}
+	if err := ovsbuild.Check("ovsdb-server", "ovsdb-tool", "ovn-nbctl", "ovn-sbctl", "ovn-appctl"); err != nil {
+		return nil, err
 	}
 	o = &OVN{dir: dir}
 	defer func() {
@@ -66,32 +66,60 @@ func StartOVN(dir, kubeOVNDir string) (o *OVN, err error) {
 	if o.sb, err = startDB(dir, "sb", filepath.Join(kubeOVNDir, SBSchemaFile)); err != nil {
 		return nil, err
 	}
+	if err := o.startNorthd(); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// startNorthd starts ovn-northd and waits until it is the active northd and has written SB_Global
+// from NB_Global, so callers start from a working pipeline.
+func (o *OVN) startNorthd() (err error) {
+	ctlSock := filepath.Join(o.dir, "northd.ctl")
+	logFile := filepath.Join(o.dir, "northd.log")
 	o.northd, err = startChild("ovn-northd", nil,
 		"--ovnnb-db=unix:"+o.nb.sock,
 		"--ovnsb-db=unix:"+o.sb.sock,
-		"--unixctl="+filepath.Join(dir, "northd.ctl"),
-		"--log-file="+filepath.Join(dir, "northd.log"),
+		"--unixctl="+ctlSock,
+		"--log-file="+logFile,
 		"--no-chdir", "-vconsole:off")
 	if err != nil {
-		return nil, err
+		return err
 	}
-	// northd writes SB_Global from NB_Global once it holds its lock: wait for that, so callers
-	// start from a working pipeline.
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		if out, err := o.SBCtl("--bare", "--columns=_uuid", "list", "SB_Global"); err == nil && strings.TrimSpace(out) != "" {
-			if nbg, err := o.NBCtl("--bare", "--columns=_uuid", "list", "NB_Global"); err == nil && strings.TrimSpace(nbg) != "" {
-				return o, nil
+		if active(ctlSock) {
+			if out, err := o.SBCtl("--bare", "--columns=_uuid", "list", "SB_Global"); err == nil && strings.TrimSpace(out) != "" {
+				if nbg, err := o.NBCtl("--bare", "--columns=_uuid", "list", "NB_Global"); err == nil && strings.TrimSpace(nbg) != "" {
+					return nil
+				}
 			}
 		}
 		if o.northd.exited() {
-			return nil, fmt.Errorf("ovn-northd exited: %s%s", o.northd.output(), readTail(filepath.Join(dir, "northd.log")))
+			return fmt.Errorf("ovn-northd exited: %s%s", o.northd.output(), readTail(logFile))
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("ovn-northd did not initialise the SB database within 15s: %s", readTail(filepath.Join(dir, "northd.log")))
+			return fmt.Errorf("ovn-northd did not become active and initialise the SB database within 15s: %s", readTail(logFile))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// active reports whether the ovn-northd behind control socket ctl holds the SB lock ("Status:
+// active"): only then does it write logical flows.
+func active(ctl string) bool {
+	out, err := exec.Command("ovn-appctl", "-t", ctl, "--timeout=5", "status").Output()
+	return err == nil && strings.Contains(string(out), "active")
+}
+
+// RestartNorthd stops ovn-northd and starts it again, as when an OVN central Pod's northd
+// restarts: the logical flows in the SB database stay, and the new northd recomputes them.
+func (o *OVN) RestartNorthd() error {
+	o.northd.stop()
+	if err := o.startNorthd(); err != nil {
+		return fmt.Errorf("restarting ovn-northd: %w", err)
+	}
+	return nil
 }
 
 // listeningPort is ovsdb-server's log line for a "ptcp:0:..." remote once the kernel chose a port.

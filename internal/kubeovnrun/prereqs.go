@@ -222,9 +222,11 @@ func AddNode(ctx context.Context, c client.Client, o *OVN, n Node) error {
 	if port == 0 {
 		port = 10250
 	}
+	// The chassis annotation is kube-ovn-cni's (initChassisAnno, from the OVS system-id):
+	// kube-ovn-controller's gcChassis deletes every SB chassis no Node names so.
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: map[string]string{
 		"kubernetes.io/hostname": n.Name, "kubernetes.io/os": "linux",
-	}}}
+	}, Annotations: map[string]string{ChassisAnnotation: ChassisName(n.Name)}}}
 	if err := c.Create(ctx, node); err != nil {
 		if !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("kubeovnrun: creating Node %s: %w", n.Name, err)
@@ -249,6 +251,9 @@ func AddNode(ctx context.Context, c client.Client, o *OVN, n Node) error {
 	}
 	return nil
 }
+
+// ChassisAnnotation is the Node annotation kube-ovn-cni writes with its chassis's system-id.
+const ChassisAnnotation = "ovn.kubernetes.io/chassis"
 
 // ChassisName is the SB Chassis name AddNode gives a node (ovn-controller would use the host's
 // system-id).

@@ -198,7 +198,7 @@ func (b *bridges) switchNetns(name string) (string, error) {
 	return ns, nil
 }
 
-func (b *bridges) Attach(_ context.Context, _ *corev1.Pod, netns string, nic labnode.NIC) error {
+func (b *bridges) Attach(ctx context.Context, _ *corev1.Pod, netns string, nic labnode.NIC) error {
 	sw, err := b.switchNetns(switchKey(nic))
 	if err != nil {
 		return err
@@ -208,7 +208,10 @@ func (b *bridges) Attach(_ context.Context, _ *corev1.Pod, netns string, nic lab
 	port := "p" + strconv.Itoa(b.next)
 	b.ports[netns+"/"+nic.Name] = port
 	b.mu.Unlock()
-	return b.lab.VethToBridge(netns, nic.Name, sw, port, "br0")
+	if err := b.lab.VethToBridge(netns, nic.Name, sw, port, "br0"); err != nil {
+		return err
+	}
+	return netlab.Configure(ctx, nic.Iface(netns))
 }
 
 func (b *bridges) Detach(_ context.Context, _ *corev1.Pod, netns string, nic labnode.NIC) error {

@@ -16,9 +16,11 @@ import (
 // Network is the lab's L2/L3 topology, which owns the logical switches. For each NIC of a Pod,
 // Attach creates the interface nic.Name inside the pod's network namespace netns, plugged into
 // the switch of the NIC (nic.LogicalSwitch, or nic.Provider where kube-ovn writes no switch, as
-// for non-OVN attachments such as the external network's macvlan). The node then configures it
-// as kube-ovn's CNI does: MAC, addresses, link up, routes. Detach undoes Attach; the namespace
-// is deleted right after, so removing the pod's end is optional.
+// for non-OVN attachments such as the external network's macvlan), configured as kube-ovn's CNI
+// configures it (nic.Iface(netns), netlab.Configure): MAC, addresses, link up, routes. The CNI's
+// order is the network's: OVN's chassis configures a NIC only once ovn-controller installed its
+// port. Detach undoes Attach; the namespace is deleted right after, so removing the pod's end is
+// optional.
 type Network interface {
 	Attach(ctx context.Context, pod *corev1.Pod, netns string, nic NIC) error
 	Detach(ctx context.Context, pod *corev1.Pod, netns string, nic NIC) error
@@ -51,10 +53,7 @@ type NIC struct {
 }
 
 // Route is one entry of <provider>.kubernetes.io/routes.
-type Route struct {
-	Dst netip.Prefix
-	Via netip.Addr
-}
+type Route = netlab.Route
 
 // Annotation keys, as kube-ovn writes them (pkg/util/const.go).
 const (
@@ -294,51 +293,11 @@ func splitList(s string) []string {
 	return out
 }
 
-// configureNIC does what kube-ovn's CNI does once the interface exists: MAC, addresses, up, the
-// default route via the gateway, then the annotated routes (a default among them replaces the
-// pod's default route).
-func configureNIC(netns string, nic NIC) error {
-	ip := func(args ...string) error {
-		_, err := netlab.Run(append([]string{"ip", "-n", netns}, args...)...)
-		return err
-	}
-	if nic.MAC != nil {
-		if err := ip("link", "set", nic.Name, "address", nic.MAC.String()); err != nil {
-			return err
-		}
-	}
-	for _, p := range nic.IPs {
-		if err := ip("addr", "add", p.String(), "dev", nic.Name); err != nil {
-			return err
-		}
-	}
-	if err := ip("link", "set", nic.Name, "up"); err != nil {
-		return err
-	}
-	if nic.DefaultRoute {
-		for _, g := range nic.Gateways {
-			if err := ip(family(g), "route", "replace", "default", "via", g.String(), "dev", nic.Name); err != nil {
-				return err
-			}
-		}
-	}
-	for _, r := range nic.Routes {
-		args := []string{family(r.Dst.Addr()), "route", "replace", r.Dst.String()}
-		if r.Via.IsValid() {
-			args = append(args, "via", r.Via.String())
-		}
-		if err := ip(append(args, "dev", nic.Name)...); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func family(a netip.Addr) string {
-	if a.Is6() {
-		return "-6"
-	}
-	return "-4"
+// Iface is the NIC as it is configured in namespace netns once it exists there (what kube-ovn's
+// CNI does: MAC, addresses, up, the default route via the gateway, then the annotated routes).
+func (nic NIC) Iface(netns string) netlab.Iface {
+	return netlab.Iface{Netns: netns, Name: nic.Name, MAC: nic.MAC, IPs: nic.IPs, Gateways: nic.Gateways,
+		DefaultRoute: nic.DefaultRoute, Routes: nic.Routes}
 }
 
 // networkStatus is the k8s.v1.cni.cncf.io/network-status annotation multus writes once the

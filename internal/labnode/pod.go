@@ -227,9 +227,6 @@ func (w *podWorker) makeSandbox(pod *corev1.Pod) error {
 		w.mu.Lock()
 		w.attached = append(w.attached, nic)
 		w.mu.Unlock()
-		if err := configureNIC(w.netns, nic); err != nil {
-			return fail(fmt.Errorf("configuring %s: %w", nic.Name, err))
-		}
 	}
 	if err := w.annotateNetworkStatus(ctx, pod, nics); err != nil {
 		return fail(fmt.Errorf("writing the network-status annotation: %w", err))

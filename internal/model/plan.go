@@ -33,6 +33,21 @@ type GatewayPlan struct {
 	Routes VIPRoutes
 	// Services bound to the gateway through an EIP or a ClusterIP.
 	Services []types.NamespacedName
+
+	// update is State as a Planner made it (Update): the change from its previous state, and
+	// the whole state built only when it is sent complete. A Planner's partial plan leaves State
+	// empty.
+	update gwstate.Update
+}
+
+// Update is what the transport sends for the plan: a Planner's change from its previous state
+// (sent to instances that acknowledged that state) with the whole state built on demand, or,
+// for a plan made without a Planner, State as a complete state.
+func (gp *GatewayPlan) Update() gwstate.Update {
+	if gp.update.Version == 0 {
+		return gwstate.Complete(gp.State)
+	}
+	return gp.update
 }
 
 // Instance is one running pod of a gateway.

@@ -25,7 +25,8 @@ import (
 
 // The planner plans one gateway at a time, and after its first full plan replans only the
 // Services a change touches (kube-proxy's partial sync): it remembers what each Service of the
-// gateway contributed at its last plan and assembles the gateway's state from those. It decides
+// gateway contributed at its last plan, and the gateway's whole state, which a partial plan
+// changes only where the Services it replans changed it (gatewaystate.go). It decides
 // everything about that without I/O:
 //
 //   - when a plan must be full (no valid memory, a gateway-wide input changed: Fingerprint, or,
@@ -60,6 +61,9 @@ type Planner struct {
 	// held is what the kept Services hold against the gateway's bounds, kept up to date by keep
 	// and forget so that a partial plan does not walk every identity.
 	held Load
+	// state is the gateway's whole state at the last plan (nil: none), changed by a partial plan
+	// only where the Services it replans changed it (gatewaystate.go).
+	state *gatewayState
 }
 
 // keptPlan is what the planner remembers of one Service's last plan.
@@ -133,7 +137,8 @@ func (p *Planner) Scope(base Snapshot, gw string, ch Changes) Scope {
 // Plan plans gateway gw from snap, which holds the gateway-wide objects and what ReadScope read
 // for sc, and updates the memory. It returns the plan of the Services planned (all of the
 // gateway's for a full plan; the controller writes those whose Gateway is gw) and the plan of
-// the whole gateway (nil: the gateway does not exist, or gw is UnboundGateway). ok is false, with
+// the whole gateway (nil: the gateway does not exist, or gw is UnboundGateway); what its
+// instances get is its Update (a partial plan leaves its State empty). ok is false, with
 // nothing changed, when a partial plan cannot decide: a Service does not fit the gateway's
 // bounds, and only a full plan shares a full gateway between namespaces (SPEC N4). Then plan in
 // full: Sync does.
@@ -146,7 +151,9 @@ func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedNa
 		p.valid, p.fingerprint = true, sc.fingerprint
 		p.services, p.limited, p.held = map[types.NamespacedName]*keptPlan{}, 0, Load{}
 		p.keep(gw, plan.Services, snap.Services)
-		return plan, plan.Gateway(gw), true
+		gp := plan.Gateway(gw)
+		p.fullState(gp)
+		return plan, gp, true
 	}
 	snap.GatewayLoad = map[string]Load{gw: p.load(replanned)}
 	plan = Compute(snap, gates)
@@ -158,19 +165,70 @@ func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedNa
 	if p.limited > 0 && !p.sameDemand(plan.Services, replanned, gw) {
 		return Plan{}, nil, false
 	}
-	for k := range replanned {
+	keys := slices.SortedFunc(maps.Keys(replanned), compareKeys) // old and now in one order
+	old := p.parts(keys)
+	for _, k := range keys {
 		p.forget(k)
 	}
 	p.keep(gw, plan.Services, snap.Services)
 	if gp = plan.Gateway(gw); gp == nil {
+		p.state = nil
 		return plan, nil, true
 	}
-	whole := gp.Base()
-	for _, kp := range p.services {
-		whole.Add(kp.part)
+	var base uint64
+	delta, same := gwstate.State{}, false
+	if p.state == nil {
+		p.state = rebuild(*gp, p.allParts())
+	} else {
+		prev := p.state
+		base = prev.version
+		p.state, delta = prev.update(old, p.parts(keys))
+		same = sameList(prev.clusterIPs.sorted, p.state.clusterIPs.sorted)
 	}
-	whole.Finish()
+	p.state.release = gp.State.Release
+	whole := p.state.plan(*gp, base, delta)
+	whole.update.SameClusterIPs = same
 	return plan, &whole, true
+}
+
+// fullState makes the whole state of a full plan's gateway gp the planner's, and gives gp its
+// update: the change from the planner's previous state, diffed whole (O(n), as the full plan).
+func (p *Planner) fullState(gp *GatewayPlan) {
+	prev := p.state
+	if gp == nil {
+		p.state = nil
+		return
+	}
+	p.state = newGatewayState(gp, p.allParts())
+	var base uint64
+	var delta gwstate.State
+	if prev != nil {
+		base, delta = prev.version, gwstate.Delta(prev.whole(), gp.State)
+	}
+	whole := gp.State
+	gp.update = gwstate.NewUpdate(p.state.version, base, delta, whole.Release, whole.ClusterIPs, p.state.ids.n, p.state.backends,
+		func() gwstate.State { return whole })
+	gp.update.SameClusterIPs = prev != nil && slices.Equal(prev.clusterIPs.sorted, whole.ClusterIPs)
+}
+
+// allParts are the kept contributions of every Service.
+func (p *Planner) allParts() []Contribution {
+	out := make([]Contribution, 0, len(p.services))
+	for _, kp := range p.services {
+		out = append(out, kp.part)
+	}
+	return out
+}
+
+// parts are the kept contributions of the Services keys, in their order.
+func (p *Planner) parts(keys []types.NamespacedName) []Contribution {
+	var out []Contribution
+	for _, k := range keys {
+		if kp := p.services[k]; kp != nil {
+			out = append(out, kp.part)
+		}
+	}
+	return out
 }
 
 // sameDemand reports whether every replanned Service was served at its last plan and is served

@@ -110,7 +110,7 @@ func (w *world) base(gw string) Snapshot {
 	return b
 }
 
-// covers: I2, N3, N4, R5, S4, D2, V1, V3
+// covers: I2, N3, N4, R5, S4, D2, V1, V3, P1, P3
 // The planner's partial plans equal full plans: a random sequence of what happens in a cluster
 // (Services created, deleted, re-annotated and re-ported so that they conflict and take over,
 // endpoints changing, EIPs turning ready and back, the gateway's pod changing, a gateway bound
@@ -118,7 +118,7 @@ func (w *world) base(gw string) Snapshot {
 // gateway's state, routes and Services from the planner's partial plan are those of a full plan
 // of the same cluster, and so is every replanned Service's plan.
 func TestPartialPlansEqualFullPlans(t *testing.T) {
-	limitedSyncs, conflicts, partialWhileWaiting := 0, 0, 0
+	limitedSyncs, conflicts, partialWhileWaiting, deltas := 0, 0, 0, 0
 	for seed := range uint64(24) {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 29))
@@ -141,6 +141,7 @@ func TestPartialPlansEqualFullPlans(t *testing.T) {
 			rv := 10
 			bump := func(m *metav1.ObjectMeta) { rv++; m.ResourceVersion = strconv.Itoa(rv) }
 			partials := 0
+			var prev *gwstate.Update // the planner's last update
 			for step := range 200 {
 				what := mutate(r, w, step, mark, bump)
 
@@ -159,6 +160,26 @@ func TestPartialPlansEqualFullPlans(t *testing.T) {
 				whole, _, _ := ReadScope(w, w.base("gw1"), "gw1", Scope{Full: true})
 				fplan := Compute(whole, gates)
 				fgp := fplan.Gateway("gw1")
+				if d := gatewayPlanDiff(gp, fgp); d == "" && gp != nil {
+					// The update's change is what the transport sends to an instance that acknowledged
+					// the planner's previous state: exactly the diff of the two whole states.
+					u := gp.Update()
+					if prev != nil {
+						if want := gwstate.Delta(prev.Whole(), u.Whole()); u.Base != prev.Version || !reflect.DeepEqual(u.Delta, want) {
+							t.Fatalf("step %d (%s, full %v): update of version %d against %d (previous %d) carries\n%+v\nwant\n%+v", step, what, full, u.Version, u.Base, prev.Version, u.Delta, want)
+						}
+						if u.SameClusterIPs && !slices.Equal(u.ClusterIPs, prev.ClusterIPs) {
+							t.Fatalf("step %d (%s): the update keeps its base's ClusterIPs %v, but has %v", step, what, prev.ClusterIPs, u.ClusterIPs)
+						}
+						deltas++
+					}
+					if w := u.Whole(); u.Identities != len(w.Identities) || u.Backends != countBackends(w) || !slices.Equal(u.ClusterIPs, w.ClusterIPs) {
+						t.Fatalf("step %d (%s): update counts %d identities, %d backends, ClusterIPs %v; the whole state has %d, %d, %v", step, what, u.Identities, u.Backends, u.ClusterIPs, len(w.Identities), countBackends(w), w.ClusterIPs)
+					}
+					prev = &u
+				} else if gp == nil {
+					prev = nil
+				}
 				if d := gatewayPlanDiff(gp, fgp); d != "" {
 					for _, svc := range w.s.Services {
 						fsp, _ := planOf(fplan, types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name})
@@ -229,7 +250,18 @@ func TestPartialPlansEqualFullPlans(t *testing.T) {
 	if partialWhileWaiting == 0 {
 		t.Fatal("no sync was partial while a Service waited for room: the sequences do not exercise partial plans on a full gateway")
 	}
-	t.Logf("%d syncs with a full gateway, %d partial while a Service waited", limitedSyncs, partialWhileWaiting)
+	if deltas == 0 {
+		t.Fatal("no plan carried a delta against the one before")
+	}
+	t.Logf("%d syncs with a full gateway, %d partial while a Service waited, %d deltas checked", limitedSyncs, partialWhileWaiting, deltas)
+}
+
+func countBackends(st gwstate.State) int {
+	n := 0
+	for _, id := range st.Identities {
+		n += len(id.Backends)
+	}
+	return n
 }
 
 func planOf(p Plan, k types.NamespacedName) (ServicePlan, bool) {
@@ -248,7 +280,7 @@ func gatewayPlanDiff(a, b *GatewayPlan) string {
 		return ""
 	case a == nil || b == nil:
 		return fmt.Sprintf("one plan is missing (partial %v, full %v)", a != nil, b != nil)
-	case !reflect.DeepEqual(a.State, b.State):
+	case !reflect.DeepEqual(a.Update().Whole(), b.State):
 		only := func(x, y []gwstate.Identity) []string {
 			var out []string
 			for _, id := range x {
@@ -259,7 +291,7 @@ func gatewayPlanDiff(a, b *GatewayPlan) string {
 			return out
 		}
 		return fmt.Sprintf("state: partial only %v; full only %v; ClusterIPs partial %v, full %v",
-			only(a.State.Identities, b.State.Identities), only(b.State.Identities, a.State.Identities), a.State.ClusterIPs, b.State.ClusterIPs)
+			only(a.Update().Whole().Identities, b.State.Identities), only(b.State.Identities, a.Update().Whole().Identities), a.Update().ClusterIPs, b.State.ClusterIPs)
 	case !reflect.DeepEqual(a.Routes, b.Routes):
 		return fmt.Sprintf("routes: partial %+v, full %+v", a.Routes, b.Routes)
 	case !reflect.DeepEqual(a.Services, b.Services):

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 )
 
@@ -62,5 +63,62 @@ func TestBoundMessage(t *testing.T) {
 	got := BoundMessage(long)
 	if len(got) > MaxEventMessage || !utf8.ValidString(got) || !strings.HasSuffix(got, "…") {
 		t.Fatalf("BoundMessage of %d bytes: %d bytes, valid UTF-8 %v", len(long), len(got), utf8.ValidString(got))
+	}
+}
+
+// covers: I2, T2, R3
+// What a sync writes before programming: the claim stamp now unless an ingress write carries it
+// later, the finalizer, the record claims; a failed finalizer write leaves nothing to claim.
+func TestWritesBeforeProgramming(t *testing.T) {
+	rec := &kubeovnv1.IptablesDnatRule{}
+	cases := []struct {
+		name string
+		sp   ServicePlan
+		want Before
+	}{
+		{"nothing to write", ServicePlan{}, Before{}},
+		{"a new claim, no ingress: stamped now", ServicePlan{Claim: ClaimStamp}, Before{Claim: true}},
+		{"a claim gone, no ingress: cleared now", ServicePlan{Claim: ClaimClear}, Before{Claim: true}},
+		{"a new claim with ingress: stamped with the ingress", ServicePlan{Claim: ClaimStamp, IngressWrite: true}, Before{}},
+		{"finalizer and claims", ServicePlan{AddFinalizer: true, CreateRecords: []*kubeovnv1.IptablesDnatRule{rec}}, Before{AddFinalizer: true, Records: true}},
+		{"updates are claims too", ServicePlan{UpdateRecords: []*kubeovnv1.IptablesDnatRule{rec}}, Before{Records: true}},
+	}
+	for _, c := range cases {
+		if got := c.sp.Before(); got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+	}
+	sp := ServicePlan{AddFinalizer: true, CreateRecords: []*kubeovnv1.IptablesDnatRule{rec}, UpdateRecords: []*kubeovnv1.IptablesDnatRule{rec},
+		StatusRecords: []*kubeovnv1.IptablesDnatRule{rec}, DeleteRecords: []string{"old"}}
+	sp.FinalizerFailed()
+	if b := sp.Before(); b.Records || len(sp.StatusRecords) != 0 || sp.After(Programmed).RecordStatus {
+		t.Errorf("after a failed finalizer write: %+v, status records %d", b, len(sp.StatusRecords))
+	}
+	if len(sp.DeleteRecords) != 1 {
+		t.Error("a failed finalizer write dropped the releases")
+	}
+}
+
+// covers: I2, T1
+// A claim stamp that waited for the ingress write is written on its own when no ingress write
+// comes (quarantined, or the EIP part not confirmed), never after a failure.
+func TestClaimStampAfterProgramming(t *testing.T) {
+	waiting := ServicePlan{Claim: ClaimStamp, IngressWrite: true, EIPServed: true, Ingress: []corev1.LoadBalancerIngress{{IP: "172.18.0.10"}}}
+	for _, c := range []struct {
+		name      string
+		sp        ServicePlan
+		o         Outcome
+		claim, in bool
+	}{
+		{"programmed: the ingress write carries it", waiting, Programmed, false, true},
+		{"no instance: no ingress, the stamp alone", waiting, NoInstance, true, false},
+		{"quarantined: the stamp alone", waiting, Held, true, false},
+		{"failed: nothing", waiting, Failed, false, false},
+		{"stamped before programming: not again", ServicePlan{Claim: ClaimStamp}, Programmed, false, false},
+		{"kept: nothing", ServicePlan{IngressWrite: true}, Held, false, false},
+	} {
+		if a := c.sp.After(c.o); a.Claim != c.claim || a.Ingress != c.in {
+			t.Errorf("%s: claim %v ingress %v, want %v %v", c.name, a.Claim, a.Ingress, c.claim, c.in)
+		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
 	"github.com/vpcgw/vpcgw/internal/netlab"
+	"github.com/vpcgw/vpcgw/internal/ovsbuild"
 	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
@@ -34,11 +34,6 @@ func startEnv(t *testing.T, node string, premade bool) *env {
 	t.Helper()
 	if err := Available(); err != nil {
 		testutil.Skip(t, "no OVS chassis here: "+err.Error())
-	}
-	for _, bin := range []string{"ovn-northd", "ovn-nbctl"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			testutil.Skip(t, bin+" is not installed (apt-get install -y ovn-central)")
-		}
 	}
 	schemas, which := schemaDir(t)
 	dir, err := os.MkdirTemp("", "ovsn")
@@ -90,24 +85,25 @@ func startEnv(t *testing.T, node string, premade bool) *env {
 }
 
 // schemaDir returns a directory with the NB and SB schemas in kubeovnrun's file names: kube-ovn
-// v1.16.2's (what the lab runs) when VPCGW_KUBEOVN has them, else Debian's ovn-central's.
+// v1.16.2's (what the lab runs) when VPCGW_KUBEOVN has them, else the OVN build's own.
 func schemaDir(t *testing.T) (dir, which string) {
 	if dir, missing := testutil.KubeOVNAssets(kubeovnrun.NBSchemaFile, kubeovnrun.SBSchemaFile); missing == "" {
 		return dir, "kube-ovn v1.16.2's"
 	}
 	dir = t.TempDir()
-	for file, src := range map[string]string{
-		kubeovnrun.NBSchemaFile: "/usr/share/ovn/ovn-nb.ovsschema",
-		kubeovnrun.SBSchemaFile: "/usr/share/ovn/ovn-sb.ovsschema",
+	for file, name := range map[string]string{
+		kubeovnrun.NBSchemaFile: "ovn-nb.ovsschema",
+		kubeovnrun.SBSchemaFile: "ovn-sb.ovsschema",
 	} {
-		if _, err := os.Stat(src); err != nil {
-			testutil.Skip(t, "no OVN schema: neither VPCGW_KUBEOVN nor Debian's ovn-central has "+src)
+		src, err := ovsbuild.Schema(name)
+		if err != nil {
+			testutil.Skip(t, "no OVN schema: neither VPCGW_KUBEOVN nor the OVN build has "+name+": "+err.Error())
 		}
 		if err := os.Symlink(src, filepath.Join(dir, file)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return dir, "Debian ovn-central's"
+	return dir, "the OVN build's"
 }
 
 func (e *env) nbctl(t *testing.T, args ...string) string {

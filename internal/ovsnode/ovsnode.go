@@ -45,6 +45,7 @@ import (
 	"time"
 
 	"github.com/vpcgw/vpcgw/internal/netlab"
+	"github.com/vpcgw/vpcgw/internal/ovsbuild"
 )
 
 // DefaultBridge is the integration bridge's name, kube-ovn's (and the name kube-ovn-cni's
@@ -59,32 +60,26 @@ const ChassisAnnotation = "ovn.kubernetes.io/chassis"
 // enough for ovn-controller's full recompute at the lab's size on a loaded 2-core machine.
 const DefaultWaitBeforeClear = 200 * time.Millisecond
 
-// DefaultVswitchSchema is the Open_vSwitch schema of Debian's openvswitch-common package.
-const DefaultVswitchSchema = "/usr/share/openvswitch/vswitch.ovsschema"
-
-// binaries are what a chassis runs, with the Debian package that has them.
-var binaries = []struct{ bin, pkg string }{
+// programs are what a chassis runs besides kube-ovn's OVS and OVN build (ovsbuild), with the
+// Debian package that has them.
+var programs = []struct{ bin, pkg string }{
 	{"ip", "iproute2"},
-	{"ovsdb-tool", "openvswitch-common"},
-	{"ovsdb-server", "openvswitch-common"},
-	{"ovs-vsctl", "openvswitch-common"},
-	{"ovs-vswitchd", "openvswitch-switch"},
-	{"ovn-controller", "ovn-host"},
-	{"ovn-appctl", "ovn-common"},
-	{"ovn-sbctl", "ovn-common"},
 	{"ethtool", "ethtool"},
 	{"arping", "iputils-arping"},
 }
 
-// Available reports what this machine lacks to run a chassis (root, a binary, the schema), or
-// nil.
+// Available reports what this machine lacks to run a chassis (root, kube-ovn's OVS and OVN build
+// on PATH, a program, the schema), or nil.
 func Available() error {
 	if os.Geteuid() != 0 {
 		return errors.New("an OVS chassis needs root (network namespaces, tap devices)")
 	}
+	if err := ovsbuild.Check("ovsdb-tool", "ovsdb-server", "ovs-vsctl", "ovs-vswitchd", "ovn-controller", "ovn-appctl", "ovn-sbctl"); err != nil {
+		return err
+	}
 	var missing []string
 	pkgs := map[string]bool{}
-	for _, b := range binaries {
+	for _, b := range programs {
 		if _, err := exec.LookPath(b.bin); err != nil {
 			missing = append(missing, b.bin)
 			pkgs[b.pkg] = true
@@ -97,8 +92,8 @@ func Available() error {
 		}
 		return fmt.Errorf("missing %s (hack/install-deps.sh, or apt-get install -y %s)", strings.Join(missing, ", "), strings.Join(names, " "))
 	}
-	if _, err := os.Stat(DefaultVswitchSchema); err != nil {
-		return fmt.Errorf("no Open_vSwitch schema at %s (apt-get install -y openvswitch-common)", DefaultVswitchSchema)
+	if _, err := ovsbuild.Schema("vswitch.ovsschema"); err != nil {
+		return err
 	}
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
 		return errors.New("no /dev/net/tun: the userspace datapath needs tap devices")
@@ -138,7 +133,7 @@ type Options struct {
 	// ovn-controller restart clears the flows and installs them again a few milliseconds later,
 	// and traffic in that gap is lost (about one request per restart at 100 requests/s here).
 	WaitBeforeClear time.Duration
-	// VswitchSchema is the Open_vSwitch schema file (default DefaultVswitchSchema).
+	// VswitchSchema is the Open_vSwitch schema file (default: the build's, ovsbuild.Schema).
 	VswitchSchema string
 	// Logf, when set, receives a line per step (start-up, restarts).
 	Logf func(format string, args ...any)
@@ -193,7 +188,9 @@ func Start(ctx context.Context, opts Options) (c *Chassis, err error) {
 		opts.NetnsPrefix = "ovs"
 	}
 	if opts.VswitchSchema == "" {
-		opts.VswitchSchema = DefaultVswitchSchema
+		if opts.VswitchSchema, err = ovsbuild.Schema("vswitch.ovsschema"); err != nil {
+			return nil, err
+		}
 	}
 	if opts.WaitBeforeClear == 0 {
 		opts.WaitBeforeClear = DefaultWaitBeforeClear

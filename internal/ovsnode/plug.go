@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"path/filepath"
 	"strings"
@@ -14,34 +13,11 @@ import (
 )
 
 // Iface is the inside end of a plugged port: the interface a namespace gets, configured as
-// kube-ovn-cni configures a Pod's (configureContainerNic).
-type Iface struct {
-	// Netns is the namespace's name (under /run/netns).
-	Netns string
-	// Name is the interface's name there (default eth0).
-	Name string
-	// MAC must be the logical switch port's: OVN delivers by destination MAC.
-	MAC net.HardwareAddr
-	// IPs are the addresses with the subnet's prefix length.
-	IPs []netip.Prefix
-	// Gateways get the default route (one per family) when DefaultRoute is set.
-	Gateways     []netip.Addr
-	DefaultRoute bool
-	// Routes are added after the default route (kube-ovn's <provider>.kubernetes.io/routes).
-	Routes []Route
-	// MTU of both veth ends; 0 keeps the kernel's default (1500).
-	MTU int
-	// WaitGateway waits, once the interface is configured, until every gateway answers ARP
-	// (kube-ovn-cni's gateway check; it pings on overlay subnets, but ping is not installed
-	// here). Bounded by the plug's context.
-	WaitGateway bool
-}
+// kube-ovn-cni configures a Pod's (netlab.Configure).
+type Iface = netlab.Iface
 
 // Route is one route of an Iface.
-type Route struct {
-	Dst netip.Prefix
-	Via netip.Addr // none: on-link
-}
+type Route = netlab.Route
 
 // Port is one Pod NIC, as kube-ovn-cni plugs it.
 type Port struct {
@@ -209,7 +185,7 @@ func (c *Chassis) plug(ctx context.Context, host, cont, ifaceID string, ids []st
 			return fmt.Errorf("ovsnode: port %s: %w", ifaceID, err)
 		}
 	}
-	if err := configure(ctx, in); err != nil {
+	if err := netlab.Configure(ctx, in); err != nil {
 		_, _ = netlab.Run("ip", "-n", in.Netns, "link", "del", in.Name)
 		return fmt.Errorf("ovsnode: port %s: %w", ifaceID, err)
 	}
@@ -232,69 +208,6 @@ func (c *Chassis) waitInstalled(ctx context.Context, host, ifaceID string) error
 			ifaceID, host, time.Since(begin).Round(100*time.Millisecond), ifaceID, err)
 	}
 	return nil
-}
-
-// configure sets the interface's MAC, addresses, link up, the default route via the gateways and
-// the routes, then waits for the gateways when asked.
-func configure(ctx context.Context, in Iface) error {
-	ip := func(args ...string) error {
-		_, err := netlab.Run(append([]string{"ip", "-n", in.Netns}, args...)...)
-		return err
-	}
-	if in.MAC != nil {
-		if err := ip("link", "set", in.Name, "address", in.MAC.String()); err != nil {
-			return err
-		}
-	}
-	for _, p := range in.IPs {
-		if err := ip("addr", "replace", p.String(), "dev", in.Name); err != nil {
-			return err
-		}
-	}
-	if err := ip("link", "set", in.Name, "up"); err != nil {
-		return err
-	}
-	if in.DefaultRoute {
-		for _, g := range in.Gateways {
-			if err := ip(family(g), "route", "replace", "default", "via", g.String(), "dev", in.Name); err != nil {
-				return err
-			}
-		}
-	}
-	for _, r := range in.Routes {
-		args := []string{family(r.Dst.Addr()), "route", "replace", r.Dst.String()}
-		if r.Via.IsValid() {
-			args = append(args, "via", r.Via.String())
-		}
-		if err := ip(append(args, "dev", in.Name)...); err != nil {
-			return err
-		}
-	}
-	if in.WaitGateway {
-		for _, g := range in.Gateways {
-			if err := waitARP(ctx, in.Netns, in.Name, g); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// waitARP sends an ARP request for gw every second until it is answered or ctx ends.
-func waitARP(ctx context.Context, netns, dev string, gw netip.Addr) error {
-	if !gw.Is4() {
-		return nil
-	}
-	for {
-		// iputils arping: -c 1 -w 1 exits 0 once a reply came.
-		_, err := netlab.Run("ip", "netns", "exec", netns, "arping", "-q", "-c", "1", "-w", "1", "-I", dev, gw.String())
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("gateway %s did not answer ARP on %s: %w", gw, dev, ctx.Err())
-		}
-	}
 }
 
 // Unplug removes a Pod NIC plugged by Plug: the bridge port and the veth pair (with it the
@@ -330,11 +243,4 @@ func ipList(ps []netip.Prefix) string {
 		s = append(s, p.Addr().String())
 	}
 	return strings.Join(s, ",")
-}
-
-func family(a netip.Addr) string {
-	if a.Is6() {
-		return "-6"
-	}
-	return "-4"
 }

@@ -48,6 +48,17 @@ func Schedule() []Step {
 		{"OVN NB restarted", Harmless, func(ctx context.Context, s *Soak) error {
 			return s.C.OVN.RestartNB()
 		}},
+		// OVN's data path (the lab node's chassis and OVN central): the Vpc's packets cross
+		// ovs-vswitchd by ovn-controller's flows, which northd computes.
+		{"ovn-controller restarted", Harmless, func(ctx context.Context, s *Soak) error {
+			return s.C.Chassis.RestartOVNController(ctx)
+		}},
+		{"ovs-vswitchd restarted", RemovesDataPath, func(ctx context.Context, s *Soak) error {
+			return s.C.Chassis.RestartVswitchd(ctx)
+		}},
+		{"ovn-northd restarted", Harmless, func(ctx context.Context, s *Soak) error {
+			return s.C.OVN.RestartNorthd()
+		}},
 		{"the gateway's table flushed", RemovesDataPath, func(ctx context.Context, s *Soak) error {
 			ns, ok := s.C.GatewayNetns()
 			if !ok {

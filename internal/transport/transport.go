@@ -48,8 +48,8 @@ type Dialer interface {
 	Dial(ctx context.Context, inst Instance) (*Conn, error)
 }
 
-// Conn is an open stream to one agent. Apply is safe for concurrent use but serialises callers:
-// the agent answers states in order.
+// Conn is an open stream to one agent. Send and Apply are safe for concurrent use but serialise
+// callers: the agent answers states in order.
 type Conn struct {
 	mu      sync.Mutex
 	w       io.Writer
@@ -62,10 +62,12 @@ type Conn struct {
 	onAck   func(gwstate.Ack)
 	once    sync.Once
 	err     error // terminal error, set when the stream broke
-	// last is the complete state the agent last acknowledged, and deltas whether it accepts
-	// deltas against it (it says so in its acks). Then Apply sends only what changed.
-	last   *gwstate.State
+	// acked is what the agent last acknowledged, and deltas whether it accepts deltas against it
+	// (it says so in its acks). Then Send and Apply send only what changed.
+	acked  ackedState
 	deltas bool
+	// sameClusterIPs: the agent accepts deltas that keep their base's ClusterIPs (its acks say).
+	sameClusterIPs bool
 	// version is what the agent said it is (gwstate.Ack.AgentVersion), set by the reader.
 	version atomic.Pointer[string]
 	// keepalive: the agent answers pings (it said so in an ack); active is when the stream last
@@ -151,39 +153,77 @@ func (c *Conn) read(r io.Reader) {
 	}
 }
 
+// ackedState is the state an agent acknowledged last: its wire generation, and the planner's
+// version of it (gwstate.Update.Version) or, for a state sent by Apply, the state itself.
+type ackedState struct {
+	generation int64
+	version    uint64
+	state      *gwstate.State
+}
+
 // Apply sends one complete, normalized state and waits for the acknowledgement of its
-// generation. An agent that programmed the state without some identities answers with their
-// names: Apply then returns a *RefusedError, and the state is applied otherwise. To an agent that accepts deltas it sends only the difference from the state it
-// acknowledged last; st must not be modified afterwards (it is kept as that reference). A transport failure
-// breaks the Conn for good (the caller redials and resends the full state); an error the agent
-// reports in its Ack is returned as *AgentError and leaves the Conn usable.
+// generation: Send of gwstate.Complete(st). To an agent that accepts deltas it sends only the
+// difference from the state it acknowledged last, diffed whole (O(n)); st must not be modified
+// afterwards (it is kept as that reference). The controller's planner knows what changed and
+// uses Send.
 func (c *Conn) Apply(ctx context.Context, st gwstate.State) error {
+	return c.Send(ctx, gwstate.Complete(st))
+}
+
+// Send sends one state of a gateway and waits for the acknowledgement of its generation
+// (u.Generation). To an agent that accepts deltas and acknowledged the state u's delta is based
+// on (u.Base), it sends the delta, built in O(changed) by the planner; to any other (a new
+// stream, a failed or refused message, another base) the whole state, built then. An agent that
+// programmed the state without some identities answers with their names: Send then returns a
+// *RefusedError, and the state is applied otherwise. A transport failure breaks the Conn for
+// good (the caller redials and resends the whole state); an error the agent reports in its Ack
+// is returned as *AgentError and leaves the Conn usable.
+func (c *Conn) Send(ctx context.Context, u gwstate.Update) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err != nil {
 		return c.err
 	}
-	msg := st
-	if c.deltas && c.last != nil && !st.Release { // a release is always complete
-		msg = gwstate.Delta(*c.last, st)
-		msg.Generation, msg.Base = st.Generation, c.last.Generation
+	gen := u.Generation
+	var msg gwstate.State
+	var whole *gwstate.State // kept as the reference of Apply's next diff
+	switch acked := c.acked; {
+	case !c.deltas || acked.generation == 0 || u.Release: // a release is always complete
+		msg = u.Whole()
+	case u.HasDelta() && acked.version == u.Base:
+		msg = u.Delta
+		msg.Generation, msg.Base = gen, acked.generation
+		if u.SameClusterIPs && c.sameClusterIPs {
+			msg.ClusterIPs, msg.SameClusterIPs = nil, true
+		}
+	case u.Version == 0 && acked.state != nil:
+		st := u.Whole()
+		whole = &st
+		msg = gwstate.Delta(*acked.state, st)
+		msg.Generation, msg.Base = gen, acked.generation
+	default:
+		msg = u.Whole()
+	}
+	if u.Version == 0 && whole == nil {
+		st := msg // complete: Apply's state itself
+		whole = &st
 	}
 	line, err := json.Marshal(msg)
 	if err != nil {
-		return fmt.Errorf("encoding state generation %d: %w", st.Generation, err)
+		return fmt.Errorf("encoding state generation %d: %w", gen, err)
 	}
 	if len(line)+1 > c.limits.MaxStateLine {
 		// The agent would refuse the line and end the stream; nothing is sent, the agent keeps
 		// the state it has.
 		return fmt.Errorf("state generation %d encodes to %d bytes, more than the agent's limit of %d: %w",
-			st.Generation, len(line)+1, c.limits.MaxStateLine, lineio.ErrTooLong)
+			gen, len(line)+1, c.limits.MaxStateLine, lineio.ErrTooLong)
 	}
 	// Until this state is acknowledged, the agent's state is unknown: a failure sends the next
-	// one complete.
-	c.last = nil
+	// one whole.
+	c.acked = ackedState{}
 	c.active = time.Now()
 	if _, err := c.w.Write(append(line, '\n')); err != nil {
-		return c.fail(fmt.Errorf("sending state generation %d: %w", st.Generation, err))
+		return c.fail(fmt.Errorf("sending state generation %d: %w", gen, err))
 	}
 	for {
 		select {
@@ -191,26 +231,26 @@ func (c *Conn) Apply(ctx context.Context, st gwstate.State) error {
 			if c.onAck != nil {
 				c.onAck(ack)
 			}
-			if ack.Generation != st.Generation && ack.Error == "" {
+			if ack.Generation != gen && ack.Error == "" {
 				// An ack of an older state that outlived its caller's context; skip it.
 				continue
 			}
 			c.active, c.keepalive = time.Now(), ack.Keepalive
 			if ack.Error != "" {
-				return &AgentError{Generation: st.Generation, Message: ack.Error}
+				return &AgentError{Generation: gen, Message: ack.Error}
 			}
 			// A state with refused identities is the agent's desired state all the same (the
 			// next delta is against it); the agent keeps trying the refused ones.
-			c.last, c.deltas = &st, ack.Deltas
+			c.acked, c.deltas, c.sameClusterIPs = ackedState{generation: gen, version: u.Version, state: whole}, ack.Deltas, ack.SameClusterIPs
 			if len(ack.Refused) > 0 {
-				return &RefusedError{Generation: st.Generation, Refused: ack.Refused}
+				return &RefusedError{Generation: gen, Refused: ack.Refused}
 			}
 			return nil
 		case err := <-c.readErr:
 			return c.fail(err)
 		case <-ctx.Done():
 			// The agent may still answer; the stream's order is unknown now, so start over.
-			return c.fail(fmt.Errorf("waiting for acknowledgement of generation %d: %w", st.Generation, ctx.Err()))
+			return c.fail(fmt.Errorf("waiting for acknowledgement of generation %d: %w", gen, ctx.Err()))
 		}
 	}
 }

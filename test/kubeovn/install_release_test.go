@@ -28,6 +28,7 @@ import (
 	"github.com/vpcgw/vpcgw/internal/cluster/clustertest"
 	"github.com/vpcgw/vpcgw/internal/controller"
 	"github.com/vpcgw/vpcgw/internal/ovn"
+	"github.com/vpcgw/vpcgw/internal/release"
 	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
@@ -136,7 +137,7 @@ func TestReleaseInstallServesAndUninstallLeavesNothing(t *testing.T) {
 	// stand by), for minutes after the uninstall.
 	var lease coordinationv1.Lease
 	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: installNamespace, Name: controller.LeaderElectionID}, &lease); err != nil ||
-		!strings.HasPrefix(ptr.Deref(lease.Spec.HolderIdentity, ""), controller.ReleaseIdentityPrefix) {
+		!strings.HasPrefix(ptr.Deref(lease.Spec.HolderIdentity, ""), release.IdentityPrefix) {
 		t.Fatalf("after helm uninstall the Lease is %+v (%v), want it held by the release", lease.Spec, err)
 	}
 

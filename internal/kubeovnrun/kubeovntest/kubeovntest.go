@@ -9,7 +9,6 @@ package kubeovntest
 import (
 	"context"
 	"os"
-	"os/exec"
 	"slices"
 	"testing"
 
@@ -20,6 +19,7 @@ import (
 
 	"github.com/vpcgw/vpcgw/internal/kcm"
 	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
+	"github.com/vpcgw/vpcgw/internal/ovsbuild"
 	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
@@ -42,10 +42,8 @@ func Requirements(t *testing.T) (assets, kubeOVNDir string) {
 	if os.Geteuid() != 0 {
 		testutil.Skip(t, "needs root: kube-ovn-controller runs in a private mount namespace")
 	}
-	for _, bin := range []string{"ovsdb-server", "ovsdb-tool", "ovn-northd", "ovn-nbctl", "ovn-sbctl"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			testutil.Skip(t, bin+" is not installed (apt-get install -y ovn-central)")
-		}
+	if err := ovsbuild.Check("ovsdb-server", "ovsdb-tool", "ovn-nbctl", "ovn-sbctl"); err != nil {
+		testutil.Skip(t, err.Error())
 	}
 	assets, missing := testutil.EnvtestAssets("kube-apiserver", "etcd", kcm.Binary)
 	if missing != "" {

@@ -1,4 +1,4 @@
-package controller
+package objcache
 
 // covers: P2 (the record cache keeps one copy of repeated strings and loses nothing the model reads)
 

@@ -1,6 +1,6 @@
 // covers: O4 (a controller installed again after an uninstall serves at once: the release's Lease hold of the earlier install is freed; the controller being uninstalled keeps standing by)
 
-package controller_test
+package release_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/vpcgw/vpcgw/internal/controller"
+	"github.com/vpcgw/vpcgw/internal/release"
 	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
@@ -60,7 +61,7 @@ func TestEarlierInstallsReleaseLeaseIsFreed(t *testing.T) {
 	}
 	free := func(podName string) {
 		t.Helper()
-		if err := controller.FreeEarlierInstallsLease(ctx, cs, ns, ns, podName, logr.Discard()); err != nil {
+		if err := release.FreeEarlierInstallsLease(ctx, cs, ns, ns, podName, logr.Discard()); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,4 +1,8 @@
-package controller
+// Package readiness is the controller's /readyz: not ready until the informer caches synced, nor
+// while a gateway's changes wait unapplied longer than a bound (kube-proxy's healthz). The
+// gateway work queue (NewQueue) tells it when work arrives; each sync pass, when it starts and
+// how it ended.
+package readiness
 
 import (
 	"context"
@@ -23,18 +27,18 @@ import (
 // not been applied for minutes makes the controller unready.
 const DefaultSyncStaleAfter = 5 * time.Minute
 
-// syncHealth knows, per gateway, since when work has waited that no sync pass has applied. As
+// Tracker knows, per gateway, since when work has waited that no sync pass has applied. As
 // kube-proxy's healthz, a gateway is stale only while it has such work and it has waited longer
 // than staleAfter: a gateway where nothing changed for hours is not stale (there are no periodic
 // syncs to wait for).
 //
 // Work arrives through the gateway work queue (every event handler and retry adds to it); a pass
 // that ends without error applied what was there when it started.
-type syncHealth struct {
+type Tracker struct {
 	staleAfter time.Duration // <= 0: never stale
 	clock      clock.PassiveClock
-	// gauge, when set, shows each gateway's pending time (vpcgw_gateway_pending_since_timestamp_seconds).
-	gauge func(gw string, since time.Time)
+	// Gauge, when set, shows each gateway's pending time (vpcgw_gateway_pending_since_timestamp_seconds).
+	Gauge func(gw string, since time.Time)
 
 	mu  sync.Mutex
 	gws map[string]*pendingWork
@@ -47,18 +51,18 @@ type pendingWork struct {
 	during time.Time
 }
 
-func newSyncHealth(staleAfter time.Duration, c clock.PassiveClock) *syncHealth {
-	return &syncHealth{staleAfter: staleAfter, clock: c, gws: map[string]*pendingWork{}}
+func New(staleAfter time.Duration, c clock.PassiveClock) *Tracker {
+	return &Tracker{staleAfter: staleAfter, clock: c, gws: map[string]*pendingWork{}}
 }
 
-func (h *syncHealth) show(gw string, p *pendingWork) {
-	if h.gauge != nil {
-		h.gauge(gw, p.since)
+func (h *Tracker) show(gw string, p *pendingWork) {
+	if h.Gauge != nil {
+		h.Gauge(gw, p.since)
 	}
 }
 
 // queued records that work for gateway gw arrived now.
-func (h *syncHealth) queued(gw string) {
+func (h *Tracker) Queued(gw string) {
 	now := h.clock.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -77,7 +81,7 @@ func (h *syncHealth) queued(gw string) {
 }
 
 // started records that a sync pass of gw starts.
-func (h *syncHealth) started(gw string) {
+func (h *Tracker) Started(gw string) {
 	now := h.clock.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -93,7 +97,7 @@ func (h *syncHealth) started(gw string) {
 
 // ended records how a sync pass of gw ended: without error it applied what waited when it
 // started, and what arrived meanwhile still waits. A gateway forgotten meanwhile stays forgotten.
-func (h *syncHealth) ended(gw string, ok bool) {
+func (h *Tracker) Ended(gw string, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	p := h.gws[gw]
@@ -108,14 +112,14 @@ func (h *syncHealth) ended(gw string, ok bool) {
 }
 
 // forget drops a gateway that is gone (nothing keyed by a tenant-chosen name outlives it, SPEC N4).
-func (h *syncHealth) forget(gw string) {
+func (h *Tracker) Forget(gw string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.gws, gw)
 }
 
 // stale lists the gateways whose oldest unapplied work waited longer than staleAfter, sorted.
-func (h *syncHealth) stale() []string {
+func (h *Tracker) Stale() []string {
 	if h.staleAfter <= 0 {
 		return nil
 	}
@@ -134,8 +138,8 @@ func (h *syncHealth) stale() []string {
 
 // check is the readiness check of the gateway syncs. The probe's answer withholds the reason
 // (controller-runtime's healthz); the error, logged by it, names the gateways.
-func (h *syncHealth) check(*http.Request) error {
-	gws := h.stale()
+func (h *Tracker) Check(*http.Request) error {
+	gws := h.Stale()
 	if len(gws) == 0 {
 		return nil
 	}
@@ -151,9 +155,9 @@ func (h *syncHealth) check(*http.Request) error {
 // cacheSyncWait bounds one readiness probe's wait for the caches: probes time out after 1 s.
 const cacheSyncWait = 200 * time.Millisecond
 
-// cacheSynced is the readiness check of the manager's caches: not ready until every informer
+// CacheSynced is the readiness check of the manager's caches: not ready until every informer
 // has synced. Once they have, they stay synced (informers never unsync), so that is remembered.
-func cacheSynced(c interface{ WaitForCacheSync(context.Context) bool }) healthz.Checker {
+func CacheSynced(c interface{ WaitForCacheSync(context.Context) bool }) healthz.Checker {
 	var synced atomic.Bool
 	return func(req *http.Request) error {
 		if synced.Load() {
@@ -169,30 +173,30 @@ func cacheSynced(c interface{ WaitForCacheSync(context.Context) bool }) healthz.
 	}
 }
 
-// noticingQueue is the gateway work queue that tells syncHealth when work arrives. Items to be
+// Queue is the gateway work queue that tells Tracker when work arrives. Items to be
 // handed out later (a pass's RequeueAfter: the throttle, the quarantine retry) are not new work:
 // the throttled work was noted when it arrived, and a pass that errs keeps its work pending.
-type noticingQueue struct {
+type Queue struct {
 	priorityqueue.PriorityQueue[reconcile.Request]
-	health *syncHealth
+	health *Tracker
 }
 
-func newNoticingQueue(name string, rl workqueue.TypedRateLimiter[reconcile.Request], h *syncHealth, log logr.Logger) *noticingQueue {
-	return &noticingQueue{health: h, PriorityQueue: priorityqueue.New(name, func(o *priorityqueue.Opts[reconcile.Request]) {
+func NewQueue(name string, rl workqueue.TypedRateLimiter[reconcile.Request], h *Tracker, log logr.Logger) *Queue {
+	return &Queue{health: h, PriorityQueue: priorityqueue.New(name, func(o *priorityqueue.Opts[reconcile.Request]) {
 		o.Log = log.WithValues("controller", name)
 		o.RateLimiter = rl
 	})}
 }
 
-func (q *noticingQueue) Add(r reconcile.Request) {
-	q.health.queued(r.Name)
+func (q *Queue) Add(r reconcile.Request) {
+	q.health.Queued(r.Name)
 	q.PriorityQueue.Add(r)
 }
 
-func (q *noticingQueue) AddWithOpts(o priorityqueue.AddOpts, rs ...reconcile.Request) {
+func (q *Queue) AddWithOpts(o priorityqueue.AddOpts, rs ...reconcile.Request) {
 	if o.After <= 0 && !o.RateLimited {
 		for _, r := range rs {
-			q.health.queued(r.Name)
+			q.health.Queued(r.Name)
 		}
 	}
 	q.PriorityQueue.AddWithOpts(o, rs...)
