@@ -1,8 +1,8 @@
 package kubeovn
 
 // Tests moved from test/e2e (the older lab that played kube-ovn's part) to the lab beside the real
-// kube-ovn-controller: here kube-ovn itself makes the EIPs Ready, programs them in its gateway
-// Pod, and keeps the VPC's router policies.
+// kube-ovn-controller: here kube-ovn itself makes the EIPs Ready and programs them in its gateway
+// Pod.
 
 import (
 	"context"
@@ -261,10 +261,9 @@ func recordWrites(samples map[string]float64) float64 {
 }
 
 // A client inside the VPC reaches a Service's ClusterIP and EIP through the gateway (hairpin: the
-// gateway SNATs, so replies come back), both backends answering, because vpcgw wrote a VIP policy
-// into the VPC's router (priority 29210, reroute to the gateway's lanIp); the lab's router has no
-// route for the Service CIDR otherwise. When the Service leaves the mode (both annotations
-// cleared), the policy goes and the ClusterIP is unreachable again.
+// gateway SNATs, so replies come back), both backends answering, and vpcgw wrote the VIP policy
+// into the Vpc's router in OVN (priority 29210, reroute to the gateway's lanIp). When the Service
+// leaves the mode (both annotations cleared), the policy goes and the ClusterIP answers no more.
 // covers: V1, V2, D4, I1, L2
 func TestVPCClientThroughRouterPolicies(t *testing.T) {
 	c := lab(t)
