@@ -13,8 +13,11 @@ export VPCGW_HELM := $(HELM_DIR)/helm
 # its Go module (hack/tools/kubeovn); the lab and the K tests read VPCGW_KUBEOVN.
 KUBEOVN_DIR ?= $(HOME)/.cache/vpcgw/kube-ovn-v1.16.2
 export VPCGW_KUBEOVN := $(KUBEOVN_DIR)
+# golangci-lint, built from its Go module (hack/tools/golangci-lint); `make lint` runs it.
+GOLANGCI_LINT_DIR ?= $(HOME)/.cache/vpcgw/golangci-lint-v2.15.0
+GOLANGCI_LINT := $(GOLANGCI_LINT_DIR)/golangci-lint
 
-.PHONY: fuzz all build deps assets helm kubeovn images release generate lab lab-stay soak test unit fmt-check vet
+.PHONY: fuzz all build deps assets helm kubeovn golangci-lint images release generate lab lab-stay soak test unit fmt-check vet lint
 
 all: build
 
@@ -73,6 +76,10 @@ assets:
 helm:
 	hack/tools/helm/build.sh "$(HELM_DIR)"
 
+# golangci-lint for `make lint`, built from the Go module proxy (several minutes the first time).
+golangci-lint:
+	hack/tools/golangci-lint/build.sh "$(GOLANGCI_LINT_DIR)"
+
 # kube-ovn-controller v1.16.2 and its CRDs, schemas and gateway script (~5 min the first time).
 kubeovn:
 	hack/tools/kubeovn/build.sh "$(KUBEOVN_DIR)"
@@ -129,3 +136,10 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+
+# The linters of .golangci.yml over the root module (hack/tools/* are modules of their own and not
+# linted). Two workers: the machines this runs on have two cores. LINT_ARGS adds flags, e.g.
+# LINT_ARGS='--new-from-rev=main' for what a branch adds.
+LINT_ARGS ?=
+lint: golangci-lint
+	$(GOLANGCI_LINT) run --concurrency 2 $(LINT_ARGS) ./...
