@@ -82,7 +82,7 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }() // a temporary directory: what is left is harmless
 	if kubeconfig, err = writeKubeconfig(env, dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
