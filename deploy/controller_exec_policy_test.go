@@ -50,27 +50,27 @@ func TestControllerExecPolicyOnAPIServer(t *testing.T) {
 		_ = k8s.Delete(context.Background(), p.DeepCopy())
 	})
 	gwPod := "vpc-nat-gw-gw1-0"
-	exec := func(pod string, argv ...string) *corev1.PodExecOptions {
+	exec := func(argv ...string) *corev1.PodExecOptions {
 		return &corev1.PodExecOptions{Container: "vpc-nat-gw", Command: argv, Stdin: true, Stdout: true, Stderr: true}
 	}
 	// The API server picks policies up asynchronously: wait until a shell is refused.
 	var last error
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		last = execAs(ctx, t, controllerUser, "exec", "kube-system", gwPod, exec(gwPod, "sh"))
+		last = execAs(ctx, t, controllerUser, "exec", "kube-system", gwPod, exec("sh"))
 		return last != nil && strings.Contains(last.Error(), execPolicyDenied), nil
 	}); err != nil {
 		t.Fatalf("the exec policy is not in force: %v (last: %v)", err, last)
 	}
 
-	const copy = "/run/vpcgw/vpcgw-agent-0123456789abcdef.part-a1b2c3d4e5f6"
+	const part = "/run/vpcgw/vpcgw-agent-0123456789abcdef.part-a1b2c3d4e5f6"
 	const agent = "/run/vpcgw/vpcgw-agent-0123456789abcdef"
 	// What internal/transport runs, in order: every one admitted.
 	for _, argv := range [][]string{
-		{"uname", "-m"}, {"sha256sum", agent}, {"mkdir", "-p", "/run/vpcgw"}, {"dd", "of=" + copy, "bs=65536"},
-		{"chmod", "0755", copy}, {"sha256sum", copy}, {"mv", "-f", copy, agent}, {"ls", "-1", "/run/vpcgw"},
-		{"rm", "-f", copy, "/run/vpcgw/vpcgw-agent-fedcba9876543210"}, {agent}, {agent, "--debug"}, {"vpcgw-agent"},
+		{"uname", "-m"}, {"sha256sum", agent}, {"mkdir", "-p", "/run/vpcgw"}, {"dd", "of=" + part, "bs=65536"},
+		{"chmod", "0755", part}, {"sha256sum", part}, {"mv", "-f", part, agent}, {"ls", "-1", "/run/vpcgw"},
+		{"rm", "-f", part, "/run/vpcgw/vpcgw-agent-fedcba9876543210"}, {agent}, {agent, "--debug"}, {"vpcgw-agent"},
 	} {
-		err := execAs(ctx, t, controllerUser, "exec", "kube-system", gwPod, exec(gwPod, argv...))
+		err := execAs(ctx, t, controllerUser, "exec", "kube-system", gwPod, exec(argv...))
 		if err == nil || strings.Contains(err.Error(), execPolicyDenied) {
 			t.Errorf("%q: %v, want it admitted (and then not found: the Pod does not exist)", argv, err)
 		}
@@ -81,15 +81,15 @@ func TestControllerExecPolicyOnAPIServer(t *testing.T) {
 		opts           *corev1.PodExecOptions
 		msg            string
 	}{
-		{"a shell", "exec", gwPod, exec(gwPod, "sh", "-c", "id"), "may run only the agent and its delivery"},
+		{"a shell", "exec", gwPod, exec("sh", "-c", "id"), "may run only the agent and its delivery"},
 		{"etcd's pod", "exec", "etcd-node-1", &corev1.PodExecOptions{Container: "etcd", Command: []string{"etcdctl", "get", "/"}, Stdout: true}, "only into kube-ovn gateway pods"},
 		{"another container", "exec", gwPod, &corev1.PodExecOptions{Container: "debug", Command: []string{"uname", "-m"}, Stdout: true}, "only into the vpc-nat-gw container"},
 		{"a TTY", "exec", gwPod, &corev1.PodExecOptions{Container: "vpc-nat-gw", Command: []string{agent}, Stdin: true, Stdout: true, TTY: true}, "without a TTY"},
-		{"another file", "exec", gwPod, exec(gwPod, "dd", "of=/etc/passwd", "bs=65536"), "may run only the agent"},
-		{"rm outside", "exec", gwPod, exec(gwPod, "rm", "-f", "/etc/shadow"), "may run only the agent"},
-		{"an agent elsewhere", "exec", gwPod, exec(gwPod, "/tmp/vpcgw-agent-0123456789abcdef"), "may run only the agent"},
-		{"an agent with an argument", "exec", gwPod, exec(gwPod, agent, "x"), "may run only the agent"},
-		{"sha256sum of a secret", "exec", gwPod, exec(gwPod, "sha256sum", "/var/run/secrets/kubernetes.io/serviceaccount/token"), "may run only the agent"},
+		{"another file", "exec", gwPod, exec("dd", "of=/etc/passwd", "bs=65536"), "may run only the agent"},
+		{"rm outside", "exec", gwPod, exec("rm", "-f", "/etc/shadow"), "may run only the agent"},
+		{"an agent elsewhere", "exec", gwPod, exec("/tmp/vpcgw-agent-0123456789abcdef"), "may run only the agent"},
+		{"an agent with an argument", "exec", gwPod, exec(agent, "x"), "may run only the agent"},
+		{"sha256sum of a secret", "exec", gwPod, exec("sha256sum", "/var/run/secrets/kubernetes.io/serviceaccount/token"), "may run only the agent"},
 		{"no command", "exec", gwPod, exec(gwPod), "may run only the agent"},
 		{"attach", "attach", gwPod, nil, "may not attach pods"},
 	} {

@@ -101,7 +101,7 @@ func TestInstallScriptDryRun(t *testing.T) {
 		name:  "LoadBalancer gate off beside kube-ovn's LB pods",
 		env:   map[string]string{"ENABLE_GW_NFTABLE_LB_SVC": "false", "ENABLE_LB_SVC": "true"},
 		flags: map[string]string{"enable-gw-nftable-lb-svc": "false", "enable-gw-nftable-svc-cluster-ip": "false", "enable-lb-svc": "true"},
-		check: func(t *testing.T, m manifest) {},
+		check: func(*testing.T, manifest) {},
 	}, {
 		// INSTALL_CRDS=auto once meant "kube-ovn's CRDs when missing"; now it is vpcgw's own only.
 		name: "INSTALL_CRDS=auto, the seed's ledger, kube-ovn elsewhere",

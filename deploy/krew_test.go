@@ -129,7 +129,7 @@ func TestKrewManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	gz, err := gzip.NewReader(f)
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +154,9 @@ func TestKrewManifest(t *testing.T) {
 		if _, err := io.Copy(out, tr); err != nil {
 			t.Fatal(err)
 		}
-		out.Close()
+		if err := out.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var from []string
 	for _, fl := range p.Files {

@@ -38,9 +38,6 @@ const kubeOVNCRDFile = "kube-ovn-crd.yaml"
 // kubeOVNFieldManager stands for kube-ovn's installer; no vpcgw install path may appear next to it.
 const kubeOVNFieldManager = "kube-ovn-install"
 
-// kubeOVNCRDNames are the kube-ovn CRDs vpcgw needs (the chart's and install.sh's check).
-var kubeOVNCRDNames = []string{"vpc-nat-gateways.kubeovn.io", "iptables-eips.kubeovn.io", "iptables-dnat-rules.kubeovn.io", "iptables-fip-rules.kubeovn.io", "subnets.kubeovn.io", "vpcs.kubeovn.io", "ips.kubeovn.io"}
-
 // crdState is what must not change about a kube-ovn CRD.
 type crdState struct {
 	resourceVersion string

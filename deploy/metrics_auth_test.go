@@ -66,7 +66,7 @@ func TestMetricsNeedAuthorization(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	must(t, err)
 	addr := l.Addr().String()
-	l.Close()
+	must(t, l.Close())
 	opts, err := controller.MetricsServerOptions(addr, true, "")
 	must(t, err)
 	as := rest.CopyConfig(cfg)
@@ -100,7 +100,7 @@ func TestMetricsNeedAuthorization(t *testing.T) {
 		if err != nil {
 			return 0, "", err
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }() // read to the end (or failed) already
 		b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 		return resp.StatusCode, string(b), err
 	}
@@ -133,7 +133,7 @@ func TestMetricsNeedAuthorization(t *testing.T) {
 	// Plain HTTP is not served at all.
 	if resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + addr + "/metrics"); err == nil {
 		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close() // read to the end already
 		if strings.Contains(string(b), "vpcgw_") {
 			t.Errorf("plain HTTP scrape served metrics")
 		}

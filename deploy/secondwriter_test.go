@@ -52,11 +52,10 @@ func TestRefusesBesideKubeOVNsServiceController(t *testing.T) {
 	setDeployment := func(d *appsv1.Deployment) {
 		t.Helper()
 		cur := &appsv1.Deployment{}
-		switch err := k8s.Get(ctx, client.ObjectKeyFromObject(d), cur); {
-		case err == nil:
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(d), cur); err == nil {
 			cur.Spec = d.Spec
 			must(t, k8s.Update(ctx, cur))
-		default:
+		} else {
 			must(t, k8s.Create(ctx, d))
 		}
 	}

@@ -68,12 +68,13 @@ func run(ctx context.Context, args []string, streams genericiooptions.IOStreams)
 	case errors.Is(err, errNotServed):
 		return exitNotServed
 	}
+	// The exit code carries the outcome; a failed write of its explanation to stderr changes nothing.
 	var ue usageError
 	if errors.As(err, &ue) || !o.started {
-		fmt.Fprintf(streams.ErrOut, "error: %v\nSee '%s --help' for usage.\n", err, cmd.CommandPath())
+		_, _ = fmt.Fprintf(streams.ErrOut, "error: %v\nSee '%s --help' for usage.\n", err, cmd.CommandPath())
 		return exitUsage
 	}
-	fmt.Fprintf(streams.ErrOut, "error: %v\n", err)
+	_, _ = fmt.Fprintf(streams.ErrOut, "error: %v\n", err)
 	return exitError
 }
 
@@ -169,7 +170,9 @@ func (o *options) view(ctx context.Context, c client.Client, ns string, include 
 	}
 	v := inspect.NewView(rd, info, pub)
 	for _, w := range v.Warnings() {
-		fmt.Fprintf(o.streams.ErrOut, "Warning: %s\n", w)
+		if _, err := fmt.Fprintf(o.streams.ErrOut, "Warning: %s\n", w); err != nil {
+			return nil, fmt.Errorf("write warning: %w", err)
+		}
 	}
 	return v, nil
 }
@@ -221,69 +224,82 @@ you may read.`,
 			return nil
 		},
 		ValidArgsFunction: o.completeGateways("gw/"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.complete(); err != nil {
-				return err
-			}
-			sel, err := labels.Parse(o.selector)
-			if err != nil {
-				return usagef("-l %q: %v", o.selector, err)
-			}
-			_, c, ns, err := o.client()
-			if err != nil {
-				return err
-			}
-			v, err := o.view(cmd.Context(), c, ns, nil)
-			if err != nil {
-				return err
-			}
-			now := o.now()
-			if len(args) == 1 {
-				name, _ := typedName(args[0], false, gatewayKinds...)
-				gs := v.Gateway(name)
-				if !gs.Exists && gs.Programmed == nil {
-					return fmt.Errorf("VpcNatGateway %q not found", name)
-				}
-				gs.Services = v.Select(gs.Services, sel)
-				table := inspect.TableOptions{Wide: out.wide(), NoHeaders: out.noHeaders}
-				return out.print(o.streams.Out, gs, func(w io.Writer) error { return inspect.PrintGateway(w, gs, table, now) },
-					func() runtime.Object {
-						return refList(ref(kubeovnv1.GroupVersion.String(), "VpcNatGateway", "", gs.Name))
-					})
-			}
-			if o.allNamespaces {
-				ns = ""
-			}
-			list := v.List(ns)
-			list.Items = v.Select(list.Items, sel)
-			names := func() runtime.Object {
-				refs := make([]unstructured.Unstructured, 0, len(list.Items))
-				for _, it := range list.Items {
-					refs = append(refs, ref("v1", "Service", it.Namespace, it.Name))
-				}
-				return refList(refs...)
-			}
-			return out.print(o.streams.Out, list, func(w io.Writer) error {
-				if len(list.Items) == 0 {
-					match := ""
-					if !sel.Empty() {
-						match = " and match -l " + sel.String()
-					}
-					if ns == "" {
-						_, err := fmt.Fprintf(o.streams.ErrOut, "No Services name a gateway%s.\n", match)
-						return err
-					}
-					_, err := fmt.Fprintf(o.streams.ErrOut, "No Services name a gateway%s in namespace %s.\n", match, ns)
-					return err
-				}
-				return inspect.PrintServices(w, list.Items, inspect.TableOptions{Wide: out.wide(), NoHeaders: out.noHeaders})
-			}, names)
-		},
+		RunE:              func(cmd *cobra.Command, args []string) error { return o.runStatus(cmd.Context(), out, args) },
 	}
 	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "List the Services of every namespace")
 	cmd.Flags().StringVarP(&o.selector, "selector", "l", "", "Selector (label query) on the Services to list, as kubectl get's: supports '=', '==', '!=', 'in', 'notin' and 'key' (e.g. -l key1=value1,key2=value2)")
 	out = o.addOutputFlags(cmd, outputSpec{name: true, customColumns: true, wide: true, noHeaders: true})
 	return cmd
+}
+
+// runStatus prints one gateway (gw/<gateway>) or the Services of the namespace that name a gateway.
+func (o *options) runStatus(ctx context.Context, out *output, args []string) error {
+	if err := out.complete(); err != nil {
+		return err
+	}
+	sel, err := labels.Parse(o.selector)
+	if err != nil {
+		return usagef("-l %q: %v", o.selector, err)
+	}
+	_, c, ns, err := o.client()
+	if err != nil {
+		return err
+	}
+	v, err := o.view(ctx, c, ns, nil)
+	if err != nil {
+		return err
+	}
+	if len(args) == 1 {
+		name, _ := typedName(args[0], false, gatewayKinds...)
+		return o.printGatewayStatus(out, v, name, sel)
+	}
+	if o.allNamespaces {
+		ns = ""
+	}
+	return o.printServicesStatus(out, v, ns, sel)
+}
+
+func (o *options) printGatewayStatus(out *output, v *inspect.View, name string, sel labels.Selector) error {
+	now := o.now()
+	gs := v.Gateway(name)
+	if !gs.Exists && gs.Programmed == nil {
+		return fmt.Errorf("VpcNatGateway %q not found", name)
+	}
+	gs.Services = v.Select(gs.Services, sel)
+	table := inspect.TableOptions{Wide: out.wide(), NoHeaders: out.noHeaders}
+	return out.print(o.streams.Out, gs, func(w io.Writer) error { return inspect.PrintGateway(w, gs, table, now) },
+		func() runtime.Object {
+			return refList(ref(kubeovnv1.GroupVersion.String(), "VpcNatGateway", "", gs.Name))
+		})
+}
+
+// printServicesStatus prints the Services of ns (every namespace when empty) that name a gateway;
+// with none, it says so on stderr and prints an empty list.
+func (o *options) printServicesStatus(out *output, v *inspect.View, ns string, sel labels.Selector) error {
+	list := v.List(ns)
+	list.Items = v.Select(list.Items, sel)
+	names := func() runtime.Object {
+		refs := make([]unstructured.Unstructured, 0, len(list.Items))
+		for _, it := range list.Items {
+			refs = append(refs, ref("v1", "Service", it.Namespace, it.Name))
+		}
+		return refList(refs...)
+	}
+	return out.print(o.streams.Out, list, func(w io.Writer) error {
+		if len(list.Items) == 0 {
+			match := ""
+			if !sel.Empty() {
+				match = " and match -l " + sel.String()
+			}
+			if ns == "" {
+				_, err := fmt.Fprintf(o.streams.ErrOut, "No Services name a gateway%s.\n", match)
+				return err
+			}
+			_, err := fmt.Fprintf(o.streams.ErrOut, "No Services name a gateway%s in namespace %s.\n", match, ns)
+			return err
+		}
+		return inspect.PrintServices(w, list.Items, inspect.TableOptions{Wide: out.wide(), NoHeaders: out.noHeaders})
+	}, names)
 }
 
 func (o *options) explainCommand() *cobra.Command {
@@ -327,7 +343,7 @@ does not exist), 2 on a usage error.`,
 			var svc corev1.Service
 			if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: ns, Name: name}, &svc); err != nil {
 				if apierrors.IsNotFound(err) {
-					return fmt.Errorf("Service %s/%s not found", ns, name)
+					return fmt.Errorf("Service %s/%s not found", ns, name) //nolint:staticcheck // ST1005: "Service" is the Kubernetes kind, named as kubectl names it
 				}
 				return err
 			}

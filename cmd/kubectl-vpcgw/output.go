@@ -241,7 +241,9 @@ func printColumns(w io.Writer, cols []column, rows []any, noHeaders bool) error 
 		for i, c := range cols {
 			headers[i] = c.header
 		}
-		fmt.Fprintln(tw, strings.Join(headers, "\t"))
+		if _, err := fmt.Fprintln(tw, strings.Join(headers, "\t")); err != nil {
+			return fmt.Errorf("write column headers: %w", err)
+		}
 	}
 	for _, row := range rows {
 		cells := make([]string, len(cols))
@@ -261,7 +263,9 @@ func printColumns(w io.Writer, cols []column, rows []any, noHeaders bool) error 
 				cells[i] = strings.Join(values, ",")
 			}
 		}
-		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+		if _, err := fmt.Fprintln(tw, strings.Join(cells, "\t")); err != nil {
+			return fmt.Errorf("write row: %w", err)
+		}
 	}
 	return tw.Flush()
 }

@@ -34,7 +34,9 @@ func ruleset(ctx context.Context, cfg *rest.Config, v *inspect.View, gw string, 
 	}
 	argv := []string{"nft", "list", "table", "ip", "kube-ovn"}
 	for _, inst := range gp.Instances {
-		fmt.Fprintf(out, "# %s/%s\n", inst.Pod.Namespace, inst.Pod.Name)
+		if _, err := fmt.Fprintf(out, "# %s/%s\n", inst.Pod.Namespace, inst.Pod.Name); err != nil {
+			return fmt.Errorf("write ruleset header: %w", err)
+		}
 		b, err := execInPod(ctx, cfg, inst.Pod, gatewayContainer, argv)
 		if err != nil {
 			return fmt.Errorf("%s/%s: %w", inst.Pod.Namespace, inst.Pod.Name, err)

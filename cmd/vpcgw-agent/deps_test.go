@@ -105,7 +105,7 @@ func TestAgentBuildsStatic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
 			t.Errorf("the agent is dynamically linked (program header %v)", p.Type)

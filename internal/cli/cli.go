@@ -35,7 +35,9 @@ func Parse(fs *flag.FlagSet, args []string, command, description string, stdout 
 	err := fs.Parse(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
-		PrintHelp(stdout, fs, command, description)
+		if err := PrintHelp(stdout, fs, command, description); err != nil {
+			return fmt.Errorf("print the help of %s: %w", command, err)
+		}
 		return ErrHelp
 	case err != nil:
 		return &UsageError{fmt.Errorf("%w (see %s --help)", err, command)}
@@ -46,8 +48,9 @@ func Parse(fs *flag.FlagSet, args []string, command, description string, stdout 
 }
 
 // PrintHelp writes command's description and every flag of fs, sorted, with its type and default.
-func PrintHelp(w io.Writer, fs *flag.FlagSet, command, description string) {
-	fmt.Fprintf(w, "Usage: %s [flags]\n\n%s\n\nFlags:\n", command, strings.TrimSpace(description))
+func PrintHelp(w io.Writer, fs *flag.FlagSet, command, description string) error {
+	var b strings.Builder // written at once: one error to check
+	fmt.Fprintf(&b, "Usage: %s [flags]\n\n%s\n\nFlags:\n", command, strings.TrimSpace(description))
 	var all []*flag.Flag
 	fs.VisitAll(func(f *flag.Flag) { all = append(all, f) })
 	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
@@ -56,15 +59,17 @@ func PrintHelp(w io.Writer, fs *flag.FlagSet, command, description string) {
 		if t := typeName(f); t != "" {
 			line += " " + t
 		}
-		fmt.Fprintln(w, line)
+		fmt.Fprintln(&b, line)
 		usage := f.Usage
 		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "[]" {
 			usage += fmt.Sprintf(" (default %q)", f.DefValue)
 		}
 		for _, l := range wrap(usage, 88) {
-			fmt.Fprintln(w, "      "+l)
+			fmt.Fprintln(&b, "      "+l)
 		}
 	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 // typeName names what a flag takes from its value's type ("" for a boolean, which takes none).

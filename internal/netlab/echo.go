@@ -86,7 +86,9 @@ func EchoMain(ctx context.Context, args []string) error {
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	go func() { errc <- fmt.Errorf("echo http: %w", srv.Serve(tl)) }()
-	fmt.Fprintf(os.Stdout, "listening %s\n", *listen)
+	if _, err := fmt.Fprintf(os.Stdout, "listening %s\n", *listen); err != nil {
+		return fmt.Errorf("echo: announce the listener: %w", err)
+	}
 	select {
 	case err := <-errc:
 		return err

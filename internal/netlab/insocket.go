@@ -29,14 +29,14 @@ func InNetns(netns string, f func() error) error {
 			errc <- err
 			return
 		}
-		defer orig.Close()
+		defer func() { _ = orig.Close() }() // a namespace handle: nothing to lose on close
 		target, err := os.Open(filepath.Join("/run/netns", netns))
 		if err != nil {
 			runtime.UnlockOSThread()
 			errc <- err
 			return
 		}
-		defer target.Close()
+		defer func() { _ = target.Close() }() // a namespace handle: nothing to lose on close
 		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
 			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("entering network namespace %s: %w", netns, err)

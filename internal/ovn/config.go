@@ -39,42 +39,49 @@ func (cfg Config) endpoints() ([]string, bool, error) {
 	var out []string
 	ssl := false
 	for _, raw := range strings.Split(cfg.Address, ",") {
-		ep := strings.TrimSpace(raw)
-		scheme, rest, ok := strings.Cut(ep, ":")
-		if !ok || rest == "" {
-			return nil, false, fmt.Errorf("ovn: NB endpoint %q: want tcp:host:port, ssl:host:port or unix:/path", ep)
+		ep, scheme, err := endpoint(strings.TrimSpace(raw))
+		if err != nil {
+			return nil, false, err
 		}
-		switch scheme {
-		case "tcp", "ssl":
-			host, port, err := net.SplitHostPort(rest)
-			if err != nil {
-				return nil, false, fmt.Errorf("ovn: NB endpoint %q: %w", ep, err)
-			}
-			if host == "" {
-				return nil, false, fmt.Errorf("ovn: NB endpoint %q: missing host", ep)
-			}
-			if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-				return nil, false, fmt.Errorf("ovn: NB endpoint %q: bad port %q", ep, port)
-			}
-			if scheme == "ssl" {
-				ssl = true
-			}
-			out = append(out, scheme+":"+net.JoinHostPort(host, port))
-		case "unix":
-			// libovsdb reads "unix:relative" as its default socket, so make the path absolute.
-			p, err := filepath.Abs(rest)
-			if err != nil {
-				return nil, false, fmt.Errorf("ovn: NB endpoint %q: %w", ep, err)
-			}
-			out = append(out, "unix:"+p)
-		default:
-			return nil, false, fmt.Errorf("ovn: NB endpoint %q: unsupported scheme %q (want tcp, ssl or unix)", ep, scheme)
-		}
+		ssl = ssl || scheme == "ssl"
+		out = append(out, ep)
 	}
 	if ssl && cfg.TLS == nil {
 		return nil, false, fmt.Errorf("ovn: NB address %q has an ssl: endpoint but no TLS files are configured", cfg.Address)
 	}
 	return out, ssl, nil
+}
+
+// endpoint validates one endpoint of an NB address and returns it in libovsdb's form, and its
+// scheme.
+func endpoint(ep string) (string, string, error) {
+	scheme, rest, ok := strings.Cut(ep, ":")
+	if !ok || rest == "" {
+		return "", "", fmt.Errorf("ovn: NB endpoint %q: want tcp:host:port, ssl:host:port or unix:/path", ep)
+	}
+	switch scheme {
+	case "tcp", "ssl":
+		host, port, err := net.SplitHostPort(rest)
+		if err != nil {
+			return "", "", fmt.Errorf("ovn: NB endpoint %q: %w", ep, err)
+		}
+		if host == "" {
+			return "", "", fmt.Errorf("ovn: NB endpoint %q: missing host", ep)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return "", "", fmt.Errorf("ovn: NB endpoint %q: bad port %q", ep, port)
+		}
+		return scheme + ":" + net.JoinHostPort(host, port), scheme, nil
+	case "unix":
+		// libovsdb reads "unix:relative" as its default socket, so make the path absolute.
+		p, err := filepath.Abs(rest)
+		if err != nil {
+			return "", "", fmt.Errorf("ovn: NB endpoint %q: %w", ep, err)
+		}
+		return "unix:" + p, scheme, nil
+	default:
+		return "", "", fmt.Errorf("ovn: NB endpoint %q: unsupported scheme %q (want tcp, ssl or unix)", ep, scheme)
+	}
 }
 
 // tlsConfig loads the client certificate and the CA.

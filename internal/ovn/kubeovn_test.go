@@ -49,7 +49,7 @@ type kubeOVN struct {
 	ctrl *kubeovnrun.Controller
 }
 
-func startKubeOVN(t *testing.T, ctx context.Context) *kubeOVN {
+func startKubeOVN(ctx context.Context, t *testing.T) *kubeOVN {
 	t.Helper()
 	e := kubeovntest.Start(t, ctx, koNode)
 	k, o, ctrl := e.Client, e.OVN, e.Controller
@@ -116,7 +116,7 @@ func (ko *kubeOVN) vipRows(t *testing.T, gw string) map[string]string {
 }
 
 // patchVPC merge-patches the Vpc as a user's kubectl would.
-func (ko *kubeOVN) patchVPC(t *testing.T, ctx context.Context, patch string) {
+func (ko *kubeOVN) patchVPC(ctx context.Context, t *testing.T, patch string) {
 	t.Helper()
 	if err := ko.k.Patch(ctx, koObject("Vpc", koVPC, nil), client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 		t.Fatalf("patching Vpc %s with %s: %v", koVPC, patch, err)
@@ -150,7 +150,7 @@ func (ko *kubeOVN) waitReconciled(t *testing.T, vip, trigger string) time.Durati
 func TestKubeOVNReconcileKeepsVIPRoutes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	ko := startKubeOVN(t, ctx)
+	ko := startKubeOVN(ctx, t)
 
 	w, err := NewWriter(ctx, Config{Address: ko.o.NBAddr()}, testr.New(t))
 	if err != nil {
@@ -189,12 +189,12 @@ func TestKubeOVNReconcileKeepsVIPRoutes(t *testing.T) {
 		do   func(t *testing.T)
 	}{
 		{"annotation with .kubernetes.io/ on the Vpc", func(t *testing.T) {
-			ko.patchVPC(t, ctx, `{"metadata":{"annotations":{"test.kubernetes.io/trigger":"1"}}}`)
+			ko.patchVPC(ctx, t, `{"metadata":{"annotations":{"test.kubernetes.io/trigger":"1"}}}`)
 		}},
 		{"staticRoutes entry added", func(t *testing.T) {
-			ko.patchVPC(t, ctx, `{"spec":{"staticRoutes":[{"cidr":"192.168.250.0/24","nextHopIP":"`+koLanIP+`","policy":"policyDst"}]}}`)
+			ko.patchVPC(ctx, t, `{"spec":{"staticRoutes":[{"cidr":"192.168.250.0/24","nextHopIP":"`+koLanIP+`","policy":"policyDst"}]}}`)
 		}},
-		{"staticRoutes entry removed", func(t *testing.T) { ko.patchVPC(t, ctx, `{"spec":{"staticRoutes":null}}`) }},
+		{"staticRoutes entry removed", func(t *testing.T) { ko.patchVPC(ctx, t, `{"spec":{"staticRoutes":null}}`) }},
 		{"kube-ovn-controller restart", func(t *testing.T) {
 			if err := ko.ctrl.Restart(); err != nil {
 				t.Fatal(err)
@@ -256,7 +256,7 @@ func TestKubeOVNReconcileKeepsVIPRoutes(t *testing.T) {
 		canary := "10.96.99.100"
 		ko.addCanary(t, canary)
 		start := time.Now()
-		ko.patchVPC(t, ctx, `{"metadata":{"annotations":{"test.kubernetes.io/trigger":"2"}}}`)
+		ko.patchVPC(ctx, t, `{"metadata":{"annotations":{"test.kubernetes.io/trigger":"2"}}}`)
 		ko.waitReconciled(t, canary, "annotation")
 		for _, vip := range oldVIPs {
 			line := fmt.Sprintf("delete policy route for router: %s, priority: 29210, match ip4.dst == %s", koVPC, vip)
@@ -319,13 +319,13 @@ func TestKubeOVNReconcileKeepsVIPRoutes(t *testing.T) {
 			<-changed
 		}
 		// The Vpc's usual 0.0.0.0/0 loses to the longer discard; a route for the VIP's /16 wins.
-		ko.patchVPC(t, ctx, `{"spec":{"staticRoutes":[{"cidr":"0.0.0.0/0","nextHopIP":"`+koLanIP+`","policy":"policyDst"}]}}`)
+		ko.patchVPC(ctx, t, `{"spec":{"staticRoutes":[{"cidr":"0.0.0.0/0","nextHopIP":"`+koLanIP+`","policy":"policyDst"}]}}`)
 		waitEvery(t, 60*time.Second, 50*time.Millisecond, "kube-ovn wrote the Vpc's 0.0.0.0/0", func() (bool, string) {
 			rs, err := w.RouterRoutes(ctx, koVPC)
 			return err == nil && slices.ContainsFunc(rs, func(r Route) bool { return !r.Source && !r.Connected && r.Prefix.Bits() == 0 }), fmt.Sprint(rs, err)
 		})
 		routed(false, discards)
-		ko.patchVPC(t, ctx, `{"spec":{"staticRoutes":[{"cidr":"10.96.0.0/16","nextHopIP":"`+koLanIP+`","policy":"policyDst"}]}}`)
+		ko.patchVPC(ctx, t, `{"spec":{"staticRoutes":[{"cidr":"10.96.0.0/16","nextHopIP":"`+koLanIP+`","policy":"policyDst"}]}}`)
 		routed(true, "")
 		waitEvery(t, 10*time.Second, 20*time.Millisecond, "the route change told", func() (bool, string) {
 			for len(changed) > 0 {
@@ -335,7 +335,7 @@ func TestKubeOVNReconcileKeepsVIPRoutes(t *testing.T) {
 			}
 			return false, ""
 		})
-		ko.patchVPC(t, ctx, `{"spec":{"staticRoutes":null}}`)
+		ko.patchVPC(ctx, t, `{"spec":{"staticRoutes":null}}`)
 		routed(false, discards)
 		ko.nbctl(t, "lr-route-del", koVPC, "10.96.0.0/12")
 		routed(true, "")
@@ -347,13 +347,13 @@ func TestKubeOVNReconcileKeepsVIPRoutes(t *testing.T) {
 			"external_ids:vendor=kube-ovn", "--", "add", "Logical_Router", koVPC, "static_routes", "@r")
 		routed(false, discards)
 		ko.addCanary(t, "10.96.99.200")
-		ko.patchVPC(t, ctx, `{"metadata":{"annotations":{"test.kubernetes.io/trigger":"3"}}}`)
+		ko.patchVPC(ctx, t, `{"metadata":{"annotations":{"test.kubernetes.io/trigger":"3"}}}`)
 		ko.waitReconciled(t, "10.96.99.200", "annotation")
 		routed(true, "")
 		ko.nbctl(t, "lr-route-add", koVPC, "10.96.0.0/12", "discard")
 		routed(false, discards)
 		ko.addCanary(t, "10.96.99.201")
-		ko.patchVPC(t, ctx, `{"metadata":{"annotations":{"test.kubernetes.io/trigger":"4"}}}`)
+		ko.patchVPC(ctx, t, `{"metadata":{"annotations":{"test.kubernetes.io/trigger":"4"}}}`)
 		ko.waitReconciled(t, "10.96.99.201", "annotation")
 		routed(false, discards)
 		ko.nbctl(t, "lr-route-del", koVPC, "10.96.0.0/12")

@@ -58,8 +58,11 @@ func freePort(t testing.TB) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return port
 }
 
 // startNB creates a fresh NB database and starts ovsdb-server on it; it is stopped at cleanup.
@@ -71,7 +74,11 @@ func startNB(t testing.TB, ssl *sslFiles) *nbServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("remove %s: %v", dir, err)
+		}
+	})
 	s := &nbServer{t: t, dir: dir, db: filepath.Join(dir, "nb.db"), sock: filepath.Join(dir, "nb.sock"), ssl: ssl}
 	out, err := exec.Command("ovsdb-tool", "create", s.db, nbSchema).CombinedOutput()
 	if err != nil {
@@ -139,7 +146,7 @@ func (s *nbServer) start() {
 				ready = false
 				break
 			}
-			c.Close()
+			_ = c.Close() // a probe: connecting was all it needed
 		}
 		if ready {
 			return

@@ -206,10 +206,40 @@ func (p *plan) String() string {
 
 // makePlan compares the desired policies of one gateway with the routers and policies as read.
 func makePlan(d desired, routers []nbdb.LogicalRouter, policies map[string]*nbdb.LogicalRouterPolicy) (*plan, error) {
-	p := &plan{updates: map[string]update{}, deletes: map[string][]string{}, guard: map[string][]string{}}
-	wantAny := d.wantAny()
+	owner, target, err := gatewayRouter(d, routers)
+	if err != nil {
+		return nil, err
+	}
+	b := planBuilder{
+		plan:           &plan{target: target, updates: map[string]update{}, deletes: map[string][]string{}, guard: map[string][]string{}},
+		routerPolicies: map[string][]string{},
+	}
+	for i := range routers {
+		b.routerPolicies[routers[i].UUID] = routers[i].Policies
+	}
+	wanted := map[string]bool{}
+	if d.wantAny() {
+		for _, v := range d.vips {
+			wanted[v] = true
+		}
+	}
+	byVIP := b.sortOut(d, owner, policies, wanted)
+	for _, vip := range d.vips {
+		if !wanted[vip] {
+			break
+		}
+		b.settle(d, vip, byVIP[vip])
+	}
+	for r := range b.deletes {
+		slices.Sort(b.deletes[r])
+	}
+	return b.plan, nil
+}
 
-	owner := map[string]string{} // policy UUID -> router UUID
+// gatewayRouter returns which router owns each policy (policy UUID -> router UUID) and the UUID
+// of the gateway's router ("" when absent and no policy is wanted).
+func gatewayRouter(d desired, routers []nbdb.LogicalRouter) (map[string]string, string, error) {
+	owner := map[string]string{}
 	var targets []string
 	for i := range routers {
 		r := &routers[i]
@@ -222,29 +252,32 @@ func makePlan(d desired, routers []nbdb.LogicalRouter, policies map[string]*nbdb
 	}
 	switch {
 	case len(targets) > 1:
-		return nil, fmt.Errorf("ovn: %d logical routers are named %q", len(targets), d.router)
+		return nil, "", fmt.Errorf("ovn: %d logical routers are named %q", len(targets), d.router)
 	case len(targets) == 1:
-		p.target = targets[0]
-	case wantAny:
-		return nil, fmt.Errorf("ovn: gateway %s: router %q: %w", d.gateway, d.router, ErrRouterNotFound)
+		return owner, targets[0], nil
+	case d.wantAny():
+		return nil, "", fmt.Errorf("ovn: gateway %s: router %q: %w", d.gateway, d.router, ErrRouterNotFound)
 	}
+	return owner, "", nil
+}
 
-	routerPolicies := map[string][]string{}
-	for i := range routers {
-		routerPolicies[routers[i].UUID] = routers[i].Policies
-	}
-	touch := func(router string) { p.guard[router] = routerPolicies[router] }
-	del := func(router, policy string) {
-		p.deletes[router] = append(p.deletes[router], policy)
-		touch(router)
-	}
+// planBuilder is a plan being made.
+type planBuilder struct {
+	*plan
+	routerPolicies map[string][]string // router UUID -> its policies column as read
+}
 
-	wanted := map[string]bool{}
-	if wantAny {
-		for _, v := range d.vips {
-			wanted[v] = true
-		}
-	}
+// touch guards a write to router's policies with the column as read.
+func (b planBuilder) touch(router string) { b.guard[router] = b.routerPolicies[router] }
+
+func (b planBuilder) del(router, policy string) {
+	b.deletes[router] = append(b.deletes[router], policy)
+	b.touch(router)
+}
+
+// sortOut deletes the gateway's policies that are not wanted where they are (on another router,
+// or for a VIP not wanted) and returns the others by VIP.
+func (b planBuilder) sortOut(d desired, owner map[string]string, policies map[string]*nbdb.LogicalRouterPolicy, wanted map[string]bool) map[string][]*nbdb.LogicalRouterPolicy {
 	byVIP := map[string][]*nbdb.LogicalRouterPolicy{}
 	// Sorted UUIDs: the choice of the policy kept among duplicates is deterministic.
 	for _, u := range slices.Sorted(maps.Keys(policies)) {
@@ -254,48 +287,46 @@ func makePlan(d desired, routers []nbdb.LogicalRouter, policies map[string]*nbdb
 			continue // not referenced by any router (garbage collected) or not ours
 		}
 		vip := matchVIP(pol.Match)
-		if router != p.target || vip == "" || !wanted[vip] {
-			del(router, u)
+		if router != b.target || vip == "" || !wanted[vip] {
+			b.del(router, u)
 			continue
 		}
 		byVIP[vip] = append(byVIP[vip], pol)
 	}
-	for _, vip := range d.vips {
-		if !wanted[vip] {
-			break
+	return byVIP
+}
+
+// settle plans one wanted VIP from its policies on the gateway's router: one created when there
+// is none, else one kept (rewritten when not right) and the others deleted.
+func (b planBuilder) settle(d desired, vip string, have []*nbdb.LogicalRouterPolicy) {
+	if len(have) == 0 {
+		b.creates = append(b.creates, vip)
+		b.touch(b.target)
+		return
+	}
+	keep := keptPolicy(d, vip, have)
+	for _, pol := range have {
+		if pol != keep {
+			b.del(b.target, pol.UUID)
 		}
-		have := byVIP[vip]
-		if len(have) == 0 {
-			p.creates = append(p.creates, vip)
-			touch(p.target)
-			continue
-		}
-		// Keep a right one, else one that only lacks the exemption (its route is right), else
-		// the first.
-		keep := have[0]
-		loose := d
-		loose.exempt = false
-	choose:
-		for _, want := range []desired{d, loose} {
-			for _, pol := range have {
-				if policyOK(pol, vip, want) {
-					keep = pol
-					break choose
-				}
-			}
-		}
+	}
+	if !policyOK(keep, vip, d) {
+		b.updates[keep.UUID] = update{vip: vip, ext: d.externalIDs(keep.ExternalIDs)}
+		b.touch(b.target)
+	}
+}
+
+// keptPolicy chooses among a VIP's policies a right one, else one that only lacks the exemption
+// (its route is right), else the first.
+func keptPolicy(d desired, vip string, have []*nbdb.LogicalRouterPolicy) *nbdb.LogicalRouterPolicy {
+	loose := d
+	loose.exempt = false
+	for _, want := range []desired{d, loose} {
 		for _, pol := range have {
-			if pol != keep {
-				del(p.target, pol.UUID)
+			if policyOK(pol, vip, want) {
+				return pol
 			}
 		}
-		if !policyOK(keep, vip, d) {
-			p.updates[keep.UUID] = update{vip: vip, ext: d.externalIDs(keep.ExternalIDs)}
-			touch(p.target)
-		}
 	}
-	for r := range p.deletes {
-		slices.Sort(p.deletes[r])
-	}
-	return p, nil
+	return have[0]
 }

@@ -88,9 +88,30 @@ func Routed(routes []Route, vip netip.Addr) (ok bool, why string) {
 	if !vip.Is4() {
 		return false, fmt.Sprintf("%s is not an IPv4 address", vip)
 	}
+	best, bySource := bestRoutes(routes, vip)
+	if len(best) > 0 {
+		for _, r := range best {
+			if r.Discards() {
+				return false, "route " + r.Prefix.String() + " discards it"
+			}
+		}
+		return true, ""
+	}
+	for _, r := range bySource {
+		if !r.Discards() {
+			return true, ""
+		}
+	}
+	if len(bySource) > 0 {
+		return false, "no route covers " + vip.String() + " (its src-ip routes discard)"
+	}
+	return false, "no route covers " + vip.String()
+}
+
+// bestRoutes returns the dst-ip routes of the main table that match vip with the highest
+// priority (OVN's: the longest prefix, connected before static), and every IPv4 src-ip route.
+func bestRoutes(routes []Route, vip netip.Addr) (best, bySource []Route) {
 	bestPrio := -1
-	var best []Route
-	var bySource []Route
 	for _, r := range routes {
 		if r.RouteTable != "" || !r.Prefix.IsValid() || !r.Prefix.Addr().Is4() {
 			continue
@@ -113,23 +134,7 @@ func Routed(routes []Route, vip netip.Addr) (ok bool, why string) {
 			best = append(best, r)
 		}
 	}
-	if len(best) > 0 {
-		for _, r := range best {
-			if r.Discards() {
-				return false, "route " + r.Prefix.String() + " discards it"
-			}
-		}
-		return true, ""
-	}
-	for _, r := range bySource {
-		if !r.Discards() {
-			return true, ""
-		}
-	}
-	if len(bySource) > 0 {
-		return false, "no route covers " + vip.String() + " (its src-ip routes discard)"
-	}
-	return false, "no route covers " + vip.String()
+	return best, bySource
 }
 
 // ErrCacheBehind is wrapped by RouterRoutes when the NB cache holds a router that references a

@@ -76,7 +76,9 @@ func NewWriter(ctx context.Context, cfg Config, log logr.Logger) (*Writer, error
 	return newWriter(ctx, cfg, log, writerOptions{})
 }
 
-func newWriter(ctx context.Context, cfg Config, log logr.Logger, wo writerOptions) (*Writer, error) {
+// newClient makes the NB client of cfg, not yet connected: reconnecting for ever with backoff,
+// to the leader of a clustered database.
+func newClient(cfg Config, log logr.Logger) (client.Client, error) {
 	eps, ssl, err := cfg.endpoints()
 	if err != nil {
 		return nil, err
@@ -113,6 +115,14 @@ func newWriter(ctx context.Context, cfg Config, log logr.Logger, wo writerOption
 	c, err := client.NewOVSDBClient(dbModel, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("ovn: NB client: %w", err)
+	}
+	return c, nil
+}
+
+func newWriter(ctx context.Context, cfg Config, log logr.Logger, wo writerOptions) (*Writer, error) {
+	c, err := newClient(cfg, log)
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()

@@ -160,7 +160,6 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (*Report, error) {
 	}
 	s := &Soak{C: c, cfg: cfg, demo: &cluster.Demo{C: c, Out: io.Discard, Requests: cfg.Batch, Timeout: cfg.ConvergeTimeout}, life: &lifetimes{}}
 	rep := &Report{Started: time.Now()}
-	out := cfg.Out
 
 	svc, err := s.demo.Served(ctx)
 	if err != nil {
@@ -171,7 +170,7 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	baseReplicas := s.replicas
-	fmt.Fprintf(out, "== soak: %s of faults and churn beside kube-ovn-controller; traffic through %s and %s\n",
+	s.progressf("== soak: %s of faults and churn beside kube-ovn-controller; traffic through %s and %s\n",
 		cfg.Duration, svc.Status.LoadBalancer.Ingress[0].IP, svc.Spec.ClusterIP)
 	if err := s.converge(ctx, nil); err != nil {
 		return nil, fmt.Errorf("the lab did not settle before the soak: %w", err)
@@ -180,7 +179,7 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	s.sampleLifetime(ctx)
-	fmt.Fprintf(out, "   baseline: %s\n", rep.Baseline)
+	s.progressf("   baseline: %s\n", rep.Baseline)
 
 	s.traffic = startTraffic(ctx, s.streams())
 	defer s.traffic.stop()
@@ -204,7 +203,7 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (*Report, error) {
 		if res.Err != nil {
 			failed = append(failed, fmt.Errorf("%s: %w", step.Name, res.Err))
 		}
-		fmt.Fprintf(out, "   %-34s converged in %6s; failed %d/%d in the window, %d/%d after%s\n",
+		s.progressf("   %-34s converged in %6s; failed %d/%d in the window, %d/%d after%s\n",
 			step.Name, res.Converged.Round(10*time.Millisecond), res.Window.Failed, res.Window.Sent, res.After.Failed, res.After.Sent, errSuffix(res.Err))
 		if res.Err != nil && (errors.Is(res.Err, errNotConverged) || errors.Is(res.Err, errInject)) {
 			// The lab is not in a state the next step may start from, nor one to compare with
@@ -238,12 +237,18 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (*Report, error) {
 	rep.Leaks = append(rep.Leaks, stale...)
 	rep.Lifetimes = s.life.all()
 	rep.Leaks = append(rep.Leaks, growth(rep.Lifetimes)...)
-	fmt.Fprintf(out, "   end:      %s\n", rep.End)
+	s.progressf("   end:      %s\n", rep.End)
 	for _, l := range rep.Leaks {
-		fmt.Fprintf(out, "!! leak: %s\n", l)
+		s.progressf("!! leak: %s\n", l)
 		failed = append(failed, errors.New("leak: "+l))
 	}
 	return rep, errors.Join(failed...)
+}
+
+// progressf prints a line of the soak's progress to Config.Out. Best effort: the report and the
+// returned error carry the outcome, and a soak of half an hour is not stopped for a lost line.
+func (s *Soak) progressf(format string, args ...any) {
+	_, _ = fmt.Fprintf(s.cfg.Out, format, args...)
 }
 
 var (

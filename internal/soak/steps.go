@@ -21,7 +21,7 @@ var vpcEditRoute = kubeovnv1.PolicyRoute{Priority: 31000, Match: "ip4.src == 198
 // churn (the demo Deployment scaled up or down), so that faults and churn alternate.
 func Schedule() []Step {
 	faults := []Step{
-		{"the agent killed", Harmless, func(ctx context.Context, s *Soak) error {
+		{"the agent killed", Harmless, func(_ context.Context, s *Soak) error {
 			n, err := s.C.KillAgents()
 			if err == nil && n == 0 {
 				err = errors.New("no agent runs in the gateway Pod")
@@ -45,7 +45,7 @@ func Schedule() []Step {
 		{"the API server restarted", Harmless, func(ctx context.Context, s *Soak) error {
 			return s.C.RestartAPIServer(ctx)
 		}},
-		{"OVN NB restarted", Harmless, func(ctx context.Context, s *Soak) error {
+		{"OVN NB restarted", Harmless, func(_ context.Context, s *Soak) error {
 			return s.C.OVN.RestartNB()
 		}},
 		// OVN's data path (the lab node's chassis and OVN central): the Vpc's packets cross
@@ -56,10 +56,10 @@ func Schedule() []Step {
 		{"ovs-vswitchd restarted", RemovesDataPath, func(ctx context.Context, s *Soak) error {
 			return s.C.Chassis.RestartVswitchd(ctx)
 		}},
-		{"ovn-northd restarted", Harmless, func(ctx context.Context, s *Soak) error {
+		{"ovn-northd restarted", Harmless, func(_ context.Context, s *Soak) error {
 			return s.C.OVN.RestartNorthd()
 		}},
-		{"the gateway's table flushed", RemovesDataPath, func(ctx context.Context, s *Soak) error {
+		{"the gateway's table flushed", RemovesDataPath, func(_ context.Context, s *Soak) error {
 			ns, ok := s.C.GatewayNetns()
 			if !ok {
 				return errors.New("the gateway Pod has no network namespace")

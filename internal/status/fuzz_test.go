@@ -32,14 +32,15 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			t.Fatalf("the encoding of what decoded does not decode: %v\n%v", err, enc)
 		}
-		if !reflect.DeepEqual(comparable(p), comparable(q)) {
+		if !reflect.DeepEqual(comparableForm(p), comparableForm(q)) {
 			t.Fatalf("changed through its encoding:\n%+v\n%+v", p, q)
 		}
 	})
 }
 
-// comparable spells what the encoding does not tell apart one way: no conditions, and instants.
-func comparable(p Published) Published {
+// comparableForm spells what the encoding does not tell apart one way: no conditions, and
+// instants.
+func comparableForm(p Published) Published {
 	if len(p.Conditions) == 0 {
 		p.Conditions = nil
 	}

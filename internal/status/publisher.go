@@ -36,11 +36,11 @@ type Publisher struct {
 	cm *corev1.ConfigMap // as last written (nil: read it first)
 }
 
-// NeedLeaderElection: only the leader writes.
+// NeedLeaderElection is true: only the leader writes.
 func (p *Publisher) NeedLeaderElection() bool { return true }
 
-// Start writes until ctx ends.
-func (p *Publisher) Start(ctx context.Context) error {
+// setDefaults fills what the caller left zero.
+func (p *Publisher) setDefaults() {
 	if p.Name == "" {
 		p.Name = ConfigMapName
 	}
@@ -51,6 +51,11 @@ func (p *Publisher) Start(ctx context.Context) error {
 		p.Heartbeat = DefaultHeartbeat
 	}
 	p.Heartbeat = max(p.Heartbeat, p.MinInterval)
+}
+
+// Start writes until ctx ends.
+func (p *Publisher) Start(ctx context.Context) error {
+	p.setDefaults()
 	var last time.Time // of the last successful write
 	var written uint64
 	pending := true // the first write is due at once

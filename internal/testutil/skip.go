@@ -9,8 +9,9 @@ import (
 	"testing"
 )
 
-// RequireAllEnv, when "1" (make test and CI set it), turns every skip into a failure: on a machine
-// that should have everything, a missing piece is a broken set-up, not a reason to pass.
+// RequireAllEnv names the variable that, when "1" (make test and CI set it), turns every skip
+// into a failure: on a machine that should have everything, a missing piece is a broken set-up,
+// not a reason to pass.
 const RequireAllEnv = "VPCGW_REQUIRE_ALL"
 
 // Skip skips the test with the reason, or fails it when RequireAllEnv is set.

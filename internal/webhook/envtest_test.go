@@ -66,7 +66,9 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if e := shared.Value(); e != nil {
 		e.cancel()
-		<-e.done
+		if err := <-e.done; err != nil {
+			fmt.Fprintf(os.Stderr, "webhook manager: %v\n", err)
+		}
 		if err := e.te.Stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "stopping envtest: %v\n", err)
 		}
@@ -176,8 +178,8 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	port := l.Addr().(*net.TCPAddr).Port
+	return port, l.Close()
 }
 
 func waitReady(host string, port int, healthAddr string) error {
@@ -187,10 +189,10 @@ func waitReady(host string, port int, healthAddr string) error {
 	for time.Now().Before(deadline) {
 		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only probes that TLS is served
 		if err == nil {
-			conn.Close()
+			_ = conn.Close() // a probe: the handshake was all it needed
 			resp, err := http.Get("http://" + healthAddr + "/readyz")
 			if err == nil {
-				resp.Body.Close()
+				_ = resp.Body.Close() // the status is the answer
 				if resp.StatusCode == http.StatusOK {
 					return nil
 				}
@@ -842,7 +844,7 @@ func TestHealth(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close() // the status is the answer
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("%s: %s", path, resp.Status)
 		}
@@ -856,7 +858,7 @@ func TestHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }() // only the handshake is checked
 	if got := conn.ConnectionState().PeerCertificates[0].Raw; string(got) != string(want.Certificate[0]) {
 		t.Errorf("served certificate is not the one in %s", wio.LocalServingCertDir)
 	}

@@ -135,92 +135,145 @@ func (h *Handlers) decodeNew(req admission.Request, into runtime.Object) (bool, 
 
 // Service admits Service creates and updates (SPEC W1, W2, W3).
 func (h *Handlers) Service(ctx context.Context, req admission.Request) admission.Response {
-	var svc, oldSvc corev1.Service
-	if ok, err := h.decodeNew(req, &svc); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the Service: %w", err))
-	} else if !ok {
-		return admission.Errored(http.StatusBadRequest, errors.New("the request carries no Service"))
+	svc, old, err := h.decodeService(req)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
 	}
-	var old *corev1.Service
-	if req.Operation == admissionv1.Update {
-		ok, err := h.decodeOld(req, &oldSvc)
-		if err != nil {
-			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the old Service: %w", err))
-		}
-		if ok {
-			old = &oldSvc
-		}
-	}
-	var subnets []kubeovnv1.Subnet
-	if name, ok := svc.Annotations[model.AnnotationExternalIPFromSubnet]; ok && name != "" && svc.Annotations[model.AnnotationGateway] != "" {
-		var sub kubeovnv1.Subnet
-		switch err := h.Reader.Get(ctx, client.ObjectKey{Name: name}, &sub); {
-		case err == nil:
-			subnets = append(subnets, sub)
-		case !apierrors.IsNotFound(err):
-			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading Subnet %s: %w", name, err))
-		}
+	subnets, err := h.externalIPSubnet(ctx, svc)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	// The bound first: nothing below may cost more than the bound allows (SPEC N4).
-	problems, over := ValidatePortBound(old, &svc, cmp.Or(h.MaxPortsPerService, model.DefaultMaxPortsPerService))
+	problems, over := ValidatePortBound(old, svc, cmp.Or(h.MaxPortsPerService, model.DefaultMaxPortsPerService))
 	if len(problems) > 0 {
 		return verdict(problems)
 	}
-	if problems := ValidateService(old, &svc, subnets...); len(problems) > 0 {
+	if problems := ValidateService(old, svc, subnets...); len(problems) > 0 {
 		return verdict(problems)
 	}
-	// Admission before existence (SPEC N1, N8): a gateway or EIP the namespace may not use is
-	// answered as a missing one, and nothing that depends on it is checked.
-	gwName := svc.Annotations[model.AnnotationGateway]
-	var gw *kubeovnv1.VpcNatGateway
-	var vpc *kubeovnv1.Vpc
-	if gwName != "" {
-		var err error
-		if gw, vpc, err = h.usableGateway(ctx, svc.Namespace, gwName); err != nil {
-			return admission.Errored(http.StatusInternalServerError, err)
-		}
-		if old == nil || old.Annotations[model.AnnotationGateway] != gwName {
-			if problems := ValidateServiceAdmitted(&svc, gw, vpc); len(problems) > 0 {
-				return verdict(problems)
-			}
-		}
+	gw, vpc, problems, err := h.admittedGateway(ctx, old, svc)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	gateway, eipName, ok := NeedsClaimCheck(old, &svc)
+	if len(problems) > 0 {
+		return verdict(problems)
+	}
+	gateway, eipName, ok := NeedsClaimCheck(old, svc)
 	if !ok || over || gw == nil {
 		// A binding kept to a gateway the namespace may no longer use: the controller serves
 		// nothing of it and says so; the user may still change or clear it.
 		return admission.Allowed("")
 	}
-	var eip *kubeovnv1.IptablesEIP
-	var e kubeovnv1.IptablesEIP
-	switch err := h.Reader.Get(ctx, client.ObjectKey{Name: eipName}, &e); {
+	problems, err = h.claimProblems(ctx, svc, Holders{Gateway: gw, Vpc: vpc}, gateway, eipName)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	return verdict(problems)
+}
+
+// decodeService returns the Service of the request and, on an update, the one it replaces (nil
+// when the request carries none).
+func (h *Handlers) decodeService(req admission.Request) (svc, old *corev1.Service, err error) {
+	svc = &corev1.Service{}
+	if ok, err := h.decodeNew(req, svc); err != nil {
+		return nil, nil, fmt.Errorf("decoding the Service: %w", err)
+	} else if !ok {
+		return nil, nil, errors.New("the request carries no Service")
+	}
+	if req.Operation != admissionv1.Update {
+		return svc, nil, nil
+	}
+	old = &corev1.Service{}
+	ok, err := h.decodeOld(req, old)
+	if err != nil {
+		return nil, nil, fmt.Errorf("decoding the old Service: %w", err)
+	}
+	if !ok {
+		return svc, nil, nil
+	}
+	return svc, old, nil
+}
+
+// externalIPSubnet reads the Subnet a Service with a gateway names for its external IP: none when
+// it names none, or one that does not exist.
+func (h *Handlers) externalIPSubnet(ctx context.Context, svc *corev1.Service) ([]kubeovnv1.Subnet, error) {
+	name, ok := svc.Annotations[model.AnnotationExternalIPFromSubnet]
+	if !ok || name == "" || svc.Annotations[model.AnnotationGateway] == "" {
+		return nil, nil
+	}
+	var sub kubeovnv1.Subnet
+	switch err := h.Reader.Get(ctx, client.ObjectKey{Name: name}, &sub); {
 	case err == nil:
-		usable, err := h.mayUseEIP(ctx, svc.Namespace, &e, gw)
-		if err != nil {
-			return admission.Errored(http.StatusInternalServerError, err)
-		}
-		if usable {
-			eip = &e
-		}
+		return []kubeovnv1.Subnet{sub}, nil
 	case apierrors.IsNotFound(err):
+		return nil, nil
 	default:
-		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading IptablesEIP %s: %w", eipName, err))
+		return nil, fmt.Errorf("reading Subnet %s: %w", name, err)
+	}
+}
+
+// admittedGateway reads the gateway the Service names, and its Vpc (all nil when it names none).
+// Admission before existence (SPEC N1, N8): a gateway or EIP the namespace may not use is
+// answered as a missing one, and nothing that depends on it is checked; problems say why a
+// gateway the Service newly names is refused.
+func (h *Handlers) admittedGateway(ctx context.Context, old, svc *corev1.Service) (*kubeovnv1.VpcNatGateway, *kubeovnv1.Vpc, []string, error) {
+	gwName := svc.Annotations[model.AnnotationGateway]
+	if gwName == "" {
+		return nil, nil, nil, nil
+	}
+	gw, vpc, err := h.usableGateway(ctx, svc.Namespace, gwName)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if old == nil || old.Annotations[model.AnnotationGateway] != gwName {
+		if problems := ValidateServiceAdmitted(svc, gw, vpc); len(problems) > 0 {
+			return gw, vpc, problems, nil
+		}
+	}
+	return gw, vpc, nil, nil
+}
+
+// claimProblems checks what svc claims of EIP eipName of gateway against the EIP, the other
+// Services on it and, for a LoadBalancer, kube-ovn's own NAT rules (SPEC N3). held carries the
+// gateway and its Vpc.
+func (h *Handlers) claimProblems(ctx context.Context, svc *corev1.Service, held Holders, gateway, eipName string) ([]string, error) {
+	eip, err := h.admittedEIP(ctx, svc.Namespace, held.Gateway, eipName)
+	if err != nil {
+		return nil, err
 	}
 	var others corev1.ServiceList
 	if err := h.Reader.List(ctx, &others, client.MatchingFields{IndexServiceEIP: serviceEIPKey(gateway, eipName)}); err != nil {
-		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("listing Services of EIP %s: %w", eipName, err))
+		return nil, fmt.Errorf("listing Services of EIP %s: %w", eipName, err)
 	}
-	problems = ValidateServiceClaims(&svc, eip, Holders{Gateway: gw, Vpc: vpc, Services: others.Items})
+	held.Services = others.Items
+	problems := ValidateServiceClaims(svc, eip, held)
 	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer && eip != nil {
 		nat, err := h.kubeOVNNat(ctx)
 		if err != nil {
-			return admission.Errored(http.StatusInternalServerError, err)
+			return nil, err
 		}
-		if why := nat.Holds(eipName, &svc); why != "" {
+		if why := nat.Holds(eipName, svc); why != "" {
 			problems = append(problems, why)
 		}
 	}
-	return verdict(problems)
+	return problems, nil
+}
+
+// admittedEIP reads an EIP; nil when it does not exist or the namespace may not use it.
+func (h *Handlers) admittedEIP(ctx context.Context, namespace string, gw *kubeovnv1.VpcNatGateway, name string) (*kubeovnv1.IptablesEIP, error) {
+	var e kubeovnv1.IptablesEIP
+	switch err := h.Reader.Get(ctx, client.ObjectKey{Name: name}, &e); {
+	case err == nil:
+		usable, err := h.mayUseEIP(ctx, namespace, &e, gw)
+		if err != nil || !usable {
+			return nil, err
+		}
+		return &e, nil
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("reading IptablesEIP %s: %w", name, err)
+	}
 }
 
 // kubeOVNNat reads kube-ovn's own NAT rules (SPEC N3): its DNAT rules without the record label,

@@ -59,7 +59,7 @@ func servedCN(addr string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }() // only the handshake is read
 	return conn.ConnectionState().PeerCertificates[0].Subject.CommonName, nil
 }
 
@@ -72,7 +72,9 @@ func startServer(t *testing.T, opts Options) string {
 		t.Fatal(err)
 	}
 	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
 	opts.Host, opts.Port = "127.0.0.1", port
 	srv := webhook.NewServer(ServerOptions(opts))
 	scheme, err := vpcgwscheme.New()
@@ -160,7 +162,7 @@ func TestClientCertificateRequired(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		defer conn.Close()
+		defer func() { _ = conn.Close() }() // the answer, read below, is what counts
 		if _, err := conn.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
 			return err
 		}

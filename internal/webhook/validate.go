@@ -75,6 +75,11 @@ func ValidateService(old, svc *corev1.Service, subnets ...kubeovnv1.Subnet) []st
 	if old != nil && o == n {
 		return nil
 	}
+	return append(changeProblems(o, n), newValueProblems(o, n, svc, subnets)...)
+}
+
+// changeProblems are W2's: a gateway or an EIP changed from one non-empty value to another.
+func changeProblems(o, n serviceBinding) []string {
 	var problems []string
 	if o.gateway != "" && n.gateway != "" && o.gateway != n.gateway {
 		problems = append(problems, fmt.Sprintf("annotation %s cannot change from %q to %q: the gateway binding of a Service is immutable; "+
@@ -86,6 +91,12 @@ func ValidateService(old, svc *corev1.Service, subnets ...kubeovnv1.Subnet) []st
 			"delete and recreate the Service (or remove %s to release the EIP)",
 			model.AnnotationEIP, o.eip, n.eip, model.AnnotationEIP))
 	}
+	return problems
+}
+
+// newValueProblems are W1's: what a new annotation value, or a new pair of them, introduces.
+func newValueProblems(o, n serviceBinding, svc *corev1.Service, subnets []kubeovnv1.Subnet) []string {
+	var problems []string
 	if n.gateway != "" && n.gateway != o.gateway {
 		problems = append(problems, nameProblems(model.AnnotationGateway, "VpcNatGateway", n.gateway)...)
 	}
@@ -237,28 +248,7 @@ func ValidateServiceClaims(svc *corev1.Service, eip *kubeovnv1.IptablesEIP, othe
 	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || others.Gateway == nil || others.Gateway.Name != b.gateway {
 		return problems
 	}
-	holders := make([]*corev1.Service, 0, len(others.Services))
-	for i := range others.Services {
-		o := &others.Services[i]
-		ob := bindingOf(o)
-		if (o.UID != "" && o.UID == svc.UID) || (o.Namespace == svc.Namespace && o.Name == svc.Name) ||
-			o.DeletionTimestamp != nil || o.Spec.Type != corev1.ServiceTypeLoadBalancer ||
-			ob.gateway != b.gateway || ob.eip != b.eip ||
-			!model.Admitted(o.Namespace, others.Gateway, others.Vpc) || (eip != nil && !model.EIPAdmitted(o.Namespace, eip)) {
-			continue
-		}
-		holders = append(holders, o)
-	}
-	slices.SortFunc(holders, model.CompareClaims)
-	// The first (best) holder of each port.
-	held := map[portKey]*corev1.Service{}
-	for _, h := range holders {
-		for _, p := range h.Spec.Ports {
-			if k, ok := keyOf(p); ok && held[k] == nil {
-				held[k] = h
-			}
-		}
-	}
+	held := firstHolders(others.competitors(svc, b, eip))
 	for _, p := range svc.Spec.Ports {
 		k, ok := keyOf(p)
 		if !ok || held[k] == nil {
@@ -275,6 +265,47 @@ func ValidateServiceClaims(svc *corev1.Service, eip *kubeovnv1.IptablesEIP, othe
 			b.eip, k.port, k.protocol, who))
 	}
 	return problems
+}
+
+// competitors are the Services of others that claim ports of svc's EIP against it, the best
+// claim first.
+func (others Holders) competitors(svc *corev1.Service, b serviceBinding, eip *kubeovnv1.IptablesEIP) []*corev1.Service {
+	out := make([]*corev1.Service, 0, len(others.Services))
+	for i := range others.Services {
+		if o := &others.Services[i]; others.competes(o, svc, b, eip) {
+			out = append(out, o)
+		}
+	}
+	slices.SortFunc(out, model.CompareClaims)
+	return out
+}
+
+// competes says whether o is another live LoadBalancer Service with svc's gateway and EIP
+// annotations (b), in a namespace the gateway and the EIP admit.
+func (others Holders) competes(o, svc *corev1.Service, b serviceBinding, eip *kubeovnv1.IptablesEIP) bool {
+	ob := bindingOf(o)
+	switch {
+	case (o.UID != "" && o.UID == svc.UID) || (o.Namespace == svc.Namespace && o.Name == svc.Name):
+		return false // svc itself
+	case o.DeletionTimestamp != nil || o.Spec.Type != corev1.ServiceTypeLoadBalancer:
+		return false
+	case ob.gateway != b.gateway || ob.eip != b.eip:
+		return false
+	}
+	return model.Admitted(o.Namespace, others.Gateway, others.Vpc) && (eip == nil || model.EIPAdmitted(o.Namespace, eip))
+}
+
+// firstHolders maps each port of the holders, best first, to its first (best) holder.
+func firstHolders(holders []*corev1.Service) map[portKey]*corev1.Service {
+	held := map[portKey]*corev1.Service{}
+	for _, h := range holders {
+		for _, p := range h.Spec.Ports {
+			if k, ok := keyOf(p); ok && held[k] == nil {
+				held[k] = h
+			}
+		}
+	}
+	return held
 }
 
 // portKey is one EIP port a Service claims.

@@ -111,7 +111,7 @@ var specs = map[string]spec{
 		return files
 	}},
 	// The agent alone, as root (it programs nftables), for a gateway image of one's own.
-	"vpcgw-agent": {entrypoint: "/usr/bin/vpcgw-agent", user: "0:0", files: func(arch string) map[string]wantFile {
+	"vpcgw-agent": {entrypoint: "/usr/bin/vpcgw-agent", user: "0:0", files: func(string) map[string]wantFile {
 		files := baseFiles()
 		files[sbomPath("vpcgw-agent")] = wantFile{mode: 0o644}
 		files["usr/bin/vpcgw-agent"] = wantFile{mode: 0o755, bin: &binary{cmd: "vpcgw-agent"}}
@@ -511,7 +511,7 @@ func (l *layouts) readLayer(p string, each func(*tar.Header, io.Reader) error) (
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	zr, err := gzip.NewReader(f)
 	if err != nil {
 		return "", err
@@ -554,7 +554,7 @@ func checkBinary(fail func(string, ...any), what string, data []byte, b *binary,
 		fail("%s: not an ELF file: %v", what, err)
 		return
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	if f.Class != elf.ELFCLASS64 || f.Machine != elfMachine[arch] {
 		fail("%s: ELF %v %v, want ELFCLASS64 %v (%s)", what, f.Class, f.Machine, elfMachine[arch], arch)
 	}
@@ -624,7 +624,7 @@ func sha256File(p string) (string, int64, error) {
 	if err != nil {
 		return "", 0, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	h := sha256.New()
 	n, err := io.Copy(h, f)
 	return hex.EncodeToString(h.Sum(nil)), n, err

@@ -69,7 +69,7 @@ func metricValue(ctx context.Context, c *cluster.Cluster, name string) (string, 
 	if err != nil {
 		return "", err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // a response read: nothing to lose on close
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return "", err

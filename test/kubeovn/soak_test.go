@@ -43,7 +43,9 @@ func TestSoakWithFaultsShort(t *testing.T) {
 	defer cancel()
 	rep, err := soak.Run(ctx, c, soak.Config{Gap: 3 * time.Second, Out: out})
 	if rep != nil {
-		soak.WriteReport(out, rep)
+		if err := soak.WriteReport(out, rep); err != nil {
+			t.Error(err)
+		}
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -96,7 +96,9 @@ var (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if tempDir != "" {
-		os.RemoveAll(tempDir)
+		if err := os.RemoveAll(tempDir); err != nil {
+			fmt.Fprintf(os.Stderr, "remove %s: %v\n", tempDir, err)
+		}
 	}
 	os.Exit(code)
 }
@@ -231,7 +233,7 @@ func readArchive(t *testing.T, p string) (map[string][]byte, []string) {
 	if err != nil {
 		t.Fatalf("the release lacks a piece: %v", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	files, names, err := readTar(bufio.NewReader(f), !strings.HasSuffix(p, ".oci.tar"))
 	if err != nil {
 		t.Fatalf("%s: %v", p, err)

@@ -82,5 +82,5 @@ func NewIP(pod, namespace, provider, subnet, addr string) *IP {
 }
 
 func init() {
-	SchemeBuilder.Register(&IP{}, &IPList{})
+	register(&IP{}, &IPList{})
 }

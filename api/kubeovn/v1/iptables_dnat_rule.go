@@ -153,5 +153,5 @@ func (s *IptablesDnatRuleSpec) EffectiveSessionAffinityTimeoutSeconds() int32 {
 }
 
 func init() {
-	SchemeBuilder.Register(&IptablesDnatRule{}, &IptablesDnatRuleList{})
+	register(&IptablesDnatRule{}, &IptablesDnatRuleList{})
 }

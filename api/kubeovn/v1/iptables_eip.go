@@ -76,5 +76,5 @@ type IptablesEIPList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&IptablesEIP{}, &IptablesEIPList{})
+	register(&IptablesEIP{}, &IptablesEIPList{})
 }

@@ -34,5 +34,5 @@ type IptablesFIPRuleList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&IptablesFIPRule{}, &IptablesFIPRuleList{})
+	register(&IptablesFIPRule{}, &IptablesFIPRuleList{})
 }

@@ -113,5 +113,5 @@ type SubnetList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&Subnet{}, &SubnetList{})
+	register(&Subnet{}, &SubnetList{})
 }

@@ -153,5 +153,5 @@ type VpcList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&Vpc{}, &VpcList{})
+	register(&Vpc{}, &VpcList{})
 }

@@ -181,5 +181,5 @@ type VpcNatGatewayList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&VpcNatGateway{}, &VpcNatGatewayList{})
+	register(&VpcNatGateway{}, &VpcNatGatewayList{})
 }
