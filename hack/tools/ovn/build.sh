@@ -6,8 +6,9 @@
 # directory already holds this build.
 #
 # Sources, in this order:
-#   1. VPCGW_OVN_SOURCES, or ../shared/third_party/ovn beside the repository: the two tarballs
-#      and the patches, checked against SHA256SUMS (this folder's copy, not the source's own);
+#   1. VPCGW_OVN_SOURCES, or ../shared/third_party/ovn beside the repository (or /work/shared, the
+#      shared folder of the project's machines): the two tarballs and the patches, checked
+#      against SHA256SUMS (this folder's copy, not the source's own);
 #   2. otherwise the public repositories: OVS and OVN cloned at the pinned commits (the commit id
 #      checks the content), kube-ovn's patches from its Go module at v1.16.2 (checked as above).
 #
@@ -78,8 +79,18 @@ fetch_source() {
 	esac
 	rm -rf "${src:?}/$c" "$src/patches/$c"
 	mkdir -p "$src/patches/$c"
-	local local_dir=${VPCGW_OVN_SOURCES:-$repo/../shared/third_party/ovn} f
-	if [ -f "$local_dir/$tarball" ]; then
+	local local_dir=${VPCGW_OVN_SOURCES:-} f d
+	if [ -z "$local_dir" ]; then
+		# Beside the checkout, or the shared folder of this project's machines (a clone elsewhere,
+		# as CI's, finds it there).
+		for d in "$repo/../shared/third_party/ovn" /work/shared/third_party/ovn; do
+			if [ -f "$d/$tarball" ]; then
+				local_dir=$d
+				break
+			fi
+		done
+	fi
+	if [ -n "$local_dir" ] && [ -f "$local_dir/$tarball" ]; then
 		echo "$c: sources from $local_dir" >&2
 		checked "$tarball" "$local_dir"
 		tar -C "$src" -xJf "$local_dir/$tarball"
