@@ -103,7 +103,7 @@ func TestDefaultNetworkReachesHostAndIsReached(t *testing.T) {
 	}
 	echoOnce(t, host, "host")
 	vip := firstServiceIP(ServiceCIDR)
-	if vip != netip.MustParseAddr("10.0.0.1") {
+	if vip != netip.MustParseAddr("10.96.0.1") {
 		t.Fatalf("first Service IP of %s = %s", ServiceCIDR, vip)
 	}
 	if err := r.serveHostService(vip, 443, host.Addr().String()); err != nil {
@@ -111,7 +111,7 @@ func TestDefaultNetworkReachesHostAndIsReached(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := netlab.DialInNetns(ctx, pod, "tcp", "10.0.0.1:443")
+	c, err := netlab.DialInNetns(ctx, pod, "tcp", net.JoinHostPort(vip.String(), "443"))
 	if err != nil {
 		t.Fatalf("the Pod dials the kubernetes Service: %v", err)
 	}
