@@ -54,6 +54,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 		exit 1
 	fi
 	echo "installing ${missing[*]}" >&2
+	apt-get update -q >/dev/null
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
