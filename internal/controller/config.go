@@ -100,7 +100,7 @@ func (f Flags) Validate() error {
 // Gates returns the model's view of the flags.
 func (f Flags) Gates() model.Gates {
 	ledger, _ := model.ParseLedgerForm(f.Ledger) // Validate reported an unknown form
-	return model.Gates{LoadBalancer: f.EnableGwNftableLbSvc, ClusterIP: f.EnableGwNftableSvcClusterIP, Ledger: ledger, EndpointsWithoutPods: f.EndpointsWithoutPods,
+	return model.Gates{LoadBalancer: f.EnableGwNftableLbSvc, ClusterIP: f.EnableGwNftableSvcClusterIP, KubeOVNLoadBalancers: f.EnableLb, Ledger: ledger, EndpointsWithoutPods: f.EndpointsWithoutPods,
 		MaxPortsPerService: f.MaxPortsPerService, MaxBackendsPerIdentity: f.MaxBackendsPerIdentity, MaxIdentitiesPerGateway: f.MaxIdentitiesPerGateway, MaxBackendsPerGateway: f.MaxBackendsPerGateway,
 		Release: f.Release}
 }

@@ -88,6 +88,44 @@ func TestClusterIPService(t *testing.T) {
 	}
 }
 
+// With kube-ovn's --enable-lb and the EIP gate alone, the EIP is served and the Service is told,
+// once per cause, that kube-ovn's OVN load balancers serve its ClusterIP; without --enable-lb the
+// same plan gives no event.
+// covers: F2, T3
+func TestClusterIPServedByKubeOVNLoadBalancers(t *testing.T) {
+	byOVN := func(sp ServicePlan) []Event {
+		var evs []Event
+		for _, ev := range sp.Events {
+			if ev.Reason == ReasonClusterIPByOVN {
+				evs = append(evs, ev)
+			}
+		}
+		return evs
+	}
+	withLB := Gates{LoadBalancer: true, KubeOVNLoadBalancers: true, Ledger: LedgerDnatRule}
+	sp := servicePlan(Compute(baseSnapshot(service("web", t0)), withLB), "web")
+	evs := byOVN(sp)
+	if !sp.EIPServed || sp.ClusterIPServed || len(evs) != 1 {
+		t.Fatalf("LoadBalancer with the EIP gate and --enable-lb: %+v", sp)
+	}
+	if ev := evs[0]; ev.Type != corev1.EventTypeNormal || !strings.Contains(ev.Message, "10.96.0.10") ||
+		!strings.Contains(ev.Message, "only the EIP part") || sp.ClusterIPReason != ev.Message {
+		t.Fatalf("event %+v, ClusterIP reason %q", ev, sp.ClusterIPReason)
+	}
+	cip := service("web", t0, func(s *corev1.Service) {
+		s.Spec.Type = corev1.ServiceTypeClusterIP
+		delete(s.Annotations, AnnotationEIP)
+	})
+	sp = servicePlan(Compute(baseSnapshot(cip), withLB), "web")
+	if evs = byOVN(sp); sp.Served() || len(evs) != 1 || !strings.Contains(evs[0].Message, "nothing of this ClusterIP Service") {
+		t.Fatalf("ClusterIP Service with --enable-lb: %+v", sp)
+	}
+	sp = servicePlan(Compute(baseSnapshot(service("web", t0)), Gates{LoadBalancer: true, Ledger: LedgerDnatRule}), "web")
+	if !sp.EIPServed || len(byOVN(sp)) != 0 {
+		t.Fatalf("LoadBalancer with the EIP gate, without --enable-lb: %+v", sp)
+	}
+}
+
 // covers: S2, S3, S4, S5, S6, T3, F1, F5, L5
 func TestNotServed(t *testing.T) {
 	withSvc := func(m func(*corev1.Service)) func() Snapshot {

@@ -113,6 +113,9 @@ const (
 	ReasonNotAdmitted       = "NftableLbSvcNotAdmitted"
 	ReasonLimit             = "NftableLbSvcLimit"
 	ReasonQuarantined       = "NftableLbSvcQuarantined"
+	// ReasonClusterIPByOVN (Normal) tells a Service served for its EIP that kube-ovn's OVN load
+	// balancers serve its ClusterIP (--enable-lb, SPEC F2).
+	ReasonClusterIPByOVN = "NftableLbSvcClusterIPByOVN"
 	// ReasonKubeOVNServesEvent: kube-ovn-controller serves Services itself, so vpcgw serves and
 	// releases nothing (SPEC K10).
 	ReasonKubeOVNServesEvent = "NftableLbSvcKubeOVNServes"

@@ -104,7 +104,7 @@ type binding struct {
 	eipWhy  *Event
 	// clusterIP is the IPv4 ClusterIP when the ClusterIP part is eligible.
 	clusterIP netip.Addr
-	cipWhy    string
+	cipWhy    *Event
 	// blocked explains why no part can be served at all (type, family, policy, gateway ...).
 	blocked *Event
 	// quiet is set when the Service simply is not ours (no gateway annotation, being deleted,
@@ -185,10 +185,21 @@ func (ix *Index) bind(svc *corev1.Service) (b binding) {
 		return b
 	}
 
-	if ix.gates.ClusterIP {
+	switch {
+	case ix.gates.ClusterIP:
 		b.clusterIP = clusterIP
-	} else {
-		b.cipWhy = "the controller runs without --enable-gw-nftable-svc-cluster-ip"
+	case ix.gates.KubeOVNLoadBalancers:
+		// Not a fault, but a user who finds no ClusterIP in the gateway's table learns here who
+		// serves it (the explain text says the same).
+		part := "only the EIP part"
+		if !isLB {
+			part = "nothing of this ClusterIP Service"
+		}
+		b.cipWhy = &Event{Type: corev1.EventTypeNormal, Reason: ReasonClusterIPByOVN, Message: BoundMessage(fmt.Sprintf(
+			"ClusterIP %s is served by kube-ovn's OVN load balancers (the controller runs with --enable-lb and without --enable-gw-nftable-svc-cluster-ip): gateway %s serves %s",
+			clusterIP, b.gateway, part))}
+	default:
+		b.cipWhy = &Event{Message: "the controller runs without --enable-gw-nftable-svc-cluster-ip"}
 	}
 	if !isLB {
 		ix.checkFromSubnet(svc, &b)
@@ -320,11 +331,16 @@ func (ix *Index) PlanService(svc *corev1.Service) ServicePlan {
 		sp.EIPReason, sp.ClusterIPReason = b.blocked.Message, b.blocked.Message
 		sp.Events = append(sp.Events, *b.blocked)
 	default:
-		sp.ClusterIPReason = b.cipWhy
-		if b.eipWhy != nil {
-			sp.EIPReason = b.eipWhy.Message
-			if b.eipWhy.Reason != "" {
-				sp.Events = append(sp.Events, *b.eipWhy)
+		for _, why := range []struct {
+			ev     *Event
+			reason *string
+		}{{b.cipWhy, &sp.ClusterIPReason}, {b.eipWhy, &sp.EIPReason}} {
+			if why.ev == nil {
+				continue
+			}
+			*why.reason = why.ev.Message
+			if why.ev.Reason != "" {
+				sp.Events = append(sp.Events, *why.ev)
 			}
 		}
 		ix.planIdentities(svc, b, &sp)

@@ -22,7 +22,10 @@ import (
 type Gates struct {
 	LoadBalancer bool // --enable-gw-nftable-lb-svc
 	ClusterIP    bool // --enable-gw-nftable-svc-cluster-ip
-	Ledger       LedgerForm
+	// KubeOVNLoadBalancers is --enable-lb: kube-ovn's OVN load balancers serve the ClusterIPs
+	// (SPEC F2), so a Service served for its EIP is told where its ClusterIP is served instead.
+	KubeOVNLoadBalancers bool
+	Ledger               LedgerForm
 	// EndpointsWithoutPods allows endpoints without a Pod target as backends, within the Subnets
 	// of the gateway's VPC (SPEC N2; off by default).
 	EndpointsWithoutPods bool

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vpcgw/vpcgw/internal/cluster"
 	"github.com/vpcgw/vpcgw/internal/cluster/clustertest"
+	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/netlab"
 	"github.com/vpcgw/vpcgw/internal/testutil"
 )
@@ -96,10 +97,15 @@ func TestKubeOVNServiceAnnotationsChangeNothing(t *testing.T) {
 // while the EIP is served through the gateway. ovs-vswitchd carries both (Debian's OVS 3.1
 // aborted in its userspace conntrack with OVN load balancers on the switches; kube-ovn's 3.5 is
 // checked to stay up here).
-// covers: F2, K4
+// covers: F2, K4, T3
 func ovnLoadBalancersServeClusterIPs(t *testing.T, c *cluster.Cluster, svc *corev1.Service) {
 	t.Helper()
 	cip := svc.Spec.ClusterIP
+	// vpcgw says who serves the ClusterIP, once, as a Normal event (not a fault).
+	ev := waitEvent(t, c, svc.Name, model.ReasonClusterIPByOVN)
+	if ev.Type != corev1.EventTypeNormal || !strings.Contains(ev.Message, cip) || !strings.Contains(ev.Message, "OVN load balancers") {
+		t.Fatalf("event %s: %s %q", ev.Reason, ev.Type, ev.Message)
+	}
 	eventually(t, 60*time.Second, "kube-ovn puts the ClusterIP in the Vpc's OVN load balancers", func(context.Context) (bool, error) {
 		vips, err := c.OVN.NBCtl("--bare", "--columns=vips", "list", "Load_Balancer")
 		return err == nil && strings.Contains(vips, cip+":80"), err
