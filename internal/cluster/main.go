@@ -106,6 +106,9 @@ func Main(ctx context.Context, args []string) (err error) {
 	return nil
 }
 
+// usageWindow is how long the lab measures its idle CPU use.
+const usageWindow = 10 * time.Second
+
 // runDemo runs the demo's steps in order and returns the failures. A step that later steps need
 // (the Service being served) ends the demo when it fails.
 func runDemo(ctx context.Context, d *Demo, out io.Writer) []error {
@@ -155,6 +158,14 @@ func runDemo(ctx context.Context, d *Demo, out io.Writer) []error {
 		func() error { fmt.Fprintln(out); _, err := d.Scale(ctx, svc, 5); return err },
 		func() error { _, err := d.Scale(ctx, svc, 1); return err },
 		func() error { fmt.Fprintln(out); _, err := d.ShowDataPlane(); return err },
+		func() error {
+			fmt.Fprintf(out, "\n== what the lab uses, per component (%s without traffic)\n", usageWindow)
+			us, err := LabUsage(usageWindow)
+			if err != nil {
+				return err
+			}
+			return WriteUsage(out, us, usageWindow)
+		},
 	}
 	for _, step := range steps {
 		if ctx.Err() != nil {

@@ -34,8 +34,10 @@ fi
 out=${1:-${XDG_CACHE_HOME:-$HOME/.cache}/vpcgw/ovn-25.03-${OVN_COMMIT:0:12}-ovs-3.5-${OVS_COMMIT:0:12}}
 mkdir -p "$out"
 # What this build is: the pins and the checksums of the patches. VERSION is written last, so its
-# presence with this content means everything before it succeeded.
-want="ovs $OVS_COMMIT ovn $OVN_COMMIT patches $(sha256sum "$here/SHA256SUMS" "$here/ovs.series" "$here/ovn.series" | sha256sum | cut -c1-16)"
+# presence with this content means everything before it succeeded. The files are hashed by
+# content and name only: sha256sum prints the path it is given, and a checkout elsewhere (CI's
+# clean clone) must find the same build.
+want="ovs $OVS_COMMIT ovn $OVN_COMMIT patches $(cd "$here" && sha256sum SHA256SUMS ovs.series ovn.series | sha256sum | cut -c1-16)"
 if ! $rebuild_ovn && [ "$(cat "$out/VERSION" 2>/dev/null)" = "$want" ]; then
 	echo "$out"
 	exit 0
