@@ -25,7 +25,7 @@ export PATH := $(OVN_DIR)/bin:$(OVN_DIR)/sbin:$(PATH)
 GOLANGCI_LINT_DIR ?= $(HOME)/.cache/vpcgw/golangci-lint-v2.15.0
 GOLANGCI_LINT := $(GOLANGCI_LINT_DIR)/golangci-lint
 
-.PHONY: fuzz all build deps assets helm kubeovn ovn ovn-rebuild golangci-lint images release generate lab lab-stay soak test unit fmt-check vet lint
+.PHONY: figures fuzz all build deps assets helm kubeovn ovn ovn-rebuild golangci-lint images release generate lab lab-stay soak test unit fmt-check vet lint
 
 all: build
 
@@ -152,6 +152,13 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+
+# The controller's shape figures read from the source (hack/tools/figures): its product lines,
+# the per-gateway sync's length and complexity, functions of 80 lines or more, the reconciler's
+# size. FIGURES_REPO measures another checkout (an older commit's worktree, say).
+FIGURES_REPO ?= $(CURDIR)
+figures:
+	$(GO) -C hack/tools/figures run . -repo "$(abspath $(FIGURES_REPO))"
 
 # The linters of .golangci.yml over the root module (hack/tools/* are modules of their own and not
 # linted). Two workers: the machines this runs on have two cores. LINT_ARGS adds flags, e.g.

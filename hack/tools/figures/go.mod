@@ -1,0 +1,3 @@
+module github.com/vpcgw/vpcgw/hack/tools/figures
+
+go 1.26.0
