@@ -592,6 +592,29 @@ func TestChartRenders(t *testing.T) {
 			}
 			wantFlags(t, args(t, container(t, m.must(t, "Deployment", m.installNS(), "vpcgw-controller"), "controller")), map[string]string{"transport": "local"})
 		},
+	}, {
+		// Who may call the webhook (SPEC N8): the NetworkPolicy selects exactly the webhook's Pods
+		// and opens its HTTPS port to the given peers only, its health port to the probes.
+		name: "webhook network policy",
+		args: []string{"--set", "webhook.networkPolicy.enabled=true", "--set", "webhook.networkPolicy.from[0].ipBlock.cidr=192.0.2.10/32"},
+		check: func(t *testing.T, m manifest) {
+			np := m.must(t, "NetworkPolicy", m.installNS(), "vpcgw-webhook")
+			sel, _, _ := unstructured.NestedStringMap(np.Object, "spec", "podSelector", "matchLabels")
+			podLabels, _, _ := unstructured.NestedStringMap(m.must(t, "Deployment", m.installNS(), "vpcgw-webhook").Object, "spec", "template", "metadata", "labels")
+			for k, v := range sel {
+				if podLabels[k] != v {
+					t.Errorf("the policy selects %s=%s, the webhook's Pods have %v", k, v, podLabels)
+				}
+			}
+			if m.find("NetworkPolicy", m.installNS(), "vpcgw-webhook") == nil || sel["app.kubernetes.io/component"] != "webhook" {
+				t.Errorf("the policy must select the webhook's Pods only: %v", sel)
+			}
+			ingress, _, _ := unstructured.NestedSlice(np.Object, "spec", "ingress")
+			if got := fmt.Sprint(ingress); len(ingress) != 2 ||
+				got != "[map[from:[map[ipBlock:map[cidr:192.0.2.10/32]]] ports:[map[port:9443 protocol:TCP]]] map[ports:[map[port:8081 protocol:TCP]]]]" {
+				t.Errorf("ingress %s", got)
+			}
+		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := manifest(render(t, tc.args...))
@@ -847,6 +870,8 @@ func TestChartRejects(t *testing.T) {
 		// No cluster-wide pods/exec, and the old key is not silently ignored (SPEC N5).
 		{[]string{"--set", "extraGatewayNamespaces={*}"}, "extraGatewayNamespaces must list namespace names"},
 		{[]string{"--set", "gatewayNamespaces={kube-system}"}, "gatewayNamespaces is gone"},
+		// A policy that lets nobody in would fail every admission call.
+		{[]string{"--set", "webhook.networkPolicy.enabled=true"}, "webhook.networkPolicy.from must list who may call the webhook"},
 	} {
 		_, err := renderErr(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

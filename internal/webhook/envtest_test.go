@@ -278,8 +278,9 @@ func TestTenancyAdmission(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.seen(t, tenantAWeb, false)
-	denied(t, e.admin.Delete(ctx, gw), hookGateway, fmt.Sprintf("VpcNatGateway %s still serves Service %s/web: delete those Services or remove their "+
-		"ovn.kubernetes.io/vpc_nat_gw and ovn.kubernetes.io/eip annotations first", gw.Name, tenantA))
+	// Counted, not named: the Service is tenant A's, and the answer goes to whoever asked (SPEC N8).
+	denied(t, e.admin.Delete(ctx, gw), hookGateway, fmt.Sprintf("VpcNatGateway %s still serves 1 Service: delete those Services or remove their "+
+		"ovn.kubernetes.io/vpc_nat_gw and ovn.kubernetes.io/eip annotations first (kubectl get servicerecords -A -l ovn.kubernetes.io/vpc-nat-gw-name=%s lists the served ones)", gw.Name, gw.Name))
 	admitted(t, e.admin.Delete(ctx, tenantAWeb), "the admitted Service")
 	e.seen(t, tenantAWeb, true)
 	admitted(t, e.admin.Delete(ctx, gw), "a gateway only a Service that is not admitted names")
@@ -785,8 +786,8 @@ func TestEIPInUse(t *testing.T) {
 	admitted(t, e.ctrl.Create(ctx, rec), "record")
 	e.seen(t, rec, false)
 
-	denied(t, e.admin.Delete(ctx, eip), hookEIP, fmt.Sprintf("IptablesEIP %s is in use by Service shop/web: delete the Service or remove its ovn.kubernetes.io/eip annotation first "+
-		"(kubectl get servicerecords -l ovn.kubernetes.io/eip_uid=%s lists the claims)", eip.Name, eip.UID))
+	denied(t, e.admin.Delete(ctx, eip), hookEIP, fmt.Sprintf("IptablesEIP %s is in use by 1 Service: delete them or remove their ovn.kubernetes.io/eip annotation first "+
+		"(kubectl get servicerecords -A -l ovn.kubernetes.io/eip_uid=%s lists the claims)", eip.Name, eip.UID))
 
 	// An EIP that only Service annotations name (no record yet, e.g. not Ready) is not held.
 	other := e.eip(t, gw, "")
@@ -805,8 +806,9 @@ func TestGatewayInUse(t *testing.T) {
 	ns := e.namespace(t)
 	gw := e.gateway(t)
 	gwObj := &kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: gw}}
-	msg := func(list string) string {
-		return fmt.Sprintf("VpcNatGateway %s still serves Service %s: delete those Services or remove their ovn.kubernetes.io/vpc_nat_gw and ovn.kubernetes.io/eip annotations first", gw, list)
+	msg := func(count string) string {
+		return fmt.Sprintf("VpcNatGateway %s still serves %s: delete those Services or remove their ovn.kubernetes.io/vpc_nat_gw and ovn.kubernetes.io/eip annotations first "+
+			"(kubectl get servicerecords -A -l ovn.kubernetes.io/vpc-nat-gw-name=%s lists the served ones)", gw, count, gw)
 	}
 
 	// Bound through a ClusterIP (annotation only) and through an EIP.
@@ -816,7 +818,7 @@ func TestGatewayInUse(t *testing.T) {
 	admitted(t, e.alice.Create(ctx, web), "LoadBalancer Service")
 	e.seen(t, cip, false)
 	e.seen(t, web, false)
-	denied(t, e.admin.Delete(ctx, gwObj), hookGateway, msg(ns+"/db, "+ns+"/web"))
+	denied(t, e.admin.Delete(ctx, gwObj), hookGateway, msg("2 Services"))
 
 	// Records alone (their Service's annotation already cleared, release pending) bind too.
 	for _, s := range []*corev1.Service{cip, web} {
@@ -828,7 +830,7 @@ func TestGatewayInUse(t *testing.T) {
 	rec := shareRecord("old", "leaving", gw, nil)
 	admitted(t, e.ctrl.Create(ctx, rec), "record")
 	e.seen(t, rec, false)
-	denied(t, e.admin.Delete(ctx, gwObj), hookGateway, msg("old/leaving"))
+	denied(t, e.admin.Delete(ctx, gwObj), hookGateway, msg("1 Service"))
 
 	admitted(t, e.ctrl.Delete(ctx, rec), "releasing the record")
 	e.seen(t, rec, true)

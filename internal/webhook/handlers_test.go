@@ -150,11 +150,11 @@ func TestDeleteHandlers(t *testing.T) {
 	intruder.Namespace = "tenant-b"
 	h := newTestHandlers(t, &r, svc("db", corev1.ServiceTypeClusterIP, a(gwAnn, "gw1")), vpc, intruder)
 	ctx := context.Background()
-	expect(t, h.EIP(ctx, request(t, admissionv1.Delete, "alice", "eip1", eip, nil)), false, "IptablesEIP eip1 is in use by Service ns/web")
+	expect(t, h.EIP(ctx, request(t, admissionv1.Delete, "alice", "eip1", eip, nil)), false, "IptablesEIP eip1 is in use by 1 Service")
 	expect(t, h.EIP(ctx, request(t, admissionv1.Delete, "alice", "eip2", eipObj("eip2", "gw1"), nil)), true, "")
 	gw := &kubeovnv1.VpcNatGateway{}
 	gw.Name, gw.Spec.Vpc = "gw1", "vpc1"
-	expect(t, h.Gateway(ctx, request(t, admissionv1.Delete, "alice", "gw1", gw, nil)), false, "VpcNatGateway gw1 still serves Service ns/db, ns/web")
+	expect(t, h.Gateway(ctx, request(t, admissionv1.Delete, "alice", "gw1", gw, nil)), false, "VpcNatGateway gw1 still serves 2 Services")
 	gw2 := gw.DeepCopy()
 	gw2.Name = "gw2"
 	expect(t, h.Gateway(ctx, request(t, admissionv1.Delete, "alice", "gw2", gw2, nil)), true, "")
@@ -173,7 +173,7 @@ func TestKubeOVNExempt(t *testing.T) {
 		r := request(t, admissionv1.Delete, user, "gw1", nil, nil)
 		return r
 	}
-	expect(t, h.exemptKubeOVN(h.Gateway)(ctx, gwDelete("alice")), false, "still serves Service")
+	expect(t, h.exemptKubeOVN(h.Gateway)(ctx, gwDelete("alice")), false, "still serves 1 Service")
 	expect(t, h.exemptKubeOVN(h.Gateway)(ctx, gwDelete(kubeOVN)), true, "")
 	// Its full Update adding service_external_ip_from_subnet, whatever the Subnet says.
 	updated := bound.DeepCopy()
@@ -182,7 +182,7 @@ func TestKubeOVNExempt(t *testing.T) {
 	expect(t, h.exemptKubeOVN(h.Service)(ctx, request(t, admissionv1.Update, kubeOVN, "web", bound, updated)), true, "")
 	// Without the setting nobody is exempt.
 	h.KubeOVNUser = ""
-	expect(t, h.exemptKubeOVN(h.Gateway)(ctx, gwDelete(kubeOVN)), false, "still serves Service")
+	expect(t, h.exemptKubeOVN(h.Gateway)(ctx, gwDelete(kubeOVN)), false, "still serves 1 Service")
 }
 
 // covers: K4, S6
@@ -232,8 +232,8 @@ func TestServiceRecordHandlers(t *testing.T) {
 		expect(t, h.ServiceRecord(ctx, request(t, op, ctrlUser, rec.Name, old, obj)), true, "")
 		expect(t, h.ServiceRecord(ctx, request(t, op, "alice", rec.Name, old, obj)), false, "kubectl get servicerecords -l ovn.kubernetes.io/nftable-lb-svc-name=web")
 	}
-	expect(t, h.EIP(ctx, request(t, admissionv1.Delete, "alice", "eip1", e, nil)), false, "in use by Service ns/web")
-	expect(t, h.Gateway(ctx, request(t, admissionv1.Delete, "alice", "gw1", nil, nil)), false, "still serves Service ns/web")
+	expect(t, h.EIP(ctx, request(t, admissionv1.Delete, "alice", "eip1", e, nil)), false, "in use by 1 Service")
+	expect(t, h.Gateway(ctx, request(t, admissionv1.Delete, "alice", "gw1", nil, nil)), false, "still serves 1 Service")
 }
 
 // covers: N1, N8

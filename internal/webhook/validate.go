@@ -382,16 +382,13 @@ func verb(op admissionv1.Operation) string {
 	}
 }
 
-// maxNamed caps the Services a message lists.
-const maxNamed = 10
-
-func nameList(names []string) string {
+// servicesCount says how many distinct Services names holds ("1 Service", "3 Services").
+func servicesCount(names []string) string {
 	slices.Sort(names)
-	names = slices.Compact(names)
-	if len(names) > maxNamed {
-		return strings.Join(names[:maxNamed], ", ") + fmt.Sprintf(" and %d more", len(names)-maxNamed)
+	if n := len(slices.Compact(names)); n != 1 {
+		return fmt.Sprintf("%d Services", n)
 	}
-	return strings.Join(names, ", ")
+	return "1 Service"
 }
 
 // claim is what the delete rules read of a record of either form: its labels and whether it is
@@ -442,9 +439,11 @@ func ValidateEIPDelete(eip *kubeovnv1.IptablesEIP, records []kubeovnv1.IptablesD
 	if len(users) == 0 {
 		return nil
 	}
-	return []string{fmt.Sprintf("IptablesEIP %s is in use by Service %s: delete the Service or remove its %s annotation first "+
-		"(kubectl get servicerecords -l %s=%s lists the claims)",
-		eip.Name, nameList(users), model.AnnotationEIP, model.LabelEIPUID, eip.UID)}
+	// Counted, not named: whoever reaches the webhook may send it a review, and the Services may
+	// be of any namespace (SPEC N8); an administrator lists them with the command.
+	return []string{fmt.Sprintf("IptablesEIP %s is in use by %s: delete them or remove their %s annotation first "+
+		"(kubectl get servicerecords -A -l %s=%s lists the claims)",
+		eip.Name, servicesCount(users), model.AnnotationEIP, model.LabelEIPUID, eip.UID)}
 }
 
 // ValidateServiceAdmitted applies SPEC N1 to a Service that newly names a gateway: gw is the
@@ -493,6 +492,7 @@ func ValidateGatewayDelete(gateway string, services []corev1.Service, records []
 	if gateway == "" || len(bound) == 0 {
 		return nil
 	}
-	return []string{fmt.Sprintf("VpcNatGateway %s still serves Service %s: delete those Services or remove their %s and %s annotations first",
-		gateway, nameList(bound), model.AnnotationGateway, model.AnnotationEIP)}
+	return []string{fmt.Sprintf("VpcNatGateway %s still serves %s: delete those Services or remove their %s and %s annotations first "+
+		"(kubectl get servicerecords -A -l %s=%s lists the served ones)",
+		gateway, servicesCount(bound), model.AnnotationGateway, model.AnnotationEIP, model.LabelGateway, gateway)}
 }

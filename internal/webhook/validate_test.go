@@ -380,8 +380,8 @@ func TestValidateEIPDelete(t *testing.T) {
 		{"a rule that is not a record", []kubeovnv1.IptablesDnatRule{kubeOVNRule}, nil},
 		{"claimed", []kubeovnv1.IptablesDnatRule{
 			record("r1", "ns", "web", "gw1", "uid-eip1"), record("r2", "ns", "web", "gw1", "uid-eip1"), record("r3", "a", "dns", "gw1", "uid-eip1")},
-			[]string{"IptablesEIP eip1 is in use by Service a/dns, ns/web: delete the Service or remove its ovn.kubernetes.io/eip annotation first " +
-				"(kubectl get servicerecords -l ovn.kubernetes.io/eip_uid=uid-eip1 lists the claims)"}},
+			[]string{"IptablesEIP eip1 is in use by 2 Services: delete them or remove their ovn.kubernetes.io/eip annotation first " +
+				"(kubectl get servicerecords -A -l ovn.kubernetes.io/eip_uid=uid-eip1 lists the claims)"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -394,9 +394,11 @@ func TestValidateEIPDelete(t *testing.T) {
 
 func TestValidateGatewayDelete(t *testing.T) {
 	lb, cip := corev1.ServiceTypeLoadBalancer, corev1.ServiceTypeClusterIP
-	msg := func(list string) []string {
-		return []string{"VpcNatGateway gw1 still serves Service " + list +
-			": delete those Services or remove their ovn.kubernetes.io/vpc_nat_gw and ovn.kubernetes.io/eip annotations first"}
+	// Counted, never named (SPEC N8): the answer goes to whoever sent the review.
+	msg := func(count string) []string {
+		return []string{"VpcNatGateway gw1 still serves " + count +
+			": delete those Services or remove their ovn.kubernetes.io/vpc_nat_gw and ovn.kubernetes.io/eip annotations first " +
+			"(kubectl get servicerecords -A -l ovn.kubernetes.io/vpc-nat-gw-name=gw1 lists the served ones)"}
 	}
 	var many []corev1.Service
 	for _, n := range []string{"s00", "s01", "s02", "s03", "s04", "s05", "s06", "s07", "s08", "s09", "s10", "s11"} {
@@ -411,12 +413,12 @@ func TestValidateGatewayDelete(t *testing.T) {
 		{"nothing bound", nil, nil, nil},
 		{"Services of another gateway", []corev1.Service{*svc("a", lb, a(gwAnn, "gw2", eipAnn, "e"))}, []kubeovnv1.IptablesDnatRule{record("r", "ns", "x", "gw2", "")}, nil},
 		{"Service being deleted", []corev1.Service{*svc("a", lb, a(gwAnn, "gw1", eipAnn, "e"), deleting)}, nil, nil},
-		{"bound through an EIP", []corev1.Service{*svc("web", lb, a(gwAnn, "gw1", eipAnn, "e"))}, nil, msg("ns/web")},
-		{"bound through a ClusterIP", []corev1.Service{*svc("db", cip, a(gwAnn, "gw1"))}, nil, msg("ns/db")},
-		{"records of a Service whose annotation is gone", nil, []kubeovnv1.IptablesDnatRule{record("r", "other", "old", "gw1", "")}, msg("other/old")},
+		{"bound through an EIP", []corev1.Service{*svc("web", lb, a(gwAnn, "gw1", eipAnn, "e"))}, nil, msg("1 Service")},
+		{"bound through a ClusterIP", []corev1.Service{*svc("db", cip, a(gwAnn, "gw1"))}, nil, msg("1 Service")},
+		{"records of a Service whose annotation is gone", nil, []kubeovnv1.IptablesDnatRule{record("r", "other", "old", "gw1", "")}, msg("1 Service")},
 		{"both, named once", []corev1.Service{*svc("web", lb, a(gwAnn, "gw1", eipAnn, "e"))},
-			[]kubeovnv1.IptablesDnatRule{record("r1", "ns", "web", "gw1", "u"), record("r2", "ns", "web", "gw1", "u")}, msg("ns/web")},
-		{"capped", many, nil, msg("ns/s00, ns/s01, ns/s02, ns/s03, ns/s04, ns/s05, ns/s06, ns/s07, ns/s08, ns/s09 and 2 more")},
+			[]kubeovnv1.IptablesDnatRule{record("r1", "ns", "web", "gw1", "u"), record("r2", "ns", "web", "gw1", "u")}, msg("1 Service")},
+		{"counted", many, nil, msg("12 Services")},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
