@@ -8,8 +8,10 @@
 package webhook_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -23,10 +25,13 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -798,6 +803,71 @@ func TestEIPInUse(t *testing.T) {
 	admitted(t, e.ctrl.Delete(ctx, rec), "releasing the record")
 	e.seen(t, rec, true)
 	admitted(t, e.admin.Delete(ctx, eip), "deleting the released EIP")
+}
+
+// A tenant's Pod that reaches the webhook may send it any review, with any user in it: an EIP's
+// and a gateway's delete review, sent straight to the server as alice, are denied without the
+// name or namespace of the Service that holds them (another tenant's).
+// covers: N8, W5, W6
+func TestReviewFromAnyClientNamesNoService(t *testing.T) {
+	e := cluster(t)
+	ctx := context.Background()
+	gw := e.gateway(t)
+	eip := e.eip(t, gw, "172.18.0.52")
+	rec := shareRecord("secret-tenant", "payroll", gw, eip)
+	admitted(t, e.ctrl.Create(ctx, rec), "record")
+	e.seen(t, rec, false)
+	gwObj := &kubeovnv1.VpcNatGateway{}
+	if err := e.admin.Get(ctx, client.ObjectKey{Name: gw}, gwObj); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path, kind, resource string
+		obj                  client.Object
+	}{
+		{webhook.PathEIP, "IptablesEIP", "iptables-eips", eip},
+		{webhook.PathGateway, "VpcNatGateway", "vpc-nat-gateways", gwObj},
+	} {
+		old, err := json.Marshal(tc.obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		review := admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+			Request: &admissionv1.AdmissionRequest{UID: "forged", Operation: admissionv1.Delete, Name: tc.obj.GetName(),
+				Kind:      metav1.GroupVersionKind{Group: "kubeovn.io", Version: "v1", Kind: tc.kind},
+				Resource:  metav1.GroupVersionResource{Group: "kubeovn.io", Version: "v1", Resource: tc.resource},
+				UserInfo:  authenticationv1.UserInfo{Username: "alice"},
+				OldObject: runtime.RawExtension{Raw: old}}}
+		body, err := json.Marshal(review)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wio := e.te.WebhookInstallOptions
+		url := "https://" + net.JoinHostPort(wio.LocalServingHost, strconv.Itoa(wio.LocalServingPort)) + tc.path
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a client that knows nothing, as a tenant's Pod
+		resp, err := hc.Post(url, "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var answer admissionv1.AdmissionReview
+		err = json.NewDecoder(resp.Body).Decode(&answer)
+		_ = resp.Body.Close() // read whole
+		if err != nil || answer.Response == nil {
+			t.Fatalf("%s: answer %v %+v", tc.path, err, answer)
+		}
+		msg := ""
+		if answer.Response.Result != nil {
+			msg = answer.Response.Result.Message
+		}
+		if answer.Response.Allowed || !strings.Contains(msg, "1 Service") {
+			t.Fatalf("%s: allowed %v, %q; want a denial counting the holder", tc.path, answer.Response.Allowed, msg)
+		}
+		if strings.Contains(msg, "secret-tenant") || strings.Contains(msg, "payroll") {
+			t.Errorf("%s: the denial names another tenant's Service: %q", tc.path, msg)
+		}
+	}
+	admitted(t, e.ctrl.Delete(ctx, rec), "releasing the record")
+	e.seen(t, rec, true)
 }
 
 func TestGatewayInUse(t *testing.T) {
