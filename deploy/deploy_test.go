@@ -756,7 +756,7 @@ func checkWebhook(t *testing.T, m manifest, mode string) {
 		"/services": {"list", "watch"}, "kubeovn.io/iptables-eips": {"list", "watch"}, "kubeovn.io/iptables-dnat-rules": {"list", "watch"},
 		"vpcgw.io/servicerecords": {"list", "watch"}, "kubeovn.io/subnets": {"list", "watch"},
 		"kubeovn.io/vpc-nat-gateways": {"list", "watch"}, "kubeovn.io/vpcs": {"list", "watch"},
-		"kubeovn.io/iptables-fip-rules": {"list"},
+		"kubeovn.io/iptables-fip-rules": {"list", "watch"},
 	})
 	vwc := m.must(t, "ValidatingWebhookConfiguration", "", "vpcgw")
 	hooks, _, _ := unstructured.NestedSlice(vwc.Object, "webhooks")

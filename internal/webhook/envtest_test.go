@@ -33,6 +33,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -63,6 +64,24 @@ type env struct {
 	admin, alice, ctrl client.Client
 	// kubeOVN authenticates as kube-ovn-controller's service account user name.
 	kubeOVN client.Client
+	// natLists counts the webhook's LISTs of kube-ovn's NAT rules after its informers started.
+	natLists atomic.Int64
+}
+
+// natListCounter counts GETs of the IptablesDnatRule and IptablesFIPRule collections that are not
+// watches: the lists a claim check would make if it read past the cache.
+type natListCounter struct {
+	next http.RoundTripper
+	n    *atomic.Int64
+}
+
+func (c natListCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	p := r.URL.Path
+	if r.Method == http.MethodGet && r.URL.Query().Get("watch") != "true" &&
+		(strings.HasSuffix(p, "/iptables-dnat-rules") || strings.HasSuffix(p, "/iptables-fip-rules")) {
+		c.n.Add(1)
+	}
+	return c.next.RoundTrip(r)
 }
 
 var shared testutil.Lazy[*env]
@@ -137,7 +156,9 @@ func newEnv(assets, kubeOVN string) (*env, error) {
 	wio := &te.WebhookInstallOptions
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
-	e.mgr, err = webhook.NewManager(ctx, cfg, webhook.Options{
+	mgrCfg := rest.CopyConfig(cfg)
+	mgrCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return natListCounter{next: rt, n: &e.natLists} })
+	e.mgr, err = webhook.NewManager(ctx, mgrCfg, webhook.Options{
 		Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir,
 		ControllerUser: controllerUser, KubeOVNUser: webhook.DefaultKubeOVNUser, HealthAddr: e.healthAddr,
 	}, testLogger())
@@ -459,6 +480,34 @@ func TestServiceEIPOfAnotherGateway(t *testing.T) {
 	denied(t, e.alice.Create(ctx, service(ns, "web", corev1.ServiceTypeLoadBalancer, bound(gw1, eip.Name))), hookService,
 		fmt.Sprintf("IptablesEIP %s is not an EIP of gateway %s: use an EIP whose spec.natGwDp is %s", eip.Name, gw1, gw1))
 	admitted(t, e.alice.Create(ctx, service(ns, "web", corev1.ServiceTypeLoadBalancer, bound(gw2, eip.Name))), "EIP of the annotated gateway")
+}
+
+// A claim check reads kube-ovn's own NAT rules of the claimed EIP from the webhook's cache, by
+// an index: a kube-ovn DNAT rule on a port still denies the claim, and no claim lists kube-ovn's
+// NAT rules from the API server (two cluster-wide LISTs per review before).
+// covers: N3, W3
+func TestClaimChecksReadKubeOVNNatFromTheCache(t *testing.T) {
+	e := cluster(t)
+	ctx := context.Background()
+	ns := e.namespace(t)
+	gw := e.gateway(t)
+	eip := e.eip(t, gw, "172.18.0.53")
+	rule := &kubeovnv1.IptablesDnatRule{ObjectMeta: metav1.ObjectMeta{Name: unique("kube-ovn-ssh")},
+		Spec: kubeovnv1.IptablesDnatRuleSpec{EIP: eip.Name, ExternalPort: "22", Protocol: "tcp", InternalIP: "10.0.1.9", InternalPort: "22"}}
+	admitted(t, e.admin.Create(ctx, rule), "kube-ovn's own DNAT rule")
+	e.seen(t, rule, false)
+	before := e.natLists.Load()
+	denied(t, e.alice.Create(ctx, service(ns, "ssh", corev1.ServiceTypeLoadBalancer, bound(gw, eip.Name), 22)), hookService,
+		fmt.Sprintf("IptablesEIP %s port 22/TCP is forwarded by kube-ovn's own NAT (an IptablesDnatRule); use another port or another EIP", eip.Name))
+	for i := range 5 {
+		admitted(t, e.alice.Create(ctx, service(ns, fmt.Sprintf("web%d", i), corev1.ServiceTypeLoadBalancer, bound(gw, eip.Name), int32(8080+i))), "a free port")
+	}
+	if n := e.natLists.Load() - before; n != 0 {
+		t.Errorf("6 claim checks listed kube-ovn's NAT rules %d times from the API server; want 0 (the cache's index)", n)
+	}
+	if err := e.admin.Delete(ctx, rule); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestServiceUpdate(t *testing.T) {

@@ -11,7 +11,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -38,6 +37,9 @@ const (
 	IndexServiceGateway = "vpcgw.webhook.gateway"
 	// IndexServiceEIP indexes Services by "<gateway>/<eip>" of their annotations (both set).
 	IndexServiceEIP = "vpcgw.webhook.gateway-eip"
+	// IndexNatRuleEIP indexes kube-ovn's own NAT rules (IptablesDnatRules that are not records,
+	// IptablesFIPRules) by the EIP they name: a claim check reads those of one EIP (SPEC N3).
+	IndexNatRuleEIP = "vpcgw.webhook.nat-eip"
 )
 
 func serviceEIPKey(gateway, eip string) string { return gateway + "/" + eip }
@@ -62,12 +64,27 @@ func IndexFields(ctx context.Context, ix client.FieldIndexer) error {
 	}); err != nil {
 		return fmt.Errorf("indexing Services by gateway and EIP: %w", err)
 	}
+	if err := ix.IndexField(ctx, &kubeovnv1.IptablesDnatRule{}, IndexNatRuleEIP, func(o client.Object) []string {
+		if r, ok := o.(*kubeovnv1.IptablesDnatRule); ok && !model.IsRecord(r) && r.Spec.EIP != "" {
+			return []string{r.Spec.EIP}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing kube-ovn's DNAT rules by EIP: %w", err)
+	}
+	if err := ix.IndexField(ctx, &kubeovnv1.IptablesFIPRule{}, IndexNatRuleEIP, func(o client.Object) []string {
+		if r, ok := o.(*kubeovnv1.IptablesFIPRule); ok && r.Spec.EIP != "" {
+			return []string{r.Spec.EIP}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing kube-ovn's floating IPs by EIP: %w", err)
+	}
 	return nil
 }
 
-// Handlers are the four admission handlers. Reader must support the IndexFields indexes on
-// Services and hold the share records (a cache restricted to records is enough, see
-// CacheOptions).
+// Handlers are the four admission handlers. Reader must support the IndexFields indexes and
+// hold Services, the records and kube-ovn's own NAT rules (see CacheOptions).
 type Handlers struct {
 	Reader client.Reader
 	// ControllerUser is the user name of the controller's identity (W4).
@@ -77,11 +94,7 @@ type Handlers struct {
 	KubeOVNUser string
 	// MaxPortsPerService is the controller's --max-ports-per-service (0: the model's default).
 	MaxPortsPerService int
-	// Live reads kube-ovn's own NAT rules (DNAT rules that are not records, floating IPs) from
-	// the API server when a Service newly claims EIP ports; the cache holds only records. Nil:
-	// Reader.
-	Live    client.Reader
-	decoder admission.Decoder
+	decoder            admission.Decoder
 }
 
 // NewHandlers returns the handlers decoding with scheme (it must know core/v1 and kubeovn.io/v1).
@@ -248,7 +261,7 @@ func (h *Handlers) claimProblems(ctx context.Context, svc *corev1.Service, held 
 	held.Services = others.Items
 	problems := ValidateServiceClaims(svc, eip, held)
 	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer && eip != nil {
-		nat, err := h.kubeOVNNat(ctx)
+		nat, err := h.kubeOVNNat(ctx, eipName)
 		if err != nil {
 			return nil, err
 		}
@@ -276,24 +289,18 @@ func (h *Handlers) admittedEIP(ctx context.Context, namespace string, gw *kubeov
 	}
 }
 
-// kubeOVNNat reads kube-ovn's own NAT rules (SPEC N3): its DNAT rules without the record label,
-// and its floating IPs.
-func (h *Handlers) kubeOVNNat(ctx context.Context) (model.KubeOVNNat, error) {
-	r := h.Live
-	if r == nil {
-		r = h.Reader
-	}
-	notRecords, err := labels.Parse("!" + model.LabelRecord)
-	if err != nil {
-		return model.KubeOVNNat{}, err
-	}
+// kubeOVNNat reads kube-ovn's own NAT rules on EIP eipName (SPEC N3) from the cache, through
+// IndexNatRuleEIP: its DNAT rules that are not records, and its floating IPs. The controller
+// checks the same again whatever the webhook answered (SPEC W7), so a rule the cache has not
+// seen yet costs a clearer answer, never a wrong data path.
+func (h *Handlers) kubeOVNNat(ctx context.Context, eipName string) (model.KubeOVNNat, error) {
 	var dnat kubeovnv1.IptablesDnatRuleList
-	if err := r.List(ctx, &dnat, client.MatchingLabelsSelector{Selector: notRecords}); err != nil {
-		return model.KubeOVNNat{}, fmt.Errorf("listing kube-ovn's DNAT rules: %w", err)
+	if err := h.Reader.List(ctx, &dnat, client.MatchingFields{IndexNatRuleEIP: eipName}); err != nil {
+		return model.KubeOVNNat{}, fmt.Errorf("listing kube-ovn's DNAT rules of EIP %s: %w", eipName, err)
 	}
 	var fips kubeovnv1.IptablesFIPRuleList
-	if err := r.List(ctx, &fips); err != nil {
-		return model.KubeOVNNat{}, fmt.Errorf("listing kube-ovn's floating IPs: %w", err)
+	if err := h.Reader.List(ctx, &fips, client.MatchingFields{IndexNatRuleEIP: eipName}); err != nil {
+		return model.KubeOVNNat{}, fmt.Errorf("listing kube-ovn's floating IPs of EIP %s: %w", eipName, err)
 	}
 	return model.NewKubeOVNNat(dnat.Items, fips.Items), nil
 }

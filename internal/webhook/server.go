@@ -12,7 +12,6 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -61,15 +60,11 @@ type Options struct {
 	ClientCAName string
 }
 
-// CacheOptions restrict what the webhook caches: managed fields are dropped, and only Service
-// records (label ovn.kubernetes.io/nftable-lb-svc-record=true) of the IptablesDnatRules.
+// CacheOptions restrict what the webhook caches: managed fields are dropped. Every
+// IptablesDnatRule is cached, the records and kube-ovn's own (a claim check reads those of one
+// EIP through an index instead of two cluster-wide lists per review).
 func CacheOptions() cache.Options {
-	return cache.Options{
-		DefaultTransform: cache.TransformStripManagedFields(),
-		ByObject: map[client.Object]cache.ByObject{
-			&kubeovnv1.IptablesDnatRule{}: {Label: labels.SelectorFromSet(labels.Set{model.LabelRecord: "true"})},
-		},
-	}
+	return cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
 }
 
 // NewManager builds a manager that serves the webhook with opts: an HTTPS server with the four
@@ -134,8 +129,8 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	if err := IndexFields(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	for _, obj := range []client.Object{&corev1.Service{}, &kubeovnv1.IptablesEIP{}, &kubeovnv1.IptablesDnatRule{}, &vpcgwv1alpha1.ServiceRecord{}, &kubeovnv1.Subnet{},
-		&kubeovnv1.VpcNatGateway{}, &kubeovnv1.Vpc{}} {
+	for _, obj := range []client.Object{&corev1.Service{}, &kubeovnv1.IptablesEIP{}, &kubeovnv1.IptablesDnatRule{}, &kubeovnv1.IptablesFIPRule{},
+		&vpcgwv1alpha1.ServiceRecord{}, &kubeovnv1.Subnet{}, &kubeovnv1.VpcNatGateway{}, &kubeovnv1.Vpc{}} {
 		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
 			return fmt.Errorf("informer for %T: %w", obj, err)
 		}
@@ -143,7 +138,6 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) error {
 	h := NewHandlers(mgr.GetCache(), mgr.GetScheme(), opts.ControllerUser)
 	h.KubeOVNUser = opts.KubeOVNUser
 	h.MaxPortsPerService = opts.MaxPortsPerService
-	h.Live = mgr.GetAPIReader()
 	h.Register(mgr.GetWebhookServer())
 	return nil
 }
