@@ -436,10 +436,10 @@ func Fingerprint(s Snapshot) string {
 		if f.Tag.Get("plan") == "service" {
 			continue
 		}
-		fmt.Fprintf(h, "%s{", f.Name)
+		_, _ = fmt.Fprintf(h, "%s{", f.Name) // a hash.Hash never fails a write
 		fv := v.Field(i)
 		if fv.Kind() != reflect.Slice {
-			fmt.Fprintf(h, "%#v", fv.Interface())
+			_, _ = fmt.Fprintf(h, "%#v", fv.Interface())
 		} else {
 			versions := make([]string, fv.Len())
 			for j := range fv.Len() {
