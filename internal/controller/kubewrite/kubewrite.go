@@ -287,8 +287,8 @@ func (w *Writer) WriteServiceRecord(ctx context.Context, sp *model.ServicePlan) 
 		Spec:       want.Spec,
 		Status:     want.Status,
 	}
-	// ServiceRecord has no generated apply configuration: the unstructured form of rec is the body
-	// Patch with client.Apply sent (its JSON), and it takes the API server's answer.
+	// ServiceRecord has no generated apply configuration: the apply sends rec's unstructured form
+	// (the JSON that Patch with client.Apply sent) and reads the API server's answer into it.
 	fields, err := runtime.DefaultUnstructuredConverter.ToUnstructured(rec)
 	if err != nil {
 		return fmt.Errorf("encoding ServiceRecord %s of %s: %w", want.Name, sp.Key, err)
