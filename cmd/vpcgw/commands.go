@@ -84,13 +84,55 @@ func parseControllerFlags(name string, args []string, opts *controller.Options, 
 	if extra != nil {
 		extra(fs)
 	}
+	var cf controllerFlags
+	cf.register(fs, opts)
+	if err := cli.Parse(fs, args, "vpcgw "+name, descriptions[name], os.Stdout); err != nil {
+		return nil, log, err
+	}
+	cf.complete(opts)
+	log, err := cf.logging.Logger()
+	if err != nil {
+		return nil, log, err
+	}
+	if err := opts.Flags.Validate(); err != nil {
+		return nil, log, err
+	}
+	if _, err := controller.MetricsServerOptions(opts.MetricsAddr, opts.MetricsSecure, opts.MetricsCertDir); err != nil {
+		return nil, log, err
+	}
+	cfg, err := restConfig(cf.kubeconfig)
+	if err != nil {
+		return nil, log, err
+	}
+	d, err := cf.dialer(fs, cfg, log)
+	if err != nil {
+		return nil, log, err
+	}
+	opts.Dialer = d
+	return cfg, log, nil
+}
+
+// controllerFlags are the controller's flags that are not fields of controller.Options: complete
+// and dialer turn them into Options.
+type controllerFlags struct {
+	kubeconfig     string
+	transport      string
+	agentContainer string
+	agentCommand   string
+	agentBinaries  string
+	tlsFiles       ovn.TLSFiles
+	logging        cli.Logging
+}
+
+// register adds the controller's flags to fs: those of opts, then cf's.
+func (cf *controllerFlags) register(fs *flag.FlagSet, opts *controller.Options) {
 	opts.Flags.Register(fs)
-	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: in-cluster or $KUBECONFIG)")
-	transportName := fs.String("transport", "exec", "how to reach gateway agents: exec (the Kubernetes exec API into the gateway pods) or local (ip netns exec, for tests and the benchmark lab)")
-	agentContainer := fs.String("agent-container", transport.DefaultExecContainer, "container of the gateway pods that runs the agent (exec transport)")
-	agentCommand := fs.String("agent-command", strings.Join(transport.DefaultExecCommand, " "),
+	fs.StringVar(&cf.kubeconfig, "kubeconfig", "", "path to a kubeconfig (default: in-cluster or $KUBECONFIG)")
+	fs.StringVar(&cf.transport, "transport", "exec", "how to reach gateway agents: exec (the Kubernetes exec API into the gateway pods) or local (ip netns exec, for tests and the benchmark lab)")
+	fs.StringVar(&cf.agentContainer, "agent-container", transport.DefaultExecContainer, "container of the gateway pods that runs the agent (exec transport)")
+	fs.StringVar(&cf.agentCommand, "agent-command", strings.Join(transport.DefaultExecCommand, " "),
 		"the agent's command (the vpcgw-agent binary and its flags), words separated by spaces, no shell: with --transport exec run in that container; with --transport local run under 'ip netns exec' (default there: vpcgw-agent beside this binary)")
-	agentBinaries := fs.String("agent-binaries", transport.AgentBinariesDir,
+	fs.StringVar(&cf.agentBinaries, "agent-binaries", transport.AgentBinariesDir,
 		"with --transport exec: directory of the agent builds (vpcgw-agent-linux-<GOARCH>) the controller copies into each gateway container, verified by SHA-256, before it starts the agent there; the first word of --agent-command is then replaced by the copy's path. Empty: no copy, --agent-command must name an agent the gateway image has")
 	fs.DurationVar(&opts.AgentKeepalive, "agent-keepalive", controller.DefaultAgentKeepalive,
 		"ping an agent stream idle this long, and break it when the agent does not answer within as long (idle timeouts of the kubelet and proxies never cut a live stream; a dead one is noticed within twice this); 0: off")
@@ -104,10 +146,9 @@ func parseControllerFlags(name string, args []string, opts *controller.Options, 
 	fs.BoolVar(&opts.LeaderElection, "leader-elect", false, "elect a leader among controller replicas")
 	fs.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease")
 	fs.StringVar(&opts.NB.Address, "ovn-nb-addr", "", `OVN northbound DB ("tcp:ip:6641", "ssl:ip:6641", "unix:/path", comma-separated for a cluster); empty: VIP routes are not written`)
-	var tlsFiles ovn.TLSFiles
-	fs.StringVar(&tlsFiles.CertFile, "ovn-nb-cert", "", "client certificate for an ssl: NB address")
-	fs.StringVar(&tlsFiles.KeyFile, "ovn-nb-key", "", "client key for an ssl: NB address")
-	fs.StringVar(&tlsFiles.CAFile, "ovn-nb-ca", "", "CA certificate for an ssl: NB address")
+	fs.StringVar(&cf.tlsFiles.CertFile, "ovn-nb-cert", "", "client certificate for an ssl: NB address")
+	fs.StringVar(&cf.tlsFiles.KeyFile, "ovn-nb-key", "", "client key for an ssl: NB address")
+	fs.StringVar(&cf.tlsFiles.CAFile, "ovn-nb-ca", "", "CA certificate for an ssl: NB address")
 	fs.IntVar(&opts.GatewayWorkers, "gateway-workers", controller.DefaultGatewayWorkers, "how many gateways are synced at once (one gateway is never synced twice at once)")
 	fs.DurationVar(&opts.MinSyncInterval, "min-sync-interval", controller.DefaultMinSyncInterval, "least time between two syncs of one gateway: bursts of changes are coalesced, a lone change is not delayed")
 	fs.DurationVar(&opts.SyncStaleAfter, "sync-stale-after", controller.DefaultSyncStaleAfter,
@@ -115,11 +156,11 @@ func parseControllerFlags(name string, args []string, opts *controller.Options, 
 	fs.StringVar(&opts.StatusNamespace, "status-namespace", defaultStatusNamespace(),
 		"namespace where the leader publishes what the controller runs (version, gates, flags) and what it knows of each gateway, ConfigMap "+status.ConfigMapName+
 			", for 'kubectl vpcgw'; default: $POD_NAMESPACE, else "+status.DefaultNamespace+`; "" turns it off`)
-	var logging cli.Logging
-	logging.Register(fs)
-	if err := cli.Parse(fs, args, "vpcgw "+name, descriptions[name], os.Stdout); err != nil {
-		return nil, log, err
-	}
+	cf.logging.Register(fs)
+}
+
+// complete sets what the parsed flags imply in opts beyond their own fields.
+func (cf *controllerFlags) complete(opts *controller.Options) {
 	opts.StatusHolder = statusHolder()
 	if opts.AgentKeepalive == 0 {
 		opts.AgentKeepalive = -1 // Options: negative is off, 0 the default
@@ -127,69 +168,80 @@ func parseControllerFlags(name string, args []string, opts *controller.Options, 
 	if opts.SyncStaleAfter == 0 {
 		opts.SyncStaleAfter = -1 // Options: negative is off, 0 the default
 	}
-	if tlsFiles != (ovn.TLSFiles{}) {
+	if cf.tlsFiles != (ovn.TLSFiles{}) {
+		tlsFiles := cf.tlsFiles
 		opts.NB.TLS = &tlsFiles
 	}
-	log, err := logging.Logger()
-	if err != nil {
-		return nil, log, err
-	}
-	if err := opts.Flags.Validate(); err != nil {
-		return nil, log, err
-	}
-	if _, err := controller.MetricsServerOptions(opts.MetricsAddr, opts.MetricsSecure, opts.MetricsCertDir); err != nil {
-		return nil, log, err
-	}
-	if *kubeconfig != "" {
-		if err := os.Setenv("KUBECONFIG", *kubeconfig); err != nil {
-			return nil, log, err
+}
+
+// restConfig loads the API configuration: from kubeconfig when it is set, else in-cluster or
+// $KUBECONFIG.
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		if err := os.Setenv("KUBECONFIG", kubeconfig); err != nil {
+			return nil, err
 		}
 	}
 	cfg, err := config.GetConfig()
 	if err != nil {
-		return nil, log, fmt.Errorf("loading kubeconfig: %w", err)
+		return nil, fmt.Errorf("loading kubeconfig: %w", err)
 	}
-	argv := strings.Fields(*agentCommand)
+	return cfg, nil
+}
+
+// dialer is how the controller reaches the gateway agents (--transport).
+func (cf *controllerFlags) dialer(fs *flag.FlagSet, cfg *rest.Config, log logr.Logger) (transport.Dialer, error) {
+	argv := strings.Fields(cf.agentCommand)
 	if len(argv) == 0 {
-		return nil, log, errors.New("--agent-command is empty")
+		return nil, errors.New("--agent-command is empty")
 	}
-	switch *transportName {
+	switch cf.transport {
 	case "exec":
-		execOpts := []transport.ExecOption{transport.WithExecContainer(*agentContainer), transport.WithExecCommand(argv...)}
-		if *agentBinaries != "" {
-			bins, err := transport.LoadAgentBinaries(*agentBinaries)
-			if err != nil {
-				return nil, log, fmt.Errorf("--agent-binaries: %w (empty --agent-binaries runs an agent the gateway image has)", err)
-			}
-			log.Info("agent delivery on", "dir", *agentBinaries, "archs", bins.Archs())
-			execOpts = append(execOpts, transport.WithAgentDelivery(bins))
-		}
-		d, err := transport.NewExec(cfg, log.WithName("transport"), execOpts...)
-		if err != nil {
-			return nil, log, err
-		}
-		opts.Dialer = d
+		return cf.execDialer(cfg, argv, log)
 	case "local":
-		if !flagSet(fs, "agent-command") {
-			exe, err := os.Executable()
-			if err != nil {
-				return nil, log, fmt.Errorf("finding own executable for the local transport: %w", err)
-			}
-			argv = []string{filepath.Join(filepath.Dir(exe), transport.DefaultAgentBinary)}
-		}
-		sch, err := scheme.New()
-		if err != nil {
-			return nil, log, err
-		}
-		pods, err := client.New(cfg, client.Options{Scheme: sch})
-		if err != nil {
-			return nil, log, fmt.Errorf("API client for the local transport: %w", err)
-		}
-		opts.Dialer = &transport.LocalNetns{AgentCommand: argv, Netns: transport.NetnsFromPods(pods), Log: log.WithName("transport")}
-	default:
-		return nil, log, fmt.Errorf("unknown --transport %q (supported: exec, local)", *transportName)
+		return localDialer(fs, cfg, argv, log)
 	}
-	return cfg, log, nil
+	return nil, fmt.Errorf("unknown --transport %q (supported: exec, local)", cf.transport)
+}
+
+// execDialer runs argv in the gateway pods' agent container through the exec API, after copying
+// the agent build into it when --agent-binaries names a directory.
+func (cf *controllerFlags) execDialer(cfg *rest.Config, argv []string, log logr.Logger) (transport.Dialer, error) {
+	execOpts := []transport.ExecOption{transport.WithExecContainer(cf.agentContainer), transport.WithExecCommand(argv...)}
+	if cf.agentBinaries != "" {
+		bins, err := transport.LoadAgentBinaries(cf.agentBinaries)
+		if err != nil {
+			return nil, fmt.Errorf("--agent-binaries: %w (empty --agent-binaries runs an agent the gateway image has)", err)
+		}
+		log.Info("agent delivery on", "dir", cf.agentBinaries, "archs", bins.Archs())
+		execOpts = append(execOpts, transport.WithAgentDelivery(bins))
+	}
+	d, err := transport.NewExec(cfg, log.WithName("transport"), execOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// localDialer runs argv under 'ip netns exec' in the gateway pods' network namespaces; without
+// --agent-command, the agent beside this binary.
+func localDialer(fs *flag.FlagSet, cfg *rest.Config, argv []string, log logr.Logger) (transport.Dialer, error) {
+	if !flagSet(fs, "agent-command") {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("finding own executable for the local transport: %w", err)
+		}
+		argv = []string{filepath.Join(filepath.Dir(exe), transport.DefaultAgentBinary)}
+	}
+	sch, err := scheme.New()
+	if err != nil {
+		return nil, err
+	}
+	pods, err := client.New(cfg, client.Options{Scheme: sch})
+	if err != nil {
+		return nil, fmt.Errorf("API client for the local transport: %w", err)
+	}
+	return &transport.LocalNetns{AgentCommand: argv, Netns: transport.NetnsFromPods(pods), Log: log.WithName("transport")}, nil
 }
 
 // flagSet reports whether the command line set the flag.

@@ -78,12 +78,14 @@ func run(ctx context.Context, args []string) int {
 	return 2
 }
 
+// usage writes the summary of the commands to stdout or stderr: a failed write there has no one
+// left to tell, so its errors are dropped.
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "Usage: vpcgw <command> [flags]\n\nServes Kubernetes Services from kube-ovn VPC NAT gateways.\n\nCommands:")
+	_, _ = fmt.Fprintln(w, "Usage: vpcgw <command> [flags]\n\nServes Kubernetes Services from kube-ovn VPC NAT gateways.\n\nCommands:")
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.help)
+		_, _ = fmt.Fprintf(w, "  %-11s %s\n", c.name, c.help)
 	}
-	fmt.Fprintln(w, "\nRun 'vpcgw <command> --help' for its flags.\nThe gateway agent is the vpcgw-agent binary; the lab and the bench are in vpcgw-lab.")
+	_, _ = fmt.Fprintln(w, "\nRun 'vpcgw <command> --help' for its flags.\nThe gateway agent is the vpcgw-agent binary; the lab and the bench are in vpcgw-lab.")
 }
 
 func runVersion(_ context.Context, args []string) error {

@@ -67,16 +67,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 
 // Validate applies the startup matrix of SPEC F2.
 func (f Flags) Validate() error {
-	var errs []error
-	if f.EnableGwNftableSvcClusterIP && f.EnableLb {
-		errs = append(errs, errors.New("--enable-gw-nftable-svc-cluster-ip and --enable-lb both claim Service ClusterIPs: turn one off"))
-	}
-	if f.EnableGwNftableLbSvc && f.EnableLbSvc {
-		errs = append(errs, errors.New("--enable-gw-nftable-lb-svc and --enable-lb-svc both claim LoadBalancer ingress: turn one off"))
-	}
-	if f.EnableLbSvc && !f.EnableLb && !f.EnableGwNftableSvcClusterIP {
-		errs = append(errs, errors.New("--enable-lb-svc needs ClusterIPs to be served: turn on --enable-lb or --enable-gw-nftable-svc-cluster-ip"))
-	}
+	errs := f.gateErrors()
 	if errs2 := validation.IsDNS1123Label(f.kubeOVNNamespace()); len(errs2) > 0 {
 		errs = append(errs, fmt.Errorf("--kube-ovn-namespace=%q is not a namespace name: %s", f.KubeOVNNamespace, errs2[0]))
 	}
@@ -95,6 +86,20 @@ func (f Flags) Validate() error {
 		errs = append(errs, fmt.Errorf("--ledger: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// gateErrors are the combinations of the gates that the startup matrix (SPEC F2) refuses.
+func (f Flags) gateErrors() (errs []error) {
+	if f.EnableGwNftableSvcClusterIP && f.EnableLb {
+		errs = append(errs, errors.New("--enable-gw-nftable-svc-cluster-ip and --enable-lb both claim Service ClusterIPs: turn one off"))
+	}
+	if f.EnableGwNftableLbSvc && f.EnableLbSvc {
+		errs = append(errs, errors.New("--enable-gw-nftable-lb-svc and --enable-lb-svc both claim LoadBalancer ingress: turn one off"))
+	}
+	if f.EnableLbSvc && !f.EnableLb && !f.EnableGwNftableSvcClusterIP {
+		errs = append(errs, errors.New("--enable-lb-svc needs ClusterIPs to be served: turn on --enable-lb or --enable-gw-nftable-svc-cluster-ip"))
+	}
+	return errs
 }
 
 // Gates returns the model's view of the flags.

@@ -83,7 +83,7 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(kcmDir)
+	defer removeTempDir(kcmDir)
 	proc, err := kcm.Start(assets, kc, kcmDir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -113,7 +113,7 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer removeTempDir(dir)
 	if agentSkip = realAgentsMissing(); agentSkip == "" {
 		agentExe = filepath.Join(dir, "vpcgw-agent")
 		build := exec.Command("go", "build", "-o", agentExe, "github.com/vpcgw/vpcgw/cmd/vpcgw-agent")
@@ -124,6 +124,13 @@ func runMain(m *testing.M) int {
 		}
 	}
 	return m.Run()
+}
+
+// removeTempDir removes a directory TestMain made; a failure leaves it behind, which is said.
+func removeTempDir(dir string) {
+	if err := os.RemoveAll(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "removing", dir+":", err)
+	}
 }
 
 func realAgentsMissing() string {
@@ -257,12 +264,12 @@ func newFixtureWith(t *testing.T, mode agentMode, gw string, instances int, opti
 		})
 		f.real = &netnsAgents{t: t, net: net, nsOf: map[types.UID]string{}}
 		f.data = f.real
-		real := f.real
+		agents := f.real
 		f.dialer = &transport.LocalNetns{AgentCommand: []string{agentExe}, Log: logr.Discard(),
 			Netns: func(_ context.Context, inst transport.Instance) (string, error) {
-				real.mu.Lock()
-				defer real.mu.Unlock()
-				return real.nsOf[inst.UID], nil
+				agents.mu.Lock()
+				defer agents.mu.Unlock()
+				return agents.nsOf[inst.UID], nil
 			}}
 	}
 	f.makeGateway(gw, instances)

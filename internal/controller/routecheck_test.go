@@ -41,7 +41,11 @@ func startTestNB(t *testing.T) *testNB {
 	}
 	dir, err := os.MkdirTemp("", "vpcgw-nb-") // short: unix socket paths are limited to 108 bytes
 	must(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Error(err)
+		}
+	})
 	db, sock := filepath.Join(dir, "nb.db"), filepath.Join(dir, "nb.sock")
 	if out, err := exec.Command("ovsdb-tool", "create", db, "../ovn/nbdb/ovn-nb.ovsschema").CombinedOutput(); err != nil {
 		t.Fatalf("ovsdb-tool create: %v: %s", err, out)
@@ -65,7 +69,7 @@ func startTestNB(t *testing.T) *testNB {
 	})
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if c, err := net.Dial("unix", sock); err == nil {
-			c.Close()
+			_ = c.Close() // a probe: the server answered
 			break
 		}
 		if time.Now().After(deadline) {

@@ -79,7 +79,7 @@ func (s *sessions) apply(ctx context.Context, gw string, instances []transport.I
 	s.mu.Unlock()
 	// Closing a stream can take seconds (the agent's grace period): never under the lock.
 	for _, c := range stale {
-		go c.Close()
+		go func() { _ = c.Close() }()
 	}
 
 	errs := make([]error, len(instances))
@@ -174,7 +174,7 @@ func (s *sessions) conn(ctx context.Context, gw string, inst transport.Instance)
 	s.publishLocked(gw)
 	s.mu.Unlock()
 	if old != nil {
-		go old.conn.Close()
+		go func() { _ = old.conn.Close() }()
 	}
 	go s.watch(gw, sess)
 	return conn, nil

@@ -47,88 +47,27 @@ type Read struct {
 func Snapshot(ctx context.Context, c client.Reader, o SnapshotOptions) (Read, error) {
 	var rd Read
 	s := &rd.Snapshot
-	var svcs corev1.ServiceList
-	var slices_ discoveryv1.EndpointSliceList
-	var pods corev1.PodList
-	scoped := false
-	for _, l := range []struct {
-		list client.ObjectList
-		what string
-	}{{&svcs, "Services"}, {&slices_, "EndpointSlices"}, {&pods, "Pods"}} {
-		err := c.List(ctx, l.list)
-		if apierrors.IsForbidden(err) && o.Namespace != "" {
-			rd.Warnings = append(rd.Warnings, fmt.Sprintf("you may not list %s in all namespaces: only namespace %s is read, so a conflict with "+
-				"another namespace's Service or its share of a gateway's bound is not seen", l.what, o.Namespace))
-			scoped = true
-			err = c.List(ctx, l.list, client.InNamespace(o.Namespace))
-		}
-		if err != nil {
-			return rd, fmt.Errorf("listing %s: %w", l.what, err)
-		}
+	reader := &listReader{}
+	scoped, err := rd.listWorkloads(ctx, c, o, reader)
+	if err != nil {
+		return rd, err
 	}
-	var gws kubeovnv1.VpcNatGatewayList
-	var eips kubeovnv1.IptablesEIPList
-	var subnets kubeovnv1.SubnetList
-	var vpcs kubeovnv1.VpcList
-	for _, l := range []struct {
-		list client.ObjectList
-		what string
-	}{{&gws, "VpcNatGateways"}, {&eips, "IptablesEIPs"}, {&subnets, "Subnets"}, {&vpcs, "Vpcs"}} {
-		if err := c.List(ctx, l.list); err != nil {
-			if apierrors.IsForbidden(err) {
-				return rd, fmt.Errorf("listing %s: %w (the plugin reads kube-ovn's VpcNatGateways, IptablesEIPs, Subnets and Vpcs, as the controller does)", l.what, err)
-			}
-			return rd, fmt.Errorf("listing %s: %w", l.what, err)
-		}
+	if err := listKubeOVN(ctx, c, s); err != nil {
+		return rd, err
 	}
-	var records kubeovnv1.IptablesDnatRuleList
-	var serviceRecords vpcgwv1alpha1.ServiceRecordList
-	for _, l := range []client.ObjectList{&records, &serviceRecords} {
-		if err := c.List(ctx, l, client.MatchingLabels{model.LabelRecord: "true"}); err != nil {
-			if !apierrors.IsForbidden(err) {
-				return rd, fmt.Errorf("listing records: %w", err)
-			}
-			if !rd.RecordsUnknown {
-				rd.Warnings = append(rd.Warnings, "you may not list the controller's records (ServiceRecords, IptablesDnatRules): whether they are Ready is unknown")
-			}
-			rd.RecordsUnknown = true
-		}
-	}
-	reader := &listReader{services: svcs.Items, slices: slices_.Items, records: records.Items, serviceRecords: serviceRecords.Items}
-	if o.Include != nil && !slices.ContainsFunc(reader.services, func(svc corev1.Service) bool { return svc.UID == o.Include.UID }) {
-		reader.services = append(reader.services, *o.Include)
-	}
-	for _, p := range pods.Items {
-		if p.Labels[model.LabelGatewayPod] == "true" {
-			s.GatewayPods = append(s.GatewayPods, p)
-		} else {
-			reader.pods = append(reader.pods, p)
-		}
+	if err := rd.listRecords(ctx, c, reader); err != nil {
+		return rd, err
 	}
 	s.Placement = placement(ctx, c, o.KubeOVNNamespace)
 	if scoped && s.Placement.KubeOVNNamespace != o.Namespace {
 		// The gateway pods are kube-ovn's, in its namespace.
-		var gwPods corev1.PodList
-		switch err := c.List(ctx, &gwPods, client.InNamespace(s.Placement.KubeOVNNamespace), client.MatchingLabels{model.LabelGatewayPod: "true"}); {
-		case apierrors.IsForbidden(err):
-			rd.Warnings = append(rd.Warnings, fmt.Sprintf("you may not list the gateway pods in namespace %s: the instances shown are those the controller reports", s.Placement.KubeOVNNamespace))
-		case err != nil:
-			return rd, fmt.Errorf("listing gateway pods: %w", err)
-		default:
-			s.GatewayPods = gwPods.Items
+		if err := rd.listGatewayPods(ctx, c); err != nil {
+			return rd, err
 		}
 	}
-	// A backend's address comes only from kube-ovn's IP objects (SPEC N2).
-	var addrs kubeovnv1.IPList
-	switch err := c.List(ctx, &addrs); {
-	case apierrors.IsForbidden(err):
-		rd.Warnings = append(rd.Warnings, "you may not list kube-ovn's IP objects (ips.kubeovn.io): backends of Pods cannot be resolved and are shown as skipped")
-	case err != nil:
-		return rd, fmt.Errorf("listing IPs: %w", err)
-	default:
-		reader.addresses = addrs.Items
+	if err := rd.listAddresses(ctx, c, reader); err != nil {
+		return rd, err
 	}
-	s.Gateways, s.EIPs, s.Subnets, s.Vpcs = gws.Items, eips.Items, subnets.Items, vpcs.Items
 	// What each gateway's plan reads, the model says (model.ReadScope), as in the controller.
 	read, err := readGateways(reader, *s, o.Include)
 	if err != nil {
@@ -136,6 +75,114 @@ func Snapshot(ctx context.Context, c client.Reader, o SnapshotOptions) (Read, er
 	}
 	rd.Snapshot = read
 	return rd, nil
+}
+
+// listing is a list to read and what it holds, for messages.
+type listing struct {
+	list client.ObjectList
+	what string
+}
+
+// listWorkloads lists the Services (with o.Include), EndpointSlices and Pods into l, the gateway
+// pods into rd's snapshot. A tenant who may not list one of them in all namespaces gets those of
+// o.Namespace and a warning; scoped says so.
+func (rd *Read) listWorkloads(ctx context.Context, c client.Reader, o SnapshotOptions, l *listReader) (scoped bool, err error) {
+	var svcs corev1.ServiceList
+	var eps discoveryv1.EndpointSliceList
+	var pods corev1.PodList
+	for _, li := range []listing{{&svcs, "Services"}, {&eps, "EndpointSlices"}, {&pods, "Pods"}} {
+		err := c.List(ctx, li.list)
+		if apierrors.IsForbidden(err) && o.Namespace != "" {
+			rd.Warnings = append(rd.Warnings, fmt.Sprintf("you may not list %s in all namespaces: only namespace %s is read, so a conflict with "+
+				"another namespace's Service or its share of a gateway's bound is not seen", li.what, o.Namespace))
+			scoped = true
+			err = c.List(ctx, li.list, client.InNamespace(o.Namespace))
+		}
+		if err != nil {
+			return scoped, fmt.Errorf("listing %s: %w", li.what, err)
+		}
+	}
+	l.services, l.slices = svcs.Items, eps.Items
+	if o.Include != nil && !slices.ContainsFunc(l.services, func(svc corev1.Service) bool { return svc.UID == o.Include.UID }) {
+		l.services = append(l.services, *o.Include)
+	}
+	for _, p := range pods.Items {
+		if p.Labels[model.LabelGatewayPod] == "true" {
+			rd.Snapshot.GatewayPods = append(rd.Snapshot.GatewayPods, p)
+		} else {
+			l.pods = append(l.pods, p)
+		}
+	}
+	return scoped, nil
+}
+
+// listKubeOVN lists kube-ovn's gateways, EIPs, Subnets and Vpcs into s: the plan needs them all.
+func listKubeOVN(ctx context.Context, c client.Reader, s *model.Snapshot) error {
+	var gws kubeovnv1.VpcNatGatewayList
+	var eips kubeovnv1.IptablesEIPList
+	var subnets kubeovnv1.SubnetList
+	var vpcs kubeovnv1.VpcList
+	for _, li := range []listing{{&gws, "VpcNatGateways"}, {&eips, "IptablesEIPs"}, {&subnets, "Subnets"}, {&vpcs, "Vpcs"}} {
+		if err := c.List(ctx, li.list); err != nil {
+			if apierrors.IsForbidden(err) {
+				return fmt.Errorf("listing %s: %w (the plugin reads kube-ovn's VpcNatGateways, IptablesEIPs, Subnets and Vpcs, as the controller does)", li.what, err)
+			}
+			return fmt.Errorf("listing %s: %w", li.what, err)
+		}
+	}
+	s.Gateways, s.EIPs, s.Subnets, s.Vpcs = gws.Items, eips.Items, subnets.Items, vpcs.Items
+	return nil
+}
+
+// listRecords lists the controller's records of both forms into l; a user who may not gets a
+// warning, and RecordsUnknown.
+func (rd *Read) listRecords(ctx context.Context, c client.Reader, l *listReader) error {
+	var records kubeovnv1.IptablesDnatRuleList
+	var serviceRecords vpcgwv1alpha1.ServiceRecordList
+	for _, list := range []client.ObjectList{&records, &serviceRecords} {
+		if err := c.List(ctx, list, client.MatchingLabels{model.LabelRecord: "true"}); err != nil {
+			if !apierrors.IsForbidden(err) {
+				return fmt.Errorf("listing records: %w", err)
+			}
+			if !rd.RecordsUnknown {
+				rd.Warnings = append(rd.Warnings, "you may not list the controller's records (ServiceRecords, IptablesDnatRules): whether they are Ready is unknown")
+			}
+			rd.RecordsUnknown = true
+		}
+	}
+	l.records, l.serviceRecords = records.Items, serviceRecords.Items
+	return nil
+}
+
+// listGatewayPods lists the gateway pods in kube-ovn's namespace, for a tenant whose own
+// namespace's Pods do not include them.
+func (rd *Read) listGatewayPods(ctx context.Context, c client.Reader) error {
+	ns := rd.Snapshot.Placement.KubeOVNNamespace
+	var gwPods corev1.PodList
+	switch err := c.List(ctx, &gwPods, client.InNamespace(ns), client.MatchingLabels{model.LabelGatewayPod: "true"}); {
+	case apierrors.IsForbidden(err):
+		rd.Warnings = append(rd.Warnings, fmt.Sprintf("you may not list the gateway pods in namespace %s: the instances shown are those the controller reports", ns))
+	case err != nil:
+		return fmt.Errorf("listing gateway pods: %w", err)
+	default:
+		rd.Snapshot.GatewayPods = gwPods.Items
+	}
+	return nil
+}
+
+// listAddresses lists kube-ovn's IP objects into l: a backend's address comes only from them
+// (SPEC N2).
+func (rd *Read) listAddresses(ctx context.Context, c client.Reader, l *listReader) error {
+	var addrs kubeovnv1.IPList
+	switch err := c.List(ctx, &addrs); {
+	case apierrors.IsForbidden(err):
+		rd.Warnings = append(rd.Warnings, "you may not list kube-ovn's IP objects (ips.kubeovn.io): backends of Pods cannot be resolved and are shown as skipped")
+	case err != nil:
+		return fmt.Errorf("listing IPs: %w", err)
+	default:
+		l.addresses = addrs.Items
+	}
+	return nil
 }
 
 // placement reads where kube-ovn runs gateway pods, as the controller does (gateway.go:placement):

@@ -16,42 +16,95 @@ type TableOptions struct {
 	Wide, NoHeaders bool
 }
 
+// errWriter keeps the first error of its writes, after which they write nothing: a printer writes
+// line after line unchecked and returns err once, at the end.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
+}
+
+// The print helpers drop the error they return: e keeps it.
+
+func (e *errWriter) printf(format string, a ...any) { _, _ = fmt.Fprintf(e, format, a...) }
+
+func (e *errWriter) println(a ...any) { _, _ = fmt.Fprintln(e, a...) }
+
+func (e *errWriter) print(a ...any) { _, _ = fmt.Fprint(e, a...) }
+
+// keep keeps err unless an earlier one is kept.
+func (e *errWriter) keep(err error) {
+	if e.err == nil {
+		e.err = err
+	}
+}
+
+// table is a tabwriter over w whose writes keep their first error as errWriter does.
+type table struct {
+	errWriter
+	tw *tabwriter.Writer
+}
+
+func newTable(w io.Writer) *table {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	return &table{errWriter: errWriter{w: tw}, tw: tw}
+}
+
+// flush writes the table out and returns the first error of its writes and of the flush.
+func (t *table) flush() error {
+	t.keep(t.tw.Flush())
+	return t.err
+}
+
 // PrintServices writes one line per Service: gateway, EIP, ingress, identities, backends,
 // affinity, ready and why not; wide adds type, ClusterIP, state and record.
 func PrintServices(w io.Writer, items []ServiceStatus, opts TableOptions) error {
-	wide := opts.Wide
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	t := newTable(w)
 	switch {
 	case opts.NoHeaders:
-	case wide:
-		fmt.Fprintln(tw, "SERVICE\tTYPE\tGATEWAY\tEIP\tINGRESS\tCLUSTER-IP\tIDENTITIES\tBACKENDS\tAFFINITY\tSTATE\tRECORD\tREADY\tWHY NOT")
+	case opts.Wide:
+		t.println("SERVICE\tTYPE\tGATEWAY\tEIP\tINGRESS\tCLUSTER-IP\tIDENTITIES\tBACKENDS\tAFFINITY\tSTATE\tRECORD\tREADY\tWHY NOT")
 	default:
-		fmt.Fprintln(tw, "SERVICE\tGATEWAY\tEIP\tINGRESS\tIDENTITIES\tBACKENDS\tAFFINITY\tREADY\tWHY NOT")
+		t.println("SERVICE\tGATEWAY\tEIP\tINGRESS\tIDENTITIES\tBACKENDS\tAFFINITY\tREADY\tWHY NOT")
 	}
 	for _, st := range items {
-		ids := make([]string, 0, len(st.Identities))
-		set := map[string]bool{}
-		for _, id := range st.Identities {
-			ids = append(ids, fmt.Sprintf("%s:%d/%s", id.VIP, id.Port, id.Protocol))
-			for _, b := range id.Backends {
-				set[b] = true
-			}
-		}
-		bs := make([]string, 0, len(set))
-		for b := range set {
-			bs = append(bs, b)
-		}
-		slices.Sort(bs)
+		ids, bs := identityTexts(st.Identities)
 		k := st.Namespace + "/" + st.Name
-		if wide {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\n", k, st.Type, dash(st.Gateway), dash(st.EIP), dash(strings.Join(st.Ingress, ",")),
+		if opts.Wide {
+			t.printf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\n", k, st.Type, dash(st.Gateway), dash(st.EIP), dash(strings.Join(st.Ingress, ",")),
 				dash(st.ClusterIP), dash(strings.Join(ids, ",")), dash(strings.Join(bs, ",")), st.Affinity, st.State, recordText(st.Record), st.Ready, dash(WhyNot(st)))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\n", k, dash(st.Gateway), dash(st.EIP), dash(strings.Join(st.Ingress, ",")),
+		t.printf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\n", k, dash(st.Gateway), dash(st.EIP), dash(strings.Join(st.Ingress, ",")),
 			dash(strings.Join(ids, ",")), dash(strings.Join(bs, ",")), st.Affinity, st.Ready, dash(WhyNot(st)))
 	}
-	return tw.Flush()
+	return t.flush()
+}
+
+// identityTexts are the identities as "vip:port/protocol" and their backends, each once, sorted.
+func identityTexts(identities []Identity) (ids, backends []string) {
+	ids = make([]string, 0, len(identities))
+	set := map[string]bool{}
+	for _, id := range identities {
+		ids = append(ids, fmt.Sprintf("%s:%d/%s", id.VIP, id.Port, id.Protocol))
+		for _, b := range id.Backends {
+			set[b] = true
+		}
+	}
+	backends = make([]string, 0, len(set))
+	for b := range set {
+		backends = append(backends, b)
+	}
+	slices.Sort(backends)
+	return ids, backends
 }
 
 // WhyNot is the reasons of the parts that are not served, in a line.
@@ -80,129 +133,166 @@ func recordText(r *Record) string {
 
 // PrintExplanation writes an explanation for a person.
 func PrintExplanation(w io.Writer, ex ServiceExplanation, now time.Time) error {
+	e := &errWriter{w: w}
 	st := ex.Service
-	fmt.Fprintln(w, ex.Summary)
-	fmt.Fprintf(w, "\nService:    %s/%s (%s)\n", st.Namespace, st.Name, st.Type)
-	fmt.Fprintf(w, "State:      %s\n", st.State)
-	fmt.Fprintf(w, "Controller: %s\n", controllerLine(ex.Controller, now))
-	fmt.Fprintf(w, "Gates:      %s\n", GatesText(ex.Controller))
+	printServiceHead(e, ex, now)
+	e.println("\nParts:")
+	printPart(e, "EIP", st.EIPPart, nil)
+	printPart(e, "ClusterIP", st.ClusterIPPart, &st.EIPPart)
+	printIdentities(e, st)
+	printIngressAndRecord(e, st)
+	if g := ex.Gateway; g != nil {
+		e.println()
+		printGatewayState(e, *g, now)
+	}
+	printServiceRoutes(e, ex, now)
+	printEvents(e, st.Events)
+	return e.err
+}
+
+// printServiceHead writes the summary, then what the Service is and who serves it.
+func printServiceHead(e *errWriter, ex ServiceExplanation, now time.Time) {
+	st := ex.Service
+	e.println(ex.Summary)
+	e.printf("\nService:    %s/%s (%s)\n", st.Namespace, st.Name, st.Type)
+	e.printf("State:      %s\n", st.State)
+	e.printf("Controller: %s\n", controllerLine(ex.Controller, now))
+	e.printf("Gates:      %s\n", GatesText(ex.Controller))
 	if st.Gateway != "" {
-		fmt.Fprintf(w, "Gateway:    %s\n", st.Gateway)
+		e.printf("Gateway:    %s\n", st.Gateway)
 	}
 	if st.EIP != "" {
-		fmt.Fprintf(w, "EIP:        %s\n", st.EIP)
+		e.printf("EIP:        %s\n", st.EIP)
 	}
-	fmt.Fprintln(w, "\nParts:")
-	for _, p := range []struct {
-		name string
-		p    Part
-	}{{"EIP", st.EIPPart}, {"ClusterIP", st.ClusterIPPart}} {
-		switch p.p.State {
-		case PartServed:
-			fmt.Fprintf(w, "  %-10s Served on %s\n", p.name, p.p.VIP)
-		case PartNotApplicable:
-			fmt.Fprintf(w, "  %-10s not applicable (not a LoadBalancer Service)\n", p.name)
-		default:
-			if p.name == "ClusterIP" && p.p.Reason == st.EIPPart.Reason && p.p.State == st.EIPPart.State {
-				fmt.Fprintf(w, "  %-10s %s: as the EIP part\n", p.name, p.p.State)
-				continue
-			}
-			fmt.Fprintf(w, "  %-10s %s: %s", p.name, p.p.State, p.p.Reason)
-			if p.p.EventReason != "" {
-				fmt.Fprintf(w, " [%s]", p.p.EventReason)
-			}
-			fmt.Fprintln(w)
-			if p.p.Fix != "" {
-				fmt.Fprintf(w, "  %-10s fix: %s\n", "", p.p.Fix)
-			}
+}
+
+// printPart writes one part of a Service; a part not served for the same reason as the EIP part
+// (eipPart, nil for the EIP part itself) says so rather than repeating it.
+func printPart(e *errWriter, name string, p Part, eipPart *Part) {
+	switch p.State {
+	case PartServed:
+		e.printf("  %-10s Served on %s\n", name, p.VIP)
+		return
+	case PartNotApplicable:
+		e.printf("  %-10s not applicable (not a LoadBalancer Service)\n", name)
+		return
+	}
+	if eipPart != nil && p.Reason == eipPart.Reason && p.State == eipPart.State {
+		e.printf("  %-10s %s: as the EIP part\n", name, p.State)
+		return
+	}
+	e.printf("  %-10s %s: %s", name, p.State, p.Reason)
+	if p.EventReason != "" {
+		e.printf(" [%s]", p.EventReason)
+	}
+	e.println()
+	if p.Fix != "" {
+		e.printf("  %-10s fix: %s\n", "", p.Fix)
+	}
+}
+
+// printIdentities writes the Service's identities as a table, if it has any.
+func printIdentities(e *errWriter, st ServiceStatus) {
+	if len(st.Identities) == 0 {
+		return
+	}
+	e.printf("\nIdentities (affinity %s):\n", st.Affinity)
+	t := newTable(e)
+	for _, id := range st.Identities {
+		extra := ""
+		if len(id.SourceRanges) > 0 {
+			extra = "  from " + strings.Join(id.SourceRanges, ",")
 		}
+		t.printf("  %s\t%s:%d/%s\t-> %s%s\n", id.Part, id.VIP, id.Port, id.Protocol, dash(strings.Join(id.Backends, ", ")), extra)
 	}
-	if len(st.Identities) > 0 {
-		fmt.Fprintf(w, "\nIdentities (affinity %s):\n", st.Affinity)
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		for _, id := range st.Identities {
-			extra := ""
-			if len(id.SourceRanges) > 0 {
-				extra = "  from " + strings.Join(id.SourceRanges, ",")
-			}
-			fmt.Fprintf(tw, "  %s\t%s:%d/%s\t-> %s%s\n", id.Part, id.VIP, id.Port, id.Protocol, dash(strings.Join(id.Backends, ", ")), extra)
-		}
-		_ = tw.Flush()
+	e.keep(t.flush())
+}
+
+// printIngressAndRecord writes the Service's ingress and, when there is one, its record.
+func printIngressAndRecord(e *errWriter, st ServiceStatus) {
+	e.printf("\nIngress:    %s\n", dash(strings.Join(st.Ingress, ", ")))
+	r := st.Record
+	if r == nil {
+		return
 	}
-	fmt.Fprintf(w, "\nIngress:    %s\n", dash(strings.Join(st.Ingress, ", ")))
-	if r := st.Record; r != nil {
-		fmt.Fprintf(w, "Record:     %s %s %s", r.Kind, dash(strings.Join(r.Names, ",")), map[bool]string{true: "Ready", false: "not Ready"}[r.Ready])
-		if r.Message != "" {
-			fmt.Fprintf(w, " (%s)", r.Message)
-		}
-		fmt.Fprintln(w)
+	e.printf("Record:     %s %s %s", r.Kind, dash(strings.Join(r.Names, ",")), map[bool]string{true: "Ready", false: "not Ready"}[r.Ready])
+	if r.Message != "" {
+		e.printf(" (%s)", r.Message)
 	}
-	if g := ex.Gateway; g != nil {
-		fmt.Fprintln(w)
-		printGatewayState(w, *g, now)
+	e.println()
+}
+
+// printServiceRoutes writes the routes of the Service's VIPs, when it is served.
+func printServiceRoutes(e *errWriter, ex ServiceExplanation, now time.Time) {
+	rt := ex.Routes
+	if rt == nil {
+		return
 	}
-	if rt := ex.Routes; rt != nil {
-		fmt.Fprintf(w, "Routes of the Service's VIPs: %s\n", routesText(*rt, now))
-		if rt.UnroutedVIPs > 0 {
-			// The status says how many of the gateway's VIPs, not whose (SPEC N8).
-			fmt.Fprintf(w, "  Warning: OVN drops %s of gateway %s before their VIP route applies: %s\n",
-				vipCount(rt.UnroutedVIPs), ex.Service.Gateway, rt.Unrouted)
-		}
+	e.printf("Routes of the Service's VIPs: %s\n", routesText(*rt, now))
+	if rt.UnroutedVIPs > 0 {
+		// The status says how many of the gateway's VIPs, not whose (SPEC N8).
+		e.printf("  Warning: OVN drops %s of gateway %s before their VIP route applies: %s\n",
+			vipCount(rt.UnroutedVIPs), ex.Service.Gateway, rt.Unrouted)
 	}
-	if len(st.Events) > 0 {
-		fmt.Fprintln(w, "\nEvents the controller gives it:")
-		for _, ev := range st.Events {
-			fmt.Fprintf(w, "  %s %s: %s\n", ev.Type, ev.Reason, ev.Message)
-		}
+}
+
+// printEvents writes the events the controller gives the Service, if any.
+func printEvents(e *errWriter, events []Event) {
+	if len(events) == 0 {
+		return
 	}
-	return nil
+	e.println("\nEvents the controller gives it:")
+	for _, ev := range events {
+		e.printf("  %s %s: %s\n", ev.Type, ev.Reason, ev.Message)
+	}
 }
 
 // PrintGateway writes a gateway's status for a person; opts are for the table of its Services.
 func PrintGateway(w io.Writer, gs GatewayStatus, opts TableOptions, now time.Time) error {
-	fmt.Fprintf(w, "Controller: %s\n", controllerLine(gs.Controller, now))
-	fmt.Fprintf(w, "Gates:      %s\n\n", GatesText(gs.Controller))
-	printGatewayState(w, gs.GatewayState, now)
+	e := &errWriter{w: w}
+	e.printf("Controller: %s\n", controllerLine(gs.Controller, now))
+	e.printf("Gates:      %s\n\n", GatesText(gs.Controller))
+	printGatewayState(e, gs.GatewayState, now)
 	if gs.Routes.Router != "" || len(gs.Routes.VIPs) > 0 {
-		fmt.Fprintf(w, "Routes:     %s\n", routesText(gs.Routes, now))
+		e.printf("Routes:     %s\n", routesText(gs.Routes, now))
 		if gs.Routes.UnroutedVIPs > 0 {
-			fmt.Fprintf(w, "  Warning: OVN drops %s of the gateway before their VIP route applies: %s\n", vipCount(gs.Routes.UnroutedVIPs), gs.Routes.Unrouted)
+			e.printf("  Warning: OVN drops %s of the gateway before their VIP route applies: %s\n", vipCount(gs.Routes.UnroutedVIPs), gs.Routes.Unrouted)
 		}
 	}
-	fmt.Fprintf(w, "\nServices (%d):\n", len(gs.Services))
-	return PrintServices(w, gs.Services, opts)
+	e.printf("\nServices (%d):\n", len(gs.Services))
+	return PrintServices(e, gs.Services, opts) // through e: an error so far is its answer
 }
 
-func printGatewayState(w io.Writer, g GatewayState, now time.Time) {
+func printGatewayState(e *errWriter, g GatewayState, now time.Time) {
 	if !g.Exists {
-		fmt.Fprintf(w, "Gateway %s: VpcNatGateway %s does not exist\n", g.Name, g.Name)
+		e.printf("Gateway %s: VpcNatGateway %s does not exist\n", g.Name, g.Name)
 		return
 	}
-	fmt.Fprintf(w, "Gateway %s (Vpc %s, lanIp %s): %d identities by the controller's rules", g.Name, dash(g.Vpc), dash(g.LanIP), g.Identities)
+	e.printf("Gateway %s (Vpc %s, lanIp %s): %d identities by the controller's rules", g.Name, dash(g.Vpc), dash(g.LanIP), g.Identities)
 	if p := g.Programmed; p != nil {
 		// The controller publishes at most every 10 s: what it reports may trail the rules.
-		fmt.Fprintf(w, "; the controller last reported generation %d with %d identities, programmed %s", p.Generation, p.Identities, ago(p.LastSyncTime, now))
+		e.printf("; the controller last reported generation %d with %d identities, programmed %s", p.Generation, p.Identities, ago(p.LastSyncTime, now))
 		if p.LastError != "" {
-			fmt.Fprintf(w, "; last sync failed: %s", p.LastError)
+			e.printf("; last sync failed: %s", p.LastError)
 		}
 	} else {
-		fmt.Fprint(w, "; the controller reports nothing about it")
+		e.print("; the controller reports nothing about it")
 	}
-	fmt.Fprintln(w)
+	e.println()
 	if len(g.Instances) == 0 {
-		fmt.Fprintln(w, "  no running instance")
+		e.println("  no running instance")
 		return
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  INSTANCE\tLAN IP\tINITIALIZED\tACKED\tCURRENT\tAGENT\tLAST ACK\tERROR")
+	t := newTable(e)
+	t.println("  INSTANCE\tLAN IP\tINITIALIZED\tACKED\tCURRENT\tAGENT\tLAST ACK\tERROR")
 	for _, in := range g.Instances {
 		acked, last := "-", "-"
 		if in.Reported {
 			acked, last = fmt.Sprint(in.AckedGeneration), ago(in.LastAckTime, now)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%t\t%s\t%t\t%s\t%s\t%s\n", in.Pod, dash(in.LanIP), in.Initialized, acked, in.Current, dash(in.AgentVersion), last, dash(in.LastError))
+		t.printf("  %s\t%s\t%t\t%s\t%t\t%s\t%s\t%s\n", in.Pod, dash(in.LanIP), in.Initialized, acked, in.Current, dash(in.AgentVersion), last, dash(in.LastError))
 	}
-	_ = tw.Flush()
+	e.keep(t.flush())
 }
 
 func routesText(rt Routes, now time.Time) string {
@@ -241,19 +331,19 @@ func controllerLine(c ControllerInfo, now time.Time) string {
 
 // PrintVersion writes the plugin's and the controller's versions.
 func PrintVersion(w io.Writer, v VersionInfo, now time.Time) error {
-	fmt.Fprintf(w, "kubectl-vpcgw: %s\n", v.Plugin)
-	if v.Controller == nil {
-		return nil
+	e := &errWriter{w: w}
+	e.printf("kubectl-vpcgw: %s\n", v.Plugin)
+	switch c := v.Controller; {
+	case c == nil:
+	case c.Running:
+		e.printf("controller:    %s (%s, holder %s, heartbeat %s)\n", c.Version, c.ConfigMap, dash(c.Holder), ago(c.Heartbeat, now))
+	default:
+		e.printf("controller:    %s\n", c.Message)
+		if c.Version != "" {
+			e.printf("               last published version %s\n", c.Version)
+		}
 	}
-	if v.Controller.Running {
-		fmt.Fprintf(w, "controller:    %s (%s, holder %s, heartbeat %s)\n", v.Controller.Version, v.Controller.ConfigMap, dash(v.Controller.Holder), ago(v.Controller.Heartbeat, now))
-		return nil
-	}
-	fmt.Fprintf(w, "controller:    %s\n", v.Controller.Message)
-	if v.Controller.Version != "" {
-		fmt.Fprintf(w, "               last published version %s\n", v.Controller.Version)
-	}
-	return nil
+	return e.err
 }
 
 func ago(t, now time.Time) string {

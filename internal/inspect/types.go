@@ -6,9 +6,9 @@ import (
 	"github.com/vpcgw/vpcgw/internal/status"
 )
 
-// The machine output of `kubectl vpcgw ... -o json|yaml` (SPEC O2). Every document has apiVersion
-// and kind; fields are only ever added to this schema, never renamed or removed, within
-// APIVersion. Times are RFC 3339; absent fields are unknown or do not apply.
+// APIVersion versions the machine output of `kubectl vpcgw ... -o json|yaml` (SPEC O2). Every
+// document has apiVersion and kind; fields are only ever added to this schema, never renamed or
+// removed, within APIVersion. Times are RFC 3339; absent fields are unknown or do not apply.
 const APIVersion = "vpcgw.io/v1alpha1"
 
 // Kinds of the documents.

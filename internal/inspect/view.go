@@ -84,18 +84,36 @@ func (v *View) ServiceStatus(sp *model.ServicePlan) ServiceStatus {
 	svc := v.services[sp.Key]
 	st := ServiceStatus{Namespace: sp.Key.Namespace, Name: sp.Key.Name, Gateway: sp.Gateway, Ingress: []string{}, Identities: []Identity{}, Affinity: "None"}
 	if svc != nil {
-		st.Type = string(svc.Spec.Type)
-		if st.Type == "" {
-			st.Type = string(corev1.ServiceTypeClusterIP)
-		}
-		st.EIP = svc.Annotations[model.AnnotationEIP]
-		st.ClusterIP = svc.Spec.ClusterIP
-		for _, in := range svc.Status.LoadBalancer.Ingress {
-			if in.IP != "" {
-				st.Ingress = append(st.Ingress, in.IP)
-			}
+		describeService(&st, svc)
+	}
+	addIdentities(&st, sp)
+	st.EIPPart, st.ClusterIPPart = v.parts(sp, svc)
+	st.Record = v.record(sp)
+	st.Ready = v.ready(sp)
+	st.State = serviceState(st)
+	for _, ev := range sp.Events {
+		st.Events = append(st.Events, Event{Type: ev.Type, Reason: ev.Reason, Message: ev.Message})
+	}
+	return st
+}
+
+// describeService fills what the Service's object says: type, EIP, ClusterIP and ingress.
+func describeService(st *ServiceStatus, svc *corev1.Service) {
+	st.Type = string(svc.Spec.Type)
+	if st.Type == "" {
+		st.Type = string(corev1.ServiceTypeClusterIP)
+	}
+	st.EIP = svc.Annotations[model.AnnotationEIP]
+	st.ClusterIP = svc.Spec.ClusterIP
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		if in.IP != "" {
+			st.Ingress = append(st.Ingress, in.IP)
 		}
 	}
+}
+
+// addIdentities adds the plan's identities, each with its part, and the affinity they share.
+func addIdentities(st *ServiceStatus, sp *model.ServicePlan) {
 	for _, id := range sp.Identities {
 		part := "ClusterIP"
 		if id.VIP == sp.EIP {
@@ -111,12 +129,19 @@ func (v *View) ServiceStatus(sp *model.ServicePlan) ServiceStatus {
 			st.Affinity = fmt.Sprintf("ClientIP(%ds)", id.AffinityTimeoutSeconds)
 		}
 	}
-	st.EIPPart, st.ClusterIPPart = v.parts(sp, svc)
-	st.Record = v.record(sp)
-	st.Ready = sp.Served() && len(sp.CreateRecords)+len(sp.UpdateRecords)+len(sp.StatusRecords) == 0 && !sp.WriteRecord && !sp.IngressWrite && !sp.AddFinalizer
+}
+
+// ready reports whether the controller has nothing left to write for a served Service; with the
+// records unknown, whether its ingress and finalizer are written.
+func (v *View) ready(sp *model.ServicePlan) bool {
 	if v.Read.RecordsUnknown {
-		st.Ready = sp.Served() && !sp.IngressWrite && !sp.AddFinalizer
+		return sp.Served() && !sp.IngressWrite && !sp.AddFinalizer
 	}
+	return sp.Served() && len(sp.CreateRecords)+len(sp.UpdateRecords)+len(sp.StatusRecords) == 0 && !sp.WriteRecord && !sp.IngressWrite && !sp.AddFinalizer
+}
+
+// serviceState is the Service's state from its parts and readiness.
+func serviceState(st ServiceStatus) string {
 	served, unserved := 0, 0
 	for _, p := range []Part{st.EIPPart, st.ClusterIPPart} {
 		switch p.State {
@@ -128,18 +153,13 @@ func (v *View) ServiceStatus(sp *model.ServicePlan) ServiceStatus {
 	}
 	switch {
 	case served == 0:
-		st.State = StateNotServed
+		return StateNotServed
 	case unserved > 0:
-		st.State = StatePartiallyServed
+		return StatePartiallyServed
 	case !st.Ready:
-		st.State = StatePending
-	default:
-		st.State = StateServed
+		return StatePending
 	}
-	for _, ev := range sp.Events {
-		st.Events = append(st.Events, Event{Type: ev.Type, Reason: ev.Reason, Message: ev.Message})
-	}
-	return st
+	return StateServed
 }
 
 // parts says, for each part, whether it is served and, if not, why and what to do.
@@ -194,6 +214,17 @@ func (v *View) notServed(sp *model.ServicePlan, svc *corev1.Service, reason, par
 	return p
 }
 
+// fixes are what a user or an administrator does about the reasons whose fix names nothing of
+// the Service's.
+var fixes = map[string]string{
+	ReasonDeleting:                "none: the Service is being deleted; the controller releases it",
+	model.ReasonInvalidAnnotation: "a binding cannot be changed: delete the Service and create it again with valid object names in " + model.AnnotationGateway + " and " + model.AnnotationEIP,
+	model.ReasonConflict:          "use another port or EIP, or wait: the Service takes the identity over when its holder releases it",
+	model.ReasonLimit:             "ask for fewer ports or backends, or have a cluster administrator raise the controller's bound the reason names",
+	model.ReasonUnsupported:       "change what the reason names: vpcgw serves IPv4 TCP and UDP ports of LoadBalancer and ClusterIP Services with Cluster traffic policies and no other loadBalancerClass",
+	model.ReasonQuarantined:       "fix the change the gateway refused (the reason), then change the Service to try again",
+}
+
 // fix is what a user or an administrator does about a reason.
 func (v *View) fix(reason string, sp *model.ServicePlan, svc *corev1.Service, part string) string {
 	ns, name, gw := sp.Key.Namespace, sp.Key.Name, sp.Gateway
@@ -205,22 +236,8 @@ func (v *View) fix(reason string, sp *model.ServicePlan, svc *corev1.Service, pa
 	case ReasonNotOptedIn:
 		return fmt.Sprintf("annotate the Service with its VpcNatGateway: kubectl annotate service %s -n %s %s=<gateway>", name, ns, model.AnnotationGateway) +
 			map[bool]string{true: fmt.Sprintf(" %s=<IptablesEIP of that gateway>", model.AnnotationEIP), false: ""}[svc != nil && svc.Spec.Type == corev1.ServiceTypeLoadBalancer]
-	case ReasonDeleting:
-		return "none: the Service is being deleted; the controller releases it"
-	case model.ReasonInvalidAnnotation:
-		return "a binding cannot be changed: delete the Service and create it again with valid object names in " + model.AnnotationGateway + " and " + model.AnnotationEIP
 	case model.ReasonNotAdmitted:
-		if part == "EIP" && strings.Contains(sp.EIPReason, "IptablesEIP") {
-			return fmt.Sprintf("a cluster administrator adds %s to the %s annotation of IptablesEIP %s, or the Service uses another EIP of gateway %s", ns, model.AnnotationAllowedNamespaces, eip, gw)
-		}
-		vpc := "its Vpc"
-		if g := v.gateway(gw); g != nil && g.Spec.Vpc != "" {
-			vpc = "Vpc " + g.Spec.Vpc
-		}
-		if v.gateway(gw) == nil {
-			return fmt.Sprintf("a cluster administrator creates VpcNatGateway %s and admits namespace %s to it, or delete the Service and create it again naming a gateway the namespace may use (the binding is immutable)", gw, ns)
-		}
-		return fmt.Sprintf("a cluster administrator admits namespace %s: adds it to spec.namespaces of %s, or to the %s annotation of VpcNatGateway %s", ns, vpc, model.AnnotationAllowedNamespaces, gw)
+		return v.notAdmittedFix(sp, eip, part)
 	case model.ReasonEIPMissing:
 		if eip == "" {
 			return fmt.Sprintf("annotate the Service with an IptablesEIP of gateway %s: kubectl annotate service %s -n %s %s=<IptablesEIP>", gw, name, ns, model.AnnotationEIP)
@@ -228,18 +245,27 @@ func (v *View) fix(reason string, sp *model.ServicePlan, svc *corev1.Service, pa
 		return fmt.Sprintf("create IptablesEIP %s with spec.natGwDp: %s (it is served as soon as kube-ovn makes it Ready), or delete the Service and create it again with an EIP of that gateway (the binding is immutable)", eip, gw)
 	case model.ReasonEIPNotReady:
 		return fmt.Sprintf("wait for kube-ovn to make IptablesEIP %s Ready (kubectl get iptables-eips %s); if it stays not Ready, look at kube-ovn-controller's log and the gateway's pod", eip, eip)
-	case model.ReasonConflict:
-		return "use another port or EIP, or wait: the Service takes the identity over when its holder releases it"
-	case model.ReasonLimit:
-		return "ask for fewer ports or backends, or have a cluster administrator raise the controller's bound the reason names"
-	case model.ReasonUnsupported:
-		return "change what the reason names: vpcgw serves IPv4 TCP and UDP ports of LoadBalancer and ClusterIP Services with Cluster traffic policies and no other loadBalancerClass"
-	case model.ReasonQuarantined:
-		return "fix the change the gateway refused (the reason), then change the Service to try again"
 	case model.ReasonProgrammingFailed:
 		return fmt.Sprintf("look at the gateway's instances (kubectl vpcgw status gw/%s) and the controller's log; it retries by itself", gw)
 	}
-	return ""
+	return fixes[reason]
+}
+
+// notAdmittedFix is the fix for a namespace the gateway, or the EIP, does not admit.
+func (v *View) notAdmittedFix(sp *model.ServicePlan, eip, part string) string {
+	ns, gw := sp.Key.Namespace, sp.Gateway
+	if part == "EIP" && strings.Contains(sp.EIPReason, "IptablesEIP") {
+		return fmt.Sprintf("a cluster administrator adds %s to the %s annotation of IptablesEIP %s, or the Service uses another EIP of gateway %s", ns, model.AnnotationAllowedNamespaces, eip, gw)
+	}
+	g := v.gateway(gw)
+	if g == nil {
+		return fmt.Sprintf("a cluster administrator creates VpcNatGateway %s and admits namespace %s to it, or delete the Service and create it again naming a gateway the namespace may use (the binding is immutable)", gw, ns)
+	}
+	vpc := "its Vpc"
+	if g.Spec.Vpc != "" {
+		vpc = "Vpc " + g.Spec.Vpc
+	}
+	return fmt.Sprintf("a cluster administrator admits namespace %s: adds it to spec.namespaces of %s, or to the %s annotation of VpcNatGateway %s", ns, vpc, model.AnnotationAllowedNamespaces, gw)
 }
 
 func (v *View) gateway(name string) *kubeovnv1.VpcNatGateway {
@@ -398,68 +424,90 @@ func (v *View) Explain(namespace, name string) (ServiceExplanation, error) {
 	return ex, nil
 }
 
+// summary is the explanation's first line: whether and how the Service is served, and what it
+// waits for or lacks.
 func (v *View) summary(sp *model.ServicePlan, st *ServiceStatus, gw *GatewayState) string {
-	through := func() string {
-		var parts []string
-		if st.EIPPart.State == PartServed {
-			parts = append(parts, "EIP "+st.EIPPart.VIP)
-		}
-		if st.ClusterIPPart.State == PartServed {
-			parts = append(parts, "ClusterIP "+st.ClusterIPPart.VIP)
-		}
-		return strings.Join(parts, " and ")
-	}
-	key := sp.Key.String()
 	var b strings.Builder
 	switch st.State {
 	case StateServed:
-		fmt.Fprintf(&b, "Service %s is served by gateway %s through %s.", key, sp.Gateway, through())
+		fmt.Fprintf(&b, "Service %s is served by gateway %s through %s.", sp.Key, sp.Gateway, servedThrough(st))
 	case StatePending:
-		fmt.Fprintf(&b, "Service %s is to be served by gateway %s through %s, but the controller has not confirmed it yet", key, sp.Gateway, through())
-		switch {
-		case st.Record != nil && st.Record.Message != "":
-			fmt.Fprintf(&b, ": its record is %s.", st.Record.Message)
-		case sp.IngressWrite:
-			b.WriteString(": its ingress is not published yet.")
-		default:
-			b.WriteString(".")
-		}
+		pendingSummary(&b, sp, st)
 	case StatePartiallyServed:
-		fmt.Fprintf(&b, "Service %s is served by gateway %s through %s only:", key, sp.Gateway, through())
-		for _, p := range []struct {
-			name string
-			p    Part
-		}{{"EIP", st.EIPPart}, {"ClusterIP", st.ClusterIPPart}} {
-			if p.p.State == PartNotServed {
-				fmt.Fprintf(&b, " its %s part is not served: %s.", p.name, p.p.Reason)
-			}
-		}
+		partialSummary(&b, sp, st)
 	default:
-		reason := st.ClusterIPPart.Reason
-		if st.EIPPart.State == PartNotServed || st.EIPPart.State == PartOff && st.ClusterIPPart.State == PartOff {
-			reason = st.EIPPart.Reason
-		}
-		if st.EIPPart.State == PartOff && st.ClusterIPPart.State == PartOff {
-			reason = "the controller runs with --enable-gw-nftable-lb-svc and --enable-gw-nftable-svc-cluster-ip off"
-		}
-		fmt.Fprintf(&b, "Service %s is not served: %s.", key, strings.TrimSuffix(reason, "."))
-		if st.ClusterIPPart.State == PartNotServed && st.EIPPart.State == PartNotServed && st.ClusterIPPart.Reason != st.EIPPart.Reason {
-			fmt.Fprintf(&b, " Its ClusterIP part: %s.", strings.TrimSuffix(st.ClusterIPPart.Reason, "."))
-		}
+		notServedSummary(&b, sp, st)
 	}
 	if sp.Served() {
-		n := 0
-		for _, id := range sp.Identities {
-			n += len(id.Backends)
-		}
-		if n == 0 {
-			b.WriteString(" It has no ready backend: check its EndpointSlices and the Pods' readiness.")
-		}
-		if gw != nil && gw.Programmed != nil && gw.Programmed.LastError != "" {
-			fmt.Fprintf(&b, " The gateway's last sync failed: %s.", strings.TrimSuffix(gw.Programmed.LastError, "."))
-		}
+		servedNotes(&b, sp, gw)
 	}
 	return b.String()
+}
+
+// servedThrough names the served parts' VIPs.
+func servedThrough(st *ServiceStatus) string {
+	var parts []string
+	if st.EIPPart.State == PartServed {
+		parts = append(parts, "EIP "+st.EIPPart.VIP)
+	}
+	if st.ClusterIPPart.State == PartServed {
+		parts = append(parts, "ClusterIP "+st.ClusterIPPart.VIP)
+	}
+	return strings.Join(parts, " and ")
+}
+
+func pendingSummary(b *strings.Builder, sp *model.ServicePlan, st *ServiceStatus) {
+	fmt.Fprintf(b, "Service %s is to be served by gateway %s through %s, but the controller has not confirmed it yet", sp.Key, sp.Gateway, servedThrough(st))
+	switch {
+	case st.Record != nil && st.Record.Message != "":
+		fmt.Fprintf(b, ": its record is %s.", st.Record.Message)
+	case sp.IngressWrite:
+		b.WriteString(": its ingress is not published yet.")
+	default:
+		b.WriteString(".")
+	}
+}
+
+func partialSummary(b *strings.Builder, sp *model.ServicePlan, st *ServiceStatus) {
+	fmt.Fprintf(b, "Service %s is served by gateway %s through %s only:", sp.Key, sp.Gateway, servedThrough(st))
+	for _, p := range []struct {
+		name string
+		p    Part
+	}{{"EIP", st.EIPPart}, {"ClusterIP", st.ClusterIPPart}} {
+		if p.p.State == PartNotServed {
+			fmt.Fprintf(b, " its %s part is not served: %s.", p.name, p.p.Reason)
+		}
+	}
+}
+
+func notServedSummary(b *strings.Builder, sp *model.ServicePlan, st *ServiceStatus) {
+	eip, cip := st.EIPPart, st.ClusterIPPart
+	reason := cip.Reason
+	if eip.State == PartNotServed || eip.State == PartOff && cip.State == PartOff {
+		reason = eip.Reason
+	}
+	if eip.State == PartOff && cip.State == PartOff {
+		reason = "the controller runs with --enable-gw-nftable-lb-svc and --enable-gw-nftable-svc-cluster-ip off"
+	}
+	fmt.Fprintf(b, "Service %s is not served: %s.", sp.Key, strings.TrimSuffix(reason, "."))
+	if cip.State == PartNotServed && eip.State == PartNotServed && cip.Reason != eip.Reason {
+		fmt.Fprintf(b, " Its ClusterIP part: %s.", strings.TrimSuffix(cip.Reason, "."))
+	}
+}
+
+// servedNotes adds, for a served Service, that it has no ready backend and that the gateway's
+// last sync failed.
+func servedNotes(b *strings.Builder, sp *model.ServicePlan, gw *GatewayState) {
+	n := 0
+	for _, id := range sp.Identities {
+		n += len(id.Backends)
+	}
+	if n == 0 {
+		b.WriteString(" It has no ready backend: check its EndpointSlices and the Pods' readiness.")
+	}
+	if gw != nil && gw.Programmed != nil && gw.Programmed.LastError != "" {
+		fmt.Fprintf(b, " The gateway's last sync failed: %s.", strings.TrimSuffix(gw.Programmed.LastError, "."))
+	}
 }
 
 // List is the ServiceStatusList of namespace ("": all).

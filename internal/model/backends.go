@@ -100,47 +100,24 @@ func (ix *Index) vpcInfra(gw *kubeovnv1.VpcNatGateway) []infraRange {
 		return got
 	}
 	var out []infraRange
-	one := func(s string, rank int, what string) {
-		for _, part := range strings.Split(s, ",") {
-			if a, err := netip.ParseAddr(strings.TrimSpace(part)); err == nil {
-				out = append(out, infraRange{a, a, rank, what})
-			}
-		}
-	}
 	for _, g := range ix.gateways {
-		if g.Spec.Vpc != gw.Spec.Vpc {
-			continue
+		if g.Spec.Vpc == gw.Spec.Vpc {
+			out = append(out, infraAddrs(g.Spec.LanIP, 0, "the LAN address of gateway "+g.Name)...)
 		}
-		what := "the LAN address of gateway " + g.Name
-		one(g.Spec.LanIP, 0, what)
 	}
 	// The snapshot holds only this gateway's Pods; another gateway's Pods have its spec.lanIp.
 	for _, inst := range ix.instances(gw.Name) {
-		one(inst.LanIP, 0, "the LAN address of gateway "+gw.Name)
+		out = append(out, infraAddrs(inst.LanIP, 0, "the LAN address of gateway "+gw.Name)...)
 	}
 	for _, e := range ix.eips {
 		if e.Spec.NatGwDp == gw.Name {
-			one(e.Status.IP, 0, "an EIP of gateway "+gw.Name)
-			one(e.Spec.V4ip, 0, "an EIP of gateway "+gw.Name)
+			out = append(out, infraAddrs(e.Status.IP, 0, "an EIP of gateway "+gw.Name)...)
+			out = append(out, infraAddrs(e.Spec.V4ip, 0, "an EIP of gateway "+gw.Name)...)
 		}
 	}
 	for name, sub := range ix.subnets {
-		if ix.subnetVpc(name) != gw.Spec.Vpc {
-			continue
-		}
-		one(sub.Spec.Gateway, 1, "the gateway address of Subnet "+name)
-		one(sub.Spec.U2OInterconnectionIP, 1, "the U2O address of Subnet "+name)
-		one(sub.Status.U2OInterconnectionIP, 1, "the U2O address of Subnet "+name)
-		for _, ex := range sub.Spec.ExcludeIps {
-			from, to, ok := strings.Cut(ex, "..")
-			if !ok {
-				to = from
-			}
-			a, errA := netip.ParseAddr(strings.TrimSpace(from))
-			b, errB := netip.ParseAddr(strings.TrimSpace(to))
-			if errA == nil && errB == nil && a.Compare(b) <= 0 {
-				out = append(out, infraRange{a, b, 2, "an address Subnet " + name + " reserves (excludeIps)"})
-			}
+		if ix.subnetVpc(name) == gw.Spec.Vpc {
+			out = append(out, subnetInfra(name, sub)...)
 		}
 	}
 	// Map iteration order must not decide which reason an event gives.
@@ -148,6 +125,37 @@ func (ix *Index) vpcInfra(gw *kubeovnv1.VpcNatGateway) []infraRange {
 		return cmp.Or(cmp.Compare(x.rank, y.rank), x.from.Compare(y.from), x.to.Compare(y.to), strings.Compare(x.what, y.what))
 	})
 	ix.infra[gw.Name] = out
+	return out
+}
+
+// infraAddrs are the addresses of s, a comma-separated list (what does not parse is left out),
+// as ranges of one address.
+func infraAddrs(s string, rank int, what string) []infraRange {
+	var out []infraRange
+	for _, part := range strings.Split(s, ",") {
+		if a, err := netip.ParseAddr(strings.TrimSpace(part)); err == nil {
+			out = append(out, infraRange{a, a, rank, what})
+		}
+	}
+	return out
+}
+
+// subnetInfra are a Subnet's gateway and U2O addresses and the ranges it excludes.
+func subnetInfra(name string, sub *kubeovnv1.Subnet) []infraRange {
+	out := infraAddrs(sub.Spec.Gateway, 1, "the gateway address of Subnet "+name)
+	out = append(out, infraAddrs(sub.Spec.U2OInterconnectionIP, 1, "the U2O address of Subnet "+name)...)
+	out = append(out, infraAddrs(sub.Status.U2OInterconnectionIP, 1, "the U2O address of Subnet "+name)...)
+	for _, ex := range sub.Spec.ExcludeIps {
+		from, to, ok := strings.Cut(ex, "..")
+		if !ok {
+			to = from
+		}
+		a, errA := netip.ParseAddr(strings.TrimSpace(from))
+		b, errB := netip.ParseAddr(strings.TrimSpace(to))
+		if errA == nil && errB == nil && a.Compare(b) <= 0 {
+			out = append(out, infraRange{a, b, 2, "an address Subnet " + name + " reserves (excludeIps)"})
+		}
+	}
 	return out
 }
 

@@ -20,8 +20,8 @@ func (l Load) plus(o Load) Load { return Load{l.Identities + o.Identities, l.Bac
 
 func (l Load) minus(o Load) Load { return Load{l.Identities - o.Identities, l.Backends - o.Backends} }
 
-func (l Load) fits(max Load) bool {
-	return l.Identities <= max.Identities && l.Backends <= max.Backends
+func (l Load) fits(limit Load) bool {
+	return l.Identities <= limit.Identities && l.Backends <= limit.Backends
 }
 
 // LoadOf is what identities ask of a gateway.

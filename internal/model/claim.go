@@ -31,11 +31,11 @@ const (
 type ClaimWrite int
 
 const (
-	// ClaimKept: the stamp is as it should be (present for the claim, or absent).
+	// ClaimKept keeps the stamp: it is as it should be (present for the claim, or absent).
 	ClaimKept ClaimWrite = iota
-	// ClaimStamp: write the stamp, dated now (the claim is new, or names another EIP).
+	// ClaimStamp writes the stamp, dated now (the claim is new, or names another EIP).
 	ClaimStamp
-	// ClaimClear: remove the stamp (the Service claims no EIP any more).
+	// ClaimClear removes the stamp (the Service claims no EIP any more).
 	ClaimClear
 )
 

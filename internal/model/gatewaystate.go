@@ -88,58 +88,12 @@ func (gs *gatewayState) update(old, now []Contribution) (*gatewayState, gwstate.
 	next.version = stateVersions.Add(1)
 	next.clusterIPs, next.vips = gs.clusterIPs.clone(), gs.vips.clone()
 
-	newKeys := map[gwstate.IdentityKey]bool{}
-	var upserts []gwstate.Identity
-	for _, c := range now {
-		for _, id := range c.Identities {
-			newKeys[id.Key()] = true
-			prev, had := gs.ids.get(id.Key())
-			switch {
-			case !had:
-				next.backends += len(id.Backends)
-				upserts = append(upserts, id)
-			case !prev.Equal(id):
-				next.backends += len(id.Backends) - len(prev.Backends)
-				upserts = append(upserts, id)
-			}
-		}
-	}
-	var removed []gwstate.IdentityKey
-	for _, c := range old {
-		for _, id := range c.Identities {
-			if k := id.Key(); !newKeys[k] {
-				if prev, had := gs.ids.get(k); had {
-					next.backends -= len(prev.Backends)
-					removed = append(removed, k)
-				}
-			}
-		}
-	}
-	slices.SortFunc(upserts, func(a, b gwstate.Identity) int { return a.Key().Compare(b.Key()) })
-	slices.SortFunc(removed, gwstate.IdentityKey.Compare)
-	removed = slices.Compact(removed)
+	upserts, removed, backends := gs.identityDelta(old, now)
+	next.backends += backends
 	next.ids = gs.ids.with(upserts, removed)
 
-	var cipsOut, cipsIn, vipsOut, vipsIn []netip.Addr
-	var svcOut, svcIn []types.NamespacedName
-	for _, c := range old {
-		if c.ClusterIP.IsValid() {
-			cipsOut = append(cipsOut, c.ClusterIP)
-		}
-		vipsOut = append(vipsOut, servedVIPs([]Contribution{c})...)
-		if c.EIP.IsValid() || c.ClusterIP.IsValid() {
-			svcOut = append(svcOut, c.Service)
-		}
-	}
-	for _, c := range now {
-		if c.ClusterIP.IsValid() {
-			cipsIn = append(cipsIn, c.ClusterIP)
-		}
-		vipsIn = append(vipsIn, servedVIPs([]Contribution{c})...)
-		if c.EIP.IsValid() || c.ClusterIP.IsValid() {
-			svcIn = append(svcIn, c.Service)
-		}
-	}
+	cipsOut, vipsOut, svcOut := holdings(old)
+	cipsIn, vipsIn, svcIn := holdings(now)
 	next.clusterIPs.change(cipsOut, cipsIn)
 	next.vips.change(vipsOut, vipsIn)
 	next.services = changeSorted(gs.services, svcOut, svcIn, compareKeys)
@@ -149,6 +103,54 @@ func (gs *gatewayState) update(old, now []Contribution) (*gatewayState, gwstate.
 		delta.Identities = []gwstate.Identity{}
 	}
 	return &next, delta
+}
+
+// identityDelta is how the replanned Services' identities change gs's, from old to now: the new
+// and changed identities and the keys no longer held, each sorted by key, and the change of the
+// backend count.
+func (gs *gatewayState) identityDelta(old, now []Contribution) (upserts []gwstate.Identity, removed []gwstate.IdentityKey, backends int) {
+	newKeys := map[gwstate.IdentityKey]bool{}
+	for _, c := range now {
+		for _, id := range c.Identities {
+			newKeys[id.Key()] = true
+			prev, had := gs.ids.get(id.Key())
+			switch {
+			case !had:
+				backends += len(id.Backends)
+				upserts = append(upserts, id)
+			case !prev.Equal(id):
+				backends += len(id.Backends) - len(prev.Backends)
+				upserts = append(upserts, id)
+			}
+		}
+	}
+	for _, c := range old {
+		for _, id := range c.Identities {
+			if k := id.Key(); !newKeys[k] {
+				if prev, had := gs.ids.get(k); had {
+					backends -= len(prev.Backends)
+					removed = append(removed, k)
+				}
+			}
+		}
+	}
+	slices.SortFunc(upserts, func(a, b gwstate.Identity) int { return a.Key().Compare(b.Key()) })
+	slices.SortFunc(removed, gwstate.IdentityKey.Compare)
+	return upserts, slices.Compact(removed), backends
+}
+
+// holdings are what contributions parts hold, in their order: their ClusterIPs, their route VIPs
+// and the Services served.
+func holdings(parts []Contribution) (cips, vips []netip.Addr, svcs []types.NamespacedName) {
+	for _, c := range parts {
+		if c.ClusterIP.IsValid() {
+			cips = append(cips, c.ClusterIP)
+		}
+		if c.EIP.IsValid() || c.ClusterIP.IsValid() {
+			svcs = append(svcs, c.Service)
+		}
+	}
+	return cips, servedVIPs(parts), svcs
 }
 
 // whole is the complete state of this version, sorted (O(n)).
@@ -213,25 +215,19 @@ func (c identityChunks) get(k gwstate.IdentityKey) (gwstate.Identity, bool) {
 	return ch[i], true
 }
 
+// chunkChange is one change identityChunks.with makes: key set to id, or removed.
+type chunkChange struct {
+	id      gwstate.Identity
+	key     gwstate.IdentityKey
+	removed bool
+}
+
 // with is c with upserts set and removed removed (both sorted by key, no key in both).
 func (c identityChunks) with(upserts []gwstate.Identity, removed []gwstate.IdentityKey) identityChunks {
 	if len(upserts) == 0 && len(removed) == 0 {
 		return c
 	}
-	type change struct {
-		id      gwstate.Identity
-		key     gwstate.IdentityKey
-		removed bool
-	}
-	changes := make([]change, 0, len(upserts)+len(removed))
-	for _, id := range upserts {
-		changes = append(changes, change{id: id, key: id.Key()})
-	}
-	for _, k := range removed {
-		changes = append(changes, change{key: k, removed: true})
-	}
-	slices.SortFunc(changes, func(a, b change) int { return a.key.Compare(b.key) })
-
+	changes := sortedChanges(upserts, removed)
 	out := identityChunks{chunks: make([][]gwstate.Identity, 0, len(c.chunks)+1)}
 	if len(c.chunks) == 0 {
 		c.chunks = [][]gwstate.Identity{nil}
@@ -247,33 +243,56 @@ func (c identityChunks) with(upserts []gwstate.Identity, removed []gwstate.Ident
 			out.n += len(ch)
 			continue
 		}
-		merged := make([]gwstate.Identity, 0, len(ch)+j-start)
-		a, cs := 0, changes[start:j]
-		for a < len(ch) || len(cs) > 0 {
-			switch {
-			case len(cs) == 0 || (a < len(ch) && ch[a].Key().Compare(cs[0].key) < 0):
-				merged = append(merged, ch[a])
-				a++
-			default:
-				if a < len(ch) && ch[a].Key() == cs[0].key {
-					a++ // replaced or removed
-				}
-				if !cs[0].removed {
-					merged = append(merged, cs[0].id)
-				}
-				cs = cs[1:]
-			}
-		}
-		out.n += len(merged)
-		for len(merged) > 2*chunkSize {
-			out.chunks = append(out.chunks, merged[:chunkSize:chunkSize])
-			merged = merged[chunkSize:]
-		}
-		if len(merged) > 0 {
-			out.chunks = append(out.chunks, merged[:len(merged):len(merged)])
-		}
+		out.appendSplit(mergeChanges(ch, changes[start:j]))
 	}
 	return out
+}
+
+// sortedChanges are upserts and removed as one list of changes, sorted by key.
+func sortedChanges(upserts []gwstate.Identity, removed []gwstate.IdentityKey) []chunkChange {
+	changes := make([]chunkChange, 0, len(upserts)+len(removed))
+	for _, id := range upserts {
+		changes = append(changes, chunkChange{id: id, key: id.Key()})
+	}
+	for _, k := range removed {
+		changes = append(changes, chunkChange{key: k, removed: true})
+	}
+	slices.SortFunc(changes, func(a, b chunkChange) int { return a.key.Compare(b.key) })
+	return changes
+}
+
+// mergeChanges is chunk ch with the changes cs that fall in it (sorted by key), in a new slice.
+func mergeChanges(ch []gwstate.Identity, cs []chunkChange) []gwstate.Identity {
+	merged := make([]gwstate.Identity, 0, len(ch)+len(cs))
+	a := 0
+	for a < len(ch) || len(cs) > 0 {
+		switch {
+		case len(cs) == 0 || (a < len(ch) && ch[a].Key().Compare(cs[0].key) < 0):
+			merged = append(merged, ch[a])
+			a++
+		default:
+			if a < len(ch) && ch[a].Key() == cs[0].key {
+				a++ // replaced or removed
+			}
+			if !cs[0].removed {
+				merged = append(merged, cs[0].id)
+			}
+			cs = cs[1:]
+		}
+	}
+	return merged
+}
+
+// appendSplit appends merged, cut into chunks of chunkSize while more than two of them remain.
+func (c *identityChunks) appendSplit(merged []gwstate.Identity) {
+	c.n += len(merged)
+	for len(merged) > 2*chunkSize {
+		c.chunks = append(c.chunks, merged[:chunkSize:chunkSize])
+		merged = merged[chunkSize:]
+	}
+	if len(merged) > 0 {
+		c.chunks = append(c.chunks, merged[:len(merged):len(merged)])
+	}
 }
 
 // all is every identity in key order, in a new slice (never nil: a state's empty list).

@@ -21,8 +21,8 @@ const (
 	AnnotationExternalIPFromSubnet = "ovn.kubernetes.io/service_external_ip_from_subnet"
 )
 
-// AnnotationAllowedNamespaces, on a VpcNatGateway or an IptablesEIP (cluster-scoped objects
-// only cluster administrators write), lists the namespaces whose Services may use it, comma
+// AnnotationAllowedNamespaces lists, on a VpcNatGateway or an IptablesEIP (cluster-scoped
+// objects only cluster administrators write), the namespaces whose Services may use it, comma
 // separated, "*" for all (SPEC N1). On a gateway it admits namespaces beside the Vpc's
 // spec.namespaces; on an EIP it further restricts who may use that EIP.
 const AnnotationAllowedNamespaces = "vpcgw.io/allowed-namespaces"

@@ -85,22 +85,7 @@ func Compute(s Snapshot, gates Gates) Plan {
 		}
 	}
 	order := ix.budgetOrder(s.Services)
-	plans := make([]ServicePlan, len(order))
-	for j, i := range order {
-		plans[j] = ix.PlanService(&s.Services[i])
-	}
-	// A full gateway is shared fairly between its namespaces: its Services are planned again
-	// with a share for each (bounds.go). A partial snapshot cannot know every namespace's
-	// demand; the controller plans a gateway in full while any of its Services is limited.
-	if s.GatewayLoad == nil {
-		if full := ix.shareFullGateways(s.Services, order, plans); len(full) > 0 {
-			for j, i := range order {
-				if full[plans[j].Gateway] {
-					plans[j] = ix.PlanService(&s.Services[i])
-				}
-			}
-		}
-	}
+	plans := ix.planInOrder(&s, order)
 	for j, i := range order {
 		svc, sp := &s.Services[i], plans[j]
 		live[svc.UID] = true
@@ -109,22 +94,7 @@ func Compute(s Snapshot, gates Gates) Plan {
 		}
 		plan.Services = append(plan.Services, sp)
 	}
-	for uid, rs := range ix.records {
-		if !live[uid] {
-			for _, r := range rs {
-				plan.OrphanRecords = append(plan.OrphanRecords, r.Name)
-			}
-		}
-	}
-	for uid, rs := range ix.svcRecords {
-		if !live[uid] {
-			for _, r := range rs {
-				plan.OrphanServiceRecords = append(plan.OrphanServiceRecords, r.Name)
-			}
-		}
-	}
-	slices.Sort(plan.OrphanRecords)
-	slices.Sort(plan.OrphanServiceRecords)
+	plan.OrphanRecords, plan.OrphanServiceRecords = ix.orphans(live)
 	slices.SortFunc(plan.Services, func(a, b ServicePlan) int { return compareKeys(a.Key, b.Key) })
 	for _, gp := range states {
 		gp.Finish()
@@ -132,6 +102,49 @@ func Compute(s Snapshot, gates Gates) Plan {
 	}
 	slices.SortFunc(plan.Gateways, func(a, b GatewayPlan) int { return strings.Compare(a.Name, b.Name) })
 	return plan
+}
+
+// planInOrder plans s's Services in budget order (plans[j] is that of s.Services[order[j]]).
+// A full gateway is shared fairly between its namespaces: its Services are planned again with a
+// share for each (bounds.go). A partial snapshot cannot know every namespace's demand; the
+// controller plans a gateway in full while any of its Services is limited.
+func (ix *Index) planInOrder(s *Snapshot, order []int) []ServicePlan {
+	plans := make([]ServicePlan, len(order))
+	for j, i := range order {
+		plans[j] = ix.PlanService(&s.Services[i])
+	}
+	if s.GatewayLoad != nil {
+		return plans
+	}
+	if full := ix.shareFullGateways(s.Services, order, plans); len(full) > 0 {
+		for j, i := range order {
+			if full[plans[j].Gateway] {
+				plans[j] = ix.PlanService(&s.Services[i])
+			}
+		}
+	}
+	return plans
+}
+
+// orphans are the names of the records, of each form, whose owner is not a live Service, sorted.
+func (ix *Index) orphans(live map[types.UID]bool) (records, serviceRecords []string) {
+	for uid, rs := range ix.records {
+		if !live[uid] {
+			for _, r := range rs {
+				records = append(records, r.Name)
+			}
+		}
+	}
+	for uid, rs := range ix.svcRecords {
+		if !live[uid] {
+			for _, r := range rs {
+				serviceRecords = append(serviceRecords, r.Name)
+			}
+		}
+	}
+	slices.Sort(records)
+	slices.Sort(serviceRecords)
+	return records, serviceRecords
 }
 
 // budgetOrder is the order Services take identities from their gateway's bound (SPEC N4): those

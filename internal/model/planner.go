@@ -436,10 +436,10 @@ func Fingerprint(s Snapshot) string {
 		if f.Tag.Get("plan") == "service" {
 			continue
 		}
-		fmt.Fprintf(h, "%s{", f.Name)
+		_, _ = fmt.Fprintf(h, "%s{", f.Name) // a hash.Hash never fails a write
 		fv := v.Field(i)
 		if fv.Kind() != reflect.Slice {
-			fmt.Fprintf(h, "%#v", fv.Interface())
+			_, _ = fmt.Fprintf(h, "%#v", fv.Interface())
 		} else {
 			versions := make([]string, fv.Len())
 			for j := range fv.Len() {
@@ -495,75 +495,102 @@ func ReadScope(r Reader, base Snapshot, gw string, sc Scope) (Snapshot, map[type
 	b := &scopeReader{r: r, s: base, keys: map[types.NamespacedName]types.UID{}, recs: map[string]bool{}}
 	b.s.Services, b.s.EndpointSlices, b.s.Pods, b.s.PodAddresses, b.s.Records, b.s.ServiceRecords = nil, nil, nil, nil, nil, nil
 	replanned := map[types.NamespacedName]bool{}
+	var err error
 	if sc.Full {
-		svcs, err := r.GatewayServices(gw)
-		if err != nil {
-			return base, nil, err
-		}
-		for i := range svcs {
-			b.add(&svcs[i])
-		}
-		if gw != UnboundGateway {
-			if err := b.records(r.GatewayRecords(gw)); err != nil {
-				return base, nil, err
-			}
-		}
+		err = b.readGateway(gw)
 	} else {
-		// Every Service that shares a claim with one replanned, transitively: a Service's plan
-		// depends on every claimant of each identity it claims (SPEC I2, N3).
-		claims := map[string]bool{}
-		var todo []string
-		claim := func(cs []string) {
-			for _, c := range cs {
-				if !claims[c] {
-					claims[c] = true
-					todo = append(todo, c)
-				}
-			}
-		}
-		claim(sc.Claims)
-		for _, k := range sc.Services {
-			replanned[k] = true
-			svc, err := r.Service(k)
-			if err != nil {
-				return base, nil, fmt.Errorf("reading Service %s: %w", k, err)
-			}
-			if svc != nil {
-				b.add(svc)
-				claim(ClaimKeys(svc))
-			}
-		}
-		for len(todo) > 0 {
-			c := todo[0]
-			todo = todo[1:]
-			svcs, err := r.ClaimingServices(c)
-			if err != nil {
-				return base, nil, fmt.Errorf("listing Services of EIP port %s: %w", c, err)
-			}
-			for i := range svcs {
-				if slices.Contains(ServiceGatewayKeys(&svcs[i]), gw) && b.add(&svcs[i]) {
-					claim(ClaimKeys(&svcs[i]))
-				}
-			}
-		}
-		read := make(map[types.UID]bool, len(b.keys))
-		for _, uid := range b.keys {
-			read[uid] = true
-		}
-		for _, uid := range sc.Owners {
-			if read[uid] {
-				continue // finish reads the records of every Service read
-			}
-			if err := b.records(r.OwnerRecords(uid)); err != nil {
-				return base, nil, err
-			}
-		}
+		err = b.readChanged(gw, sc, replanned)
+	}
+	if err != nil {
+		return base, nil, err
 	}
 	s, err := b.finish()
 	for _, svc := range s.Services {
 		replanned[types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}] = true
 	}
 	return s, replanned, err
+}
+
+// readGateway reads every Service of gateway gw and, for a gateway, the records that name it.
+func (b *scopeReader) readGateway(gw string) error {
+	svcs, err := b.r.GatewayServices(gw)
+	if err != nil {
+		return err
+	}
+	for i := range svcs {
+		b.add(&svcs[i])
+	}
+	if gw == UnboundGateway {
+		return nil
+	}
+	return b.records(b.r.GatewayRecords(gw))
+}
+
+// readChanged reads the changed Services of sc (marking them replanned, read or gone), every
+// Service of gateway gw that shares a claim with one of them, transitively (a Service's plan
+// depends on every claimant of each identity it claims, SPEC I2, N3), and the records of sc's
+// owners.
+func (b *scopeReader) readChanged(gw string, sc Scope, replanned map[types.NamespacedName]bool) error {
+	claims := claimQueue{seen: map[string]bool{}}
+	claims.add(sc.Claims)
+	for _, k := range sc.Services {
+		replanned[k] = true
+		svc, err := b.r.Service(k)
+		if err != nil {
+			return fmt.Errorf("reading Service %s: %w", k, err)
+		}
+		if svc != nil {
+			b.add(svc)
+			claims.add(ClaimKeys(svc))
+		}
+	}
+	for len(claims.todo) > 0 {
+		c := claims.todo[0]
+		claims.todo = claims.todo[1:]
+		svcs, err := b.r.ClaimingServices(c)
+		if err != nil {
+			return fmt.Errorf("listing Services of EIP port %s: %w", c, err)
+		}
+		for i := range svcs {
+			if slices.Contains(ServiceGatewayKeys(&svcs[i]), gw) && b.add(&svcs[i]) {
+				claims.add(ClaimKeys(&svcs[i]))
+			}
+		}
+	}
+	return b.readOwners(sc.Owners)
+}
+
+// claimQueue is the claims still to read, each queued once.
+type claimQueue struct {
+	seen map[string]bool
+	todo []string
+}
+
+func (q *claimQueue) add(claims []string) {
+	for _, c := range claims {
+		if !q.seen[c] {
+			q.seen[c] = true
+			q.todo = append(q.todo, c)
+		}
+	}
+}
+
+// readOwners reads the records of owners whose Service is not read: finish reads those of every
+// Service read.
+func (b *scopeReader) readOwners(owners []types.UID) error {
+	read := make(map[types.UID]bool, len(b.keys))
+	for _, uid := range b.keys {
+		read[uid] = true
+	}
+	for _, uid := range owners {
+		if read[uid] {
+			continue
+		}
+		if err := b.records(b.r.OwnerRecords(uid)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 type scopeReader struct {
@@ -612,23 +639,42 @@ func (b *scopeReader) finish() (Snapshot, error) {
 			return b.s, err
 		}
 	}
+	if err := b.readRecordOwners(); err != nil {
+		return b.s, err
+	}
+	pods, err := b.readSlices()
+	if err != nil {
+		return b.s, err
+	}
+	if err := b.readPods(pods); err != nil {
+		return b.s, err
+	}
+	return b.s, nil
+}
+
+// recordOwner is the Service a record's labels name.
+type recordOwner struct {
+	key types.NamespacedName
+	uid types.UID
+}
+
+func recordOwnerOf(l map[string]string) recordOwner {
+	return recordOwner{types.NamespacedName{Namespace: l[LabelRecordNamespace], Name: l[LabelRecordName]}, types.UID(l[LabelRecordUID])}
+}
+
+// readRecordOwners reads the Services the records read name, when they are still the records'
+// owners (same UID), and those Services' records.
+func (b *scopeReader) readRecordOwners() error {
 	seen := map[types.UID]bool{}
 	for _, uid := range b.keys {
 		seen[uid] = true
 	}
-	type owner struct {
-		key types.NamespacedName
-		uid types.UID
-	}
-	var owners []owner
-	add := func(l map[string]string) {
-		owners = append(owners, owner{types.NamespacedName{Namespace: l[LabelRecordNamespace], Name: l[LabelRecordName]}, types.UID(l[LabelRecordUID])})
-	}
+	owners := make([]recordOwner, 0, len(b.s.ServiceRecords)+len(b.s.Records))
 	for i := range b.s.ServiceRecords {
-		add(b.s.ServiceRecords[i].Labels)
+		owners = append(owners, recordOwnerOf(b.s.ServiceRecords[i].Labels))
 	}
 	for i := range b.s.Records {
-		add(b.s.Records[i].Labels)
+		owners = append(owners, recordOwnerOf(b.s.Records[i].Labels))
 	}
 	for _, o := range owners {
 		if seen[o.uid] || o.key.Name == "" {
@@ -637,20 +683,25 @@ func (b *scopeReader) finish() (Snapshot, error) {
 		seen[o.uid] = true
 		svc, err := b.r.Service(o.key)
 		if err != nil {
-			return b.s, fmt.Errorf("reading record owner %s: %w", o.key, err)
+			return fmt.Errorf("reading record owner %s: %w", o.key, err)
 		}
 		if svc != nil && svc.UID == o.uid {
 			b.add(svc)
 			if err := b.records(b.r.OwnerRecords(o.uid)); err != nil {
-				return b.s, err
+				return err
 			}
 		}
 	}
+	return nil
+}
+
+// readSlices reads the EndpointSlices of every Service read, and returns the Pods they target.
+func (b *scopeReader) readSlices() (map[types.NamespacedName]bool, error) {
 	pods := map[types.NamespacedName]bool{}
 	for _, svc := range b.s.Services {
 		slices, err := b.r.ServiceSlices(svc.Namespace, svc.Name)
 		if err != nil {
-			return b.s, fmt.Errorf("listing EndpointSlices of %s/%s: %w", svc.Namespace, svc.Name, err)
+			return nil, fmt.Errorf("listing EndpointSlices of %s/%s: %w", svc.Namespace, svc.Name, err)
 		}
 		b.s.EndpointSlices = append(b.s.EndpointSlices, slices...)
 		for _, es := range slices {
@@ -661,10 +712,16 @@ func (b *scopeReader) finish() (Snapshot, error) {
 			}
 		}
 	}
+	return pods, nil
+}
+
+// readPods reads the Pods pods (those that exist) and the addresses kube-ovn allocated to them,
+// in name order.
+func (b *scopeReader) readPods(pods map[types.NamespacedName]bool) error {
 	for _, k := range slices.SortedFunc(maps.Keys(pods), compareKeys) {
 		p, err := b.r.Pod(k)
 		if err != nil {
-			return b.s, fmt.Errorf("reading backend pod %s: %w", k, err)
+			return fmt.Errorf("reading backend pod %s: %w", k, err)
 		}
 		if p == nil {
 			continue
@@ -672,9 +729,9 @@ func (b *scopeReader) finish() (Snapshot, error) {
 		b.s.Pods = append(b.s.Pods, *p)
 		addrs, err := b.r.PodAddresses(k)
 		if err != nil {
-			return b.s, fmt.Errorf("reading the addresses kube-ovn allocated to pod %s: %w", k, err)
+			return fmt.Errorf("reading the addresses kube-ovn allocated to pod %s: %w", k, err)
 		}
 		b.s.PodAddresses = append(b.s.PodAddresses, addrs...)
 	}
-	return b.s, nil
+	return nil
 }

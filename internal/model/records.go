@@ -185,6 +185,15 @@ func (ix *Index) recordGateway(uid types.UID) string {
 
 // planWrites compares the desired Service state with the snapshot (SPEC R1-R5, T1, T2, L2, L3).
 func (ix *Index) planWrites(svc *corev1.Service, b binding, sp *ServicePlan) {
+	ix.planRecordWrites(svc, sp)
+	ix.planServiceRecordWrites(svc, sp)
+	planClaim(svc, b, sp)
+	planFinalizerAndIngress(svc, sp)
+}
+
+// planRecordWrites compares the desired IptablesDnatRule records with the Service's existing ones:
+// which to create, update, give their status and delete.
+func (ix *Index) planRecordWrites(svc *corev1.Service, sp *ServicePlan) {
 	existing := map[string]*kubeovnv1.IptablesDnatRule{}
 	for _, r := range ix.records[svc.UID] {
 		existing[r.Name] = r
@@ -211,6 +220,11 @@ func (ix *Index) planWrites(svc *corev1.Service, b binding, sp *ServicePlan) {
 		}
 	}
 	slices.Sort(sp.DeleteRecords)
+}
+
+// planServiceRecordWrites compares the desired ServiceRecord with the Service's existing ones:
+// whether to write it, and which others to delete.
+func (ix *Index) planServiceRecordWrites(svc *corev1.Service, sp *ServicePlan) {
 	for _, r := range ix.svcRecords[svc.UID] {
 		switch {
 		case sp.Record == nil || r.Name != sp.Record.Name:
@@ -223,18 +237,24 @@ func (ix *Index) planWrites(svc *corev1.Service, b binding, sp *ServicePlan) {
 		sp.WriteRecord = true
 	}
 	slices.Sort(sp.DeleteServiceRecords)
+}
 
-	// A Service claims identities once its EIP is Ready and it may use it (eipAddr): then its
-	// claim is stamped. The stamp is current when it names the annotated gateway and EIP
-	// (ClaimedSince). Not before: while kube-ovn readies the EIP it also updates the new
-	// Service, and a write of ours then would meet its Update (a conflict kube-ovn logs).
+// planClaim decides the claim stamp. A Service claims identities once its EIP is Ready and it
+// may use it (eipAddr): then its claim is stamped. The stamp is current when it names the
+// annotated gateway and EIP (ClaimedSince). Not before: while kube-ovn readies the EIP it also
+// updates the new Service, and a write of ours then would meet its Update (a conflict kube-ovn
+// logs).
+func planClaim(svc *corev1.Service, b binding, sp *ServicePlan) {
 	switch _, current := ClaimedSince(svc); {
 	case b.eipAddr.IsValid() && !current:
 		sp.Claim, sp.ClaimedEIP = ClaimStamp, b.eipName
 	case !b.eipAddr.IsValid() && HasClaimStamp(svc):
 		sp.Claim = ClaimClear
 	}
+}
 
+// planFinalizerAndIngress decides the finalizer and, for a LoadBalancer Service, its ingress.
+func planFinalizerAndIngress(svc *corev1.Service, sp *ServicePlan) {
 	hasFinalizer := slices.Contains(svc.Finalizers, Finalizer)
 	served := sp.Served()
 	sp.AddFinalizer = served && !hasFinalizer

@@ -63,55 +63,90 @@ const (
 // vpcgw serves there only when the Deployment turns the gates off explicitly: that flag, or on
 // releases with #7451's split flags (either given), both of those.
 func KubeOVNServesServices(d *appsv1.Deployment, natConfig map[string]string) SecondWriter {
-	for _, flag := range kubeOVNServiceFlags {
-		if v, ok := natConfig[flag]; ok {
-			if on, err := strconv.ParseBool(strings.TrimSpace(v)); err != nil || on {
-				return SecondWriter{Serves: true, Known: true, Reason: ReasonKubeOVNConfigMap,
-					Message: fmt.Sprintf("kube-ovn's ConfigMap %s sets %s=%q: kube-ovn serves Services through the gateways itself", GatewayConfigMap, flag, v)}
-			}
-		}
+	if sw, ok := configMapServes(natConfig); ok {
+		return sw
 	}
 	if d == nil {
 		return SecondWriter{Reason: ReasonKubeOVNNotFound,
 			Message: "kube-ovn-controller's Deployment was not found: vpcgw serves, assuming kube-ovn does not serve Services itself"}
 	}
 	where := "Deployment " + d.Namespace + "/" + d.Name
-	explicit := map[string]bool{} // flag → given explicitly as false
-	minor, versioned := -1, false
+	flags := deploymentFlags{explicit: map[string]bool{}, minor: -1}
 	for _, c := range d.Spec.Template.Spec.Containers {
-		env := containerEnv(c)
-		for _, arg := range append(append([]string(nil), c.Command...), c.Args...) {
-			name, value, hasValue, ok := flagOf(arg)
-			if !ok || !isServiceFlag(name) {
-				continue
-			}
-			if !hasValue {
-				return served(where, c.Name, name, "given without a value")
-			}
-			expanded, resolved := expandEnv(value, env)
-			on, err := strconv.ParseBool(expanded)
-			switch {
-			case !resolved || err != nil:
-				return SecondWriter{Serves: true, Known: true, Reason: ReasonKubeOVNUnreadable, Message: fmt.Sprintf(
-					"%s, container %s: cannot read --%s=%s, so kube-ovn may serve Services through the gateways itself; give it as true or false", where, c.Name, name, value)}
-			case on:
-				return served(where, c.Name, name, "on")
-			}
-			explicit[name] = true
+		if sw := containerServes(c, where, flags.explicit); sw != nil {
+			return *sw
 		}
-		if m, ok := kubeOVNMinor(c.Image); ok && (!versioned || m > minor) {
-			minor, versioned = m, true
+		if m, ok := kubeOVNMinor(c.Image); ok && (!flags.versioned || m > flags.minor) {
+			flags.minor, flags.versioned = m, true
 		}
 	}
-	if versioned && minor <= 16 {
-		return SecondWriter{Known: true, Reason: ReasonKubeOVNDoesNot, Message: where + ": kube-ovn v1." + strconv.Itoa(minor) + " has no Service controller of its own"}
+	return flags.verdict(where)
+}
+
+// configMapServes reports whether kube-ovn's ConfigMap ovn-vpc-nat-config turns on a K10 flag
+// (a value it cannot read counts as on), and says so.
+func configMapServes(natConfig map[string]string) (SecondWriter, bool) {
+	for _, flag := range kubeOVNServiceFlags {
+		v, ok := natConfig[flag]
+		if !ok {
+			continue
+		}
+		if on, err := strconv.ParseBool(strings.TrimSpace(v)); err != nil || on {
+			return SecondWriter{Serves: true, Known: true, Reason: ReasonKubeOVNConfigMap,
+				Message: fmt.Sprintf("kube-ovn's ConfigMap %s sets %s=%q: kube-ovn serves Services through the gateways itself", GatewayConfigMap, flag, v)}, true
+		}
 	}
+	return SecondWriter{}, false
+}
+
+// containerServes is the answer when container c's command line turns a K10 flag on or gives it
+// a value vpcgw cannot read (nil: neither); it adds each flag given as false to explicit.
+func containerServes(c corev1.Container, where string, explicit map[string]bool) *SecondWriter {
+	env := containerEnv(c)
+	for _, arg := range append(append([]string(nil), c.Command...), c.Args...) {
+		name, value, hasValue, ok := flagOf(arg)
+		if !ok || !isServiceFlag(name) {
+			continue
+		}
+		if !hasValue {
+			sw := served(where, c.Name, name, "given without a value")
+			return &sw
+		}
+		expanded, resolved := expandEnv(value, env)
+		on, err := strconv.ParseBool(expanded)
+		switch {
+		case !resolved || err != nil:
+			return &SecondWriter{Serves: true, Known: true, Reason: ReasonKubeOVNUnreadable, Message: fmt.Sprintf(
+				"%s, container %s: cannot read --%s=%s, so kube-ovn may serve Services through the gateways itself; give it as true or false", where, c.Name, name, value)}
+		case on:
+			sw := served(where, c.Name, name, "on")
+			return &sw
+		}
+		explicit[name] = true
+	}
+	return nil
+}
+
+// deploymentFlags is what a Deployment whose containers turn no K10 flag on says: the flags it
+// gives as false, and the newest kube-ovn minor version of its images (versioned: one is known).
+type deploymentFlags struct {
+	explicit  map[string]bool // flag → given explicitly as false
+	minor     int
+	versioned bool
+}
+
+// verdict applies the defaults of the kube-ovn release to the flags not given.
+func (f deploymentFlags) verdict(where string) SecondWriter {
+	if f.versioned && f.minor <= 16 {
+		return SecondWriter{Known: true, Reason: ReasonKubeOVNDoesNot, Message: where + ": kube-ovn v1." + strconv.Itoa(f.minor) + " has no Service controller of its own"}
+	}
+	explicit := f.explicit
 	split := explicit[FlagGwNftableLbSvc] || explicit[FlagGwNftableSvcClusterIP]
 	if explicit[FlagGwNftableLbSvc] && explicit[FlagGwNftableSvcClusterIP] || !split && explicit[FlagNftableLbSvc] {
 		return SecondWriter{Known: true, Reason: ReasonKubeOVNDoesNot, Message: where + ": kube-ovn's own Service controller is turned off"}
 	}
 	release := "a kube-ovn release newer than v1.16"
-	if !versioned {
+	if !f.versioned {
 		release = "a kube-ovn release vpcgw cannot tell from the image"
 	}
 	missing := "--" + FlagNftableLbSvc + "=false (or, on releases with --" + FlagGwNftableLbSvc + ", both --" + FlagGwNftableLbSvc + "=false and --" + FlagGwNftableSvcClusterIP + "=false)"

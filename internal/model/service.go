@@ -119,60 +119,15 @@ func warning(reason, format string, args ...any) *Event {
 // bind applies SPEC F1, F5, S1-S6, L4 and L5 to one Service.
 func (ix *Index) bind(svc *corev1.Service) (b binding) {
 	b = binding{gateway: svc.Annotations[AnnotationGateway]}
-	switch {
-	case b.gateway == "":
-		b.quiet = "the Service has no " + AnnotationGateway + " annotation"
-		return b
-	case svc.DeletionTimestamp != nil:
-		b.quiet = "the Service is being deleted"
-		return b
-	case ix.gates.Release:
-		b.quiet = "vpcgw is being uninstalled (vpcgw release): everything it wrote is released"
-		return b
-	case !ix.gates.LoadBalancer && !ix.gates.ClusterIP:
-		b.quiet = "the controller runs with --enable-gw-nftable-lb-svc and --enable-gw-nftable-svc-cluster-ip off"
+	if b.quiet = ix.quietReason(svc, b.gateway); b.quiet != "" {
 		return b
 	}
-	if errs := validation.IsDNS1123Subdomain(b.gateway); len(errs) > 0 {
-		b.blocked = warning(ReasonInvalidAnnotation, "annotation %s=%q is not a valid VpcNatGateway name: %s", AnnotationGateway, b.gateway, errs[0])
+	if b.blocked = ix.unsupported(svc, b.gateway); b.blocked != nil {
 		return b
 	}
-	isLB := svc.Spec.Type == corev1.ServiceTypeLoadBalancer
-	if isLB && svc.Spec.LoadBalancerClass != nil && *svc.Spec.LoadBalancerClass != LoadBalancerClass {
-		// Another implementation's Service (MetalLB, a cloud provider): not ours, no event there
-		// is ours to give beyond this one (SPEC K9).
-		b.blocked = warning(ReasonUnsupported, "spec.loadBalancerClass is %q: this Service belongs to that implementation, not to gateway %s (use class %s, or none)",
-			*svc.Spec.LoadBalancerClass, b.gateway, LoadBalancerClass)
-		return b
-	}
-	if !isLB && svc.Spec.Type != corev1.ServiceTypeClusterIP && svc.Spec.Type != "" {
-		b.blocked = warning(ReasonUnsupported, "Service type %s is not served through a VPC NAT gateway: use LoadBalancer (EIP and ClusterIP) or ClusterIP", svc.Spec.Type)
-		return b
-	}
-	if isLB && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
-		b.blocked = warning(ReasonUnsupported, "externalTrafficPolicy Local is not supported through gateway %s: set it to Cluster", b.gateway)
-		return b
-	}
-	if p := svc.Spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
-		b.blocked = warning(ReasonUnsupported, "internalTrafficPolicy Local is not supported through gateway %s: set it to Cluster", b.gateway)
-		return b
-	}
-	served := ServedPorts(svc)
-	if served == 0 {
-		// A Service with no TCP or UDP port has no identity: nothing is published for it, no
-		// ingress, finalizer, held ClusterIP or route (SPEC L10, S5).
-		b.blocked = warning(ReasonUnsupported, "the Service has no TCP or UDP port (%s): nothing is served through gateway %s; only TCP and UDP are supported",
-			portList(svc.Spec.Ports), b.gateway)
-		return b
-	}
-	if n := served; n > ix.gates.maxPorts() {
-		b.blocked = warning(ReasonLimit, "the Service has %d TCP/UDP ports; a Service may have at most %d served through gateway %s (the controller's --max-ports-per-service)",
-			n, ix.gates.maxPorts(), b.gateway)
-		return b
-	}
-	clusterIP, ok := ipv4ClusterIP(svc)
-	if !ok {
-		b.blocked = warning(ReasonUnsupported, "the Service has no IPv4 ClusterIP (%v): only IPv4 is served through gateway %s", clusterIPsOf(svc), b.gateway)
+	clusterIP, blocked := ix.checkPortsAndFamily(svc, b.gateway)
+	if blocked != nil {
+		b.blocked = blocked
 		return b
 	}
 	b.gw = ix.gateways[b.gateway]
@@ -184,7 +139,85 @@ func (ix *Index) bind(svc *corev1.Service) (b binding) {
 		b.gw = nil
 		return b
 	}
+	isLB := svc.Spec.Type == corev1.ServiceTypeLoadBalancer
+	ix.bindClusterIP(&b, clusterIP, isLB)
+	if !isLB {
+		ix.checkFromSubnet(svc, &b)
+		return b
+	}
+	if !ix.gates.LoadBalancer {
+		b.eipWhy = &Event{Message: "the controller runs without --enable-gw-nftable-lb-svc"}
+		return b
+	}
+	ix.bindEIP(svc, &b)
+	ix.checkFromSubnet(svc, &b)
+	return b
+}
 
+// quietReason says why the Service simply is not vpcgw's to serve ("": it is): no gateway
+// annotation, being deleted, vpcgw being uninstalled or both gates off. No event is given.
+func (ix *Index) quietReason(svc *corev1.Service, gateway string) string {
+	switch {
+	case gateway == "":
+		return "the Service has no " + AnnotationGateway + " annotation"
+	case svc.DeletionTimestamp != nil:
+		return "the Service is being deleted"
+	case ix.gates.Release:
+		return "vpcgw is being uninstalled (vpcgw release): everything it wrote is released"
+	case !ix.gates.LoadBalancer && !ix.gates.ClusterIP:
+		return "the controller runs with --enable-gw-nftable-lb-svc and --enable-gw-nftable-svc-cluster-ip off"
+	}
+	return ""
+}
+
+// unsupported is the event for a Service vpcgw does not serve for what its gateway annotation,
+// class, type or traffic policies say (nil: none of them is in the way).
+func (ix *Index) unsupported(svc *corev1.Service, gateway string) *Event {
+	if errs := validation.IsDNS1123Subdomain(gateway); len(errs) > 0 {
+		return warning(ReasonInvalidAnnotation, "annotation %s=%q is not a valid VpcNatGateway name: %s", AnnotationGateway, gateway, errs[0])
+	}
+	isLB := svc.Spec.Type == corev1.ServiceTypeLoadBalancer
+	if isLB && svc.Spec.LoadBalancerClass != nil && *svc.Spec.LoadBalancerClass != LoadBalancerClass {
+		// Another implementation's Service (MetalLB, a cloud provider): not ours, no event there
+		// is ours to give beyond this one (SPEC K9).
+		return warning(ReasonUnsupported, "spec.loadBalancerClass is %q: this Service belongs to that implementation, not to gateway %s (use class %s, or none)",
+			*svc.Spec.LoadBalancerClass, gateway, LoadBalancerClass)
+	}
+	if !isLB && svc.Spec.Type != corev1.ServiceTypeClusterIP && svc.Spec.Type != "" {
+		return warning(ReasonUnsupported, "Service type %s is not served through a VPC NAT gateway: use LoadBalancer (EIP and ClusterIP) or ClusterIP", svc.Spec.Type)
+	}
+	if isLB && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+		return warning(ReasonUnsupported, "externalTrafficPolicy Local is not supported through gateway %s: set it to Cluster", gateway)
+	}
+	if p := svc.Spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
+		return warning(ReasonUnsupported, "internalTrafficPolicy Local is not supported through gateway %s: set it to Cluster", gateway)
+	}
+	return nil
+}
+
+// checkPortsAndFamily returns the Service's IPv4 ClusterIP, or the event for a Service with no
+// TCP or UDP port, more of them than the bound, or no IPv4 ClusterIP.
+func (ix *Index) checkPortsAndFamily(svc *corev1.Service, gateway string) (netip.Addr, *Event) {
+	served := ServedPorts(svc)
+	if served == 0 {
+		// A Service with no TCP or UDP port has no identity: nothing is published for it, no
+		// ingress, finalizer, held ClusterIP or route (SPEC L10, S5).
+		return netip.Addr{}, warning(ReasonUnsupported, "the Service has no TCP or UDP port (%s): nothing is served through gateway %s; only TCP and UDP are supported",
+			portList(svc.Spec.Ports), gateway)
+	}
+	if n := served; n > ix.gates.maxPorts() {
+		return netip.Addr{}, warning(ReasonLimit, "the Service has %d TCP/UDP ports; a Service may have at most %d served through gateway %s (the controller's --max-ports-per-service)",
+			n, ix.gates.maxPorts(), gateway)
+	}
+	clusterIP, ok := ipv4ClusterIP(svc)
+	if !ok {
+		return netip.Addr{}, warning(ReasonUnsupported, "the Service has no IPv4 ClusterIP (%v): only IPv4 is served through gateway %s", clusterIPsOf(svc), gateway)
+	}
+	return clusterIP, nil
+}
+
+// bindClusterIP makes the ClusterIP part eligible, or says who serves it instead.
+func (ix *Index) bindClusterIP(b *binding, clusterIP netip.Addr, isLB bool) {
 	switch {
 	case ix.gates.ClusterIP:
 		b.clusterIP = clusterIP
@@ -201,16 +234,11 @@ func (ix *Index) bind(svc *corev1.Service) (b binding) {
 	default:
 		b.cipWhy = &Event{Message: "the controller runs without --enable-gw-nftable-svc-cluster-ip"}
 	}
-	if !isLB {
-		ix.checkFromSubnet(svc, &b)
-		return b
-	}
-	if !ix.gates.LoadBalancer {
-		b.eipWhy = &Event{Message: "the controller runs without --enable-gw-nftable-lb-svc"}
-		return b
-	}
+}
+
+// bindEIP makes the EIP part of a LoadBalancer Service eligible (b.eipAddr), or says why not.
+func (ix *Index) bindEIP(svc *corev1.Service, b *binding) {
 	b.eipName = svc.Annotations[AnnotationEIP]
-	defer ix.checkFromSubnet(svc, &b)
 	switch {
 	case b.eipName == "":
 		b.eipWhy = warning(ReasonEIPMissing, "a LoadBalancer Service with annotation %s=%s also needs annotation %s=<IptablesEIP name>", AnnotationGateway, b.gateway, AnnotationEIP)
@@ -234,7 +262,6 @@ func (ix *Index) bind(svc *corev1.Service) (b binding) {
 			}
 		}
 	}
-	return b
 }
 
 // NotAdmittedText is the one answer, in events and in the webhook's rejections, for a gateway a
@@ -355,36 +382,16 @@ func (ix *Index) PlanService(svc *corev1.Service) ServicePlan {
 
 // planIdentities fills identities and records for an eligible Service (SPEC I1, I2, B1-B3, S7).
 func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan) {
-	serveEIP := b.eipAddr.IsValid() && ix.freeOfKubeOVNNat(svc, sp, b.eipName) &&
-		ix.holdsAll(svc, sp, b.eipAddr, fmt.Sprintf("EIP %s (%s)", b.eipName, b.eipAddr), &sp.EIPReason)
-	serveCIP := b.clusterIP.IsValid() && ix.holdsAll(svc, sp, b.clusterIP, "ClusterIP "+b.clusterIP.String(), &sp.ClusterIPReason)
-	sp.EIPServed, sp.ClusterIPServed = serveEIP, serveCIP
-	if serveEIP {
-		sp.EIP = b.eipAddr
-	}
-	if serveCIP {
-		sp.ClusterIP = b.clusterIP
-	}
+	serveEIP, serveCIP := ix.servedParts(svc, b, sp)
 	if !serveEIP && !serveCIP {
 		return
 	}
-
 	timeout := affinityTimeout(svc)
 	var ranges []string
 	if serveEIP {
 		var ok bool
-		var from string
-		if len(svc.Spec.LoadBalancerSourceRanges) > 0 && strings.TrimSpace(svc.Annotations[AnnotationLegacySourceRanges]) != "" {
-			sp.Events = append(sp.Events, *warning(ReasonUnsupported, "annotation %s is ignored: spec.loadBalancerSourceRanges is set and decides who reaches the EIP",
-				AnnotationLegacySourceRanges))
-		}
-		if ranges, from, ok = sourceRanges(svc); !ok {
-			ev := warning(ReasonUnsupported, "%s has no valid IPv4 range: the EIP (IPv4) would admit nobody, so it is not served", from)
-			sp.EIPServed, sp.EIP, sp.EIPReason = false, netip.Addr{}, ev.Message
-			sp.Events = append(sp.Events, *ev)
-			if !serveCIP {
-				return
-			}
+		if ranges, ok = eipSourceRanges(svc, sp); !ok && !serveCIP {
+			return
 		}
 	}
 	resolver := ix.newResolver(svc, b.gw)
@@ -396,29 +403,10 @@ func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan)
 			sp.Events = append(sp.Events, *warning(ReasonUnsupported, "port %q %d/%s is not served: only TCP and UDP are supported", p.Name, p.Port, p.Protocol))
 			continue
 		}
-		backends := ix.backendsFor(svc, p, resolver)
-		if max := ix.gates.maxBackends(); len(backends) > max {
-			sp.Events = append(sp.Events, *warning(ReasonLimit, "port %d/%s has %d ready backends; at most %d are used (the controller's --max-backends-per-identity)",
-				p.Port, proto, len(backends), max))
-			backends = backends[:max]
-		}
-		if sp.EIP.IsValid() {
-			// Only the listed sources reach the EIP identity (SPEC N7); as with kube-proxy, the
-			// ClusterIP stays open to the VPC.
-			sp.Identities = append(sp.Identities, gwstate.Identity{VIP: sp.EIP, Port: p.Port, Protocol: proto, Backends: backends, AffinityTimeoutSeconds: timeout, SourceRanges: ranges, Group: group})
-		}
-		if sp.ClusterIP.IsValid() {
-			sp.Identities = append(sp.Identities, gwstate.Identity{VIP: sp.ClusterIP, Port: p.Port, Protocol: proto, Backends: backends, AffinityTimeoutSeconds: timeout, Group: group})
-		}
-		if !ix.gates.dnatRuleLedger() {
-			continue
-		}
-		if sp.Records == nil {
-			sp.Records = make([]kubeovnv1.IptablesDnatRule, 0, len(backends)*len(svc.Spec.Ports))
-		}
-		labels := recordLabels(svc, b, sp, p.Port)
-		for _, be := range backends {
-			sp.Records = append(sp.Records, desiredRecord(svc, b, sp, labels, p, proto, be, timeout))
+		backends := ix.boundBackends(sp, p, proto, ix.backendsFor(svc, p, resolver))
+		sp.addIdentities(gwstate.Identity{Port: p.Port, Protocol: proto, Backends: backends, AffinityTimeoutSeconds: timeout, Group: group}, ranges)
+		if ix.gates.dnatRuleLedger() {
+			addRecords(svc, b, sp, p, proto, backends, timeout)
 		}
 	}
 	sp.Events = append(sp.Events, resolver.events()...)
@@ -426,6 +414,75 @@ func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan)
 		dedupeRecords(&sp.Records)
 	} else {
 		sp.Record = desiredServiceRecord(svc, b, sp, timeout)
+	}
+}
+
+// servedParts decides which eligible parts the Service holds (kube-ovn's NAT and the other
+// claimants let it, SPEC N3, I2), and sets them in sp.
+func (ix *Index) servedParts(svc *corev1.Service, b binding, sp *ServicePlan) (serveEIP, serveCIP bool) {
+	serveEIP = b.eipAddr.IsValid() && ix.freeOfKubeOVNNat(svc, sp, b.eipName) &&
+		ix.holdsAll(svc, sp, b.eipAddr, fmt.Sprintf("EIP %s (%s)", b.eipName, b.eipAddr), &sp.EIPReason)
+	serveCIP = b.clusterIP.IsValid() && ix.holdsAll(svc, sp, b.clusterIP, "ClusterIP "+b.clusterIP.String(), &sp.ClusterIPReason)
+	sp.EIPServed, sp.ClusterIPServed = serveEIP, serveCIP
+	if serveEIP {
+		sp.EIP = b.eipAddr
+	}
+	if serveCIP {
+		sp.ClusterIP = b.clusterIP
+	}
+	return serveEIP, serveCIP
+}
+
+// eipSourceRanges are the ranges that may reach the EIP (SPEC N7). Without a valid IPv4 one, the
+// EIP would admit nobody: its part is not served, and ok is false.
+func eipSourceRanges(svc *corev1.Service, sp *ServicePlan) (ranges []string, ok bool) {
+	if len(svc.Spec.LoadBalancerSourceRanges) > 0 && strings.TrimSpace(svc.Annotations[AnnotationLegacySourceRanges]) != "" {
+		sp.Events = append(sp.Events, *warning(ReasonUnsupported, "annotation %s is ignored: spec.loadBalancerSourceRanges is set and decides who reaches the EIP",
+			AnnotationLegacySourceRanges))
+	}
+	ranges, from, ok := sourceRanges(svc)
+	if !ok {
+		ev := warning(ReasonUnsupported, "%s has no valid IPv4 range: the EIP (IPv4) would admit nobody, so it is not served", from)
+		sp.EIPServed, sp.EIP, sp.EIPReason = false, netip.Addr{}, ev.Message
+		sp.Events = append(sp.Events, *ev)
+	}
+	return ranges, ok
+}
+
+// boundBackends are at most --max-backends-per-identity of a port's backends (an event says when
+// some are left out).
+func (ix *Index) boundBackends(sp *ServicePlan, p corev1.ServicePort, proto gwstate.Protocol, backends []gwstate.Backend) []gwstate.Backend {
+	if limit := ix.gates.maxBackends(); len(backends) > limit {
+		sp.Events = append(sp.Events, *warning(ReasonLimit, "port %d/%s has %d ready backends; at most %d are used (the controller's --max-backends-per-identity)",
+			p.Port, proto, len(backends), limit))
+		return backends[:limit]
+	}
+	return backends
+}
+
+// addIdentities adds, for each served part, the identity id with the part's VIP. Only the listed
+// sources reach the EIP identity (SPEC N7); as with kube-proxy, the ClusterIP stays open to the
+// VPC.
+func (sp *ServicePlan) addIdentities(id gwstate.Identity, ranges []string) {
+	if sp.EIP.IsValid() {
+		eip := id
+		eip.VIP, eip.SourceRanges = sp.EIP, ranges
+		sp.Identities = append(sp.Identities, eip)
+	}
+	if sp.ClusterIP.IsValid() {
+		id.VIP = sp.ClusterIP
+		sp.Identities = append(sp.Identities, id)
+	}
+}
+
+// addRecords adds the IptablesDnatRule records of port p, one per backend.
+func addRecords(svc *corev1.Service, b binding, sp *ServicePlan, p corev1.ServicePort, proto gwstate.Protocol, backends []gwstate.Backend, timeout int32) {
+	if sp.Records == nil {
+		sp.Records = make([]kubeovnv1.IptablesDnatRule, 0, len(backends)*len(svc.Spec.Ports))
+	}
+	labels := recordLabels(svc, b, sp, p.Port)
+	for _, be := range backends {
+		sp.Records = append(sp.Records, desiredRecord(svc, b, sp, labels, p, proto, be, timeout))
 	}
 }
 

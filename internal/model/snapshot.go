@@ -208,6 +208,21 @@ func NewIndex(s Snapshot, gates Gates) *Index {
 		ix.load = map[string]Load{}
 	}
 	ix.nsLoad = map[string]map[string]Load{}
+	ix.indexKubeOVN(&s)
+	ix.indexPods(&s)
+	ix.indexSlicesAndRecords(&s)
+	for i := range s.Services {
+		ix.addClaims(&s.Services[i])
+	}
+	for k, cs := range ix.claims {
+		slices.SortFunc(cs, compareClaimants)
+		ix.claims[k] = cs
+	}
+	return ix
+}
+
+// indexKubeOVN indexes kube-ovn's gateways, Vpcs, EIPs and Subnets by name.
+func (ix *Index) indexKubeOVN(s *Snapshot) {
 	for i := range s.Gateways {
 		ix.gateways[s.Gateways[i].Name] = &s.Gateways[i]
 	}
@@ -220,6 +235,11 @@ func NewIndex(s Snapshot, gates Gates) *Index {
 	for i := range s.Subnets {
 		ix.subnets[s.Subnets[i].Name] = &s.Subnets[i]
 	}
+}
+
+// indexPods indexes the backend Pods by name, kube-ovn's IPs by the Pod they are allocated to and
+// the gateway pods by gateway.
+func (ix *Index) indexPods(s *Snapshot) {
 	for i := range s.Pods {
 		p := &s.Pods[i]
 		ix.pods[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
@@ -235,6 +255,11 @@ func NewIndex(s Snapshot, gates Gates) *Index {
 			ix.gatewayPods[gw] = append(ix.gatewayPods[gw], p)
 		}
 	}
+}
+
+// indexSlicesAndRecords indexes the EndpointSlices by Service, and the records of both forms by
+// the UID of the Service that owns them.
+func (ix *Index) indexSlicesAndRecords(s *Snapshot) {
 	for i := range s.EndpointSlices {
 		es := &s.EndpointSlices[i]
 		if name := es.Labels[discoveryv1.LabelServiceName]; name != "" {
@@ -256,14 +281,6 @@ func NewIndex(s Snapshot, gates Gates) *Index {
 			ix.svcRecords[uid] = append(ix.svcRecords[uid], r)
 		}
 	}
-	for i := range s.Services {
-		ix.addClaims(&s.Services[i])
-	}
-	for k, cs := range ix.claims {
-		slices.SortFunc(cs, compareClaimants)
-		ix.claims[k] = cs
-	}
-	return ix
 }
 
 func compareClaimants(a, b claimant) int {

@@ -14,18 +14,18 @@ package model
 type Outcome int
 
 const (
-	// Programmed: every instance of the gateway acknowledged the state, with the Service's
+	// Programmed means every instance of the gateway acknowledged the state, with the Service's
 	// identities in it.
 	Programmed Outcome = iota
-	// NoInstance: the gateway exists but runs no instance; nothing is confirmed, and releases go
+	// NoInstance means the gateway exists but runs no instance; nothing is confirmed, and releases go
 	// on (an instance that starts gets the whole state).
 	NoInstance
-	// GatewayGone: the gateway does not exist, or is being deleted; releases go on (SPEC L5).
+	// GatewayGone means the gateway does not exist, or is being deleted; releases go on (SPEC L5).
 	GatewayGone
-	// Held: an agent refused one of the Service's identities (SPEC D8, N4): nothing of its new
+	// Held means an agent refused one of the Service's identities (SPEC D8, N4): nothing of its new
 	// plan is confirmed or released; its records and ingress stay what the gateway serves for it.
 	Held
-	// Failed: programming failed; everything after it waits for the next sync.
+	// Failed means programming failed; everything after it waits for the next sync.
 	Failed
 )
 

@@ -166,11 +166,39 @@ func (ro Options) withDefaults() Options {
 // policies (when nb is set) and gateways the release has not yet programmed (synced says which
 // it has). Empty: nothing is left.
 func Remains(ctx context.Context, c client.Reader, nb *ovn.Writer, synced func(gateway string) bool) ([]string, error) {
-	var left []string
+	left, err := serviceRemains(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	records, err := recordRemains(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	left = append(left, records...)
+	if nb != nil {
+		policies, err := policyRemains(ctx, nb)
+		if err != nil {
+			return nil, err
+		}
+		left = append(left, policies...)
+	}
+	if synced != nil {
+		gateways, err := gatewayRemains(ctx, c, synced)
+		if err != nil {
+			return nil, err
+		}
+		left = append(left, gateways...)
+	}
+	return left, nil
+}
+
+// serviceRemains lists the finalizers, claim stamps and ingress vpcgw wrote on Services.
+func serviceRemains(ctx context.Context, c client.Reader) ([]string, error) {
 	var svcs corev1.ServiceList
 	if err := c.List(ctx, &svcs); err != nil {
 		return nil, fmt.Errorf("listing Services: %w", err)
 	}
+	var left []string
 	for i := range svcs.Items {
 		s := &svcs.Items[i]
 		key := s.Namespace + "/" + s.Name
@@ -185,6 +213,12 @@ func Remains(ctx context.Context, c client.Reader, nb *ovn.Writer, synced func(g
 			left = append(left, "Service "+key+": status.loadBalancer.ingress")
 		}
 	}
+	return left, nil
+}
+
+// recordRemains lists the records of both forms; a form whose CRD is not installed has none.
+func recordRemains(ctx context.Context, c client.Reader) ([]string, error) {
+	var left []string
 	var srs vpcgwv1alpha1.ServiceRecordList
 	switch err := c.List(ctx, &srs); {
 	case err == nil:
@@ -203,24 +237,33 @@ func Remains(ctx context.Context, c client.Reader, nb *ovn.Writer, synced func(g
 	case !meta.IsNoMatchError(err) && !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("listing IptablesDnatRule records: %w", err)
 	}
-	if nb != nil {
-		pols, err := nb.Policies(ctx, "", "")
-		if err != nil {
-			return nil, fmt.Errorf("listing VIP policies: %w", err)
-		}
-		for _, p := range pols {
-			left = append(left, fmt.Sprintf("VIP policy %s (priority %d) of gateway %s on router %s", p.VIP, p.Priority, p.Gateway, p.Router))
-		}
+	return left, nil
+}
+
+// policyRemains lists the VIP policies in OVN's northbound database.
+func policyRemains(ctx context.Context, nb *ovn.Writer) ([]string, error) {
+	pols, err := nb.Policies(ctx, "", "")
+	if err != nil {
+		return nil, fmt.Errorf("listing VIP policies: %w", err)
 	}
-	if synced != nil {
-		var gws kubeovnv1.VpcNatGatewayList
-		if err := c.List(ctx, &gws); err != nil {
-			return nil, fmt.Errorf("listing VpcNatGateways: %w", err)
-		}
-		for _, g := range gws.Items {
-			if g.DeletionTimestamp == nil && !synced(g.Name) {
-				left = append(left, "VpcNatGateway "+g.Name+": its instances have not yet acknowledged the release state")
-			}
+	var left []string
+	for _, p := range pols {
+		left = append(left, fmt.Sprintf("VIP policy %s (priority %d) of gateway %s on router %s", p.VIP, p.Priority, p.Gateway, p.Router))
+	}
+	return left, nil
+}
+
+// gatewayRemains lists the gateways, not being deleted, whose instances have not acknowledged
+// the release state (synced says which have).
+func gatewayRemains(ctx context.Context, c client.Reader, synced func(gateway string) bool) ([]string, error) {
+	var gws kubeovnv1.VpcNatGatewayList
+	if err := c.List(ctx, &gws); err != nil {
+		return nil, fmt.Errorf("listing VpcNatGateways: %w", err)
+	}
+	var left []string
+	for _, g := range gws.Items {
+		if g.DeletionTimestamp == nil && !synced(g.Name) {
+			left = append(left, "VpcNatGateway "+g.Name+": its instances have not yet acknowledged the release state")
 		}
 	}
 	return left, nil

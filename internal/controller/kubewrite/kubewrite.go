@@ -18,6 +18,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -162,6 +164,7 @@ type Written struct {
 	byName map[string]*kubeovnv1.IptablesDnatRule
 }
 
+// NewWritten is an empty Written, for one sync.
 func NewWritten() *Written {
 	return &Written{byName: map[string]*kubeovnv1.IptablesDnatRule{}}
 }
@@ -284,10 +287,17 @@ func (w *Writer) WriteServiceRecord(ctx context.Context, sp *model.ServicePlan) 
 		Spec:       want.Spec,
 		Status:     want.Status,
 	}
-	if err := w.Client.Patch(ctx, rec, client.Apply, client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
+	// ServiceRecord has no generated apply configuration: the apply sends rec's unstructured form
+	// (the JSON that Patch with client.Apply sent) and reads the API server's answer into it.
+	fields, err := runtime.DefaultUnstructuredConverter.ToUnstructured(rec)
+	if err != nil {
+		return fmt.Errorf("encoding ServiceRecord %s of %s: %w", want.Name, sp.Key, err)
+	}
+	applied := &unstructured.Unstructured{Object: fields}
+	if err := w.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(applied), client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("writing ServiceRecord %s of %s: %w", want.Name, sp.Key, err)
 	}
-	w.ownWrites.Store(rec.UID, rec.ResourceVersion)
+	w.ownWrites.Store(applied.GetUID(), applied.GetResourceVersion())
 	RecordsWritten.WithLabelValues("service-record").Inc()
 	return nil
 }

@@ -87,6 +87,7 @@ type ForgetOnDelete struct {
 	Forget func(types.UID)
 }
 
+// Delete tells Forget the object's UID, then passes the event on.
 func (h ForgetOnDelete) Delete(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	h.Forget(e.Object.GetUID())
 	h.EventHandler.Delete(ctx, e, q)

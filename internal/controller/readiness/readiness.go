@@ -51,6 +51,8 @@ type pendingWork struct {
 	during time.Time
 }
 
+// New is a Tracker that calls a gateway stale once its work waited longer than staleAfter (0 or
+// less: never), by clock c.
 func New(staleAfter time.Duration, c clock.PassiveClock) *Tracker {
 	return &Tracker{staleAfter: staleAfter, clock: c, gws: map[string]*pendingWork{}}
 }
@@ -61,7 +63,7 @@ func (h *Tracker) show(gw string, p *pendingWork) {
 	}
 }
 
-// queued records that work for gateway gw arrived now.
+// Queued records that work for gateway gw arrived now.
 func (h *Tracker) Queued(gw string) {
 	now := h.clock.Now()
 	h.mu.Lock()
@@ -80,7 +82,7 @@ func (h *Tracker) Queued(gw string) {
 	}
 }
 
-// started records that a sync pass of gw starts.
+// Started records that a sync pass of gw starts.
 func (h *Tracker) Started(gw string) {
 	now := h.clock.Now()
 	h.mu.Lock()
@@ -95,7 +97,7 @@ func (h *Tracker) Started(gw string) {
 	p.syncing, p.during = true, time.Time{}
 }
 
-// ended records how a sync pass of gw ended: without error it applied what waited when it
+// Ended records how a sync pass of gw ended: without error it applied what waited when it
 // started, and what arrived meanwhile still waits. A gateway forgotten meanwhile stays forgotten.
 func (h *Tracker) Ended(gw string, ok bool) {
 	h.mu.Lock()
@@ -111,14 +113,14 @@ func (h *Tracker) Ended(gw string, ok bool) {
 	p.syncing, p.during = false, time.Time{}
 }
 
-// forget drops a gateway that is gone (nothing keyed by a tenant-chosen name outlives it, SPEC N4).
+// Forget drops a gateway that is gone (nothing keyed by a tenant-chosen name outlives it, SPEC N4).
 func (h *Tracker) Forget(gw string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.gws, gw)
 }
 
-// stale lists the gateways whose oldest unapplied work waited longer than staleAfter, sorted.
+// Stale lists the gateways whose oldest unapplied work waited longer than staleAfter, sorted.
 func (h *Tracker) Stale() []string {
 	if h.staleAfter <= 0 {
 		return nil
@@ -136,7 +138,7 @@ func (h *Tracker) Stale() []string {
 	return out
 }
 
-// check is the readiness check of the gateway syncs. The probe's answer withholds the reason
+// Check is the readiness check of the gateway syncs. The probe's answer withholds the reason
 // (controller-runtime's healthz); the error, logged by it, names the gateways.
 func (h *Tracker) Check(*http.Request) error {
 	gws := h.Stale()
@@ -181,6 +183,7 @@ type Queue struct {
 	health *Tracker
 }
 
+// NewQueue is a priority queue named name, rate limited by rl, that tells h of new work.
 func NewQueue(name string, rl workqueue.TypedRateLimiter[reconcile.Request], h *Tracker, log logr.Logger) *Queue {
 	return &Queue{health: h, PriorityQueue: priorityqueue.New(name, func(o *priorityqueue.Opts[reconcile.Request]) {
 		o.Log = log.WithValues("controller", name)
@@ -188,11 +191,14 @@ func NewQueue(name string, rl workqueue.TypedRateLimiter[reconcile.Request], h *
 	})}
 }
 
+// Add notes r's gateway as having work, then queues r.
 func (q *Queue) Add(r reconcile.Request) {
 	q.health.Queued(r.Name)
 	q.PriorityQueue.Add(r)
 }
 
+// AddWithOpts notes the gateways of rs as having work unless they are handed out later, then
+// queues them.
 func (q *Queue) AddWithOpts(o priorityqueue.AddOpts, rs ...reconcile.Request) {
 	if o.After <= 0 && !o.RateLimited {
 		for _, r := range rs {

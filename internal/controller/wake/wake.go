@@ -117,6 +117,7 @@ func slicePods(o client.Object) []string {
 	return out
 }
 
+// GatewayOfSlice wakes the gateways of the Service an EndpointSlice belongs to (SPEC B1).
 func (m *Mapper) GatewayOfSlice(ctx context.Context, o client.Object) []reconcile.Request {
 	name := o.GetLabels()[discoveryv1.LabelServiceName]
 	if name == "" {
@@ -228,8 +229,8 @@ func recordLabel(o client.Object, label string) []string {
 	return nonEmpty(o.GetLabels()[label])
 }
 
-// GatewayOfRecord: a record's own events only wake its gateway (SPEC R3), which replans the
-// record's owner.
+// GatewayOfRecord wakes only a record's gateway (SPEC R3), which replans the record's owner; an
+// object without record labels is one of kube-ovn's own rules (GatewayOfNatRule).
 func (m *Mapper) GatewayOfRecord(ctx context.Context, o client.Object) []reconcile.Request {
 	l := o.GetLabels()
 	if !model.HasRecordLabels(l) {
