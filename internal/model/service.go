@@ -247,13 +247,12 @@ func (ix *Index) bindEIP(svc *corev1.Service, b *binding) {
 	default:
 		b.eip = ix.eips[b.eipName]
 		switch {
-		case b.eip == nil || b.eip.DeletionTimestamp != nil || b.eip.Spec.NatGwDp != b.gateway:
-			// An EIP of another gateway is answered as a missing one: its gateway is not this
-			// namespace's to learn (SPEC N8).
-			b.eipWhy = warning(ReasonEIPMissing, "gateway %s has no IptablesEIP %s: the EIP part is served as soon as it has one of that name and it is Ready", b.gateway, b.eipName)
-		case !EIPAdmitted(svc.Namespace, b.eip):
-			b.eipWhy = warning(ReasonNotAdmitted, "namespace %s may not use IptablesEIP %s (its %s annotation does not name it): the EIP part is not served",
-				svc.Namespace, b.eipName, AnnotationAllowedNamespaces)
+		case b.eip == nil || b.eip.DeletionTimestamp != nil || b.eip.Spec.NatGwDp != b.gateway || !EIPAdmitted(svc.Namespace, b.eip):
+			// One answer for an EIP that is missing, of another gateway, or closed to the
+			// namespace: which EIPs exist is not this namespace's to learn (SPEC N8), and the
+			// webhook answers the three alike.
+			b.eipWhy = warning(ReasonEIPMissing, "gateway %s has no IptablesEIP %s that namespace %s may use: the EIP part is served as soon as it has one of that name, "+
+				"Ready, whose %s annotation names the namespace or is absent", b.gateway, b.eipName, svc.Namespace, AnnotationAllowedNamespaces)
 		default:
 			if addr, ok := readyEIPAddress(b.eip); ok {
 				b.eipAddr = addr

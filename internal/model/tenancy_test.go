@@ -517,3 +517,35 @@ func TestFirstClaimWinsNotTheOldestService(t *testing.T) {
 		t.Fatalf("the unstamped claimant: served %v, claim write %v; want it waiting, and stamped", sp.EIPServed, sp.Claim)
 	}
 }
+
+// A namespace learns nothing of an EIP it may not use: the event for an EIP that the EIP's
+// allow-list closes to it is the one for an EIP that does not exist (hostile review R4).
+// covers: N8, T3
+func TestClosedEIPAnsweredAsMissing(t *testing.T) {
+	eipEvent := func(mut func(*Snapshot)) Event {
+		snap := baseSnapshot(service("web", t0))
+		snap.EndpointSlices = nil
+		mut(&snap)
+		sp := servicePlan(Compute(snap, srGates), "web")
+		if sp.EIPServed {
+			t.Fatalf("the EIP part is served: %+v", sp)
+		}
+		for _, ev := range sp.Events {
+			if strings.Contains(ev.Message, "eip1") {
+				return ev
+			}
+		}
+		t.Fatalf("no event names the EIP: %+v", sp.Events)
+		return Event{}
+	}
+	closed := eipEvent(func(s *Snapshot) {
+		s.EIPs[0].Annotations = map[string]string{AnnotationAllowedNamespaces: "someone-else"}
+	})
+	missing := eipEvent(func(s *Snapshot) { s.EIPs = nil })
+	if closed != missing {
+		t.Errorf("a closed EIP is answered\n  %+v\nand a missing one\n  %+v", closed, missing)
+	}
+	if strings.Contains(closed.Message, "someone-else") {
+		t.Errorf("the answer names whom the EIP admits: %q", closed.Message)
+	}
+}
