@@ -239,13 +239,18 @@ func (r *GatewayReconciler) writeAfter(ctx context.Context, p *pass, written *ku
 		if after.ServiceRecord {
 			p.writes.note(sp, r.writer.WriteServiceRecord(ctx, sp))
 		}
+		ingressWritten := true
 		if after.Ingress {
-			p.writes.note(sp, r.writer.PublishIngress(ctx, sp))
+			err := r.writer.PublishIngress(ctx, sp)
+			p.writes.note(sp, err)
+			ingressWritten = err == nil
 		}
 		if after.Claim {
 			p.writes.note(sp, r.writer.WriteClaim(ctx, sp))
 		}
-		if after.Release {
+		// The records are what tells vpcgw's ingress from another implementation's: they go
+		// once the ingress they name is withdrawn, not before (the next sync tries again).
+		if after.Release && ingressWritten {
 			r.release(ctx, p, sp, after.ReleaseFinalizer)
 		}
 	}

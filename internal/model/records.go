@@ -188,7 +188,7 @@ func (ix *Index) planWrites(svc *corev1.Service, b binding, sp *ServicePlan) {
 	ix.planRecordWrites(svc, sp)
 	ix.planServiceRecordWrites(svc, sp)
 	planClaim(svc, b, sp)
-	planFinalizerAndIngress(svc, sp)
+	ix.planFinalizerAndIngress(svc, sp)
 }
 
 // planRecordWrites compares the desired IptablesDnatRule records with the Service's existing ones:
@@ -254,19 +254,47 @@ func planClaim(svc *corev1.Service, b binding, sp *ServicePlan) {
 }
 
 // planFinalizerAndIngress decides the finalizer and, for a LoadBalancer Service, its ingress.
-func planFinalizerAndIngress(svc *corev1.Service, sp *ServicePlan) {
+// What vpcgw publishes is known from its own ledger, not from the finalizer, which anyone who may
+// edit the Service can strip: served for its EIP, the ingress is that EIP; otherwise the ingress
+// loses exactly the addresses the Service's records say vpcgw published, and keeps whatever
+// another implementation wrote (SPEC T1, O4).
+func (ix *Index) planFinalizerAndIngress(svc *corev1.Service, sp *ServicePlan) {
 	hasFinalizer := slices.Contains(svc.Finalizers, Finalizer)
 	served := sp.Served()
 	sp.AddFinalizer = served && !hasFinalizer
 	sp.ReleaseFinalizer = !served && hasFinalizer
-
-	// vpcgw owns the ingress of LoadBalancer Services it serves or served (finalizer).
-	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer && (served || hasFinalizer) {
-		if sp.EIPServed {
-			sp.Ingress = []corev1.LoadBalancerIngress{{IP: sp.EIP.String()}}
-		}
-		sp.IngressWrite = !ingressEqual(svc.Status.LoadBalancer.Ingress, sp.Ingress)
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		return
 	}
+	cur := svc.Status.LoadBalancer.Ingress
+	if sp.EIPServed {
+		sp.Ingress = []corev1.LoadBalancerIngress{{IP: sp.EIP.String()}}
+	} else {
+		published := ix.publishedAddresses(svc.UID)
+		for _, in := range cur {
+			if !published[in.IP] {
+				sp.Ingress = append(sp.Ingress, in)
+			}
+		}
+	}
+	sp.IngressWrite = !ingressEqual(cur, sp.Ingress)
+}
+
+// publishedAddresses are the EIP addresses the Service's records (either form) say vpcgw
+// programmed, and so published as its ingress.
+func (ix *Index) publishedAddresses(uid types.UID) map[string]bool {
+	out := map[string]bool{}
+	for _, r := range ix.svcRecords[uid] {
+		if r.Spec.EIPAddress != "" {
+			out[r.Spec.EIPAddress] = true
+		}
+	}
+	for _, r := range ix.records[uid] {
+		if a := r.Labels[LabelEIPAddress]; a != "" {
+			out[a] = true
+		}
+	}
+	return out
 }
 
 // statusEqual compares the part of a record's status the model decides.

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
+	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 	"github.com/vpcgw/vpcgw/internal/gwstate"
 )
 
@@ -547,5 +548,50 @@ func TestClosedEIPAnsweredAsMissing(t *testing.T) {
 	}
 	if strings.Contains(closed.Message, "someone-else") {
 		t.Errorf("the answer names whom the EIP admits: %q", closed.Message)
+	}
+}
+
+// vpcgw's ingress is known from its ledger (hostile review R1): a tenant that strips vpcgw's
+// finalizer from its served Service cannot keep the EIP published past the release, and the
+// release takes exactly the address its record names, leaving another implementation's entry;
+// a look-alike Service with another implementation's ingress and no record of vpcgw's is never
+// written.
+// covers: T1, T2, O4, N8
+func TestIngressOwnedByTheLedger(t *testing.T) {
+	svc := service("web", t0)
+	served := servicePlan(Compute(baseSnapshot(svc), srGates), "web")
+	if !served.EIPServed || served.Record == nil || served.Record.Spec.EIPAddress != "172.18.0.10" {
+		t.Fatalf("the setup is not served with a record: %+v", served)
+	}
+	foreign := corev1.LoadBalancerIngress{IP: "198.51.100.7"}
+	for _, finalizer := range []bool{true, false} {
+		s := service("web", t0, func(s *corev1.Service) {
+			s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "172.18.0.10"}, foreign}
+			if !finalizer {
+				s.Finalizers = nil
+			}
+		})
+		snap := baseSnapshot(s)
+		snap.ServiceRecords = []vpcgwv1alpha1.ServiceRecord{*served.Record}
+		snap.ServiceRecords[0].Labels[LabelRecordUID] = string(s.UID)
+		sp := servicePlan(Compute(snap, Gates{Release: true}), "web")
+		if !sp.IngressWrite || len(sp.Ingress) != 1 || sp.Ingress[0].IP != foreign.IP || len(sp.DeleteServiceRecords) != 1 {
+			t.Errorf("release with finalizer %v: ingress write %v %v, record deletions %v; want only %v kept and the record released",
+				finalizer, sp.IngressWrite, sp.Ingress, sp.DeleteServiceRecords, foreign)
+		}
+		if a := sp.After(GatewayGone); !a.Ingress || !a.Release {
+			t.Errorf("release with finalizer %v: after %+v", finalizer, a)
+		}
+	}
+	lookalike := service("lookalike", t0, func(s *corev1.Service) {
+		s.Annotations[AnnotationGateway] = "a-gateway-it-may-not-use"
+		s.Finalizers = nil
+		s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{foreign}
+	})
+	for _, gates := range []Gates{srGates, {Release: true}} {
+		if sp := servicePlan(Compute(baseSnapshot(lookalike), gates), "lookalike"); sp.IngressWrite || sp.AddFinalizer {
+			t.Errorf("a look-alike with another implementation's ingress (release %v): ingress write %v %v, finalizer %v",
+				gates.Release, sp.IngressWrite, sp.Ingress, sp.AddFinalizer)
+		}
 	}
 }

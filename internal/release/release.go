@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -166,15 +167,15 @@ func (ro Options) withDefaults() Options {
 // policies (when nb is set) and gateways the release has not yet programmed (synced says which
 // it has). Empty: nothing is left.
 func Remains(ctx context.Context, c client.Reader, nb *ovn.Writer, synced func(gateway string) bool) ([]string, error) {
-	left, err := serviceRemains(ctx, c)
+	recs, err := listRecords(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	records, err := recordRemains(ctx, c)
+	left, err := serviceRemains(ctx, c, recs.published)
 	if err != nil {
 		return nil, err
 	}
-	left = append(left, records...)
+	left = append(left, recs.left...)
 	if nb != nil {
 		policies, err := policyRemains(ctx, nb)
 		if err != nil {
@@ -192,8 +193,11 @@ func Remains(ctx context.Context, c client.Reader, nb *ovn.Writer, synced func(g
 	return left, nil
 }
 
-// serviceRemains lists the finalizers, claim stamps and ingress vpcgw wrote on Services.
-func serviceRemains(ctx context.Context, c client.Reader) ([]string, error) {
+// serviceRemains lists the finalizers, claim stamps and ingress vpcgw wrote on Services. Ingress
+// counts only where a record of vpcgw's says it published that address (published, by Service
+// UID): ingress another implementation wrote is never waited for, whoever removed vpcgw's
+// finalizer.
+func serviceRemains(ctx context.Context, c client.Reader, published map[types.UID]map[string]bool) ([]string, error) {
 	var svcs corev1.ServiceList
 	if err := c.List(ctx, &svcs); err != nil {
 		return nil, fmt.Errorf("listing Services: %w", err)
@@ -208,36 +212,54 @@ func serviceRemains(ctx context.Context, c client.Reader) ([]string, error) {
 		if model.HasClaimStamp(s) {
 			left = append(left, "Service "+key+": condition "+model.ConditionEIPClaimed)
 		}
-		cls := s.Spec.LoadBalancerClass
-		if s.Annotations[model.AnnotationGateway] != "" && len(s.Status.LoadBalancer.Ingress) > 0 && (cls == nil || *cls == model.LoadBalancerClass) {
+		if slices.ContainsFunc(s.Status.LoadBalancer.Ingress, func(in corev1.LoadBalancerIngress) bool { return published[s.UID][in.IP] }) {
 			left = append(left, "Service "+key+": status.loadBalancer.ingress")
 		}
 	}
 	return left, nil
 }
 
-// recordRemains lists the records of both forms; a form whose CRD is not installed has none.
-func recordRemains(ctx context.Context, c client.Reader) ([]string, error) {
-	var left []string
+// records are the records of both forms left: one line each, and the EIP addresses they say
+// vpcgw published, by Service UID.
+type records struct {
+	left      []string
+	published map[types.UID]map[string]bool
+}
+
+func (r *records) add(kind, name string, labels map[string]string, address string) {
+	r.left = append(r.left, kind+" "+name)
+	uid := types.UID(labels[model.LabelRecordUID])
+	if uid == "" || address == "" {
+		return
+	}
+	if r.published[uid] == nil {
+		r.published[uid] = map[string]bool{}
+	}
+	r.published[uid][address] = true
+}
+
+// listRecords lists the records of both forms; a form whose CRD is not installed has none.
+func listRecords(ctx context.Context, c client.Reader) (records, error) {
+	out := records{published: map[types.UID]map[string]bool{}}
 	var srs vpcgwv1alpha1.ServiceRecordList
 	switch err := c.List(ctx, &srs); {
 	case err == nil:
 		for _, r := range srs.Items {
-			left = append(left, "ServiceRecord "+r.Name)
+			out.add("ServiceRecord", r.Name, r.Labels, r.Spec.EIPAddress)
 		}
 	case !meta.IsNoMatchError(err) && !apierrors.IsNotFound(err): // no CRD: no record
-		return nil, fmt.Errorf("listing ServiceRecords: %w", err)
+		return out, fmt.Errorf("listing ServiceRecords: %w", err)
 	}
 	var drs kubeovnv1.IptablesDnatRuleList
 	switch err := c.List(ctx, &drs, client.MatchingLabels{model.LabelRecord: "true"}); {
 	case err == nil:
 		for _, r := range drs.Items {
-			left = append(left, "IptablesDnatRule "+r.Name)
+			out.add("IptablesDnatRule", r.Name, r.Labels, r.Labels[model.LabelEIPAddress])
 		}
 	case !meta.IsNoMatchError(err) && !apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("listing IptablesDnatRule records: %w", err)
+		return out, fmt.Errorf("listing IptablesDnatRule records: %w", err)
 	}
-	return left, nil
+	return out, nil
 }
 
 // policyRemains lists the VIP policies in OVN's northbound database.

@@ -55,7 +55,7 @@ func (a *agents) state(uid types.UID) (gwstate.State, bool) {
 // vpcgw release, against the API server with agents in memory: beside kube-ovn's own Service
 // controller it releases nothing and says so (K10); otherwise it programs every instance with the
 // release state, and clears ingress, claim stamp, records and finalizer, and Remains finds nothing.
-// covers: O4, K10, T1, T2
+// covers: O4, K10, T1, T2, N8
 func TestRelease(t *testing.T) {
 	if cfg == nil {
 		testutil.Skip(t, envSkip)
@@ -91,6 +91,19 @@ func TestRelease(t *testing.T) {
 	}
 	must(t, k8s.Delete(ctx, d))
 
+	// Hostile review R1: the tenant strips vpcgw's finalizer from its served Service (a plain
+	// edit), and a look-alike LoadBalancer Service names a gateway it may not use and carries
+	// another implementation's ingress. Neither stalls the release, and the look-alike's ingress
+	// stays as that implementation wrote it.
+	web := get(t, ns, "web")
+	web.Finalizers = slices.DeleteFunc(web.Finalizers, func(f string) bool { return f == model.Finalizer })
+	must(t, k8s.Update(ctx, web))
+	lookalike := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "lookalike", Annotations: map[string]string{model.AnnotationGateway: "gw-not-mine"}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}}
+	must(t, k8s.Create(ctx, lookalike))
+	lookalike.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.51.100.7"}}
+	must(t, k8s.Status().Update(ctx, lookalike))
+
 	opts.Name = "vpcgw-gateway-release-2"
 	res, err = release.Run(ctx, cfg, opts, release.Options{Timeout: 2 * time.Minute}, logr.Discard())
 	if err != nil || !res.Released {
@@ -102,6 +115,9 @@ func TestRelease(t *testing.T) {
 	st, ok := a.state(pod)
 	if !ok || !st.Release || len(st.Identities) != 0 {
 		t.Errorf("the instance's last state = %+v (%v), want the release state", st, ok)
+	}
+	if s := get(t, ns, "lookalike"); !ingressIs(s, "198.51.100.7") {
+		t.Errorf("the release wrote another implementation's ingress: %v", s.Status.LoadBalancer.Ingress)
 	}
 	left, err := release.Remains(ctx, k8s, nil, nil)
 	if err != nil || len(left) != 0 {

@@ -1,17 +1,20 @@
-// covers: O4, K10, T1, T2, V1 (uninstall beside the real kube-ovn-controller leaves nothing of vpcgw's)
+// covers: O4, K10, T1, T2, V1, N8 (uninstall beside the real kube-ovn-controller leaves nothing of vpcgw's)
 
 package kubeovn
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
@@ -78,8 +81,29 @@ func TestUninstallLeavesNothing(t *testing.T) {
 		t.Fatalf("no agent delivered into the gateway container: %q, %v", out, err)
 	}
 
-	// The hook: the controller stands by, release runs as the controller with its flags.
+	// The hook: the controller stands by, release runs as the controller with its flags. Before
+	// it, as a hostile tenant may (review R1): the demo's finalizer stripped by a plain edit, and a
+	// look-alike LoadBalancer Service naming the gateway but of another implementation's class,
+	// with that implementation's ingress (the webhook refuses a look-alike naming a gateway its
+	// namespace may not use; internal/release's TestRelease has that one). Neither stalls the
+	// release; the look-alike keeps its ingress.
 	c.StopController()
+	demo := service(t, c, cluster.DemoNamespace, cluster.DemoService)
+	demo.Finalizers = slices.DeleteFunc(demo.Finalizers, func(f string) bool { return f == model.Finalizer })
+	if err := c.Client.Update(ctx, demo); err != nil {
+		t.Fatal(err)
+	}
+	lookalike := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.DemoNamespace, Name: "lookalike",
+		Annotations: map[string]string{model.AnnotationGateway: cluster.GatewayName}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: ptr.To("example.com/other-lb"),
+			Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}}
+	if err := c.Client.Create(ctx, lookalike); err != nil {
+		t.Fatal(err)
+	}
+	lookalike.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.51.100.7"}}
+	if err := c.Client.Status().Update(ctx, lookalike); err != nil {
+		t.Fatal(err)
+	}
 	out, err := c.Release(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +111,10 @@ func TestUninstallLeavesNothing(t *testing.T) {
 	t.Logf("vpcgw release: %s", tail(out, 5))
 
 	assertNothingOfVpcgwInGateway(ctx, t, c, nb)
-	assertNothingOfVpcgwOnServices(ctx, t, c)
+	assertNothingOfVpcgwOnServices(ctx, t, c, lookalike.Name)
+	if got := service(t, c, cluster.DemoNamespace, lookalike.Name).Status.LoadBalancer.Ingress; len(got) != 1 || got[0].IP != "198.51.100.7" {
+		t.Errorf("the release wrote another implementation's ingress: %v", got)
+	}
 	var srs vpcgwv1alpha1.ServiceRecordList
 	if err := c.Client.List(ctx, &srs); err != nil || len(srs.Items) > 0 {
 		t.Errorf("after release ServiceRecords %d, %v", len(srs.Items), err)
@@ -152,15 +179,15 @@ func assertNothingOfVpcgwInGateway(ctx context.Context, t *testing.T, c *cluster
 
 // assertNothingOfVpcgwOnServices checks that no Service keeps vpcgw's ingress, finalizer or claim
 // stamp.
-func assertNothingOfVpcgwOnServices(ctx context.Context, t *testing.T, c *cluster.Cluster) {
+func assertNothingOfVpcgwOnServices(ctx context.Context, t *testing.T, c *cluster.Cluster, others ...string) {
 	t.Helper()
 	var svcs corev1.ServiceList
 	if err := c.Client.List(ctx, &svcs); err != nil {
 		t.Fatal(err)
 	}
 	for _, svc := range svcs.Items {
-		if svc.Annotations[model.AnnotationGateway] == "" {
-			continue
+		if svc.Annotations[model.AnnotationGateway] == "" || slices.Contains(others, svc.Name) {
+			continue // not vpcgw's, or another implementation's Service
 		}
 		if len(svc.Status.LoadBalancer.Ingress) > 0 || hasFinalizer(svc.Finalizers) || model.HasClaimStamp(&svc) {
 			t.Errorf("after release Service %s/%s has ingress %v, finalizers %v, conditions %v", svc.Namespace, svc.Name,
