@@ -246,6 +246,11 @@ func (ix *Index) indexPods(s *Snapshot) {
 	}
 	for i := range s.PodAddresses {
 		a := &s.PodAddresses[i]
+		if a.DeletionTimestamp != nil {
+			// An address kube-ovn is releasing is no longer the Pod's: it may be handed to
+			// another Pod as soon as the object is gone.
+			continue
+		}
 		k := types.NamespacedName{Namespace: a.Spec.Namespace, Name: a.Spec.PodName}
 		ix.podAddrs[k] = append(ix.podAddrs[k], a)
 	}

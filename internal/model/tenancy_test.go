@@ -595,3 +595,31 @@ func TestIngressOwnedByTheLedger(t *testing.T) {
 		}
 	}
 }
+
+// An IP object kube-ovn is deleting gives its Pod no address (hostile review R7): the address is
+// about to be free for another Pod, so it is not a backend, and the skip says why.
+// covers: B2, N2
+func TestIPBeingDeletedGivesNoAddress(t *testing.T) {
+	plan := func(deleting bool) ServicePlan {
+		s := baseSnapshot(service("web", t0))
+		s.EndpointSlices = []discoveryv1.EndpointSlice{slice("web", "web-a", discoveryv1.AddressTypeIPv4, 8080, "http", corev1.ProtocolTCP,
+			ep{ip: "10.0.1.31", pod: "p"})}
+		s.Pods = []corev1.Pod{backendPod("p", map[string][2]string{"ovn": {"10.0.1.31", "vpc1-subnet"}})}
+		s.PodAddresses = addressesOf(s.Pods...)
+		if deleting {
+			s.PodAddresses[0].DeletionTimestamp = &metav1.Time{Time: t0}
+			s.PodAddresses[0].Finalizers = []string{"kube-ovn-controller"}
+		}
+		return servicePlan(Compute(s, lbGates), "web")
+	}
+	if sp := plan(false); len(sp.Identities) != 1 || len(sp.Identities[0].Backends) != 1 {
+		t.Fatalf("the Pod's address is not a backend: %+v", sp.Identities)
+	}
+	sp := plan(true)
+	if len(sp.Identities) != 1 || len(sp.Identities[0].Backends) != 0 {
+		t.Fatalf("an address being released is a backend: %+v", sp.Identities)
+	}
+	if !slices.ContainsFunc(sp.Events, func(ev Event) bool { return ev.Reason == ReasonBackendSkipped && strings.Contains(ev.Message, "ns/p") }) {
+		t.Errorf("no skip event names the Pod: %+v", sp.Events)
+	}
+}
