@@ -94,9 +94,9 @@ func TestUninstallLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	lookalike := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.DemoNamespace, Name: "lookalike",
-		Annotations: map[string]string{model.AnnotationGateway: cluster.GatewayName}},
+		Annotations: map[string]string{model.AnnotationGateway: cluster.GatewayName, model.AnnotationEIP: cluster.EIPName}},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: ptr.To("example.com/other-lb"),
-			Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}}
+			Ports: []corev1.ServicePort{{Port: 8443, Protocol: corev1.ProtocolTCP}}}}
 	if err := c.Client.Create(ctx, lookalike); err != nil {
 		t.Fatal(err)
 	}
