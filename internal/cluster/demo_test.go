@@ -160,7 +160,10 @@ func TestLabDemo(t *testing.T) {
 	}
 
 	// lab.json names the KUBECONFIG, the OVN databases, every namespace with its role, and
-	// commands that work as written.
+	// commands that work as written. Read once the scale-down has settled: a Pod still
+	// terminating is listed with its namespace, which its kubelet then removes (the flake of
+	// issue 34 was that race, not a wrong description).
+	noneTerminating(ctx, t, c, cluster.DemoNamespace)
 	path, _, err := c.WriteDescription(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -271,6 +274,29 @@ func TestLabDemo(t *testing.T) {
 }
 
 // onlyBackend is the name of the demo Deployment's one Ready pod.
+// noneTerminating waits until no Pod of namespace ns is being deleted, and none is left whose
+// deletion the kubelet has not finished.
+func noneTerminating(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string) {
+	t.Helper()
+	var last []string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var pods corev1.PodList
+		if err := c.Client.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		last = last[:0]
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil {
+				last = append(last, p.Name)
+			}
+		}
+		return len(last) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("Pods of %s still terminating %v: %v", ns, last, err)
+	}
+}
+
 func onlyBackend(ctx context.Context, t *testing.T, c *cluster.Cluster) string {
 	t.Helper()
 	ready, err := c.ReadyBackends(ctx, cluster.DemoNamespace, cluster.DemoDeployment)
