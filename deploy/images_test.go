@@ -158,7 +158,7 @@ func TestChartDeliversTheImagesAgents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !regexp.MustCompile(`fs\.String\("agent-binaries",\s*transport\.AgentBinariesDir`).Match(src) {
+	if !regexp.MustCompile(`fs\.String(Var)?\((&[\w.]+,\s*)?"agent-binaries",\s*transport\.AgentBinariesDir`).Match(src) {
 		t.Errorf("cmd/vpcgw/commands.go defines no --agent-binaries flag defaulting to transport.AgentBinariesDir, which the chart passes")
 	}
 }
