@@ -645,7 +645,7 @@ func patchOpenInterval(c *nftables.Conn) error {
 	// NFTA_SET_ELEM_USERDATA (len 10) holding one TLV: type 0 (comment), len 4, 01 00 00 00.
 	pattern := []byte{10, 0, unix.NFTA_SET_ELEM_USERDATA, 0, byte(userdata.NFTNL_UDATA_SET_ELEM_COMMENT), 4, 1, 0, 0, 0}
 	i := bytes.Index(d, pattern)
-	if i < 0 || bytes.Index(d[i+1:], pattern) >= 0 {
+	if i < 0 || bytes.Contains(d[i+1:], pattern) {
 		return errors.New("source set: open interval user data not found once in the NEWSETELEM message")
 	}
 	d[i+4] = byte(userdata.NFTNL_UDATA_SET_ELEM_FLAGS)
@@ -845,7 +845,7 @@ func patchCtDstIP(c *nftables.Conn) error {
 	// NFTA_CT_KEY = NFT_CT_DST, NFTA_CT_DREG = 1, NFTA_CT_DIRECTION = 0, big endian.
 	pattern := []byte{8, 0, unix.NFTA_CT_KEY, 0, 0, 0, 0, unix.NFT_CT_DST, 8, 0, unix.NFTA_CT_DREG, 0, 0, 0, 0, reg1, 8, 0, unix.NFTA_CT_DIRECTION, 0, 0, 0, 0, 0}
 	i := bytes.Index(d, pattern)
-	if i < 0 || bytes.Index(d[i+1:], pattern) >= 0 {
+	if i < 0 || bytes.Contains(d[i+1:], pattern) {
 		return errors.New("hairpin rule: ct expression not found once in the NEWRULE message")
 	}
 	d[i+7] = unix.NFT_CT_DST_IP

@@ -101,7 +101,7 @@ func (r *rtnlAddrs) dump() error {
 	if err != nil {
 		return fmt.Errorf("opening rtnetlink socket: %w", err)
 	}
-	defer unix.Close(fd)
+	defer func() { _ = unix.Close(fd) }()
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("binding rtnetlink socket: %w", err)
 	}

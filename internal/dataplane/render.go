@@ -369,13 +369,13 @@ func writeBase(tx txn, vpcInterface string) {
 	tx.addRule(HairpinChain, rule{kind: ruleHairpin, iface: vpcInterface})
 }
 
-// writeIdentity adds the operations that take the kernel from old to new for one identity. old
-// is nil when the identity is not (known to be) installed; new is nil when it must go. Both,
+// writeIdentity adds the operations that take the kernel from old to next for one identity. old
+// is nil when the identity is not (known to be) installed; next is nil when it must go. Both,
 // when set, have at least one backend. Objects are flushed before they are deleted and
 // references are removed before their targets, so the kernel accepts the order.
-func writeIdentity(tx txn, old, new *gwstate.Identity) {
+func writeIdentity(tx txn, old, next *gwstate.Identity) {
 	defer tx.identity(nil)
-	if new == nil {
+	if next == nil {
 		tx.identity(old)
 		idc := IdentityChain(old.Key())
 		tx.deleteElement(*old)
@@ -388,8 +388,8 @@ func writeIdentity(tx txn, old, new *gwstate.Identity) {
 		tx.deleteOwnedKey(elementKey(*old))
 		return
 	}
-	writeObjects(tx, old, new)
-	tx.addElement(*new)
+	writeObjects(tx, old, next)
+	tx.addElement(*next)
 }
 
 // addReadyElement adds the element of an identity whose objects are staged already.

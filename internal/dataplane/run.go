@@ -251,9 +251,9 @@ func handleLine(ctx context.Context, agent *Agent, data []byte, log logr.Logger)
 func NewLogger(w io.Writer, verbosity int) logr.Logger {
 	return funcr.New(func(prefix, args string) {
 		if prefix != "" {
-			fmt.Fprintf(w, "%s: %s\n", prefix, args)
+			_, _ = fmt.Fprintf(w, "%s: %s\n", prefix, args)
 		} else {
-			fmt.Fprintln(w, args)
+			_, _ = fmt.Fprintln(w, args)
 		}
 	}, funcr.Options{Verbosity: verbosity}).WithName("agent")
 }
@@ -271,7 +271,7 @@ Flags (one dash or two):
 `
 
 func printUsage(fs *flag.FlagSet) {
-	fmt.Fprint(fs.Output(), agentHelp)
+	_, _ = fmt.Fprint(fs.Output(), agentHelp)
 	fs.PrintDefaults()
 }
 

@@ -26,6 +26,7 @@ import (
 // Protocol is a transport protocol as nftables spells it (lowercase).
 type Protocol string
 
+// The protocols a Service port can carry.
 const (
 	TCP Protocol = "tcp"
 	UDP Protocol = "udp"
@@ -357,34 +358,34 @@ func validPort(p int32) error {
 // IsDelta reports whether the message is a delta (Base > 0) rather than a complete state.
 func (s State) IsDelta() bool { return s.Base > 0 }
 
-// Delta is the message that turns the complete state old into the complete state new: the
-// identities of new that are not in old as they are, the keys of old's identities that new
-// lacks, and new's ClusterIPs. Both must be normalized. Generation and Base are left to the
+// Delta is the message that turns the complete state old into the complete state next: the
+// identities of next that are not in old as they are, the keys of old's identities that next
+// lacks, and next's ClusterIPs. Both must be normalized. Generation and Base are left to the
 // sender. A change to one Service at 10,000 identities is then a line of a few hundred bytes
 // instead of megabytes (SPEC P1, P3).
-func Delta(old, new State) State {
-	d := State{Identities: []Identity{}, ClusterIPs: new.ClusterIPs}
+func Delta(old, next State) State {
+	d := State{Identities: []Identity{}, ClusterIPs: next.ClusterIPs}
 	// Both lists are sorted: walk them together.
 	i, j := 0, 0
-	for i < len(old.Identities) || j < len(new.Identities) {
+	for i < len(old.Identities) || j < len(next.Identities) {
 		var c int
 		switch {
 		case i == len(old.Identities):
 			c = 1
-		case j == len(new.Identities):
+		case j == len(next.Identities):
 			c = -1
 		default:
-			c = old.Identities[i].Key().Compare(new.Identities[j].Key())
+			c = old.Identities[i].Key().Compare(next.Identities[j].Key())
 		}
 		switch {
 		case c < 0:
 			d.Removed = append(d.Removed, old.Identities[i].Key())
 			i++
 		case c > 0:
-			d.Identities = append(d.Identities, new.Identities[j])
+			d.Identities = append(d.Identities, next.Identities[j])
 			j++
 		default:
-			p, id := &old.Identities[i], &new.Identities[j]
+			p, id := &old.Identities[i], &next.Identities[j]
 			if !p.Equal(*id) {
 				d.Identities = append(d.Identities, *id)
 			}

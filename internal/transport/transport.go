@@ -355,7 +355,7 @@ func (c *Conn) Broken() bool {
 
 func (c *Conn) fail(err error) error {
 	c.err = err
-	c.shutdown()
+	_ = c.shutdown() // the stream is already broken by err; closing it can only add noise
 	return err
 }
 
