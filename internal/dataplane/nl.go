@@ -983,11 +983,27 @@ func (b *nlBackend) inventory(context.Context) (*inventory, error) {
 	if inv.chains, err = b.chainNames(); err != nil {
 		return nil, err
 	}
+	svc, err := b.readSets(inv)
+	if err != nil {
+		return nil, err
+	}
+	if svc == nil {
+		return inv, nil
+	}
+	if err := b.readServiceMap(inv, svc.Name); err != nil {
+		return nil, err
+	}
+	return inv, nil
+}
+
+// readSets lists the table's sets into inv: the ownership sets' elements, the other named sets'
+// names. It returns the service map (nil when the table has none) and moves b.anon past the
+// anonymous names in use.
+func (b *nlBackend) readSets(inv *inventory) (svc *nftables.Set, err error) {
 	sets, err := b.conn.GetSets(b.table)
 	if err != nil {
 		return nil, fmt.Errorf("listing sets: %w", err)
 	}
-	var svc *nftables.Set
 	for _, s := range sets {
 		if n, ok := anonNumber(s.Name); ok && n >= b.anon {
 			b.anon = n + 1 // never reuse a name that is in the table (a previous agent's maps)
@@ -999,34 +1015,44 @@ func (b *nlBackend) inventory(context.Context) (*inventory, error) {
 		case s.Name == ServiceMap && s.IsMap:
 			svc = s
 		case s.Name == OwnedSet || s.Name == VIPSet:
-			elems, err := b.setElements(s.Name)
-			if err != nil {
+			if err := b.readOwnershipSet(inv, s.Name); err != nil {
 				return nil, err
-			}
-			for _, e := range elems {
-				if s.Name == VIPSet && len(e.Key) == 4 {
-					inv.vips = append(inv.vips, netip.AddrFrom4([4]byte(e.Key)))
-				} else if k, ok := listedKey(e.Key); ok && s.Name == OwnedSet {
-					inv.owned = append(inv.owned, k)
-				}
 			}
 		default:
 			inv.sets = append(inv.sets, s.Name)
 		}
 	}
-	if svc == nil {
-		return inv, nil
-	}
-	elems, err := b.setElements(svc.Name)
+	return svc, nil
+}
+
+// readOwnershipSet reads the elements of OwnedSet (into inv.owned) or VIPSet (into inv.vips).
+func (b *nlBackend) readOwnershipSet(inv *inventory, name string) error {
+	elems, err := b.setElements(name)
 	if err != nil {
-		return nil, err
+		return err
+	}
+	for _, e := range elems {
+		if name == VIPSet && len(e.Key) == 4 {
+			inv.vips = append(inv.vips, netip.AddrFrom4([4]byte(e.Key)))
+		} else if k, ok := listedKey(e.Key); ok && name == OwnedSet {
+			inv.owned = append(inv.owned, k)
+		}
+	}
+	return nil
+}
+
+// readServiceMap reads the service map's elements into inv.elements.
+func (b *nlBackend) readServiceMap(inv *inventory, name string) error {
+	elems, err := b.setElements(name)
+	if err != nil {
+		return err
 	}
 	for _, e := range elems {
 		if key, ok := listedKey(e.Key); ok {
 			inv.elements = append(inv.elements, element{key: key, value: e.value})
 		}
 	}
-	return inv, nil
+	return nil
 }
 
 // listedElement is a set or map element as setElements decodes it.
