@@ -284,37 +284,7 @@ func (b *nlBackend) sendBatch(msgs []netlink.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	size := 2 * (unix.NLMSG_HDRLEN + 4)
-	for _, m := range msgs {
-		size += unix.NLMSG_HDRLEN + (len(m.Data)+3)&^3
-	}
-	buf := make([]byte, 0, size)
-	put := func(typ uint16, flags netlink.HeaderFlags, data []byte) uint32 {
-		b.seq++
-		var h [unix.NLMSG_HDRLEN]byte
-		binary.NativeEndian.PutUint32(h[0:], uint32(unix.NLMSG_HDRLEN+len(data)))
-		binary.NativeEndian.PutUint16(h[4:], typ)
-		binary.NativeEndian.PutUint16(h[6:], uint16(flags))
-		binary.NativeEndian.PutUint32(h[8:], b.seq)
-		buf = append(buf, h[:]...)
-		buf = append(buf, data...)
-		for len(buf)%4 != 0 {
-			buf = append(buf, 0)
-		}
-		return b.seq
-	}
-	batchHdr := []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, unix.NFNL_SUBSYS_NFTABLES}
-	first := put(unix.NFNL_MSG_BATCH_BEGIN, netlink.Request, batchHdr)
-	var last uint32
-	for i, m := range msgs {
-		flags := m.Header.Flags &^ netlink.Acknowledge
-		if i == len(msgs)-1 {
-			flags |= netlink.Acknowledge
-		}
-		last = put(uint16(m.Header.Type), flags, m.Data)
-	}
-	put(unix.NFNL_MSG_BATCH_END, netlink.Request, batchHdr)
-
+	buf, first, last := b.encodeBatch(msgs)
 	if err := unix.Sendto(b.fd, buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("sending the batch (%d messages, %d bytes): %w", len(msgs), len(buf), err)
 	}
@@ -322,49 +292,110 @@ func (b *nlBackend) sendBatch(msgs []netlink.Message) error {
 	// Read every answer: errors of failed messages (or of the commit, on the first message)
 	// and the ack of the last one, which comes last. Answers to an earlier batch (left over
 	// when reading it failed) are skipped by their sequence numbers.
-	var errs []error
-	failed := 0
-	bf := &batchFailure{}
-	// Once a message failed, the ack of the last may never come: stop when none is queued (the
-	// answers are queued before sendmsg returns).
-	idle := func() bool { return failed > 0 }
-	err := b.readAnswers(" to the batch", idle, func(typ uint16, _ uint32, body []byte) (bool, error) {
-		if typ != unix.NLMSG_ERROR || len(body) < 4+unix.NLMSG_HDRLEN {
-			return false, nil
-		}
-		code := int32(binary.NativeEndian.Uint32(body[0:]))
-		seq := binary.NativeEndian.Uint32(body[4+8:]) // the answered message's
-		if seq-first > last-first {
-			return false, nil // not this batch's
-		}
-		if code != 0 {
-			// The first errors name the cause; later messages often fail because of it.
-			e := batchError(msgs, first, seq, syscall.Errno(-code))
-			if failed++; failed <= 3 {
-				errs = append(errs, e)
-			}
-			if i := int(seq) - int(first) - 1; i >= 0 && i < len(msgs) {
-				bf.failed = append(bf.failed, failedMsg{index: i, err: e})
-			} else {
-				bf.whole = true // the batch itself failed (its commit): no message is the cause
-			}
-		}
-		return seq == last, nil
-	})
-	if err != nil {
+	ba := &batchAnswers{msgs: msgs, first: first, last: last, bf: &batchFailure{}}
+	if err := b.readAnswers(" to the batch", ba.idle, ba.answer); err != nil {
 		return err
 	}
-	if failed > 3 {
-		errs = append(errs, fmt.Errorf("and %d more failed messages", failed-3))
+	return ba.result()
+}
+
+// encodeBatch encodes msgs between a batch's begin and end messages, only the last one asking
+// for an ack. first is the sequence number of the batch's begin message, last that of its last
+// message.
+func (b *nlBackend) encodeBatch(msgs []netlink.Message) (buf []byte, first, last uint32) {
+	size := 2 * (unix.NLMSG_HDRLEN + 4)
+	for _, m := range msgs {
+		size += unix.NLMSG_HDRLEN + (len(m.Data)+3)&^3
 	}
-	if failed == 0 {
+	buf = make([]byte, 0, size)
+	batchHdr := []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, unix.NFNL_SUBSYS_NFTABLES}
+	buf, first = b.appendMessage(buf, unix.NFNL_MSG_BATCH_BEGIN, netlink.Request, batchHdr)
+	for i, m := range msgs {
+		flags := m.Header.Flags &^ netlink.Acknowledge
+		if i == len(msgs)-1 {
+			flags |= netlink.Acknowledge
+		}
+		buf, last = b.appendMessage(buf, uint16(m.Header.Type), flags, m.Data)
+	}
+	buf, _ = b.appendMessage(buf, unix.NFNL_MSG_BATCH_END, netlink.Request, batchHdr)
+	return buf, first, last
+}
+
+// appendMessage appends one netlink message, padded, with the next sequence number, which it
+// returns.
+func (b *nlBackend) appendMessage(buf []byte, typ uint16, flags netlink.HeaderFlags, data []byte) ([]byte, uint32) {
+	b.seq++
+	var h [unix.NLMSG_HDRLEN]byte
+	binary.NativeEndian.PutUint32(h[0:], uint32(unix.NLMSG_HDRLEN+len(data)))
+	binary.NativeEndian.PutUint16(h[4:], typ)
+	binary.NativeEndian.PutUint16(h[6:], uint16(flags))
+	binary.NativeEndian.PutUint32(h[8:], b.seq)
+	buf = append(buf, h[:]...)
+	buf = append(buf, data...)
+	for len(buf)%4 != 0 {
+		buf = append(buf, 0)
+	}
+	return buf, b.seq
+}
+
+// batchAnswers collects the kernel's answers to one batch (sequence numbers after first, up to
+// last).
+type batchAnswers struct {
+	msgs        []netlink.Message
+	first, last uint32
+	// errs holds the first three errors; failed counts them all.
+	errs   []error
+	failed int
+	bf     *batchFailure
+}
+
+// idle: once a message failed, the ack of the last may never come: stop when none is queued
+// (the answers are queued before sendmsg returns).
+func (ba *batchAnswers) idle() bool { return ba.failed > 0 }
+
+// answer takes one answer; done once the last message is acknowledged.
+func (ba *batchAnswers) answer(typ uint16, _ uint32, body []byte) (done bool, err error) {
+	if typ != unix.NLMSG_ERROR || len(body) < 4+unix.NLMSG_HDRLEN {
+		return false, nil
+	}
+	code := int32(binary.NativeEndian.Uint32(body[0:]))
+	seq := binary.NativeEndian.Uint32(body[4+8:]) // the answered message's
+	if seq-ba.first > ba.last-ba.first {
+		return false, nil // not this batch's
+	}
+	if code != 0 {
+		ba.fail(seq, syscall.Errno(-code))
+	}
+	return seq == ba.last, nil
+}
+
+// fail records the failure of the message seq.
+func (ba *batchAnswers) fail(seq uint32, errno syscall.Errno) {
+	// The first errors name the cause; later messages often fail because of it.
+	e := batchError(ba.msgs, ba.first, seq, errno)
+	if ba.failed++; ba.failed <= 3 {
+		ba.errs = append(ba.errs, e)
+	}
+	if i := int(seq) - int(ba.first) - 1; i >= 0 && i < len(ba.msgs) {
+		ba.bf.failed = append(ba.bf.failed, failedMsg{index: i, err: e})
+	} else {
+		ba.bf.whole = true // the batch itself failed (its commit): no message is the cause
+	}
+}
+
+// result is the batch's verdict: nil, or a *batchFailure.
+func (ba *batchAnswers) result() error {
+	if ba.failed > 3 {
+		ba.errs = append(ba.errs, fmt.Errorf("and %d more failed messages", ba.failed-3))
+	}
+	if ba.failed == 0 {
 		return nil
 	}
-	bf.err = errors.Join(errs...)
-	if bf.whole {
-		bf.failed = nil
+	ba.bf.err = errors.Join(ba.errs...)
+	if ba.bf.whole {
+		ba.bf.failed = nil
 	}
-	return bf
+	return ba.bf
 }
 
 // readAnswers is the one reader of the kernel's netlink answers on the batch socket: it hands
@@ -383,11 +414,8 @@ func (b *nlBackend) readAnswers(what string, stop func() bool, answer func(typ u
 			if stop != nil && stop() {
 				return nil
 			}
-			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-			if k, perr := unix.Poll(fds, 10_000); perr != nil && !errors.Is(perr, unix.EINTR) {
-				return fmt.Errorf("waiting for the kernel's answer: %w", perr)
-			} else if k == 0 {
-				return fmt.Errorf("no answer from the kernel%s within 10s", what)
+			if err := waitReadable(fd, what); err != nil {
+				return err
 			}
 			continue
 		case errors.Is(err, unix.EINTR):
@@ -396,20 +424,37 @@ func (b *nlBackend) readAnswers(what string, stop func() bool, answer func(typ u
 			// ENOBUFS: answers were lost; whether a batch committed is unknown.
 			return fmt.Errorf("reading the kernel's answer: %w", err)
 		}
-		for d := rbuf[:n]; len(d) >= unix.NLMSG_HDRLEN; {
-			l := int(binary.NativeEndian.Uint32(d[0:]))
-			if l < unix.NLMSG_HDRLEN || l > len(d) {
-				return fmt.Errorf("malformed netlink answer (length %d of %d)", l, len(d))
-			}
-			typ := binary.NativeEndian.Uint16(d[4:])
-			seq := binary.NativeEndian.Uint32(d[8:])
-			body := d[unix.NLMSG_HDRLEN:l]
-			d = d[min((l+3)&^3, len(d)):]
-			if done, err := answer(typ, seq, body); done || err != nil {
-				return err
-			}
+		if done, err := dispatchAnswers(rbuf[:n], answer); done || err != nil {
+			return err
 		}
 	}
+}
+
+// waitReadable waits up to 10 s for an answer on fd; what names the request in the timeout's
+// error.
+func waitReadable(fd int, what string) error {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	if k, perr := unix.Poll(fds, 10_000); perr != nil && !errors.Is(perr, unix.EINTR) {
+		return fmt.Errorf("waiting for the kernel's answer: %w", perr)
+	} else if k == 0 {
+		return fmt.Errorf("no answer from the kernel%s within 10s", what)
+	}
+	return nil
+}
+
+// dispatchAnswers hands each netlink message of d to answer until answer says done or fails.
+func dispatchAnswers(d []byte, answer func(typ uint16, seq uint32, body []byte) (done bool, err error)) (done bool, err error) {
+	for len(d) >= unix.NLMSG_HDRLEN {
+		typ, seq, body, rest, err := splitNetlinkMessage(d, "netlink answer")
+		if err != nil {
+			return false, err
+		}
+		d = rest
+		if done, err := answer(typ, seq, body); done || err != nil {
+			return true, err
+		}
+	}
+	return false, nil
 }
 
 // batchFailure is a batch the kernel refused: failed are its refused messages (by index into

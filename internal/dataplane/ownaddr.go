@@ -137,7 +137,7 @@ func (r *rtnlAddrs) dump() error {
 // sequence seq (0: notifications). It reports the end of a dump.
 func (r *rtnlAddrs) apply(b []byte, seq uint32) (done bool, err error) {
 	for len(b) >= unix.NLMSG_HDRLEN {
-		typ, mseq, body, rest, err := splitRtnlMessage(b)
+		typ, mseq, body, rest, err := splitNetlinkMessage(b, "rtnetlink message")
 		if err != nil {
 			return false, err
 		}
@@ -159,12 +159,12 @@ func (r *rtnlAddrs) apply(b []byte, seq uint32) (done bool, err error) {
 	return false, nil
 }
 
-// splitRtnlMessage splits the first netlink message off b (at least a header long): its type,
-// sequence number and body, and what follows it.
-func splitRtnlMessage(b []byte) (typ uint16, seq uint32, body, rest []byte, err error) {
+// splitNetlinkMessage splits the first netlink message off b (at least a header long): its
+// type, sequence number and body, and what follows it. kind names the message in the error.
+func splitNetlinkMessage(b []byte, kind string) (typ uint16, seq uint32, body, rest []byte, err error) {
 	l := int(binary.NativeEndian.Uint32(b[0:]))
 	if l < unix.NLMSG_HDRLEN || l > len(b) {
-		return 0, 0, nil, nil, fmt.Errorf("malformed rtnetlink message (length %d of %d)", l, len(b))
+		return 0, 0, nil, nil, fmt.Errorf("malformed %s (length %d of %d)", kind, l, len(b))
 	}
 	typ = binary.NativeEndian.Uint16(b[4:])
 	seq = binary.NativeEndian.Uint32(b[8:])
