@@ -136,35 +136,13 @@ type Config struct {
 // gateway's own addresses (refused as backends, SPEC N2), conntrack netlink for flows. The sockets are opened now, so a caller that switched namespaces on a
 // locked thread may switch back afterwards.
 func NewKernelAgent(cfg Config, log logr.Logger) (*Agent, error) {
-	var be backend
-	if cfg.TextPath {
-		nft, err := knftables.New(knftables.IPv4Family, TableName)
-		if err != nil {
-			return nil, fmt.Errorf("nftables is not usable: %w", err)
-		}
-		be = &knftBackend{nft: nft}
-	} else {
-		nl, err := newNLBackend()
-		if err != nil {
-			return nil, err
-		}
-		be = nl
+	be, err := newKernelBackend(cfg)
+	if err != nil {
+		return nil, err
 	}
-	var vips vipHolder
-	if !cfg.NoLoopback {
-		lo, err := newLoVIPs()
-		if err != nil {
-			return nil, err
-		}
-		vips = lo
-	}
-	var ct flowCleaner
-	if !cfg.NoConntrack {
-		c, err := newCTCleaner()
-		if err != nil {
-			return nil, err
-		}
-		ct = c
+	vips, ct, err := newFlowState(cfg)
+	if err != nil {
+		return nil, err
 	}
 	own, err := newRtnlAddrs()
 	if err != nil {
@@ -180,30 +158,78 @@ func NewKernelAgent(cfg Config, log logr.Logger) (*Agent, error) {
 		}
 	}
 	if !cfg.NoWatch {
-		var ownPorts []uint32
-		if nl, ok := be.(*nlBackend); ok {
-			p, err := nl.port()
-			if err != nil {
-				return nil, err
-			}
-			ownPorts = append(ownPorts, p)
-		}
-		loIndex := 0
-		if lo, ok := vips.(*loVIPs); ok {
-			link, err := lo.lo()
-			if err != nil {
-				return nil, err
-			}
-			loIndex = link.Attrs().Index
-		}
-		if a.watch, err = newChangeWatcher(ownPorts, loIndex); err != nil {
+		if err := a.startWatch(be, vips); err != nil {
 			return nil, err
-		}
-		if nl, ok := be.(*nlBackend); ok {
-			nl.watch = a.watch
 		}
 	}
 	return a, nil
+}
+
+// newKernelBackend opens the nftables backend: knftables (the nft binary) with cfg.TextPath,
+// netlink otherwise.
+func newKernelBackend(cfg Config) (backend, error) {
+	if cfg.TextPath {
+		nft, err := knftables.New(knftables.IPv4Family, TableName)
+		if err != nil {
+			return nil, fmt.Errorf("nftables is not usable: %w", err)
+		}
+		return &knftBackend{nft: nft}, nil
+	}
+	nl, err := newNLBackend()
+	if err != nil {
+		return nil, err
+	}
+	return nl, nil
+}
+
+// newFlowState opens what holds the VIPs on lo (unless cfg.NoLoopback) and what deletes
+// conntrack flows (unless cfg.NoConntrack); each is nil when switched off.
+func newFlowState(cfg Config) (vips vipHolder, ct flowCleaner, err error) {
+	if !cfg.NoLoopback {
+		lo, err := newLoVIPs()
+		if err != nil {
+			return nil, nil, err
+		}
+		vips = lo
+	}
+	if !cfg.NoConntrack {
+		c, err := newCTCleaner()
+		if err != nil {
+			return nil, nil, err
+		}
+		ct = c
+	}
+	return vips, ct, nil
+}
+
+// startWatch opens the kernel change watcher (a.watch), which ignores the agent's own nftables
+// port's changes and knows lo's index when the agent holds VIPs there.
+func (a *Agent) startWatch(be backend, vips vipHolder) error {
+	var ownPorts []uint32
+	nl, isNL := be.(*nlBackend)
+	if isNL {
+		p, err := nl.port()
+		if err != nil {
+			return err
+		}
+		ownPorts = append(ownPorts, p)
+	}
+	loIndex := 0
+	if lo, ok := vips.(*loVIPs); ok {
+		link, err := lo.lo()
+		if err != nil {
+			return err
+		}
+		loIndex = link.Attrs().Index
+	}
+	var err error
+	if a.watch, err = newChangeWatcher(ownPorts, loIndex); err != nil {
+		return err
+	}
+	if isNL {
+		nl.watch = a.watch
+	}
+	return nil
 }
 
 // TakeConntrackDeleted returns how many conntrack entries were deleted since the last call.
@@ -328,40 +354,56 @@ func (a *Agent) Applied() []gwstate.Identity {
 // nothing the agent had not committed; a flushed table at 10,000 identities is then restored
 // like a cold sync, in chunks, instead of one quadratic transaction.
 func (a *Agent) planStaging(inv *inventory, ids []gwstate.Identity, desired map[gwstate.IdentityKey]gwstate.Identity) (ready map[gwstate.IdentityKey]bool, stage []gwstate.Identity) {
-	ready = map[gwstate.IdentityKey]bool{}
 	if inv == nil {
-		for _, id := range ids {
-			if len(id.Backends) == 0 {
-				continue
-			}
-			if _, ok := a.applied[id.Key()]; !ok {
-				stage = append(stage, id)
-			}
-		}
+		ready, stage = map[gwstate.IdentityKey]bool{}, a.unappliedIdentities(ids)
 	} else {
-		chains, sets := nameSet(inv.chains), nameSet(inv.sets)
-		referenced := make(map[string]bool, len(inv.elements))
-		for _, e := range inv.elements {
-			if _, c, ok := strings.Cut(e.value, " "); ok {
-				referenced[c] = true
-			}
-		}
-		for _, id := range ids {
-			if len(id.Backends) == 0 {
-				continue
-			}
-			idc := IdentityChain(id.Key())
-			if !chains[idc] || a.restorable(id) {
-				stage = append(stage, id)
-				continue
-			}
-			if old, ok := a.staged[id.Key()]; ok && identityEqual(old, id) && !referenced[idc] && present(id, chains, sets) {
-				ready[id.Key()] = true
-			}
-		}
+		ready, stage = a.planFromTable(inv, ids)
 	}
 	if a.stageChunk <= 0 || len(stage) <= a.stageChunk {
 		stage = nil
+	}
+	return ready, stage
+}
+
+// unappliedIdentities are the identities of ids with backends that are not committed (an
+// incremental change's new identities).
+func (a *Agent) unappliedIdentities(ids []gwstate.Identity) []gwstate.Identity {
+	var stage []gwstate.Identity
+	for _, id := range ids {
+		if len(id.Backends) == 0 {
+			continue
+		}
+		if _, ok := a.applied[id.Key()]; !ok {
+			stage = append(stage, id)
+		}
+	}
+	return stage
+}
+
+// planFromTable plans a full sync from the listed table: identities whose chain is missing (or
+// that a drift repair restores) are staged; those staged already with the same content, present
+// whole and referenced by no element, are ready.
+func (a *Agent) planFromTable(inv *inventory, ids []gwstate.Identity) (ready map[gwstate.IdentityKey]bool, stage []gwstate.Identity) {
+	ready = map[gwstate.IdentityKey]bool{}
+	chains, sets := nameSet(inv.chains), nameSet(inv.sets)
+	referenced := make(map[string]bool, len(inv.elements))
+	for _, e := range inv.elements {
+		if _, c, ok := strings.Cut(e.value, " "); ok {
+			referenced[c] = true
+		}
+	}
+	for _, id := range ids {
+		if len(id.Backends) == 0 {
+			continue
+		}
+		idc := IdentityChain(id.Key())
+		if !chains[idc] || a.restorable(id) {
+			stage = append(stage, id)
+			continue
+		}
+		if old, ok := a.staged[id.Key()]; ok && identityEqual(old, id) && !referenced[idc] && present(id, chains, sets) {
+			ready[id.Key()] = true
+		}
 	}
 	return ready, stage
 }
