@@ -222,18 +222,35 @@ func (s State) ValidateShape() error {
 	if s.Release && (len(s.Identities) > 0 || len(s.ClusterIPs) > 0 || s.IsDelta()) {
 		return errors.New("a release state must be complete and empty")
 	}
-	seen := make(map[IdentityKey]bool, len(s.Identities))
-	for _, id := range s.Identities {
-		if seen[id.Key()] {
-			return fmt.Errorf("identity %s appears twice", id.Key())
-		}
-		seen[id.Key()] = true
+	seen, err := s.identityKeys()
+	if err != nil {
+		return err
 	}
 	for _, ip := range s.ClusterIPs {
 		if err := validIPv4(ip); err != nil {
 			return fmt.Errorf("clusterIP: %w", err)
 		}
 	}
+	if err := s.validateBase(); err != nil {
+		return err
+	}
+	return s.validateRemoved(seen)
+}
+
+// identityKeys returns the keys of s's identities, an error when one appears twice.
+func (s State) identityKeys() (map[IdentityKey]bool, error) {
+	seen := make(map[IdentityKey]bool, len(s.Identities))
+	for _, id := range s.Identities {
+		if seen[id.Key()] {
+			return nil, fmt.Errorf("identity %s appears twice", id.Key())
+		}
+		seen[id.Key()] = true
+	}
+	return seen, nil
+}
+
+// validateBase checks the base generation against what only a delta may carry.
+func (s State) validateBase() error {
 	switch {
 	case s.Base < 0:
 		return fmt.Errorf("base generation %d is negative", s.Base)
@@ -244,6 +261,11 @@ func (s State) ValidateShape() error {
 	case s.SameClusterIPs && len(s.ClusterIPs) > 0:
 		return fmt.Errorf("a delta that keeps its base's ClusterIPs carries %d ClusterIPs", len(s.ClusterIPs))
 	}
+	return nil
+}
+
+// validateRemoved checks the removed keys: valid, and none of them also set (seen).
+func (s State) validateRemoved(seen map[IdentityKey]bool) error {
 	for _, k := range s.Removed {
 		if err := k.validate(); err != nil {
 			return fmt.Errorf("removed identity %s: %w", k, err)
