@@ -768,100 +768,9 @@ func ifname(name string) []byte {
 
 func (t *nlTxn) addRule(chain string, r rule) {
 	t.n++
-	var exprs []expr.Any
-	switch r.kind {
-	case ruleDispatch:
-		exprs = []expr.Any{
-			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg32_01},
-			&expr.Payload{DestRegister: reg32_02, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-			&expr.Lookup{SourceRegister: reg1, DestRegister: regVerdict, IsDestRegSet: true, SetName: ServiceMap},
-		}
-	case ruleHairpin:
-		exprs = []expr.Any{
-			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: ifname(r.iface)},
-			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: reg1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: ifname(r.iface)},
-			&expr.Ct{Key: expr.CtKeySTATUS, Register: reg1},
-			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
-				Mask: binaryutil.NativeEndian.PutUint32(0x20), Xor: make([]byte, 4)}, // IPS_DST_NAT
-			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: make([]byte, 4)},
-			// ct original ip daddr (NFT_CT_DST_IP): google/nftables sends the direction only
-			// for NFT_CT_DST, so the key is patched below.
-			&expr.Ct{Key: expr.CtKeyDST, Direction: 0, Register: reg1},
-			&expr.Lookup{SourceRegister: reg1, SetName: VIPSet},
-			&expr.Masq{FullyRandom: true},
-		}
-	case ruleDNAT:
-		exprs = []expr.Any{
-			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{protoNumber(r.proto)}},
-		}
-		if len(r.backends) == 1 {
-			a := r.backends[0].IP.As4()
-			exprs = append(exprs,
-				&expr.Immediate{Register: reg1, Data: a[:]},
-				&expr.Immediate{Register: reg2, Data: binaryutil.BigEndian.PutUint16(uint16(r.backends[0].Port))},
-				&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg1, RegProtoMin: reg2, Specified: true},
-			)
-			break
-		}
-		set := &nftables.Set{Table: t.b.table, Anonymous: true, Constant: true, IsMap: true,
-			KeyType:  nftables.TypeInteger,
-			DataType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)}
-		elems := make([]nftables.SetElement, len(r.backends))
-		for i, be := range r.backends {
-			v := make([]byte, 8)
-			a := be.IP.As4()
-			copy(v, a[:])
-			binary.BigEndian.PutUint16(v[4:], uint16(be.Port))
-			elems[i] = nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)), Val: v}
-		}
-		if err := t.addAnonymousMap(set, elems); err != nil {
-			t.fail(err)
-			return
-		}
-		exprs = append(exprs,
-			&expr.Numgen{Register: reg1, Modulus: uint32(len(r.backends)), Type: unix.NFT_NG_RANDOM},
-			&expr.Lookup{SourceRegister: reg1, DestRegister: reg1, IsDestRegSet: true, SetName: set.Name, SetID: set.ID},
-			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg1, RegProtoMin: reg32_01},
-		)
-	case ruleAffinityCheck:
-		exprs = []expr.Any{
-			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
-			&expr.Lookup{SourceRegister: reg1, SetName: r.set},
-			&expr.Verdict{Kind: expr.VerdictGoto, Chain: r.chains[0]},
-		}
-	case ruleAffinityPick:
-		set := &nftables.Set{Table: t.b.table, Anonymous: true, Constant: true, IsMap: true,
-			KeyType: nftables.TypeInteger, DataType: nftables.TypeVerdict}
-		elems := make([]nftables.SetElement, len(r.chains))
-		for i, c := range r.chains {
-			elems[i] = nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)),
-				VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: c}}
-		}
-		if err := t.addAnonymousMap(set, elems); err != nil {
-			t.fail(err)
-			return
-		}
-		exprs = []expr.Any{
-			&expr.Numgen{Register: reg1, Modulus: uint32(len(r.chains)), Type: unix.NFT_NG_RANDOM},
-			&expr.Lookup{SourceRegister: reg1, DestRegister: regVerdict, IsDestRegSet: true, SetName: set.Name, SetID: set.ID},
-		}
-	case ruleAffinityUpdate:
-		exprs = []expr.Any{
-			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
-			&expr.Dynset{SrcRegKey: reg1, SetName: r.set, Operation: unix.NFT_DYNSET_OP_UPDATE},
-		}
-	case ruleFirewall:
-		exprs = []expr.Any{
-			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
-			&expr.Lookup{SourceRegister: reg1, SetName: r.set, Invert: true},
-			&expr.Verdict{Kind: expr.VerdictDrop},
-		}
-	default:
-		t.fail(fmt.Errorf("unknown rule kind %d", r.kind))
+	exprs, err := t.ruleExprs(r)
+	if err != nil {
+		t.fail(err)
 		return
 	}
 	nr := &nftables.Rule{Table: t.b.table, Chain: t.chain(chain), Exprs: exprs}
@@ -872,6 +781,122 @@ func (t *nlTxn) addRule(chain string, r rule) {
 	if r.kind == ruleHairpin {
 		t.fail(patchCtDstIP(t.b.conn))
 	}
+}
+
+// ruleExprs are the expressions of r; a rule that needs an anonymous map adds it first.
+func (t *nlTxn) ruleExprs(r rule) ([]expr.Any, error) {
+	switch r.kind {
+	case ruleDispatch:
+		return dispatchExprs(), nil
+	case ruleHairpin:
+		return hairpinExprs(r.iface), nil
+	case ruleDNAT:
+		return t.dnatExprs(r.proto, r.backends)
+	case ruleAffinityCheck:
+		return []expr.Any{
+			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+			&expr.Lookup{SourceRegister: reg1, SetName: r.set},
+			&expr.Verdict{Kind: expr.VerdictGoto, Chain: r.chains[0]},
+		}, nil
+	case ruleAffinityPick:
+		return t.affinityPickExprs(r.chains)
+	case ruleAffinityUpdate:
+		return []expr.Any{
+			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+			&expr.Dynset{SrcRegKey: reg1, SetName: r.set, Operation: unix.NFT_DYNSET_OP_UPDATE},
+		}, nil
+	case ruleFirewall:
+		return []expr.Any{
+			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+			&expr.Lookup{SourceRegister: reg1, SetName: r.set, Invert: true},
+			&expr.Verdict{Kind: expr.VerdictDrop},
+		}, nil
+	}
+	return nil, fmt.Errorf("unknown rule kind %d", r.kind)
+}
+
+// dispatchExprs look the packet's daddr . l4proto . dport up in the service map, whose verdict
+// is the identity chain.
+func dispatchExprs() []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg32_01},
+		&expr.Payload{DestRegister: reg32_02, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Lookup{SourceRegister: reg1, DestRegister: regVerdict, IsDestRegSet: true, SetName: ServiceMap},
+	}
+}
+
+// hairpinExprs masquerade a DNATed connection to a VIP that came in and goes out on iface.
+func hairpinExprs(iface string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: ifname(iface)},
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: reg1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: ifname(iface)},
+		&expr.Ct{Key: expr.CtKeySTATUS, Register: reg1},
+		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(0x20), Xor: make([]byte, 4)}, // IPS_DST_NAT
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: make([]byte, 4)},
+		// ct original ip daddr (NFT_CT_DST_IP): google/nftables sends the direction only
+		// for NFT_CT_DST, so the key is patched after the rule is queued (patchCtDstIP).
+		&expr.Ct{Key: expr.CtKeyDST, Direction: 0, Register: reg1},
+		&expr.Lookup{SourceRegister: reg1, SetName: VIPSet},
+		&expr.Masq{FullyRandom: true},
+	}
+}
+
+// dnatExprs DNAT packets of proto to one of backends: directly to a single one, through an
+// anonymous map picked by numgen among several.
+func (t *nlTxn) dnatExprs(proto gwstate.Protocol, backends []gwstate.Backend) ([]expr.Any, error) {
+	exprs := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{protoNumber(proto)}},
+	}
+	if len(backends) == 1 {
+		a := backends[0].IP.As4()
+		return append(exprs,
+			&expr.Immediate{Register: reg1, Data: a[:]},
+			&expr.Immediate{Register: reg2, Data: binaryutil.BigEndian.PutUint16(uint16(backends[0].Port))},
+			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg1, RegProtoMin: reg2, Specified: true},
+		), nil
+	}
+	set := &nftables.Set{Table: t.b.table, Anonymous: true, Constant: true, IsMap: true,
+		KeyType:  nftables.TypeInteger,
+		DataType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)}
+	elems := make([]nftables.SetElement, len(backends))
+	for i, be := range backends {
+		v := make([]byte, 8)
+		a := be.IP.As4()
+		copy(v, a[:])
+		binary.BigEndian.PutUint16(v[4:], uint16(be.Port))
+		elems[i] = nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)), Val: v}
+	}
+	if err := t.addAnonymousMap(set, elems); err != nil {
+		return nil, err
+	}
+	return append(exprs,
+		&expr.Numgen{Register: reg1, Modulus: uint32(len(backends)), Type: unix.NFT_NG_RANDOM},
+		&expr.Lookup{SourceRegister: reg1, DestRegister: reg1, IsDestRegSet: true, SetName: set.Name, SetID: set.ID},
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg1, RegProtoMin: reg32_01},
+	), nil
+}
+
+// affinityPickExprs go to one of chains, picked by numgen through an anonymous verdict map.
+func (t *nlTxn) affinityPickExprs(chains []string) ([]expr.Any, error) {
+	set := &nftables.Set{Table: t.b.table, Anonymous: true, Constant: true, IsMap: true,
+		KeyType: nftables.TypeInteger, DataType: nftables.TypeVerdict}
+	elems := make([]nftables.SetElement, len(chains))
+	for i, c := range chains {
+		elems[i] = nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)),
+			VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: c}}
+	}
+	if err := t.addAnonymousMap(set, elems); err != nil {
+		return nil, err
+	}
+	return []expr.Any{
+		&expr.Numgen{Register: reg1, Modulus: uint32(len(chains)), Type: unix.NFT_NG_RANDOM},
+		&expr.Lookup{SourceRegister: reg1, DestRegister: regVerdict, IsDestRegSet: true, SetName: set.Name, SetID: set.ID},
+	}, nil
 }
 
 // ruleCommentData is RuleComment as nft stores a rule's comment (NFTNL_UDATA_RULE_COMMENT, a
