@@ -353,7 +353,7 @@ func (a *Agent) Applied() []gwstate.Identity {
 // present or not. Its staged write puts back exactly what was committed, so traffic again sees
 // nothing the agent had not committed; a flushed table at 10,000 identities is then restored
 // like a cold sync, in chunks, instead of one quadratic transaction.
-func (a *Agent) planStaging(inv *inventory, ids []gwstate.Identity, desired map[gwstate.IdentityKey]gwstate.Identity) (ready map[gwstate.IdentityKey]bool, stage []gwstate.Identity) {
+func (a *Agent) planStaging(inv *inventory, ids []gwstate.Identity) (ready map[gwstate.IdentityKey]bool, stage []gwstate.Identity) {
 	if inv == nil {
 		ready, stage = map[gwstate.IdentityKey]bool{}, a.unappliedIdentities(ids)
 	} else {

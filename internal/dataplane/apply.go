@@ -168,7 +168,7 @@ func (a *Agent) fullApply(ctx context.Context, st gwstate.State) error {
 		return err
 	}
 	a.commitTime = 0
-	ready, stage := a.planStaging(inv, st.Identities, desired)
+	ready, stage := a.planStaging(inv, st.Identities)
 	for k := range a.intact {
 		// Found whole by the drift check with the content the agent committed, and still
 		// desired with that content.
