@@ -193,7 +193,7 @@ func (a *Agent) Refusals() []gwstate.Refusal {
 		}
 		out = append(out, gwstate.Refusal{IdentityKey: k, Reason: reason})
 	}
-	slices.SortFunc(out, func(x, y gwstate.Refusal) int { return x.IdentityKey.Compare(y.IdentityKey) })
+	slices.SortFunc(out, func(x, y gwstate.Refusal) int { return x.Compare(y.IdentityKey) })
 	return out
 }
 

@@ -136,35 +136,13 @@ type Config struct {
 // gateway's own addresses (refused as backends, SPEC N2), conntrack netlink for flows. The sockets are opened now, so a caller that switched namespaces on a
 // locked thread may switch back afterwards.
 func NewKernelAgent(cfg Config, log logr.Logger) (*Agent, error) {
-	var be backend
-	if cfg.TextPath {
-		nft, err := knftables.New(knftables.IPv4Family, TableName)
-		if err != nil {
-			return nil, fmt.Errorf("nftables is not usable: %w", err)
-		}
-		be = &knftBackend{nft: nft}
-	} else {
-		nl, err := newNLBackend()
-		if err != nil {
-			return nil, err
-		}
-		be = nl
+	be, err := newKernelBackend(cfg)
+	if err != nil {
+		return nil, err
 	}
-	var vips vipHolder
-	if !cfg.NoLoopback {
-		lo, err := newLoVIPs()
-		if err != nil {
-			return nil, err
-		}
-		vips = lo
-	}
-	var ct flowCleaner
-	if !cfg.NoConntrack {
-		c, err := newCTCleaner()
-		if err != nil {
-			return nil, err
-		}
-		ct = c
+	vips, ct, err := newFlowState(cfg)
+	if err != nil {
+		return nil, err
 	}
 	own, err := newRtnlAddrs()
 	if err != nil {
@@ -180,30 +158,78 @@ func NewKernelAgent(cfg Config, log logr.Logger) (*Agent, error) {
 		}
 	}
 	if !cfg.NoWatch {
-		var ownPorts []uint32
-		if nl, ok := be.(*nlBackend); ok {
-			p, err := nl.port()
-			if err != nil {
-				return nil, err
-			}
-			ownPorts = append(ownPorts, p)
-		}
-		loIndex := 0
-		if lo, ok := vips.(*loVIPs); ok {
-			link, err := lo.lo()
-			if err != nil {
-				return nil, err
-			}
-			loIndex = link.Attrs().Index
-		}
-		if a.watch, err = newChangeWatcher(ownPorts, loIndex); err != nil {
+		if err := a.startWatch(be, vips); err != nil {
 			return nil, err
-		}
-		if nl, ok := be.(*nlBackend); ok {
-			nl.watch = a.watch
 		}
 	}
 	return a, nil
+}
+
+// newKernelBackend opens the nftables backend: knftables (the nft binary) with cfg.TextPath,
+// netlink otherwise.
+func newKernelBackend(cfg Config) (backend, error) {
+	if cfg.TextPath {
+		nft, err := knftables.New(knftables.IPv4Family, TableName)
+		if err != nil {
+			return nil, fmt.Errorf("nftables is not usable: %w", err)
+		}
+		return &knftBackend{nft: nft}, nil
+	}
+	nl, err := newNLBackend()
+	if err != nil {
+		return nil, err
+	}
+	return nl, nil
+}
+
+// newFlowState opens what holds the VIPs on lo (unless cfg.NoLoopback) and what deletes
+// conntrack flows (unless cfg.NoConntrack); each is nil when switched off.
+func newFlowState(cfg Config) (vips vipHolder, ct flowCleaner, err error) {
+	if !cfg.NoLoopback {
+		lo, err := newLoVIPs()
+		if err != nil {
+			return nil, nil, err
+		}
+		vips = lo
+	}
+	if !cfg.NoConntrack {
+		c, err := newCTCleaner()
+		if err != nil {
+			return nil, nil, err
+		}
+		ct = c
+	}
+	return vips, ct, nil
+}
+
+// startWatch opens the kernel change watcher (a.watch), which ignores the agent's own nftables
+// port's changes and knows lo's index when the agent holds VIPs there.
+func (a *Agent) startWatch(be backend, vips vipHolder) error {
+	var ownPorts []uint32
+	nl, isNL := be.(*nlBackend)
+	if isNL {
+		p, err := nl.port()
+		if err != nil {
+			return err
+		}
+		ownPorts = append(ownPorts, p)
+	}
+	loIndex := 0
+	if lo, ok := vips.(*loVIPs); ok {
+		link, err := lo.lo()
+		if err != nil {
+			return err
+		}
+		loIndex = link.Attrs().Index
+	}
+	var err error
+	if a.watch, err = newChangeWatcher(ownPorts, loIndex); err != nil {
+		return err
+	}
+	if isNL {
+		nl.watch = a.watch
+	}
+	return nil
 }
 
 // TakeConntrackDeleted returns how many conntrack entries were deleted since the last call.
@@ -327,41 +353,57 @@ func (a *Agent) Applied() []gwstate.Identity {
 // present or not. Its staged write puts back exactly what was committed, so traffic again sees
 // nothing the agent had not committed; a flushed table at 10,000 identities is then restored
 // like a cold sync, in chunks, instead of one quadratic transaction.
-func (a *Agent) planStaging(inv *inventory, ids []gwstate.Identity, desired map[gwstate.IdentityKey]gwstate.Identity) (ready map[gwstate.IdentityKey]bool, stage []gwstate.Identity) {
-	ready = map[gwstate.IdentityKey]bool{}
+func (a *Agent) planStaging(inv *inventory, ids []gwstate.Identity) (ready map[gwstate.IdentityKey]bool, stage []gwstate.Identity) {
 	if inv == nil {
-		for _, id := range ids {
-			if len(id.Backends) == 0 {
-				continue
-			}
-			if _, ok := a.applied[id.Key()]; !ok {
-				stage = append(stage, id)
-			}
-		}
+		ready, stage = map[gwstate.IdentityKey]bool{}, a.unappliedIdentities(ids)
 	} else {
-		chains, sets := nameSet(inv.chains), nameSet(inv.sets)
-		referenced := make(map[string]bool, len(inv.elements))
-		for _, e := range inv.elements {
-			if _, c, ok := strings.Cut(e.value, " "); ok {
-				referenced[c] = true
-			}
-		}
-		for _, id := range ids {
-			if len(id.Backends) == 0 {
-				continue
-			}
-			idc := IdentityChain(id.Key())
-			if !chains[idc] || a.restorable(id) {
-				stage = append(stage, id)
-				continue
-			}
-			if old, ok := a.staged[id.Key()]; ok && identityEqual(old, id) && !referenced[idc] && present(id, chains, sets) {
-				ready[id.Key()] = true
-			}
-		}
+		ready, stage = a.planFromTable(inv, ids)
 	}
 	if a.stageChunk <= 0 || len(stage) <= a.stageChunk {
 		stage = nil
+	}
+	return ready, stage
+}
+
+// unappliedIdentities are the identities of ids with backends that are not committed (an
+// incremental change's new identities).
+func (a *Agent) unappliedIdentities(ids []gwstate.Identity) []gwstate.Identity {
+	var stage []gwstate.Identity
+	for _, id := range ids {
+		if len(id.Backends) == 0 {
+			continue
+		}
+		if _, ok := a.applied[id.Key()]; !ok {
+			stage = append(stage, id)
+		}
+	}
+	return stage
+}
+
+// planFromTable plans a full sync from the listed table: identities whose chain is missing (or
+// that a drift repair restores) are staged; those staged already with the same content, present
+// whole and referenced by no element, are ready.
+func (a *Agent) planFromTable(inv *inventory, ids []gwstate.Identity) (ready map[gwstate.IdentityKey]bool, stage []gwstate.Identity) {
+	ready = map[gwstate.IdentityKey]bool{}
+	chains, sets := nameSet(inv.chains), nameSet(inv.sets)
+	referenced := make(map[string]bool, len(inv.elements))
+	for _, e := range inv.elements {
+		if _, c, ok := strings.Cut(e.value, " "); ok {
+			referenced[c] = true
+		}
+	}
+	for _, id := range ids {
+		if len(id.Backends) == 0 {
+			continue
+		}
+		idc := IdentityChain(id.Key())
+		if !chains[idc] || a.restorable(id) {
+			stage = append(stage, id)
+			continue
+		}
+		if old, ok := a.staged[id.Key()]; ok && identityEqual(old, id) && !referenced[idc] && present(id, chains, sets) {
+			ready[id.Key()] = true
+		}
 	}
 	return ready, stage
 }
@@ -461,34 +503,59 @@ func (a *Agent) stage(ctx context.Context, stage []gwstate.Identity, ready map[g
 // before OwnedSet (legacyHairpinChain present) is adopted by object names, as it did.
 func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired map[gwstate.IdentityKey]gwstate.Identity, ready map[gwstate.IdentityKey]bool) {
 	writeBase(tx, a.iface)
-	legacy := slices.Contains(inv.chains, legacyHairpinChain)
-	if legacy {
+	own := a.ownership(inv, desired)
+	if own.legacy {
 		tx.flushChain(legacyHairpinChain)
 		tx.deleteChain(legacyHairpinChain)
 		a.log.Info("adopting a table of an older agent by object names", "chain", legacyHairpinChain)
 	}
+	removeStaleElements(tx, inv, desired, own)
+	syncVIPs(tx, inv, desired)
+	keep := a.writeDesired(tx, inv, ids, ready)
+	a.removeStaleObjects(tx, inv, own, keep)
+}
 
-	// The idhashes whose objects are the agent's.
-	mine := make(map[string]bool, len(inv.owned)+len(desired)+len(a.staged))
-	ownedKeys := make(map[string]bool, len(inv.owned))
+// ownership tells which of a table's objects are the agent's.
+type ownership struct {
+	// legacy: the table is an older agent's, adopted by object names.
+	legacy bool
+	// mine holds the idhashes whose objects are the agent's.
+	mine map[string]bool
+	// ownedKeys holds OwnedSet's keys, joined as in the inventory's elements.
+	ownedKeys map[string]bool
+}
+
+// ownership collects the idhashes that are the agent's: those of OwnedSet's keys, the staged
+// identities and the desired ones.
+func (a *Agent) ownership(inv *inventory, desired map[gwstate.IdentityKey]gwstate.Identity) ownership {
+	own := ownership{
+		legacy:    slices.Contains(inv.chains, legacyHairpinChain),
+		mine:      make(map[string]bool, len(inv.owned)+len(desired)+len(a.staged)),
+		ownedKeys: make(map[string]bool, len(inv.owned)),
+	}
 	for _, k := range inv.owned {
-		mine[keyHash(k)] = true
-		ownedKeys[strings.Join(k, " . ")] = true
+		own.mine[keyHash(k)] = true
+		own.ownedKeys[strings.Join(k, " . ")] = true
 	}
 	for k := range a.staged {
-		mine[IdentityHash(k)] = true
+		own.mine[IdentityHash(k)] = true
 	}
 	for k := range desired {
-		mine[IdentityHash(k)] = true
+		own.mine[IdentityHash(k)] = true
 	}
-	isMine := func(name string) bool {
-		h, ok := objectHash(name)
-		return ok && (legacy || mine[h])
-	}
+	return own
+}
 
-	// Elements of the agent's that name no desired identity, or point elsewhere than they
-	// should, go first; so does an element of someone else's for a key the agent serves (one
-	// key, one verdict).
+// isMine tells whether the object named name is the agent's.
+func (o ownership) isMine(name string) bool {
+	h, ok := objectHash(name)
+	return ok && (o.legacy || o.mine[h])
+}
+
+// removeStaleElements deletes the agent's elements that name no desired identity, or point
+// elsewhere than they should; so does an element of someone else's for a key the agent serves
+// (one key, one verdict). OwnedSet loses the keys no longer desired.
+func removeStaleElements(tx txn, inv *inventory, desired map[gwstate.IdentityKey]gwstate.Identity, own ownership) {
 	wantElem := make(map[string]string, len(desired))
 	for _, id := range desired {
 		wantElem[strings.Join(elementKey(id), " . ")] = strings.Join(elementValue(id), " ")
@@ -499,7 +566,7 @@ func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired
 		switch {
 		case want && v == e.value:
 			continue
-		case want, legacy, ownedKeys[k], mine[keyHash(e.key)]:
+		case want, own.legacy, own.ownedKeys[k], own.mine[keyHash(e.key)]:
 			tx.deleteElementKey(e.key)
 		}
 	}
@@ -508,7 +575,10 @@ func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired
 			tx.deleteOwnedKey(k)
 		}
 	}
-	// VIPSet: exactly the desired identities' VIPs.
+}
+
+// syncVIPs makes VIPSet exactly the desired identities' VIPs.
+func syncVIPs(tx txn, inv *inventory, desired map[gwstate.IdentityKey]gwstate.Identity) {
 	wantVIPs := make(map[netip.Addr]bool, len(desired))
 	for k := range desired {
 		wantVIPs[k.VIP] = true
@@ -522,12 +592,47 @@ func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired
 	for _, v := range vips {
 		tx.addVIP(v) // a no-op for those present
 	}
+}
 
-	keepChains := map[string]bool{}
-	keepSets := map[string]bool{}
-	// Objects deleted by writeIdentity (a staged identity rewritten from its known content) are
-	// not deleted again as stale.
-	deleted := map[string]bool{}
+// keptObjects are the chains and sets a full sync keeps, and those it has deleted already.
+type keptObjects struct {
+	chains, sets map[string]bool
+	// deleted holds the objects deleted by writeIdentity (a staged identity rewritten from its
+	// known content), which are not deleted again as stale.
+	deleted map[string]bool
+}
+
+// keepIdentity marks the chains and sets of id as kept.
+func (k keptObjects) keepIdentity(id gwstate.Identity) {
+	k.chains[IdentityChain(id.Key())] = true
+	if len(id.SourceRanges) > 0 {
+		k.sets[SourceSet(id)] = true
+	}
+	if id.AffinityTimeoutSeconds > 0 {
+		for _, b := range id.Backends {
+			k.chains[EndpointChain(id, b)] = true
+			k.sets[AffinitySet(id, b)] = true
+		}
+	}
+}
+
+// markRewritten records the objects of old that its rewrite as id deleted.
+func (k keptObjects) markRewritten(old, id gwstate.Identity) {
+	oldChains, oldSets := objectNames(old)
+	newChains, newSets := objectNames(id)
+	for _, c := range oldChains {
+		k.deleted[c] = !slices.Contains(newChains, c)
+	}
+	for _, s := range oldSets {
+		k.deleted[s] = !slices.Contains(newSets, s)
+	}
+}
+
+// writeDesired writes every desired identity that has backends: the element only for those in
+// ready, a rewrite from the staged content for a leftover of a failed staged sync, all of it
+// for the others. It returns the objects to keep.
+func (a *Agent) writeDesired(tx txn, inv *inventory, ids []gwstate.Identity, ready map[gwstate.IdentityKey]bool) keptObjects {
+	keep := keptObjects{chains: map[string]bool{}, sets: map[string]bool{}, deleted: map[string]bool{}}
 	var chains, sets map[string]bool
 	if len(a.staged) > 0 {
 		chains, sets = nameSet(inv.chains), nameSet(inv.sets)
@@ -544,42 +649,19 @@ func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired
 			// A leftover of a failed staged sync with other content: rewrite it from what it
 			// is, so that affinity sets whose timeout changed are recreated (SPEC D3).
 			writeIdentity(tx, &old, &id)
-			oldChains, oldSets := objectNames(old)
-			newChains, newSets := objectNames(id)
-			for _, c := range oldChains {
-				deleted[c] = !slices.Contains(newChains, c)
-			}
-			for _, s := range oldSets {
-				deleted[s] = !slices.Contains(newSets, s)
-			}
+			keep.markRewritten(old, id)
 		default:
 			writeIdentity(tx, nil, &id)
 		}
-		keepChains[IdentityChain(id.Key())] = true
-		if len(id.SourceRanges) > 0 {
-			keepSets[SourceSet(id)] = true
-		}
-		if id.AffinityTimeoutSeconds > 0 {
-			for _, b := range id.Backends {
-				keepChains[EndpointChain(id, b)] = true
-				keepSets[AffinitySet(id, b)] = true
-			}
-		}
+		keep.keepIdentity(id)
 	}
+	return keep
+}
 
-	var staleChains, staleSets []string
-	for _, c := range inv.chains {
-		if isMine(c) && !keepChains[c] && !deleted[c] {
-			staleChains = append(staleChains, c)
-		}
-	}
-	for _, s := range inv.sets {
-		if isMine(s) && !keepSets[s] && !deleted[s] {
-			staleSets = append(staleSets, s)
-		}
-	}
-	slices.Sort(staleChains)
-	slices.Sort(staleSets)
+// removeStaleObjects deletes the agent's chains and sets that no desired identity keeps.
+func (a *Agent) removeStaleObjects(tx txn, inv *inventory, own ownership, keep keptObjects) {
+	staleChains := staleNames(inv.chains, own, keep.chains, keep.deleted)
+	staleSets := staleNames(inv.sets, own, keep.sets, keep.deleted)
 	// Flush every stale chain before deleting any, so goto references between them are gone.
 	for _, c := range staleChains {
 		tx.flushChain(c)
@@ -593,4 +675,17 @@ func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired
 	if len(staleChains)+len(staleSets) > 0 {
 		a.log.Info("removing stale objects", "chains", len(staleChains), "sets", len(staleSets))
 	}
+}
+
+// staleNames returns, sorted, the names of the agent's objects that are neither kept nor deleted
+// already.
+func staleNames(names []string, own ownership, kept, deleted map[string]bool) []string {
+	var stale []string
+	for _, n := range names {
+		if own.isMine(n) && !kept[n] && !deleted[n] {
+			stale = append(stale, n)
+		}
+	}
+	slices.Sort(stale)
+	return stale
 }

@@ -502,7 +502,7 @@ func TestRunAgentStopsOnContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	r, w := ioPipe()
-	defer w.Close()
+	defer func() { _ = w.Close() }()
 	if err := RunAgent(ctx, r, &bytes.Buffer{}, newFake(), logr.Discard()); !errors.Is(err, context.Canceled) {
 		t.Errorf("RunAgent with a cancelled context = %v", err)
 	}

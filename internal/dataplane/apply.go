@@ -60,22 +60,7 @@ func (a *Agent) applyLocked(ctx context.Context, st gwstate.State) error {
 // VIP counts, lo (when convergeLo) and conntrack (SPEC D6). Its work is O(changed). A failed
 // transaction leaves the table and the committed maps as they were and marks the agent unsynced.
 func (a *Agent) applyChanges(ctx context.Context, c changes, generation int64, clusterIPs []netip.Addr, convergeLo bool) error {
-	var gone, added []gwstate.Identity // committed identities that lose their objects; new ones with backends
-	for _, id := range c.upserts {
-		old, had := a.applied[id.Key()]
-		switch {
-		case len(id.Backends) == 0 && had:
-			gone = append(gone, old)
-		case len(id.Backends) > 0 && !had:
-			added = append(added, id)
-		}
-	}
-	for _, old := range c.removed {
-		if len(old.Backends) > 0 {
-			gone = append(gone, old)
-		}
-	}
-	slices.SortFunc(gone, func(x, y gwstate.Identity) int { return x.Key().Compare(y.Key()) })
+	gone, added := a.splitChanges(c)
 
 	a.commitTime = 0
 	ready := map[gwstate.IdentityKey]bool{}
@@ -93,20 +78,7 @@ func (a *Agent) applyChanges(ctx context.Context, c changes, generation int64, c
 	for i := range gone {
 		writeIdentity(tx, &gone[i], nil)
 	}
-	for i := range c.upserts {
-		id := &c.upserts[i]
-		if len(id.Backends) == 0 {
-			continue
-		}
-		switch old, had := a.applied[id.Key()]; {
-		case !had && ready[id.Key()]:
-			addReadyElement(tx, *id)
-		case !had:
-			writeIdentity(tx, nil, id)
-		default:
-			writeIdentity(tx, &old, id)
-		}
-	}
+	a.writeUpserts(tx, c.upserts, ready)
 	vipDelta := vipChanges(tx, a.vipRefs, gone, added)
 	a.forgetNeighbors(a.newBackendAddrs(c.upserts))
 	if err := a.commit(ctx, tx, stagedTx); err != nil {
@@ -119,6 +91,46 @@ func (a *Agent) applyChanges(ctx context.Context, c changes, generation int64, c
 	a.log.V(1).Info("applied changes", "generation", generation, "changed", len(c.upserts), "removed", len(c.removed),
 		"identities", len(a.applied), "operations", tx.size()+stagedOps, "stagingTransactions", stagedTx, "kernelTime", a.commitTime.String())
 	return a.finish(targets, clusterIPs, convergeLo)
+}
+
+// splitChanges sorts out c against what is committed: gone are the committed identities that
+// lose their objects (sorted by key), added the new ones with backends.
+func (a *Agent) splitChanges(c changes) (gone, added []gwstate.Identity) {
+	for _, id := range c.upserts {
+		old, had := a.applied[id.Key()]
+		switch {
+		case len(id.Backends) == 0 && had:
+			gone = append(gone, old)
+		case len(id.Backends) > 0 && !had:
+			added = append(added, id)
+		}
+	}
+	for _, old := range c.removed {
+		if len(old.Backends) > 0 {
+			gone = append(gone, old)
+		}
+	}
+	slices.SortFunc(gone, func(x, y gwstate.Identity) int { return x.Key().Compare(y.Key()) })
+	return gone, added
+}
+
+// writeUpserts writes the upserted identities with backends: only the element of a new one
+// staged already (ready), all of a new one, a rewrite of a committed one.
+func (a *Agent) writeUpserts(tx txn, upserts []gwstate.Identity, ready map[gwstate.IdentityKey]bool) {
+	for i := range upserts {
+		id := &upserts[i]
+		if len(id.Backends) == 0 {
+			continue
+		}
+		switch old, had := a.applied[id.Key()]; {
+		case !had && ready[id.Key()]:
+			addReadyElement(tx, *id)
+		case !had:
+			writeIdentity(tx, nil, id)
+		default:
+			writeIdentity(tx, &old, id)
+		}
+	}
 }
 
 // book records the committed change set c, the one booking of both apply paths: present holds
@@ -156,7 +168,7 @@ func (a *Agent) fullApply(ctx context.Context, st gwstate.State) error {
 		return err
 	}
 	a.commitTime = 0
-	ready, stage := a.planStaging(inv, st.Identities, desired)
+	ready, stage := a.planStaging(inv, st.Identities)
 	for k := range a.intact {
 		// Found whole by the drift check with the content the agent committed, and still
 		// desired with that content.

@@ -49,7 +49,7 @@ func enter(b *testing.B, ns string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer h.Close()
+	defer func() { _ = h.Close() }()
 	if err := netns.Set(h); err != nil {
 		b.Fatal(err)
 	}

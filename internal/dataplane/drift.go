@@ -17,31 +17,78 @@ import (
 // not the rules' marks (RuleComment). Objects that are not the agent's (kube-ovn's identities,
 // anything else in the table) are not drift. O(table).
 func compareTable(ts tableState, want expectation) string {
+	tab := indexTable(ts)
+	if d := tab.baseDrift(); d != "" {
+		return d
+	}
+	if d := ownedSetsDrift(ts.inv, want); d != "" {
+		return d
+	}
+	kept := keptObjects{chains: make(map[string]bool, len(want.ids)), sets: map[string]bool{}}
+	for _, id := range want.ids {
+		if d := tab.identityDrift(id); d != "" {
+			return d
+		}
+		kept.keepIdentity(id)
+	}
+	return tab.staleObject(kept)
+}
+
+// tableIndex is a table read for a drift check, with its names, OwnedSet's hashes and
+// service-ips' elements looked up by name.
+type tableIndex struct {
+	ts          tableState
+	chains      map[string]bool
+	sets        map[string]bool
+	ownedHashes map[string]bool
+	// elems maps each element's key, joined by " . ", to its value.
+	elems map[string]string
+}
+
+func indexTable(ts tableState) tableIndex {
 	inv := ts.inv
-	chains, sets := nameSet(inv.chains), nameSet(inv.sets)
-	if !chains[BaseChain] {
+	tab := tableIndex{
+		ts:          ts,
+		chains:      nameSet(inv.chains),
+		sets:        nameSet(inv.sets),
+		ownedHashes: make(map[string]bool, len(inv.owned)),
+		elems:       make(map[string]string, len(inv.elements)),
+	}
+	for _, k := range inv.owned {
+		tab.ownedHashes[keyHash(k)] = true
+	}
+	for _, e := range inv.elements {
+		tab.elems[strings.Join(e.key, " . ")] = e.value
+	}
+	return tab
+}
+
+// baseDrift checks the base chain (the dispatch rule only), the hairpin chain (the hairpin rule
+// only) and the absence of the legacy hairpin chain.
+func (tab tableIndex) baseDrift() string {
+	if !tab.chains[BaseChain] {
 		return "chain " + BaseChain + " is missing"
 	}
-	if m := ts.rules[BaseChain]; m.rules != 1 || !ts.dispatch {
+	if m := tab.ts.rules[BaseChain]; m.rules != 1 || !tab.ts.dispatch {
 		return fmt.Sprintf("chain %s has %d rules, want the dispatch rule only", BaseChain, m.rules)
 	}
-	if !chains[HairpinChain] {
+	if !tab.chains[HairpinChain] {
 		return "chain " + HairpinChain + " is missing"
 	}
-	if m := ts.rules[HairpinChain]; m.rules != 1 || m.marked != 1 {
+	if m := tab.ts.rules[HairpinChain]; m.rules != 1 || m.marked != 1 {
 		return fmt.Sprintf("chain %s has %d rules (%d of the agent's), want the hairpin rule only", HairpinChain, m.rules, m.marked)
 	}
-	if chains[legacyHairpinChain] {
+	if tab.chains[legacyHairpinChain] {
 		return "legacy chain " + legacyHairpinChain + " is present"
 	}
+	return ""
+}
 
-	// OwnedSet holds exactly the committed keys, VIPSet exactly their VIPs.
+// ownedSetsDrift checks that OwnedSet holds exactly the committed keys (by number; identityDrift
+// checks each), VIPSet exactly their VIPs.
+func ownedSetsDrift(inv *inventory, want expectation) string {
 	if len(inv.owned) != len(want.ids) {
 		return fmt.Sprintf("set %s has %d keys, want %d", OwnedSet, len(inv.owned), len(want.ids))
-	}
-	ownedHashes := make(map[string]bool, len(inv.owned))
-	for _, k := range inv.owned {
-		ownedHashes[keyHash(k)] = true
 	}
 	if len(inv.vips) != len(want.vips) {
 		return fmt.Sprintf("set %s has %d addresses, want %d", VIPSet, len(inv.vips), len(want.vips))
@@ -51,55 +98,49 @@ func compareTable(ts tableState, want expectation) string {
 			return fmt.Sprintf("set %s holds %s, which the agent does not serve", VIPSet, v)
 		}
 	}
+	return ""
+}
 
-	elems := make(map[string]string, len(inv.elements))
-	for _, e := range inv.elements {
-		elems[strings.Join(e.key, " . ")] = e.value
+// identityDrift checks one committed identity: its key in OwnedSet, its element, its chain, its
+// source set, and with affinity each endpoint chain and affinity set.
+func (tab tableIndex) identityDrift(id gwstate.Identity) string {
+	if !tab.ownedHashes[IdentityHash(id.Key())] {
+		return fmt.Sprintf("identity %s is missing from set %s", id.Key(), OwnedSet)
 	}
-	wantChains := make(map[string]bool, len(want.ids))
-	wantSets := map[string]bool{}
-	for _, id := range want.ids {
-		idc := IdentityChain(id.Key())
-		if !ownedHashes[IdentityHash(id.Key())] {
-			return fmt.Sprintf("identity %s is missing from set %s", id.Key(), OwnedSet)
-		}
-		key := strings.Join(elementKey(id), " . ")
-		if v, ok := elems[key]; !ok || v != strings.Join(elementValue(id), " ") {
-			return fmt.Sprintf("element %s of %s is %q, want %q", key, ServiceMap, v, strings.Join(elementValue(id), " "))
-		}
-		if d := chainDrift(ts, chains, idc, ruleCount(id)); d != "" {
+	key := strings.Join(elementKey(id), " . ")
+	if v, ok := tab.elems[key]; !ok || v != strings.Join(elementValue(id), " ") {
+		return fmt.Sprintf("element %s of %s is %q, want %q", key, ServiceMap, v, strings.Join(elementValue(id), " "))
+	}
+	if d := chainDrift(tab.ts, tab.chains, IdentityChain(id.Key()), ruleCount(id)); d != "" {
+		return d
+	}
+	if len(id.SourceRanges) > 0 && !tab.sets[SourceSet(id)] {
+		return "set " + SourceSet(id) + " is missing"
+	}
+	if id.AffinityTimeoutSeconds <= 0 {
+		return ""
+	}
+	for _, b := range id.Backends {
+		if d := chainDrift(tab.ts, tab.chains, EndpointChain(id, b), 2); d != "" {
 			return d
 		}
-		wantChains[idc] = true
-		if len(id.SourceRanges) > 0 {
-			set := SourceSet(id)
-			if !sets[set] {
-				return "set " + set + " is missing"
-			}
-			wantSets[set] = true
-		}
-		if id.AffinityTimeoutSeconds > 0 {
-			for _, b := range id.Backends {
-				ep, set := EndpointChain(id, b), AffinitySet(id, b)
-				if d := chainDrift(ts, chains, ep, 2); d != "" {
-					return d
-				}
-				if !sets[set] {
-					return "set " + set + " is missing"
-				}
-				wantChains[ep] = true
-				wantSets[set] = true
-			}
+		if set := AffinitySet(id, b); !tab.sets[set] {
+			return "set " + set + " is missing"
 		}
 	}
-	// Leftovers of the agent's own identities (an endpoint of a removed backend, say).
-	for _, c := range inv.chains {
-		if h, ok := objectHash(c); ok && ownedHashes[h] && !wantChains[c] {
+	return ""
+}
+
+// staleObject names a leftover of the agent's own identities (an endpoint of a removed backend,
+// say): a chain or set of an owned identity that is not kept.
+func (tab tableIndex) staleObject(kept keptObjects) string {
+	for _, c := range tab.ts.inv.chains {
+		if h, ok := objectHash(c); ok && tab.ownedHashes[h] && !kept.chains[c] {
 			return "stale chain " + c
 		}
 	}
-	for _, s := range inv.sets {
-		if h, ok := objectHash(s); ok && ownedHashes[h] && !wantSets[s] {
+	for _, s := range tab.ts.inv.sets {
+		if h, ok := objectHash(s); ok && tab.ownedHashes[h] && !kept.sets[s] {
 			return "stale set " + s
 		}
 	}

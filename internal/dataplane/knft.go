@@ -63,8 +63,7 @@ type tableState struct {
 
 // knftBackend runs transactions through knftables (the nft binary, or its Fake).
 type knftBackend struct {
-	nft   knftables.Interface
-	iface string
+	nft knftables.Interface
 }
 
 type knftTxn struct{ tx *knftables.Transaction }

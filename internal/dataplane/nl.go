@@ -284,37 +284,7 @@ func (b *nlBackend) sendBatch(msgs []netlink.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	size := 2 * (unix.NLMSG_HDRLEN + 4)
-	for _, m := range msgs {
-		size += unix.NLMSG_HDRLEN + (len(m.Data)+3)&^3
-	}
-	buf := make([]byte, 0, size)
-	put := func(typ uint16, flags netlink.HeaderFlags, data []byte) uint32 {
-		b.seq++
-		var h [unix.NLMSG_HDRLEN]byte
-		binary.NativeEndian.PutUint32(h[0:], uint32(unix.NLMSG_HDRLEN+len(data)))
-		binary.NativeEndian.PutUint16(h[4:], typ)
-		binary.NativeEndian.PutUint16(h[6:], uint16(flags))
-		binary.NativeEndian.PutUint32(h[8:], b.seq)
-		buf = append(buf, h[:]...)
-		buf = append(buf, data...)
-		for len(buf)%4 != 0 {
-			buf = append(buf, 0)
-		}
-		return b.seq
-	}
-	batchHdr := []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, unix.NFNL_SUBSYS_NFTABLES}
-	first := put(unix.NFNL_MSG_BATCH_BEGIN, netlink.Request, batchHdr)
-	var last uint32
-	for i, m := range msgs {
-		flags := m.Header.Flags &^ netlink.Acknowledge
-		if i == len(msgs)-1 {
-			flags |= netlink.Acknowledge
-		}
-		last = put(uint16(m.Header.Type), flags, m.Data)
-	}
-	put(unix.NFNL_MSG_BATCH_END, netlink.Request, batchHdr)
-
+	buf, first, last := b.encodeBatch(msgs)
 	if err := unix.Sendto(b.fd, buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("sending the batch (%d messages, %d bytes): %w", len(msgs), len(buf), err)
 	}
@@ -322,49 +292,110 @@ func (b *nlBackend) sendBatch(msgs []netlink.Message) error {
 	// Read every answer: errors of failed messages (or of the commit, on the first message)
 	// and the ack of the last one, which comes last. Answers to an earlier batch (left over
 	// when reading it failed) are skipped by their sequence numbers.
-	var errs []error
-	failed := 0
-	bf := &batchFailure{}
-	// Once a message failed, the ack of the last may never come: stop when none is queued (the
-	// answers are queued before sendmsg returns).
-	idle := func() bool { return failed > 0 }
-	err := b.readAnswers(" to the batch", idle, func(typ uint16, _ uint32, body []byte) (bool, error) {
-		if typ != unix.NLMSG_ERROR || len(body) < 4+unix.NLMSG_HDRLEN {
-			return false, nil
-		}
-		code := int32(binary.NativeEndian.Uint32(body[0:]))
-		seq := binary.NativeEndian.Uint32(body[4+8:]) // the answered message's
-		if seq-first > last-first {
-			return false, nil // not this batch's
-		}
-		if code != 0 {
-			// The first errors name the cause; later messages often fail because of it.
-			e := batchError(msgs, first, seq, syscall.Errno(-code))
-			if failed++; failed <= 3 {
-				errs = append(errs, e)
-			}
-			if i := int(seq) - int(first) - 1; i >= 0 && i < len(msgs) {
-				bf.failed = append(bf.failed, failedMsg{index: i, err: e})
-			} else {
-				bf.whole = true // the batch itself failed (its commit): no message is the cause
-			}
-		}
-		return seq == last, nil
-	})
-	if err != nil {
+	ba := &batchAnswers{msgs: msgs, first: first, last: last, bf: &batchFailure{}}
+	if err := b.readAnswers(" to the batch", ba.idle, ba.answer); err != nil {
 		return err
 	}
-	if failed > 3 {
-		errs = append(errs, fmt.Errorf("and %d more failed messages", failed-3))
+	return ba.result()
+}
+
+// encodeBatch encodes msgs between a batch's begin and end messages, only the last one asking
+// for an ack. first is the sequence number of the batch's begin message, last that of its last
+// message.
+func (b *nlBackend) encodeBatch(msgs []netlink.Message) (buf []byte, first, last uint32) {
+	size := 2 * (unix.NLMSG_HDRLEN + 4)
+	for _, m := range msgs {
+		size += unix.NLMSG_HDRLEN + (len(m.Data)+3)&^3
 	}
-	if failed == 0 {
+	buf = make([]byte, 0, size)
+	batchHdr := []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, unix.NFNL_SUBSYS_NFTABLES}
+	buf, first = b.appendMessage(buf, unix.NFNL_MSG_BATCH_BEGIN, netlink.Request, batchHdr)
+	for i, m := range msgs {
+		flags := m.Header.Flags &^ netlink.Acknowledge
+		if i == len(msgs)-1 {
+			flags |= netlink.Acknowledge
+		}
+		buf, last = b.appendMessage(buf, uint16(m.Header.Type), flags, m.Data)
+	}
+	buf, _ = b.appendMessage(buf, unix.NFNL_MSG_BATCH_END, netlink.Request, batchHdr)
+	return buf, first, last
+}
+
+// appendMessage appends one netlink message, padded, with the next sequence number, which it
+// returns.
+func (b *nlBackend) appendMessage(buf []byte, typ uint16, flags netlink.HeaderFlags, data []byte) ([]byte, uint32) {
+	b.seq++
+	var h [unix.NLMSG_HDRLEN]byte
+	binary.NativeEndian.PutUint32(h[0:], uint32(unix.NLMSG_HDRLEN+len(data)))
+	binary.NativeEndian.PutUint16(h[4:], typ)
+	binary.NativeEndian.PutUint16(h[6:], uint16(flags))
+	binary.NativeEndian.PutUint32(h[8:], b.seq)
+	buf = append(buf, h[:]...)
+	buf = append(buf, data...)
+	for len(buf)%4 != 0 {
+		buf = append(buf, 0)
+	}
+	return buf, b.seq
+}
+
+// batchAnswers collects the kernel's answers to one batch (sequence numbers after first, up to
+// last).
+type batchAnswers struct {
+	msgs        []netlink.Message
+	first, last uint32
+	// errs holds the first three errors; failed counts them all.
+	errs   []error
+	failed int
+	bf     *batchFailure
+}
+
+// idle: once a message failed, the ack of the last may never come: stop when none is queued
+// (the answers are queued before sendmsg returns).
+func (ba *batchAnswers) idle() bool { return ba.failed > 0 }
+
+// answer takes one answer; done once the last message is acknowledged.
+func (ba *batchAnswers) answer(typ uint16, _ uint32, body []byte) (done bool, err error) {
+	if typ != unix.NLMSG_ERROR || len(body) < 4+unix.NLMSG_HDRLEN {
+		return false, nil
+	}
+	code := int32(binary.NativeEndian.Uint32(body[0:]))
+	seq := binary.NativeEndian.Uint32(body[4+8:]) // the answered message's
+	if seq-ba.first > ba.last-ba.first {
+		return false, nil // not this batch's
+	}
+	if code != 0 {
+		ba.fail(seq, syscall.Errno(-code))
+	}
+	return seq == ba.last, nil
+}
+
+// fail records the failure of the message seq.
+func (ba *batchAnswers) fail(seq uint32, errno syscall.Errno) {
+	// The first errors name the cause; later messages often fail because of it.
+	e := batchError(ba.msgs, ba.first, seq, errno)
+	if ba.failed++; ba.failed <= 3 {
+		ba.errs = append(ba.errs, e)
+	}
+	if i := int(seq) - int(ba.first) - 1; i >= 0 && i < len(ba.msgs) {
+		ba.bf.failed = append(ba.bf.failed, failedMsg{index: i, err: e})
+	} else {
+		ba.bf.whole = true // the batch itself failed (its commit): no message is the cause
+	}
+}
+
+// result is the batch's verdict: nil, or a *batchFailure.
+func (ba *batchAnswers) result() error {
+	if ba.failed > 3 {
+		ba.errs = append(ba.errs, fmt.Errorf("and %d more failed messages", ba.failed-3))
+	}
+	if ba.failed == 0 {
 		return nil
 	}
-	bf.err = errors.Join(errs...)
-	if bf.whole {
-		bf.failed = nil
+	ba.bf.err = errors.Join(ba.errs...)
+	if ba.bf.whole {
+		ba.bf.failed = nil
 	}
-	return bf
+	return ba.bf
 }
 
 // readAnswers is the one reader of the kernel's netlink answers on the batch socket: it hands
@@ -383,11 +414,8 @@ func (b *nlBackend) readAnswers(what string, stop func() bool, answer func(typ u
 			if stop != nil && stop() {
 				return nil
 			}
-			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-			if k, perr := unix.Poll(fds, 10_000); perr != nil && !errors.Is(perr, unix.EINTR) {
-				return fmt.Errorf("waiting for the kernel's answer: %w", perr)
-			} else if k == 0 {
-				return fmt.Errorf("no answer from the kernel%s within 10s", what)
+			if err := waitReadable(fd, what); err != nil {
+				return err
 			}
 			continue
 		case errors.Is(err, unix.EINTR):
@@ -396,20 +424,37 @@ func (b *nlBackend) readAnswers(what string, stop func() bool, answer func(typ u
 			// ENOBUFS: answers were lost; whether a batch committed is unknown.
 			return fmt.Errorf("reading the kernel's answer: %w", err)
 		}
-		for d := rbuf[:n]; len(d) >= unix.NLMSG_HDRLEN; {
-			l := int(binary.NativeEndian.Uint32(d[0:]))
-			if l < unix.NLMSG_HDRLEN || l > len(d) {
-				return fmt.Errorf("malformed netlink answer (length %d of %d)", l, len(d))
-			}
-			typ := binary.NativeEndian.Uint16(d[4:])
-			seq := binary.NativeEndian.Uint32(d[8:])
-			body := d[unix.NLMSG_HDRLEN:l]
-			d = d[min((l+3)&^3, len(d)):]
-			if done, err := answer(typ, seq, body); done || err != nil {
-				return err
-			}
+		if done, err := dispatchAnswers(rbuf[:n], answer); done || err != nil {
+			return err
 		}
 	}
+}
+
+// waitReadable waits up to 10 s for an answer on fd; what names the request in the timeout's
+// error.
+func waitReadable(fd int, what string) error {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	if k, perr := unix.Poll(fds, 10_000); perr != nil && !errors.Is(perr, unix.EINTR) {
+		return fmt.Errorf("waiting for the kernel's answer: %w", perr)
+	} else if k == 0 {
+		return fmt.Errorf("no answer from the kernel%s within 10s", what)
+	}
+	return nil
+}
+
+// dispatchAnswers hands each netlink message of d to answer until answer says done or fails.
+func dispatchAnswers(d []byte, answer func(typ uint16, seq uint32, body []byte) (done bool, err error)) (done bool, err error) {
+	for len(d) >= unix.NLMSG_HDRLEN {
+		typ, seq, body, rest, err := splitNetlinkMessage(d, "netlink answer")
+		if err != nil {
+			return false, err
+		}
+		d = rest
+		if done, err := answer(typ, seq, body); done || err != nil {
+			return true, err
+		}
+	}
+	return false, nil
 }
 
 // batchFailure is a batch the kernel refused: failed are its refused messages (by index into
@@ -645,7 +690,7 @@ func patchOpenInterval(c *nftables.Conn) error {
 	// NFTA_SET_ELEM_USERDATA (len 10) holding one TLV: type 0 (comment), len 4, 01 00 00 00.
 	pattern := []byte{10, 0, unix.NFTA_SET_ELEM_USERDATA, 0, byte(userdata.NFTNL_UDATA_SET_ELEM_COMMENT), 4, 1, 0, 0, 0}
 	i := bytes.Index(d, pattern)
-	if i < 0 || bytes.Index(d[i+1:], pattern) >= 0 {
+	if i < 0 || bytes.Contains(d[i+1:], pattern) {
 		return errors.New("source set: open interval user data not found once in the NEWSETELEM message")
 	}
 	d[i+4] = byte(userdata.NFTNL_UDATA_SET_ELEM_FLAGS)
@@ -723,100 +768,9 @@ func ifname(name string) []byte {
 
 func (t *nlTxn) addRule(chain string, r rule) {
 	t.n++
-	var exprs []expr.Any
-	switch r.kind {
-	case ruleDispatch:
-		exprs = []expr.Any{
-			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg32_01},
-			&expr.Payload{DestRegister: reg32_02, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-			&expr.Lookup{SourceRegister: reg1, DestRegister: regVerdict, IsDestRegSet: true, SetName: ServiceMap},
-		}
-	case ruleHairpin:
-		exprs = []expr.Any{
-			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: ifname(r.iface)},
-			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: reg1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: ifname(r.iface)},
-			&expr.Ct{Key: expr.CtKeySTATUS, Register: reg1},
-			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
-				Mask: binaryutil.NativeEndian.PutUint32(0x20), Xor: make([]byte, 4)}, // IPS_DST_NAT
-			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: make([]byte, 4)},
-			// ct original ip daddr (NFT_CT_DST_IP): google/nftables sends the direction only
-			// for NFT_CT_DST, so the key is patched below.
-			&expr.Ct{Key: expr.CtKeyDST, Direction: 0, Register: reg1},
-			&expr.Lookup{SourceRegister: reg1, SetName: VIPSet},
-			&expr.Masq{FullyRandom: true},
-		}
-	case ruleDNAT:
-		exprs = []expr.Any{
-			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{protoNumber(r.proto)}},
-		}
-		if len(r.backends) == 1 {
-			a := r.backends[0].IP.As4()
-			exprs = append(exprs,
-				&expr.Immediate{Register: reg1, Data: a[:]},
-				&expr.Immediate{Register: reg2, Data: binaryutil.BigEndian.PutUint16(uint16(r.backends[0].Port))},
-				&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg1, RegProtoMin: reg2, Specified: true},
-			)
-			break
-		}
-		set := &nftables.Set{Table: t.b.table, Anonymous: true, Constant: true, IsMap: true,
-			KeyType:  nftables.TypeInteger,
-			DataType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)}
-		elems := make([]nftables.SetElement, len(r.backends))
-		for i, be := range r.backends {
-			v := make([]byte, 8)
-			a := be.IP.As4()
-			copy(v, a[:])
-			binary.BigEndian.PutUint16(v[4:], uint16(be.Port))
-			elems[i] = nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)), Val: v}
-		}
-		if err := t.addAnonymousMap(set, elems); err != nil {
-			t.fail(err)
-			return
-		}
-		exprs = append(exprs,
-			&expr.Numgen{Register: reg1, Modulus: uint32(len(r.backends)), Type: unix.NFT_NG_RANDOM},
-			&expr.Lookup{SourceRegister: reg1, DestRegister: reg1, IsDestRegSet: true, SetName: set.Name, SetID: set.ID},
-			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg1, RegProtoMin: reg32_01},
-		)
-	case ruleAffinityCheck:
-		exprs = []expr.Any{
-			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
-			&expr.Lookup{SourceRegister: reg1, SetName: r.set},
-			&expr.Verdict{Kind: expr.VerdictGoto, Chain: r.chains[0]},
-		}
-	case ruleAffinityPick:
-		set := &nftables.Set{Table: t.b.table, Anonymous: true, Constant: true, IsMap: true,
-			KeyType: nftables.TypeInteger, DataType: nftables.TypeVerdict}
-		elems := make([]nftables.SetElement, len(r.chains))
-		for i, c := range r.chains {
-			elems[i] = nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)),
-				VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: c}}
-		}
-		if err := t.addAnonymousMap(set, elems); err != nil {
-			t.fail(err)
-			return
-		}
-		exprs = []expr.Any{
-			&expr.Numgen{Register: reg1, Modulus: uint32(len(r.chains)), Type: unix.NFT_NG_RANDOM},
-			&expr.Lookup{SourceRegister: reg1, DestRegister: regVerdict, IsDestRegSet: true, SetName: set.Name, SetID: set.ID},
-		}
-	case ruleAffinityUpdate:
-		exprs = []expr.Any{
-			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
-			&expr.Dynset{SrcRegKey: reg1, SetName: r.set, Operation: unix.NFT_DYNSET_OP_UPDATE},
-		}
-	case ruleFirewall:
-		exprs = []expr.Any{
-			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
-			&expr.Lookup{SourceRegister: reg1, SetName: r.set, Invert: true},
-			&expr.Verdict{Kind: expr.VerdictDrop},
-		}
-	default:
-		t.fail(fmt.Errorf("unknown rule kind %d", r.kind))
+	exprs, err := t.ruleExprs(r)
+	if err != nil {
+		t.fail(err)
 		return
 	}
 	nr := &nftables.Rule{Table: t.b.table, Chain: t.chain(chain), Exprs: exprs}
@@ -827,6 +781,122 @@ func (t *nlTxn) addRule(chain string, r rule) {
 	if r.kind == ruleHairpin {
 		t.fail(patchCtDstIP(t.b.conn))
 	}
+}
+
+// ruleExprs are the expressions of r; a rule that needs an anonymous map adds it first.
+func (t *nlTxn) ruleExprs(r rule) ([]expr.Any, error) {
+	switch r.kind {
+	case ruleDispatch:
+		return dispatchExprs(), nil
+	case ruleHairpin:
+		return hairpinExprs(r.iface), nil
+	case ruleDNAT:
+		return t.dnatExprs(r.proto, r.backends)
+	case ruleAffinityCheck:
+		return []expr.Any{
+			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+			&expr.Lookup{SourceRegister: reg1, SetName: r.set},
+			&expr.Verdict{Kind: expr.VerdictGoto, Chain: r.chains[0]},
+		}, nil
+	case ruleAffinityPick:
+		return t.affinityPickExprs(r.chains)
+	case ruleAffinityUpdate:
+		return []expr.Any{
+			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+			&expr.Dynset{SrcRegKey: reg1, SetName: r.set, Operation: unix.NFT_DYNSET_OP_UPDATE},
+		}, nil
+	case ruleFirewall:
+		return []expr.Any{
+			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+			&expr.Lookup{SourceRegister: reg1, SetName: r.set, Invert: true},
+			&expr.Verdict{Kind: expr.VerdictDrop},
+		}, nil
+	}
+	return nil, fmt.Errorf("unknown rule kind %d", r.kind)
+}
+
+// dispatchExprs look the packet's daddr . l4proto . dport up in the service map, whose verdict
+// is the identity chain.
+func dispatchExprs() []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg32_01},
+		&expr.Payload{DestRegister: reg32_02, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Lookup{SourceRegister: reg1, DestRegister: regVerdict, IsDestRegSet: true, SetName: ServiceMap},
+	}
+}
+
+// hairpinExprs masquerade a DNATed connection to a VIP that came in and goes out on iface.
+func hairpinExprs(iface string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: ifname(iface)},
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: reg1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: ifname(iface)},
+		&expr.Ct{Key: expr.CtKeySTATUS, Register: reg1},
+		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(0x20), Xor: make([]byte, 4)}, // IPS_DST_NAT
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: make([]byte, 4)},
+		// ct original ip daddr (NFT_CT_DST_IP): google/nftables sends the direction only
+		// for NFT_CT_DST, so the key is patched after the rule is queued (patchCtDstIP).
+		&expr.Ct{Key: expr.CtKeyDST, Direction: 0, Register: reg1},
+		&expr.Lookup{SourceRegister: reg1, SetName: VIPSet},
+		&expr.Masq{FullyRandom: true},
+	}
+}
+
+// dnatExprs DNAT packets of proto to one of backends: directly to a single one, through an
+// anonymous map picked by numgen among several.
+func (t *nlTxn) dnatExprs(proto gwstate.Protocol, backends []gwstate.Backend) ([]expr.Any, error) {
+	exprs := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{protoNumber(proto)}},
+	}
+	if len(backends) == 1 {
+		a := backends[0].IP.As4()
+		return append(exprs,
+			&expr.Immediate{Register: reg1, Data: a[:]},
+			&expr.Immediate{Register: reg2, Data: binaryutil.BigEndian.PutUint16(uint16(backends[0].Port))},
+			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg1, RegProtoMin: reg2, Specified: true},
+		), nil
+	}
+	set := &nftables.Set{Table: t.b.table, Anonymous: true, Constant: true, IsMap: true,
+		KeyType:  nftables.TypeInteger,
+		DataType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)}
+	elems := make([]nftables.SetElement, len(backends))
+	for i, be := range backends {
+		v := make([]byte, 8)
+		a := be.IP.As4()
+		copy(v, a[:])
+		binary.BigEndian.PutUint16(v[4:], uint16(be.Port))
+		elems[i] = nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)), Val: v}
+	}
+	if err := t.addAnonymousMap(set, elems); err != nil {
+		return nil, err
+	}
+	return append(exprs,
+		&expr.Numgen{Register: reg1, Modulus: uint32(len(backends)), Type: unix.NFT_NG_RANDOM},
+		&expr.Lookup{SourceRegister: reg1, DestRegister: reg1, IsDestRegSet: true, SetName: set.Name, SetID: set.ID},
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg1, RegProtoMin: reg32_01},
+	), nil
+}
+
+// affinityPickExprs go to one of chains, picked by numgen through an anonymous verdict map.
+func (t *nlTxn) affinityPickExprs(chains []string) ([]expr.Any, error) {
+	set := &nftables.Set{Table: t.b.table, Anonymous: true, Constant: true, IsMap: true,
+		KeyType: nftables.TypeInteger, DataType: nftables.TypeVerdict}
+	elems := make([]nftables.SetElement, len(chains))
+	for i, c := range chains {
+		elems[i] = nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)),
+			VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: c}}
+	}
+	if err := t.addAnonymousMap(set, elems); err != nil {
+		return nil, err
+	}
+	return []expr.Any{
+		&expr.Numgen{Register: reg1, Modulus: uint32(len(chains)), Type: unix.NFT_NG_RANDOM},
+		&expr.Lookup{SourceRegister: reg1, DestRegister: regVerdict, IsDestRegSet: true, SetName: set.Name, SetID: set.ID},
+	}, nil
 }
 
 // ruleCommentData is RuleComment as nft stores a rule's comment (NFTNL_UDATA_RULE_COMMENT, a
@@ -845,7 +915,7 @@ func patchCtDstIP(c *nftables.Conn) error {
 	// NFTA_CT_KEY = NFT_CT_DST, NFTA_CT_DREG = 1, NFTA_CT_DIRECTION = 0, big endian.
 	pattern := []byte{8, 0, unix.NFTA_CT_KEY, 0, 0, 0, 0, unix.NFT_CT_DST, 8, 0, unix.NFTA_CT_DREG, 0, 0, 0, 0, reg1, 8, 0, unix.NFTA_CT_DIRECTION, 0, 0, 0, 0, 0}
 	i := bytes.Index(d, pattern)
-	if i < 0 || bytes.Index(d[i+1:], pattern) >= 0 {
+	if i < 0 || bytes.Contains(d[i+1:], pattern) {
 		return errors.New("hairpin rule: ct expression not found once in the NEWRULE message")
 	}
 	d[i+7] = unix.NFT_CT_DST_IP
@@ -983,11 +1053,27 @@ func (b *nlBackend) inventory(context.Context) (*inventory, error) {
 	if inv.chains, err = b.chainNames(); err != nil {
 		return nil, err
 	}
+	svc, err := b.readSets(inv)
+	if err != nil {
+		return nil, err
+	}
+	if svc == nil {
+		return inv, nil
+	}
+	if err := b.readServiceMap(inv, svc.Name); err != nil {
+		return nil, err
+	}
+	return inv, nil
+}
+
+// readSets lists the table's sets into inv: the ownership sets' elements, the other named sets'
+// names. It returns the service map (nil when the table has none) and moves b.anon past the
+// anonymous names in use.
+func (b *nlBackend) readSets(inv *inventory) (svc *nftables.Set, err error) {
 	sets, err := b.conn.GetSets(b.table)
 	if err != nil {
 		return nil, fmt.Errorf("listing sets: %w", err)
 	}
-	var svc *nftables.Set
 	for _, s := range sets {
 		if n, ok := anonNumber(s.Name); ok && n >= b.anon {
 			b.anon = n + 1 // never reuse a name that is in the table (a previous agent's maps)
@@ -999,34 +1085,44 @@ func (b *nlBackend) inventory(context.Context) (*inventory, error) {
 		case s.Name == ServiceMap && s.IsMap:
 			svc = s
 		case s.Name == OwnedSet || s.Name == VIPSet:
-			elems, err := b.setElements(s.Name)
-			if err != nil {
+			if err := b.readOwnershipSet(inv, s.Name); err != nil {
 				return nil, err
-			}
-			for _, e := range elems {
-				if s.Name == VIPSet && len(e.Key) == 4 {
-					inv.vips = append(inv.vips, netip.AddrFrom4([4]byte(e.Key)))
-				} else if k, ok := listedKey(e.Key); ok && s.Name == OwnedSet {
-					inv.owned = append(inv.owned, k)
-				}
 			}
 		default:
 			inv.sets = append(inv.sets, s.Name)
 		}
 	}
-	if svc == nil {
-		return inv, nil
-	}
-	elems, err := b.setElements(svc.Name)
+	return svc, nil
+}
+
+// readOwnershipSet reads the elements of OwnedSet (into inv.owned) or VIPSet (into inv.vips).
+func (b *nlBackend) readOwnershipSet(inv *inventory, name string) error {
+	elems, err := b.setElements(name)
 	if err != nil {
-		return nil, err
+		return err
+	}
+	for _, e := range elems {
+		if name == VIPSet && len(e.Key) == 4 {
+			inv.vips = append(inv.vips, netip.AddrFrom4([4]byte(e.Key)))
+		} else if k, ok := listedKey(e.Key); ok && name == OwnedSet {
+			inv.owned = append(inv.owned, k)
+		}
+	}
+	return nil
+}
+
+// readServiceMap reads the service map's elements into inv.elements.
+func (b *nlBackend) readServiceMap(inv *inventory, name string) error {
+	elems, err := b.setElements(name)
+	if err != nil {
+		return err
 	}
 	for _, e := range elems {
 		if key, ok := listedKey(e.Key); ok {
 			inv.elements = append(inv.elements, element{key: key, value: e.value})
 		}
 	}
-	return inv, nil
+	return nil
 }
 
 // listedElement is a set or map element as setElements decodes it.

@@ -101,7 +101,7 @@ func (r *rtnlAddrs) dump() error {
 	if err != nil {
 		return fmt.Errorf("opening rtnetlink socket: %w", err)
 	}
-	defer unix.Close(fd)
+	defer func() { _ = unix.Close(fd) }()
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("binding rtnetlink socket: %w", err)
 	}
@@ -137,14 +137,11 @@ func (r *rtnlAddrs) dump() error {
 // sequence seq (0: notifications). It reports the end of a dump.
 func (r *rtnlAddrs) apply(b []byte, seq uint32) (done bool, err error) {
 	for len(b) >= unix.NLMSG_HDRLEN {
-		l := int(binary.NativeEndian.Uint32(b[0:]))
-		if l < unix.NLMSG_HDRLEN || l > len(b) {
-			return false, fmt.Errorf("malformed rtnetlink message (length %d of %d)", l, len(b))
+		typ, mseq, body, rest, err := splitNetlinkMessage(b, "rtnetlink message")
+		if err != nil {
+			return false, err
 		}
-		typ := binary.NativeEndian.Uint16(b[4:])
-		mseq := binary.NativeEndian.Uint32(b[8:])
-		body := b[unix.NLMSG_HDRLEN:l]
-		b = b[min((l+3)&^3, len(b)):]
+		b = rest
 		if seq != 0 && mseq != seq {
 			continue
 		}
@@ -152,58 +149,86 @@ func (r *rtnlAddrs) apply(b []byte, seq uint32) (done bool, err error) {
 		case unix.NLMSG_DONE:
 			return true, nil
 		case unix.NLMSG_ERROR:
-			if len(body) >= 4 {
-				if code := int32(binary.NativeEndian.Uint32(body)); code != 0 {
-					return false, unix.Errno(-code)
-				}
+			if err := rtnlError(body); err != nil {
+				return false, err
 			}
-			continue
 		case unix.RTM_NEWADDR, unix.RTM_DELADDR:
-		default:
-			continue
-		}
-		if len(body) < unix.SizeofIfAddrmsg || body[0] != unix.AF_INET {
-			continue
-		}
-		index := binary.NativeEndian.Uint32(body[4:])
-		var local, address netip.Addr
-		var label string
-		for a := body[unix.SizeofIfAddrmsg:]; len(a) >= 4; {
-			al := int(binary.NativeEndian.Uint16(a[0:]))
-			if al < 4 || al > len(a) {
-				break
-			}
-			at, v := binary.NativeEndian.Uint16(a[2:]), a[4:al]
-			a = a[min((al+3)&^3, len(a)):]
-			switch {
-			case at == unix.IFA_LOCAL && len(v) == 4:
-				local = netip.AddrFrom4([4]byte(v))
-			case at == unix.IFA_ADDRESS && len(v) == 4:
-				address = netip.AddrFrom4([4]byte(v))
-			case at == unix.IFA_LABEL && len(v) > 0:
-				label = string(v[:len(v)-1]) // NUL-terminated
-			}
-		}
-		addr := local // IFA_ADDRESS is the peer's on point-to-point links
-		if !addr.IsValid() {
-			addr = address
-		}
-		if !addr.IsValid() {
-			continue
-		}
-		if typ == unix.RTM_NEWADDR {
-			if r.addrs[addr] == nil {
-				r.addrs[addr] = map[uint32]string{}
-			}
-			r.addrs[addr][index] = label
-		} else if m := r.addrs[addr]; m != nil {
-			delete(m, index)
-			if len(m) == 0 {
-				delete(r.addrs, addr)
-			}
+			r.applyAddrMessage(typ == unix.RTM_NEWADDR, body)
 		}
 	}
 	return false, nil
+}
+
+// splitNetlinkMessage splits the first netlink message off b (at least a header long): its
+// type, sequence number and body, and what follows it. kind names the message in the error.
+func splitNetlinkMessage(b []byte, kind string) (typ uint16, seq uint32, body, rest []byte, err error) {
+	l := int(binary.NativeEndian.Uint32(b[0:]))
+	if l < unix.NLMSG_HDRLEN || l > len(b) {
+		return 0, 0, nil, nil, fmt.Errorf("malformed %s (length %d of %d)", kind, l, len(b))
+	}
+	typ = binary.NativeEndian.Uint16(b[4:])
+	seq = binary.NativeEndian.Uint32(b[8:])
+	return typ, seq, b[unix.NLMSG_HDRLEN:l], b[min((l+3)&^3, len(b)):], nil
+}
+
+// rtnlError is the error an NLMSG_ERROR body reports, nil for an acknowledgement.
+func rtnlError(body []byte) error {
+	if len(body) >= 4 {
+		if code := int32(binary.NativeEndian.Uint32(body)); code != 0 {
+			return unix.Errno(-code)
+		}
+	}
+	return nil
+}
+
+// applyAddrMessage adds (add) or deletes the IPv4 address of one RTM_NEWADDR or RTM_DELADDR
+// body; other families are ignored.
+func (r *rtnlAddrs) applyAddrMessage(add bool, body []byte) {
+	if len(body) < unix.SizeofIfAddrmsg || body[0] != unix.AF_INET {
+		return
+	}
+	index := binary.NativeEndian.Uint32(body[4:])
+	addr, label := parseAddrAttrs(body[unix.SizeofIfAddrmsg:])
+	if !addr.IsValid() {
+		return
+	}
+	if add {
+		if r.addrs[addr] == nil {
+			r.addrs[addr] = map[uint32]string{}
+		}
+		r.addrs[addr][index] = label
+	} else if m := r.addrs[addr]; m != nil {
+		delete(m, index)
+		if len(m) == 0 {
+			delete(r.addrs, addr)
+		}
+	}
+}
+
+// parseAddrAttrs reads an ifaddrmsg's attributes: the address (IFA_LOCAL, else IFA_ADDRESS,
+// which is the peer's on point-to-point links; invalid when neither is there) and its label.
+func parseAddrAttrs(a []byte) (addr netip.Addr, label string) {
+	var local, address netip.Addr
+	for len(a) >= 4 {
+		al := int(binary.NativeEndian.Uint16(a[0:]))
+		if al < 4 || al > len(a) {
+			break
+		}
+		at, v := binary.NativeEndian.Uint16(a[2:]), a[4:al]
+		a = a[min((al+3)&^3, len(a)):]
+		switch {
+		case at == unix.IFA_LOCAL && len(v) == 4:
+			local = netip.AddrFrom4([4]byte(v))
+		case at == unix.IFA_ADDRESS && len(v) == 4:
+			address = netip.AddrFrom4([4]byte(v))
+		case at == unix.IFA_LABEL && len(v) > 0:
+			label = string(v[:len(v)-1]) // NUL-terminated
+		}
+	}
+	if local.IsValid() {
+		return local, label
+	}
+	return address, label
 }
 
 // ownAddrRefusals names the identities with a backend that is one of the gateway's own

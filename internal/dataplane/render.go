@@ -369,13 +369,13 @@ func writeBase(tx txn, vpcInterface string) {
 	tx.addRule(HairpinChain, rule{kind: ruleHairpin, iface: vpcInterface})
 }
 
-// writeIdentity adds the operations that take the kernel from old to new for one identity. old
-// is nil when the identity is not (known to be) installed; new is nil when it must go. Both,
+// writeIdentity adds the operations that take the kernel from old to next for one identity. old
+// is nil when the identity is not (known to be) installed; next is nil when it must go. Both,
 // when set, have at least one backend. Objects are flushed before they are deleted and
 // references are removed before their targets, so the kernel accepts the order.
-func writeIdentity(tx txn, old, new *gwstate.Identity) {
+func writeIdentity(tx txn, old, next *gwstate.Identity) {
 	defer tx.identity(nil)
-	if new == nil {
+	if next == nil {
 		tx.identity(old)
 		idc := IdentityChain(old.Key())
 		tx.deleteElement(*old)
@@ -388,8 +388,8 @@ func writeIdentity(tx txn, old, new *gwstate.Identity) {
 		tx.deleteOwnedKey(elementKey(*old))
 		return
 	}
-	writeObjects(tx, old, new)
-	tx.addElement(*new)
+	writeObjects(tx, old, next)
+	tx.addElement(*next)
 }
 
 // addReadyElement adds the element of an identity whose objects are staged already.
@@ -399,73 +399,85 @@ func addReadyElement(tx txn, id gwstate.Identity) {
 	tx.identity(nil)
 }
 
-// writeObjects is writeIdentity(old, new) without the service-ips element: the identity chain
+// writeObjects is writeIdentity(old, next) without the service-ips element: the identity chain
 // and, with affinity, the endpoint chains and sets. A staged cold sync writes these ahead, while
 // no element points at the identity chain yet, so they carry no traffic. The key of an
 // identity not known to be installed (old nil) goes into OwnedSet first, so that objects staged
 // by an agent that died are still known as its own; an installed one's is there already.
-func writeObjects(tx txn, old, new *gwstate.Identity) {
-	tx.identity(new)
-	idc := IdentityChain(new.Key())
+func writeObjects(tx txn, old, next *gwstate.Identity) {
+	tx.identity(next)
+	idc := IdentityChain(next.Key())
 	if old == nil {
-		tx.addOwnedKey(elementKey(*new))
+		tx.addOwnedKey(elementKey(*next))
 	}
 	tx.addChain(idc)
 	tx.flushChain(idc)
 	// The source set is written before the rule that references it; one that is no longer
 	// needed goes after the flush that removed the rule. (A full sync, old nil, deletes a
 	// leftover one as stale.)
-	if len(new.SourceRanges) > 0 {
-		tx.setSourceRanges(SourceSet(*new), sourcePrefixes(new.SourceRanges))
+	if len(next.SourceRanges) > 0 {
+		tx.setSourceRanges(SourceSet(*next), sourcePrefixes(next.SourceRanges))
 	} else if old != nil && len(old.SourceRanges) > 0 {
 		tx.deleteSet(SourceSet(*old))
 	}
-
-	var keep map[string]bool
-	if new.AffinityTimeoutSeconds > 0 {
-		keep = make(map[string]bool, len(new.Backends))
-		for _, b := range new.Backends {
-			keep[AffinitySet(*new, b)] = true
-		}
-	}
 	if old != nil && old.AffinityTimeoutSeconds > 0 {
-		removeEndpoints(tx, *old, keep)
-		if new.AffinityTimeoutSeconds > 0 && new.AffinityTimeoutSeconds != old.AffinityTimeoutSeconds {
-			// Not every kernel updates the timeout of an existing set on "add set": recreate
-			// the sets of the backends that stay (their entries are lost, as with any change
-			// of the timeout), after the rules that reference them are gone.
-			for _, b := range old.Backends {
-				if keep[AffinitySet(*old, b)] {
-					tx.flushChain(EndpointChain(*old, b))
-					tx.deleteSet(AffinitySet(*old, b))
-				}
-			}
-		}
+		removeOldEndpoints(tx, *old, next)
 	}
 	// The firewall (SPEC N7) is the identity chain's first rule: a packet from outside the
 	// ranges is dropped before any affinity lookup or DNAT. The chain is reached only by the
 	// first packet of a connection (nat hook); flows already established from a source the
 	// ranges no longer allow are deleted from conntrack after the commit (flowTarget).
-	if len(new.SourceRanges) > 0 {
-		tx.addRule(idc, rule{kind: ruleFirewall, set: SourceSet(*new)})
+	if len(next.SourceRanges) > 0 {
+		tx.addRule(idc, rule{kind: ruleFirewall, set: SourceSet(*next)})
 	}
-	if new.AffinityTimeoutSeconds > 0 {
-		timeout := time.Duration(new.AffinityTimeoutSeconds) * time.Second
-		for _, b := range new.Backends {
-			ep := EndpointChain(*new, b)
-			// "add set" on an existing set keeps its elements, so a backend that stays keeps
-			// its clients (SPEC D3).
-			tx.addAffinitySet(AffinitySet(*new, b), timeout)
-			tx.addChain(ep)
-			tx.flushChain(ep)
-			tx.addRule(ep, rule{kind: ruleAffinityUpdate, set: AffinitySet(*new, b)})
-			tx.addRule(ep, dnatRule(new.Protocol, []gwstate.Backend{b}))
-		}
-		for _, r := range affinityRules(*new) {
-			tx.addRule(idc, r)
-		}
+	if next.AffinityTimeoutSeconds > 0 {
+		writeAffinity(tx, idc, next)
 	} else {
-		tx.addRule(idc, dnatRule(new.Protocol, new.Backends))
+		tx.addRule(idc, dnatRule(next.Protocol, next.Backends))
+	}
+}
+
+// removeOldEndpoints removes the endpoint chains and affinity sets of old (which has affinity)
+// that next does not keep, and recreates the kept sets when the timeout changes.
+func removeOldEndpoints(tx txn, old gwstate.Identity, next *gwstate.Identity) {
+	var keep map[string]bool
+	if next.AffinityTimeoutSeconds > 0 {
+		keep = make(map[string]bool, len(next.Backends))
+		for _, b := range next.Backends {
+			keep[AffinitySet(*next, b)] = true
+		}
+	}
+	removeEndpoints(tx, old, keep)
+	if next.AffinityTimeoutSeconds <= 0 || next.AffinityTimeoutSeconds == old.AffinityTimeoutSeconds {
+		return
+	}
+	// Not every kernel updates the timeout of an existing set on "add set": recreate the sets
+	// of the backends that stay (their entries are lost, as with any change of the timeout),
+	// after the rules that reference them are gone.
+	for _, b := range old.Backends {
+		if keep[AffinitySet(old, b)] {
+			tx.flushChain(EndpointChain(old, b))
+			tx.deleteSet(AffinitySet(old, b))
+		}
+	}
+}
+
+// writeAffinity writes an identity with affinity: an affinity set and an endpoint chain per
+// backend, and the identity chain's affinity rules.
+func writeAffinity(tx txn, idc string, next *gwstate.Identity) {
+	timeout := time.Duration(next.AffinityTimeoutSeconds) * time.Second
+	for _, b := range next.Backends {
+		ep := EndpointChain(*next, b)
+		// "add set" on an existing set keeps its elements, so a backend that stays keeps
+		// its clients (SPEC D3).
+		tx.addAffinitySet(AffinitySet(*next, b), timeout)
+		tx.addChain(ep)
+		tx.flushChain(ep)
+		tx.addRule(ep, rule{kind: ruleAffinityUpdate, set: AffinitySet(*next, b)})
+		tx.addRule(ep, dnatRule(next.Protocol, []gwstate.Backend{b}))
+	}
+	for _, r := range affinityRules(*next) {
+		tx.addRule(idc, r)
 	}
 }
 

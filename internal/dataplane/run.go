@@ -65,22 +65,15 @@ func (o ServeOptions) maxStateLine() int {
 // until one succeeds or a new state arrives. Retries and repairs are logged (an ack answers
 // one line; the controller resends its state on every reconcile anyway).
 func Serve(ctx context.Context, agent *Agent, in io.Reader, out io.Writer, o ServeOptions, log logr.Logger) error {
-	enc := json.NewEncoder(out)
-	first := true
-	send := func(ack gwstate.Ack) error {
-		if first { // the agent's version goes with its first line on the stream
-			ack.AgentVersion, first = o.AgentVersion, false
-		}
-		return enc.Encode(ack)
+	if o.RetryMax < o.RetryMin {
+		o.RetryMax = o.RetryMin
 	}
+	s := &server{agent: agent, o: o, log: log, enc: json.NewEncoder(out), first: true}
 	var verify <-chan time.Time
 	if o.VerifyInterval > 0 {
 		t := time.NewTicker(o.VerifyInterval)
 		defer t.Stop()
 		verify = t.C
-	}
-	if o.RetryMax < o.RetryMin {
-		o.RetryMax = o.RetryMin
 	}
 	// Kernel change notifications (SPEC L8): a signal starts a short settle delay, so that a
 	// burst of changes (nft -f of a whole table, an address flush) costs one check, and checks
@@ -94,118 +87,176 @@ func Serve(ctx context.Context, agent *Agent, in io.Reader, out io.Writer, o Ser
 			log.Error(err, "kernel change notifications ended; drift is found by the periodic check only")
 		})
 	}
-	settle := time.NewTimer(time.Hour)
-	settle.Stop()
-	defer settle.Stop()
-	settling := false
-	var lastChangeCheck time.Time
+	s.settle = stoppedTimer()
+	defer s.settle.Stop()
+	s.retry = stoppedTimer()
+	defer s.retry.Stop()
 
-	retry := time.NewTimer(time.Hour)
-	retry.Stop()
-	defer retry.Stop()
-	backoff := time.Duration(0)
-	scheduleRetry := func(failed bool) {
-		retry.Stop()
-		if !failed || o.RetryMin <= 0 {
-			backoff = 0
-			return
-		}
-		if backoff == 0 {
-			backoff = o.RetryMin
-		} else if backoff = 2 * backoff; backoff > o.RetryMax {
-			backoff = o.RetryMax
-		}
-		retry.Reset(backoff)
-	}
-
-	type line struct {
-		data []byte
-		err  error
-	}
 	lines := make(chan line)
 	stop := make(chan struct{})
 	defer close(stop)
-	go func() {
-		// Bounded (SPEC N6): a line longer than the bound ends the loop with an error, never an
-		// unbounded allocation.
-		r := lineio.NewReader(in, o.maxStateLine())
-		for {
-			data, err := r.ReadLine()
-			if len(data) > 0 || err != nil {
-				select {
-				case lines <- line{data, err}:
-				case <-stop:
-					return
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
+	go readLines(in, o.maxStateLine(), lines, stop)
 
 	for {
-		var l line
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-verify:
-			if _, err := agent.Verify(ctx); err != nil {
-				log.Error(err, "verify")
-				scheduleRetry(true)
-			}
-			continue
+			s.verify(ctx)
 		case <-changed:
-			if !settling {
-				settling = true
-				d := changeSettle
-				if gap := time.Until(lastChangeCheck.Add(minChangeGap)); gap > d {
-					d = gap
-				}
-				settle.Reset(d)
+			s.kernelChanged()
+		case <-s.settle.C:
+			s.verifyAfterChange(ctx)
+		case <-s.retry.C:
+			s.retryLast(ctx)
+		case l := <-lines:
+			if done, err := s.handle(ctx, l); done {
+				return err
 			}
-			continue
-		case <-settle.C:
-			settling, lastChangeCheck = false, time.Now()
-			drift, err := agent.Verify(ctx)
-			if err != nil {
-				log.Error(err, "verify after a kernel change")
-				scheduleRetry(true)
-			}
-			log.V(1).Info("kernel change checked", "drift", drift)
-			continue
-		case <-retry.C:
-			if did, err := agent.Retry(ctx); err != nil {
-				log.Error(err, "retry failed", "next", 2*backoff)
-				scheduleRetry(true)
-			} else if did {
-				log.Info("retry succeeded")
-				scheduleRetry(false)
-			}
-			continue
-		case l = <-lines:
-		}
-		if data := bytes.TrimSpace(l.data); len(data) > 0 {
-			ack := handleLine(ctx, agent, data, log)
-			if ack.Pong == 0 && (ack.Generation != 0 || ack.Error == "") {
-				backoff = 0 // a new state restarts the backoff
-				scheduleRetry(ack.Error != "" && !strings.HasPrefix(ack.Error, "invalid state"))
-			}
-			if err := send(ack); err != nil {
-				return fmt.Errorf("writing ack: %w", err)
-			}
-		}
-		if l.err != nil {
-			if errors.Is(l.err, io.EOF) {
-				return nil
-			}
-			if errors.Is(l.err, lineio.ErrTooLong) {
-				// Say why before the stream ends: the controller redials and sends a complete state.
-				_ = send(gwstate.Ack{Error: fmt.Sprintf("cannot read state: %v", l.err)})
-			}
-			return fmt.Errorf("reading states: %w", l.err)
 		}
 	}
+}
+
+// server is the state of Serve's loop.
+type server struct {
+	agent *Agent
+	o     ServeOptions
+	log   logr.Logger
+	enc   *json.Encoder
+	// first: no line has been sent yet.
+	first bool
+
+	settle          *time.Timer
+	settling        bool
+	lastChangeCheck time.Time
+
+	retry   *time.Timer
+	backoff time.Duration
+}
+
+// line is one line of the stream from the controller, or the error that ended it.
+type line struct {
+	data []byte
+	err  error
+}
+
+// stoppedTimer returns a timer that does not run until it is reset.
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}
+
+// readLines sends the lines of in to lines until in ends (the error is sent too) or stop is
+// closed. Bounded (SPEC N6): a line longer than the bound ends the loop with an error, never an
+// unbounded allocation.
+func readLines(in io.Reader, maxLine int, lines chan<- line, stop <-chan struct{}) {
+	r := lineio.NewReader(in, maxLine)
+	for {
+		data, err := r.ReadLine()
+		if len(data) > 0 || err != nil {
+			select {
+			case lines <- line{data, err}:
+			case <-stop:
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// send writes one ack.
+func (s *server) send(ack gwstate.Ack) error {
+	if s.first { // the agent's version goes with its first line on the stream
+		ack.AgentVersion, s.first = s.o.AgentVersion, false
+	}
+	return s.enc.Encode(ack)
+}
+
+// scheduleRetry starts the retry timer with the next backoff after a failure, and stops it
+// (resetting the backoff) otherwise.
+func (s *server) scheduleRetry(failed bool) {
+	s.retry.Stop()
+	if !failed || s.o.RetryMin <= 0 {
+		s.backoff = 0
+		return
+	}
+	if s.backoff == 0 {
+		s.backoff = s.o.RetryMin
+	} else if s.backoff = 2 * s.backoff; s.backoff > s.o.RetryMax {
+		s.backoff = s.o.RetryMax
+	}
+	s.retry.Reset(s.backoff)
+}
+
+// verify is the periodic drift check.
+func (s *server) verify(ctx context.Context) {
+	if _, err := s.agent.Verify(ctx); err != nil {
+		s.log.Error(err, "verify")
+		s.scheduleRetry(true)
+	}
+}
+
+// kernelChanged starts the settle delay unless it runs already.
+func (s *server) kernelChanged() {
+	if s.settling {
+		return
+	}
+	s.settling = true
+	d := changeSettle
+	if gap := time.Until(s.lastChangeCheck.Add(minChangeGap)); gap > d {
+		d = gap
+	}
+	s.settle.Reset(d)
+}
+
+// verifyAfterChange is the drift check once a kernel change has settled.
+func (s *server) verifyAfterChange(ctx context.Context) {
+	s.settling, s.lastChangeCheck = false, time.Now()
+	drift, err := s.agent.Verify(ctx)
+	if err != nil {
+		s.log.Error(err, "verify after a kernel change")
+		s.scheduleRetry(true)
+	}
+	s.log.V(1).Info("kernel change checked", "drift", drift)
+}
+
+// retryLast retries the last state after a failed apply.
+func (s *server) retryLast(ctx context.Context) {
+	if did, err := s.agent.Retry(ctx); err != nil {
+		s.log.Error(err, "retry failed", "next", 2*s.backoff)
+		s.scheduleRetry(true)
+	} else if did {
+		s.log.Info("retry succeeded")
+		s.scheduleRetry(false)
+	}
+}
+
+// handle answers one line; done reports that the stream has ended, with err (nil at its end).
+func (s *server) handle(ctx context.Context, l line) (done bool, err error) {
+	if data := bytes.TrimSpace(l.data); len(data) > 0 {
+		ack := handleLine(ctx, s.agent, data, s.log)
+		if ack.Pong == 0 && (ack.Generation != 0 || ack.Error == "") {
+			s.backoff = 0 // a new state restarts the backoff
+			s.scheduleRetry(ack.Error != "" && !strings.HasPrefix(ack.Error, "invalid state"))
+		}
+		if err := s.send(ack); err != nil {
+			return true, fmt.Errorf("writing ack: %w", err)
+		}
+	}
+	if l.err == nil {
+		return false, nil
+	}
+	if errors.Is(l.err, io.EOF) {
+		return true, nil
+	}
+	if errors.Is(l.err, lineio.ErrTooLong) {
+		// Say why before the stream ends: the controller redials and sends a complete state.
+		_ = s.send(gwstate.Ack{Error: fmt.Sprintf("cannot read state: %v", l.err)})
+	}
+	return true, fmt.Errorf("reading states: %w", l.err)
 }
 
 // DecodeStateLine decodes one line of the stream from the controller: exactly one JSON object,
@@ -251,9 +302,9 @@ func handleLine(ctx context.Context, agent *Agent, data []byte, log logr.Logger)
 func NewLogger(w io.Writer, verbosity int) logr.Logger {
 	return funcr.New(func(prefix, args string) {
 		if prefix != "" {
-			fmt.Fprintf(w, "%s: %s\n", prefix, args)
+			_, _ = fmt.Fprintf(w, "%s: %s\n", prefix, args)
 		} else {
-			fmt.Fprintln(w, args)
+			_, _ = fmt.Fprintln(w, args)
 		}
 	}, funcr.Options{Verbosity: verbosity}).WithName("agent")
 }
@@ -271,7 +322,7 @@ Flags (one dash or two):
 `
 
 func printUsage(fs *flag.FlagSet) {
-	fmt.Fprint(fs.Output(), agentHelp)
+	_, _ = fmt.Fprint(fs.Output(), agentHelp)
 	fs.PrintDefaults()
 }
 

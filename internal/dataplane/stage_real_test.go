@@ -43,7 +43,7 @@ func kernelAgentIn(t *testing.T, ns string, chunk int) (*Agent, *countingBackend
 			err = e
 			return
 		}
-		defer h.Close()
+		defer func() { _ = h.Close() }()
 		if err = netns.Set(h); err != nil {
 			return
 		}
@@ -74,7 +74,7 @@ func setCounts(t *testing.T, ns string) (named, anonymous int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Close()
+	defer func() { _ = h.Close() }()
 	c, err := nftables.New(nftables.WithNetNSFd(int(h)))
 	if err != nil {
 		t.Fatal(err)

@@ -95,7 +95,9 @@ func BenchmarkL8RepairAfterForeignChange(b *testing.B) {
 				b.Cleanup(func() {
 					cancel()
 					_ = stdin.Close()
-					<-served
+					if err := <-served; err != nil {
+						b.Logf("serve: %v", err)
+					}
 				})
 				b.ResetTimer()
 				for range b.N {

@@ -40,9 +40,9 @@ func randomState(r *rand.Rand, gen int64) State {
 func TestDeltaMergeRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := range 2000 {
-		old, new := randomState(r, int64(i+1)), randomState(r, int64(i+2))
-		d := Delta(old, new)
-		d.Generation, d.Base = new.Generation, old.Generation
+		old, next := randomState(r, int64(i+1)), randomState(r, int64(i+2))
+		d := Delta(old, next)
+		d.Generation, d.Base = next.Generation, old.Generation
 		d.Normalize()
 		if err := d.Validate(); err != nil {
 			t.Fatalf("delta %+v does not validate: %v", d, err)
@@ -51,11 +51,11 @@ func TestDeltaMergeRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !reflect.DeepEqual(got.Identities, new.Identities) && !(len(got.Identities) == 0 && len(new.Identities) == 0) {
-			t.Fatalf("merge differs:\nold %+v\nnew %+v\ndelta %+v\ngot %+v", old.Identities, new.Identities, d, got.Identities)
+		if !reflect.DeepEqual(got.Identities, next.Identities) && !(len(got.Identities) == 0 && len(next.Identities) == 0) {
+			t.Fatalf("merge differs:\nold %+v\nnew %+v\ndelta %+v\ngot %+v", old.Identities, next.Identities, d, got.Identities)
 		}
-		if !reflect.DeepEqual(got.ClusterIPs, new.ClusterIPs) || got.Generation != new.Generation {
-			t.Fatalf("merge: clusterIPs %v gen %d, want %v gen %d", got.ClusterIPs, got.Generation, new.ClusterIPs, new.Generation)
+		if !reflect.DeepEqual(got.ClusterIPs, next.ClusterIPs) || got.Generation != next.Generation {
+			t.Fatalf("merge: clusterIPs %v gen %d, want %v gen %d", got.ClusterIPs, got.Generation, next.ClusterIPs, next.Generation)
 		}
 	}
 }
@@ -68,10 +68,10 @@ func TestDeltaCarriesOnlyChanges(t *testing.T) {
 			Backends: []Backend{{IP: netip.MustParseAddr("10.1.0.1"), Port: 80}, {IP: netip.MustParseAddr("10.1.0.2"), Port: 80}}})
 	}
 	old.Normalize()
-	new := State{Generation: 2, Identities: append([]Identity(nil), old.Identities...)}
-	new.Identities[500] = Identity{VIP: new.Identities[500].VIP, Port: 80, Protocol: TCP, Backends: []Backend{{IP: netip.MustParseAddr("10.1.0.3"), Port: 80}}}
-	new.Identities = append(new.Identities[:10], new.Identities[11:]...)
-	d := Delta(old, new)
+	next := State{Generation: 2, Identities: append([]Identity(nil), old.Identities...)}
+	next.Identities[500] = Identity{VIP: next.Identities[500].VIP, Port: 80, Protocol: TCP, Backends: []Backend{{IP: netip.MustParseAddr("10.1.0.3"), Port: 80}}}
+	next.Identities = append(next.Identities[:10], next.Identities[11:]...)
+	d := Delta(old, next)
 	if len(d.Identities) != 1 || d.Identities[0].VIP != old.Identities[500].VIP || len(d.Removed) != 1 || d.Removed[0] != old.Identities[10].Key() {
 		t.Fatalf("delta = %d identities, removed %v; want the changed identity and the removed one", len(d.Identities), d.Removed)
 	}

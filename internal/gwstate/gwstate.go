@@ -26,6 +26,7 @@ import (
 // Protocol is a transport protocol as nftables spells it (lowercase).
 type Protocol string
 
+// The protocols a Service port can carry.
 const (
 	TCP Protocol = "tcp"
 	UDP Protocol = "udp"
@@ -221,18 +222,35 @@ func (s State) ValidateShape() error {
 	if s.Release && (len(s.Identities) > 0 || len(s.ClusterIPs) > 0 || s.IsDelta()) {
 		return errors.New("a release state must be complete and empty")
 	}
-	seen := make(map[IdentityKey]bool, len(s.Identities))
-	for _, id := range s.Identities {
-		if seen[id.Key()] {
-			return fmt.Errorf("identity %s appears twice", id.Key())
-		}
-		seen[id.Key()] = true
+	seen, err := s.identityKeys()
+	if err != nil {
+		return err
 	}
 	for _, ip := range s.ClusterIPs {
 		if err := validIPv4(ip); err != nil {
 			return fmt.Errorf("clusterIP: %w", err)
 		}
 	}
+	if err := s.validateBase(); err != nil {
+		return err
+	}
+	return s.validateRemoved(seen)
+}
+
+// identityKeys returns the keys of s's identities, an error when one appears twice.
+func (s State) identityKeys() (map[IdentityKey]bool, error) {
+	seen := make(map[IdentityKey]bool, len(s.Identities))
+	for _, id := range s.Identities {
+		if seen[id.Key()] {
+			return nil, fmt.Errorf("identity %s appears twice", id.Key())
+		}
+		seen[id.Key()] = true
+	}
+	return seen, nil
+}
+
+// validateBase checks the base generation against what only a delta may carry.
+func (s State) validateBase() error {
 	switch {
 	case s.Base < 0:
 		return fmt.Errorf("base generation %d is negative", s.Base)
@@ -243,6 +261,11 @@ func (s State) ValidateShape() error {
 	case s.SameClusterIPs && len(s.ClusterIPs) > 0:
 		return fmt.Errorf("a delta that keeps its base's ClusterIPs carries %d ClusterIPs", len(s.ClusterIPs))
 	}
+	return nil
+}
+
+// validateRemoved checks the removed keys: valid, and none of them also set (seen).
+func (s State) validateRemoved(seen map[IdentityKey]bool) error {
 	for _, k := range s.Removed {
 		if err := k.validate(); err != nil {
 			return fmt.Errorf("removed identity %s: %w", k, err)
@@ -357,34 +380,34 @@ func validPort(p int32) error {
 // IsDelta reports whether the message is a delta (Base > 0) rather than a complete state.
 func (s State) IsDelta() bool { return s.Base > 0 }
 
-// Delta is the message that turns the complete state old into the complete state new: the
-// identities of new that are not in old as they are, the keys of old's identities that new
-// lacks, and new's ClusterIPs. Both must be normalized. Generation and Base are left to the
+// Delta is the message that turns the complete state old into the complete state next: the
+// identities of next that are not in old as they are, the keys of old's identities that next
+// lacks, and next's ClusterIPs. Both must be normalized. Generation and Base are left to the
 // sender. A change to one Service at 10,000 identities is then a line of a few hundred bytes
 // instead of megabytes (SPEC P1, P3).
-func Delta(old, new State) State {
-	d := State{Identities: []Identity{}, ClusterIPs: new.ClusterIPs}
+func Delta(old, next State) State {
+	d := State{Identities: []Identity{}, ClusterIPs: next.ClusterIPs}
 	// Both lists are sorted: walk them together.
 	i, j := 0, 0
-	for i < len(old.Identities) || j < len(new.Identities) {
+	for i < len(old.Identities) || j < len(next.Identities) {
 		var c int
 		switch {
 		case i == len(old.Identities):
 			c = 1
-		case j == len(new.Identities):
+		case j == len(next.Identities):
 			c = -1
 		default:
-			c = old.Identities[i].Key().Compare(new.Identities[j].Key())
+			c = old.Identities[i].Key().Compare(next.Identities[j].Key())
 		}
 		switch {
 		case c < 0:
 			d.Removed = append(d.Removed, old.Identities[i].Key())
 			i++
 		case c > 0:
-			d.Identities = append(d.Identities, new.Identities[j])
+			d.Identities = append(d.Identities, next.Identities[j])
 			j++
 		default:
-			p, id := &old.Identities[i], &new.Identities[j]
+			p, id := &old.Identities[i], &next.Identities[j]
 			if !p.Equal(*id) {
 				d.Identities = append(d.Identities, *id)
 			}

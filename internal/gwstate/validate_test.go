@@ -78,11 +78,11 @@ func TestMaxEncodedSize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if max := MaxEncodedSize(ids, ids*2*perID); len(b) > max {
-		t.Fatalf("a worst-case state encodes to %d bytes, more than MaxEncodedSize's %d", len(b), max)
+	if bound := MaxEncodedSize(ids, ids*2*perID); len(b) > bound {
+		t.Fatalf("a worst-case state encodes to %d bytes, more than MaxEncodedSize's %d", len(b), bound)
 	}
 	// And the bound is not loose by more than a third (it sizes the controller's defaults).
-	if max := MaxEncodedSize(ids, ids*2*perID); len(b) < max*2/3 {
-		t.Errorf("a worst-case state encodes to %d bytes, far under MaxEncodedSize's %d", len(b), max)
+	if bound := MaxEncodedSize(ids, ids*2*perID); len(b) < bound*2/3 {
+		t.Errorf("a worst-case state encodes to %d bytes, far under MaxEncodedSize's %d", len(b), bound)
 	}
 }

@@ -105,14 +105,14 @@ func (c *fakeContainer) tool(argv []string, out, errw io.Writer) error {
 	defer c.mu.Unlock()
 	switch argv[0] {
 	case "uname":
-		fmt.Fprintln(out, c.machine)
+		_, _ = fmt.Fprintln(out, c.machine)
 	case "sha256sum":
 		b, ok := c.files[argv[1]]
 		if !ok {
-			fmt.Fprintf(errw, "sha256sum: %s: No such file or directory\n", argv[1])
+			_, _ = fmt.Fprintf(errw, "sha256sum: %s: No such file or directory\n", argv[1])
 			return exit(1, "sha256sum")
 		}
-		fmt.Fprintf(out, "%s  %s\n", digestHex(b), argv[1])
+		_, _ = fmt.Fprintf(out, "%s  %s\n", digestHex(b), argv[1])
 	case "chmod":
 		if _, ok := c.files[argv[2]]; !ok {
 			return exit(1, "chmod: %s: No such file", argv[2])
@@ -132,7 +132,7 @@ func (c *fakeContainer) tool(argv []string, out, errw io.Writer) error {
 		}
 		sort.Strings(names)
 		for _, n := range names {
-			fmt.Fprintln(out, n)
+			_, _ = fmt.Fprintln(out, n)
 		}
 	case "rm":
 		for _, p := range argv[2:] {

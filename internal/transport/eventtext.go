@@ -56,7 +56,7 @@ func RefusalText(reason string) string {
 	return sanitizeLine(reason, MaxEventText)
 }
 
-func sanitizeLine(s string, max int) string {
+func sanitizeLine(s string, limit int) string {
 	const ellipsis = "…"
 	var b strings.Builder
 	space := false
@@ -75,15 +75,15 @@ func sanitizeLine(s string, max int) string {
 			space = false
 		}
 		b.WriteRune(r)
-		if b.Len() > max {
+		if b.Len() > limit {
 			break // enough to know it is cut
 		}
 	}
 	out := b.String()
-	if len(out) <= max {
+	if len(out) <= limit {
 		return out
 	}
-	cut := max - len(ellipsis)
+	cut := limit - len(ellipsis)
 	for cut > 0 && !utf8.RuneStart(out[cut]) {
 		cut--
 	}

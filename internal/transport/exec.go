@@ -222,30 +222,9 @@ func (e *Exec) executor(u *url.URL) (remotecommand.Executor, error) {
 // once the stream is established (or fails). The stream outlives ctx: it ends when the Conn is
 // closed or the stream breaks.
 func (e *Exec) Dial(ctx context.Context, inst Instance) (*Conn, error) {
-	if inst.Namespace == "" || inst.Pod == "" {
-		return nil, fmt.Errorf("exec transport: instance %s has no namespace or pod name", inst)
-	}
-	// The Pod's identity first: exec is a shell-equivalent privilege, and a Pod that merely
-	// carries the gateway's labels must not get an agent (nor the gateway's state).
-	vctx, vcancel := context.WithTimeout(ctx, e.dialTimeout)
-	err := e.verifier.VerifyPod(vctx, inst, e.container)
-	vcancel()
+	u, exe, err := e.prepare(ctx, inst)
 	if err != nil {
-		return nil, fmt.Errorf("exec transport: refusing to start the agent: %w", err)
-	}
-	command := e.command
-	if e.binaries != nil {
-		installed, err := e.deliver(ctx, inst)
-		if err != nil {
-			return nil, fmt.Errorf("exec transport: instance %s: %w", inst, err)
-		}
-		e.noteDelivered(inst)
-		command = append([]string{installed}, e.command[1:]...)
-	}
-	u := e.urlFor(inst, command, true)
-	exe, err := e.executor(u)
-	if err != nil {
-		return nil, fmt.Errorf("exec transport: %w", err)
+		return nil, err
 	}
 	log := e.log.WithValues("instance", inst.String(), "container", e.container)
 
@@ -291,28 +270,67 @@ func (e *Exec) Dial(ctx context.Context, inst Instance) (*Conn, error) {
 		close(s.ended)
 	}()
 
-	timer := time.NewTimer(e.dialTimeout)
-	defer timer.Stop()
-	var failure error
-	select {
-	case <-opened:
+	failure := e.awaitOpen(ctx, opened, s)
+	if failure == nil {
 		log.Info("agent stream opened", "url", u.Path)
 		return NewConn(stdinW, stdoutR, s), nil
-	case <-s.ended:
-		failure = s.result
-		if failure == nil {
-			failure = errors.New("the agent exited before reading its input")
-		}
-	case <-ctx.Done():
-		failure = ctx.Err()
-	case <-timer.C:
-		failure = fmt.Errorf("stream not open after %s", e.dialTimeout)
 	}
 	// Not waiting for the stream's goroutine: a WebSocket handshake does not heed cancellation
 	// (gorilla/websocket reads the upgrade response without a deadline), so an API server that
 	// never answers would hold Dial forever. The goroutine ends when the connection does.
 	s.abort()
 	return nil, fmt.Errorf("exec into %s container %s: %w", inst, e.container, failure)
+}
+
+// prepare is what Dial does before it opens the stream: it verifies inst's Pod, delivers the
+// agent's binary when the transport carries one, and returns the exec URL and its executor.
+func (e *Exec) prepare(ctx context.Context, inst Instance) (*url.URL, remotecommand.Executor, error) {
+	if inst.Namespace == "" || inst.Pod == "" {
+		return nil, nil, fmt.Errorf("exec transport: instance %s has no namespace or pod name", inst)
+	}
+	// The Pod's identity first: exec is a shell-equivalent privilege, and a Pod that merely
+	// carries the gateway's labels must not get an agent (nor the gateway's state).
+	vctx, vcancel := context.WithTimeout(ctx, e.dialTimeout)
+	err := e.verifier.VerifyPod(vctx, inst, e.container)
+	vcancel()
+	if err != nil {
+		return nil, nil, fmt.Errorf("exec transport: refusing to start the agent: %w", err)
+	}
+	command := e.command
+	if e.binaries != nil {
+		installed, err := e.deliver(ctx, inst)
+		if err != nil {
+			return nil, nil, fmt.Errorf("exec transport: instance %s: %w", inst, err)
+		}
+		e.noteDelivered(inst)
+		command = append([]string{installed}, e.command[1:]...)
+	}
+	u := e.urlFor(inst, command, true)
+	exe, err := e.executor(u)
+	if err != nil {
+		return nil, nil, fmt.Errorf("exec transport: %w", err)
+	}
+	return u, exe, nil
+}
+
+// awaitOpen waits until the stream s is open (opened closes: nil), ends, or ctx or the dial
+// timeout expires (the failure).
+func (e *Exec) awaitOpen(ctx context.Context, opened <-chan struct{}, s *execStream) error {
+	timer := time.NewTimer(e.dialTimeout)
+	defer timer.Stop()
+	select {
+	case <-opened:
+		return nil
+	case <-s.ended:
+		if s.result == nil {
+			return errors.New("the agent exited before reading its input")
+		}
+		return s.result
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return fmt.Errorf("stream not open after %s", e.dialTimeout)
+	}
 }
 
 // notifyReader calls first before the first Read: the executor reads stdin only once every

@@ -90,7 +90,7 @@ func newTestKubelet(t *testing.T, agent agentFunc) *testKubelet {
 
 // ExecInContainer is the container runtime: it runs the agent on the stream until the agent
 // returns or the pod is "restarted" (killAgents), which ends it with exit code 137.
-func (k *testKubelet) ExecInContainer(ctx context.Context, name, uid, container string, cmd []string, in io.Reader, out, errw io.WriteCloser, tty bool, _ <-chan kubeletexec.TerminalSize, _ time.Duration) error {
+func (k *testKubelet) ExecInContainer(ctx context.Context, name, _, container string, cmd []string, in io.Reader, out, errw io.WriteCloser, tty bool, _ <-chan kubeletexec.TerminalSize, _ time.Duration) error {
 	if tty {
 		return fmt.Errorf("the agent must not get a tty")
 	}

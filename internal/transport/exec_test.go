@@ -271,7 +271,7 @@ func TestExecDialErrors(t *testing.T) {
 			}
 			return
 		}
-		defer c.Close()
+		defer func() { _ = c.Close() }()
 		err = c.Apply(ctx, testState(1, 1, 1, 80))
 		if err == nil || !c.Broken() || !strings.Contains(err.Error(), "127") {
 			t.Fatalf("apply to a missing agent: %v (broken %v), want exit code 127 and a broken Conn", err, c.Broken())

@@ -86,7 +86,7 @@ func TestKeepalive(t *testing.T) {
 		_ = fromAgentW.Close()
 	}()
 	c := NewConn(pings, fromAgentR, closerFunc(func() error { _ = toAgentW.Close(); return fromAgentR.Close() }))
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	c.StartKeepalive(40*time.Millisecond, 500*time.Millisecond)
 
 	st := gwstate.State{Generation: 1, Identities: []gwstate.Identity{{VIP: netip.MustParseAddr("172.31.0.10"), Port: 80, Protocol: gwstate.TCP, Backends: []gwstate.Backend{{IP: netip.MustParseAddr("10.0.1.5"), Port: 8080}}}}}

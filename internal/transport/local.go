@@ -48,6 +48,8 @@ func NetnsFromPods(r client.Reader) func(context.Context, Instance) (string, err
 	}
 }
 
+// Dial starts the agent in inst's network namespace and returns the stream on its stdin and
+// stdout.
 func (l *LocalNetns) Dial(ctx context.Context, inst Instance) (*Conn, error) {
 	if l.Netns == nil {
 		return nil, errors.New("local transport: no way to find an instance's network namespace configured")

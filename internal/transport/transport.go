@@ -185,8 +185,26 @@ func (c *Conn) Send(ctx context.Context, u gwstate.Update) error {
 		return c.err
 	}
 	gen := u.Generation
-	var msg gwstate.State
-	var whole *gwstate.State // kept as the reference of Apply's next diff
+	msg, whole := c.message(u)
+	line, err := c.encode(gen, msg)
+	if err != nil {
+		return err
+	}
+	// Until this state is acknowledged, the agent's state is unknown: a failure sends the next
+	// one whole.
+	c.acked = ackedState{}
+	c.active = time.Now()
+	if _, err := c.w.Write(append(line, '\n')); err != nil {
+		return c.fail(fmt.Errorf("sending state generation %d: %w", gen, err))
+	}
+	return c.awaitAck(ctx, ackedState{generation: gen, version: u.Version, state: whole})
+}
+
+// message is what Send sends for u: the delta against the state the agent acknowledged last
+// when it takes one and u (or, from Apply, a diff) has it, else the whole state. whole is the
+// complete state kept as the reference of Apply's next diff (nil for the planner's states).
+func (c *Conn) message(u gwstate.Update) (msg gwstate.State, whole *gwstate.State) {
+	gen := u.Generation
 	switch acked := c.acked; {
 	case !c.deltas || acked.generation == 0 || u.Release: // a release is always complete
 		msg = u.Whole()
@@ -208,23 +226,28 @@ func (c *Conn) Send(ctx context.Context, u gwstate.Update) error {
 		st := msg // complete: Apply's state itself
 		whole = &st
 	}
+	return msg, whole
+}
+
+// encode is msg's line (without its newline), refused when longer than the agent reads.
+func (c *Conn) encode(gen int64, msg gwstate.State) ([]byte, error) {
 	line, err := json.Marshal(msg)
 	if err != nil {
-		return fmt.Errorf("encoding state generation %d: %w", gen, err)
+		return nil, fmt.Errorf("encoding state generation %d: %w", gen, err)
 	}
 	if len(line)+1 > c.limits.MaxStateLine {
 		// The agent would refuse the line and end the stream; nothing is sent, the agent keeps
 		// the state it has.
-		return fmt.Errorf("state generation %d encodes to %d bytes, more than the agent's limit of %d: %w",
+		return nil, fmt.Errorf("state generation %d encodes to %d bytes, more than the agent's limit of %d: %w",
 			gen, len(line)+1, c.limits.MaxStateLine, lineio.ErrTooLong)
 	}
-	// Until this state is acknowledged, the agent's state is unknown: a failure sends the next
-	// one whole.
-	c.acked = ackedState{}
-	c.active = time.Now()
-	if _, err := c.w.Write(append(line, '\n')); err != nil {
-		return c.fail(fmt.Errorf("sending state generation %d: %w", gen, err))
-	}
+	return line, nil
+}
+
+// awaitAck waits for the acknowledgement of the state sent, which becomes c.acked once the
+// agent programmed it.
+func (c *Conn) awaitAck(ctx context.Context, sent ackedState) error {
+	gen := sent.generation
 	for {
 		select {
 		case ack := <-c.acks:
@@ -235,17 +258,7 @@ func (c *Conn) Send(ctx context.Context, u gwstate.Update) error {
 				// An ack of an older state that outlived its caller's context; skip it.
 				continue
 			}
-			c.active, c.keepalive = time.Now(), ack.Keepalive
-			if ack.Error != "" {
-				return &AgentError{Generation: gen, Message: ack.Error}
-			}
-			// A state with refused identities is the agent's desired state all the same (the
-			// next delta is against it); the agent keeps trying the refused ones.
-			c.acked, c.deltas, c.sameClusterIPs = ackedState{generation: gen, version: u.Version, state: whole}, ack.Deltas, ack.SameClusterIPs
-			if len(ack.Refused) > 0 {
-				return &RefusedError{Generation: gen, Refused: ack.Refused}
-			}
-			return nil
+			return c.acknowledged(ack, sent)
 		case err := <-c.readErr:
 			return c.fail(err)
 		case <-ctx.Done():
@@ -253,6 +266,22 @@ func (c *Conn) Send(ctx context.Context, u gwstate.Update) error {
 			return c.fail(fmt.Errorf("waiting for acknowledgement of generation %d: %w", gen, ctx.Err()))
 		}
 	}
+}
+
+// acknowledged takes the agent's answer to the state sent.
+func (c *Conn) acknowledged(ack gwstate.Ack, sent ackedState) error {
+	gen := sent.generation
+	c.active, c.keepalive = time.Now(), ack.Keepalive
+	if ack.Error != "" {
+		return &AgentError{Generation: gen, Message: ack.Error}
+	}
+	// A state with refused identities is the agent's desired state all the same (the next delta
+	// is against it); the agent keeps trying the refused ones.
+	c.acked, c.deltas, c.sameClusterIPs = sent, ack.Deltas, ack.SameClusterIPs
+	if len(ack.Refused) > 0 {
+		return &RefusedError{Generation: gen, Refused: ack.Refused}
+	}
+	return nil
 }
 
 // StartKeepalive keeps an idle stream alive and watched: once the agent said it answers pings,
@@ -355,7 +384,7 @@ func (c *Conn) Broken() bool {
 
 func (c *Conn) fail(err error) error {
 	c.err = err
-	c.shutdown()
+	_ = c.shutdown() // the stream is already broken by err; closing it can only add noise
 	return err
 }
 

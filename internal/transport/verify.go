@@ -48,17 +48,9 @@ var _ PodVerifier = (*OwnerChainVerifier)(nil)
 
 // VerifyPod implements PodVerifier.
 func (v *OwnerChainVerifier) VerifyPod(ctx context.Context, inst Instance, container string) error {
-	refuse := func(format string, args ...any) error {
-		return fmt.Errorf("pod %s/%s: %w %s: %s", inst.Namespace, inst.Pod, ErrNotAGatewayPod, inst.Gateway, fmt.Sprintf(format, args...))
-	}
-	if inst.Gateway == "" {
-		return refuse("the instance names no gateway")
-	}
-	if inst.WorkloadNamespace == "" {
-		return refuse("the instance names no namespace of kube-ovn's workload")
-	}
-	if inst.Namespace != inst.WorkloadNamespace {
-		return refuse("it is not in %s, where kube-ovn runs the gateway", inst.WorkloadNamespace)
+	refuse := refusal(inst)
+	if err := checkInstance(inst, refuse); err != nil {
+		return err
 	}
 	workload := inst.Workload
 	if workload == "" {
@@ -68,6 +60,47 @@ func (v *OwnerChainVerifier) VerifyPod(ctx context.Context, inst Instance, conta
 	if err != nil {
 		return fmt.Errorf("verifying pod %s/%s of gateway %s: %w", inst.Namespace, inst.Pod, inst.Gateway, err)
 	}
+	if err := checkPod(refuse, pod, inst, container, workload); err != nil {
+		return err
+	}
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil {
+		return refuse("it has no controller; kube-ovn's StatefulSet %s/%s must own it", inst.Namespace, workload)
+	}
+	switch {
+	case ref.APIVersion == "apps/v1" && ref.Kind == "StatefulSet":
+		return v.verifyStatefulSet(ctx, refuse, inst, ref, workload)
+	case ref.APIVersion == "apps/v1" && ref.Kind == "ReplicaSet":
+		return v.verifyReplicaSet(ctx, refuse, inst, ref, workload)
+	}
+	return refuse("its controller is %s %s %s, not kube-ovn's StatefulSet or Deployment %s", ref.APIVersion, ref.Kind, ref.Name, workload)
+}
+
+// refusal returns the function that makes VerifyPod's refusals of inst (ErrNotAGatewayPod).
+func refusal(inst Instance) func(string, ...any) error {
+	return func(format string, args ...any) error {
+		return fmt.Errorf("pod %s/%s: %w %s: %s", inst.Namespace, inst.Pod, ErrNotAGatewayPod, inst.Gateway, fmt.Sprintf(format, args...))
+	}
+}
+
+// checkInstance: the instance names a gateway and the namespace of kube-ovn's workload, and its
+// Pod is in that namespace.
+func checkInstance(inst Instance, refuse func(string, ...any) error) error {
+	if inst.Gateway == "" {
+		return refuse("the instance names no gateway")
+	}
+	if inst.WorkloadNamespace == "" {
+		return refuse("the instance names no namespace of kube-ovn's workload")
+	}
+	if inst.Namespace != inst.WorkloadNamespace {
+		return refuse("it is not in %s, where kube-ovn runs the gateway", inst.WorkloadNamespace)
+	}
+	return nil
+}
+
+// checkPod: the Pod is the instance's (same UID, when the instance has one), carries kube-ovn's
+// gateway labels and has the container.
+func checkPod(refuse func(string, ...any) error, pod *corev1.Pod, inst Instance, container, workload string) error {
 	if inst.UID != "" && pod.UID != inst.UID {
 		return refuse("its UID is %s, the instance's %s (the pod was replaced)", pod.UID, inst.UID)
 	}
@@ -77,39 +110,41 @@ func (v *OwnerChainVerifier) VerifyPod(ctx context.Context, inst Instance, conta
 	if !hasContainer(pod, container) {
 		return refuse("it has no container %q", container)
 	}
-	ref := metav1.GetControllerOf(pod)
-	if ref == nil {
-		return refuse("it has no controller; kube-ovn's StatefulSet %s/%s must own it", inst.Namespace, workload)
+	return nil
+}
+
+// verifyStatefulSet checks a Pod controlled (ref) by a StatefulSet: it must be kube-ovn's
+// workload.
+func (v *OwnerChainVerifier) verifyStatefulSet(ctx context.Context, refuse func(string, ...any) error, inst Instance, ref *metav1.OwnerReference, workload string) error {
+	if ref.Name != workload {
+		return refuse("its controller is StatefulSet %s, not %s", ref.Name, workload)
 	}
-	switch {
-	case ref.APIVersion == "apps/v1" && ref.Kind == "StatefulSet":
-		if ref.Name != workload {
-			return refuse("its controller is StatefulSet %s, not %s", ref.Name, workload)
-		}
-		sts, err := v.Client.AppsV1().StatefulSets(inst.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("verifying pod %s/%s of gateway %s: its StatefulSet: %w", inst.Namespace, inst.Pod, inst.Gateway, err)
-		}
-		return checkWorkload(refuse, "StatefulSet", &sts.ObjectMeta, ref, workload, inst.Gateway)
-	case ref.APIVersion == "apps/v1" && ref.Kind == "ReplicaSet":
-		rs, err := v.Client.AppsV1().ReplicaSets(inst.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("verifying pod %s/%s of gateway %s: its ReplicaSet: %w", inst.Namespace, inst.Pod, inst.Gateway, err)
-		}
-		if rs.UID != ref.UID {
-			return refuse("its ReplicaSet %s has UID %s, the owner reference %s", rs.Name, rs.UID, ref.UID)
-		}
-		dref := metav1.GetControllerOf(rs)
-		if dref == nil || dref.APIVersion != "apps/v1" || dref.Kind != "Deployment" || dref.Name != workload {
-			return refuse("its ReplicaSet %s is not controlled by Deployment %s", rs.Name, workload)
-		}
-		d, err := v.Client.AppsV1().Deployments(inst.Namespace).Get(ctx, dref.Name, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("verifying pod %s/%s of gateway %s: its Deployment: %w", inst.Namespace, inst.Pod, inst.Gateway, err)
-		}
-		return checkWorkload(refuse, "Deployment", &d.ObjectMeta, dref, workload, inst.Gateway)
+	sts, err := v.Client.AppsV1().StatefulSets(inst.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("verifying pod %s/%s of gateway %s: its StatefulSet: %w", inst.Namespace, inst.Pod, inst.Gateway, err)
 	}
-	return refuse("its controller is %s %s %s, not kube-ovn's StatefulSet or Deployment %s", ref.APIVersion, ref.Kind, ref.Name, workload)
+	return checkWorkload(refuse, "StatefulSet", &sts.ObjectMeta, ref, workload, inst.Gateway)
+}
+
+// verifyReplicaSet checks a Pod controlled (ref) by a ReplicaSet: the ReplicaSet must be the one
+// referenced, controlled by kube-ovn's Deployment.
+func (v *OwnerChainVerifier) verifyReplicaSet(ctx context.Context, refuse func(string, ...any) error, inst Instance, ref *metav1.OwnerReference, workload string) error {
+	rs, err := v.Client.AppsV1().ReplicaSets(inst.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("verifying pod %s/%s of gateway %s: its ReplicaSet: %w", inst.Namespace, inst.Pod, inst.Gateway, err)
+	}
+	if rs.UID != ref.UID {
+		return refuse("its ReplicaSet %s has UID %s, the owner reference %s", rs.Name, rs.UID, ref.UID)
+	}
+	dref := metav1.GetControllerOf(rs)
+	if dref == nil || dref.APIVersion != "apps/v1" || dref.Kind != "Deployment" || dref.Name != workload {
+		return refuse("its ReplicaSet %s is not controlled by Deployment %s", rs.Name, workload)
+	}
+	d, err := v.Client.AppsV1().Deployments(inst.Namespace).Get(ctx, dref.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("verifying pod %s/%s of gateway %s: its Deployment: %w", inst.Namespace, inst.Pod, inst.Gateway, err)
+	}
+	return checkWorkload(refuse, "Deployment", &d.ObjectMeta, dref, workload, inst.Gateway)
 }
 
 // checkWorkload: the workload is the one the reference names (same UID: not a namesake made

@@ -17,13 +17,13 @@ func FuzzReadLine(f *testing.F) {
 		f.Add([]byte(seed), uint16(64))
 	}
 	f.Fuzz(func(t *testing.T, in []byte, bound uint16) {
-		max := int(bound%512) + 1
-		r := NewReader(bytes.NewReader(in), max)
+		limit := int(bound%512) + 1
+		r := NewReader(bytes.NewReader(in), limit)
 		var got []byte
 		for range len(in) + 1 {
 			line, err := r.ReadLine()
-			if len(line) > max {
-				t.Fatalf("a line of %d bytes over the bound %d", len(line), max)
+			if len(line) > limit {
+				t.Fatalf("a line of %d bytes over the bound %d", len(line), limit)
 			}
 			if n := bytes.IndexByte(line, '\n'); n >= 0 && n != len(line)-1 {
 				t.Fatalf("a newline inside the line %q", line)
@@ -32,8 +32,8 @@ func FuzzReadLine(f *testing.F) {
 			switch {
 			case errors.Is(err, ErrTooLong):
 				rest := in[len(got):]
-				if i := bytes.IndexByte(rest, '\n'); i >= 0 && i+1 <= max {
-					t.Fatalf("ErrTooLong for a line of %d bytes, bound %d", i+1, max)
+				if i := bytes.IndexByte(rest, '\n'); i >= 0 && i+1 <= limit {
+					t.Fatalf("ErrTooLong for a line of %d bytes, bound %d", i+1, limit)
 				}
 				if !bytes.HasPrefix(in, got) {
 					t.Fatal("the lines before the long one differ from the input")

@@ -30,13 +30,13 @@ type Reader struct {
 	max int
 }
 
-// NewReader returns a Reader of lines of at most max bytes from r.
-func NewReader(r io.Reader, max int) *Reader {
+// NewReader returns a Reader of lines of at most limit bytes from r.
+func NewReader(r io.Reader, limit int) *Reader {
 	size := 64 << 10
-	if max < size {
-		size = max
+	if limit < size {
+		size = limit
 	}
-	return &Reader{br: bufio.NewReaderSize(r, size), max: max}
+	return &Reader{br: bufio.NewReaderSize(r, size), max: limit}
 }
 
 // ReadLine returns the next line, with its newline when it has one. At the end of the input it

@@ -35,9 +35,9 @@ func TestReadLineStopsAtTheBound(t *testing.T) {
 
 // covers: N6
 func TestReadLineLinesUpToTheBound(t *testing.T) {
-	const max = 100
-	long := strings.Repeat("a", max-1) + "\n" // exactly max with its newline
-	r := NewReader(strings.NewReader("one\n"+long+"last"), max)
+	const maxLine = 100
+	long := strings.Repeat("a", maxLine-1) + "\n" // exactly max with its newline
+	r := NewReader(strings.NewReader("one\n"+long+"last"), maxLine)
 	for _, want := range []string{"one\n", long} {
 		got, err := r.ReadLine()
 		if err != nil || string(got) != want {
@@ -48,7 +48,7 @@ func TestReadLineLinesUpToTheBound(t *testing.T) {
 	if !errors.Is(err, io.EOF) || string(got) != "last" {
 		t.Fatalf("last line = %q, %v; want \"last\", EOF", got, err)
 	}
-	if _, err := NewReader(strings.NewReader(strings.Repeat("a", max)+"\n"), max).ReadLine(); !errors.Is(err, ErrTooLong) {
+	if _, err := NewReader(strings.NewReader(strings.Repeat("a", maxLine)+"\n"), maxLine).ReadLine(); !errors.Is(err, ErrTooLong) {
 		t.Fatalf("a line of max+1 bytes: %v, want ErrTooLong", err)
 	}
 }
