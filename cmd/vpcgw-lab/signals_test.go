@@ -26,7 +26,7 @@ func TestLongRunningHelpersEndOnSignals(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer l.Close()
+		defer func() { _ = l.Close() }()
 		return l.Addr().String()
 	}
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
@@ -47,7 +47,7 @@ func TestLongRunningHelpersEndOnSignals(t *testing.T) {
 			}
 			endsCleanly(t, cmd, sig)
 			if c, err := net.Dial("tcp", addr); err == nil {
-				c.Close()
+				_ = c.Close()
 				t.Fatalf("echo still accepts on %s after %s", addr, sig)
 			}
 		})
@@ -58,7 +58,7 @@ func TestLongRunningHelpersEndOnSignals(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer target.Close()
+			defer func() { _ = target.Close() }()
 			cmd := exec.Command(exe, "probe", "--target", target.LocalAddr().String(), "--proto", "udp", "--count", "100000", "--timeout", "1s")
 			var out strings.Builder
 			cmd.Stdout = &out

@@ -30,7 +30,7 @@ func inNetns(ns string, f func() error) error {
 			errc <- err
 			return
 		}
-		defer h.Close()
+		defer func() { _ = h.Close() }() // the handle of a namespace this thread entered; nothing to lose
 		if err := netns.Set(h); err != nil {
 			errc <- err
 			return

@@ -36,6 +36,7 @@ import (
 
 	"github.com/vpcgw/vpcgw/internal/cluster"
 	"github.com/vpcgw/vpcgw/internal/labbin"
+	"github.com/vpcgw/vpcgw/internal/labout"
 )
 
 // Config of one bench run.
@@ -73,6 +74,9 @@ type Config struct {
 	Plot, JSON string
 	Out        io.Writer
 	Log        logr.Logger
+
+	// report writes to Out; set by Run, which checks its error once at the end.
+	report *labout.Writer
 }
 
 // Percentiles of a set of durations, in milliseconds. The vpcgw latencies come from the
@@ -278,14 +282,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res := &Result{Machine: machine(), Config: fmt.Sprintf("N=%v M=%d EIPs=%d churn=%.0f/s for %s; beside kube-ovn-controller v1.16.2",
 		cfg.Sizes, cfg.Endpoints, cfg.EIPs, cfg.Rate, cfg.Duration)}
-	out := cfg.Out
-	fmt.Fprintf(out, "== vpcgw bench: %s\n== machine: %s\n", res.Config, res.Machine)
+	cfg.report = labout.New(cfg.Out)
+	out := cfg.report
+	out.Printf("== vpcgw bench: %s\n== machine: %s\n", res.Config, res.Machine)
 
 	pprofAddr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(out, "== starting the lab: API server, kube-controller-manager, OVN, kube-ovn-controller, lab node, vpcgw (load %s)\n", loadAvg())
+	out.Printf("== starting the lab: API server, kube-controller-manager, OVN, kube-ovn-controller, lab node, vpcgw (load %s)\n", loadAvg())
 	started := time.Now()
 	c, err := cluster.Start(ctx, cluster.Options{
 		Bins: cfg.Bins, AssetsDir: cfg.AssetsDir, KubeOVNDir: cfg.KubeOVNDir, Log: cfg.Log,
@@ -302,7 +307,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := c.WaitSettled(ctx, 3*time.Minute); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(out, "   up after %.1f s: kube-ovn's gateway Pod runs vpcgw's agent (load %s)\n", time.Since(started).Seconds(), loadAvg())
+	out.Printf("   up after %.1f s: kube-ovn's gateway Pod runs vpcgw's agent (load %s)\n", time.Since(started).Seconds(), loadAvg())
 	w, err := newWorkload(ctx, c, cfg, pprofAddr)
 	if err != nil {
 		return nil, err
@@ -315,20 +320,23 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if ferr := finish(cfg, res); ferr != nil {
 		err = errors.Join(err, ferr)
 	}
+	if werr := out.Err(); werr != nil {
+		err = errors.Join(err, fmt.Errorf("write the bench report: %w", werr))
+	}
 	return res, err
 }
 
 func measure(ctx context.Context, w *workload, cfg Config, res *Result) error {
-	out := cfg.Out
+	out := cfg.report
 	if cfg.ColdOnly {
 		n := cfg.Sizes[len(cfg.Sizes)-1]
 		w.c.StopController()
-		fmt.Fprintf(out, "== writing %d Services × %d endpoints, the controller stopped (load %s)\n", n, cfg.Endpoints, loadAvg())
+		out.Printf("== writing %d Services × %d endpoints, the controller stopped (load %s)\n", n, cfg.Endpoints, loadAvg())
 		start := time.Now()
 		if err := w.grow(ctx, n); err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "   written in %.1f s\n", time.Since(start).Seconds())
+		out.Printf("   written in %.1f s\n", time.Since(start).Seconds())
 		cold, err := runColdStart(ctx, w, cfg, true)
 		if err != nil {
 			return fmt.Errorf("cold start: %w", err)
@@ -344,10 +352,10 @@ func measure(ctx context.Context, w *workload, cfg Config, res *Result) error {
 		}
 		sr, err := w.runSize(ctx, n, profile)
 		if err != nil {
-			return fmt.Errorf("N=%d: %w", n, err)
+			return fmt.Errorf("at N=%d: %w", n, err)
 		}
 		if cfg.Baseline {
-			fmt.Fprintf(out, "   baseline: one `nft -f` per changed identity, %d identities × %d backends (load %s)\n", n, cfg.Endpoints, loadAvg())
+			out.Printf("   baseline: one `nft -f` per changed identity, %d identities × %d backends (load %s)\n", n, cfg.Endpoints, loadAvg())
 			b, err := runBaseline(ctx, w.identities(n), w.changes(n, sr.Changes), cfg.Rate)
 			if err != nil {
 				return fmt.Errorf("baseline at N=%d: %w", n, err)
@@ -370,7 +378,7 @@ func measure(ctx context.Context, w *workload, cfg Config, res *Result) error {
 
 // finish writes the plot, the JSON and the summary of what was measured.
 func finish(cfg Config, res *Result) error {
-	out := cfg.Out
+	out := cfg.report
 	if cfg.Plot != "" && len(res.Sizes) > 0 {
 		if err := os.MkdirAll(filepath.Dir(cfg.Plot), 0o755); err != nil {
 			return err
@@ -378,7 +386,7 @@ func finish(cfg Config, res *Result) error {
 		if err := plotLatency(res, cfg.Plot); err != nil {
 			return fmt.Errorf("plot: %w", err)
 		}
-		fmt.Fprintf(out, "== plot: %s\n", cfg.Plot)
+		out.Printf("== plot: %s\n", cfg.Plot)
 	}
 	if cfg.JSON != "" {
 		data, err := json.MarshalIndent(res, "", "  ")

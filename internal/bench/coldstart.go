@@ -23,11 +23,11 @@ import (
 // (the agent's time alone, SPEC P2).
 func runColdStart(ctx context.Context, w *workload, cfg Config, emptyLedger bool) (*ColdResult, error) {
 	n := len(w.slices)
-	out := cfg.Out
+	out := cfg.report
 	res := &ColdResult{Services: n, Endpoints: cfg.Endpoints, EmptyLedger: emptyLedger}
 	c := w.c
 	if !emptyLedger {
-		fmt.Fprintf(out, "== cold start: %d Services × %d endpoints in the API; the controller stopped, the gateway's agent killed and its table deleted\n", n, cfg.Endpoints)
+		out.Printf("== cold start: %d Services × %d endpoints in the API; the controller stopped, the gateway's agent killed and its table deleted\n", n, cfg.Endpoints)
 		c.StopController()
 		if _, err := c.KillAgents(); err != nil {
 			return nil, err
@@ -42,7 +42,7 @@ func runColdStart(ctx context.Context, w *workload, cfg Config, emptyLedger bool
 			}
 		}
 	} else {
-		fmt.Fprintf(out, "== cold start: %d Services × %d endpoints in the API, no records yet\n", n, cfg.Endpoints)
+		out.Printf("== cold start: %d Services × %d endpoints in the API, no records yet\n", n, cfg.Endpoints)
 	}
 	res.LoadAvg = loadAvg()
 	start := time.Now()
@@ -73,7 +73,7 @@ func runColdStart(ctx context.Context, w *workload, cfg Config, emptyLedger bool
 		if time.Since(lastReport) > 30*time.Second {
 			lastReport = time.Now()
 			hwm, _, _ := netlab.ProcMemory(pid)
-			fmt.Fprintf(out, "   ... %.0f s: %.0f records created, %.0f record statuses written, VmHWM %.0f MiB (load %s)\n", time.Since(start).Seconds(),
+			out.Printf("   ... %.0f s: %.0f records created, %.0f record statuses written, VmHWM %.0f MiB (load %s)\n", time.Since(start).Seconds(),
 				s.sum(recordsMetric, map[string]string{"op": "create"}), s.sum(recordsMetric, map[string]string{"op": "status"}), hwm, loadAvg())
 		}
 		select {
@@ -85,7 +85,7 @@ func runColdStart(ctx context.Context, w *workload, cfg Config, emptyLedger bool
 	if cpu, err := procCPU(pid); err == nil {
 		res.CPUSeconds = cpu
 	}
-	fmt.Fprintf(out, "   programmed after %.1f s; watching memory for 15 s more\n", res.ProgrammedS)
+	out.Printf("   programmed after %.1f s; watching memory for 15 s more\n", res.ProgrammedS)
 	for range 15 {
 		hwm, rss, _ := netlab.ProcMemory(pid)
 		res.HWMMiB, res.RSSMiB = max(res.HWMMiB, hwm), max(res.RSSMiB, rss)
@@ -99,15 +99,15 @@ func runColdStart(ctx context.Context, w *workload, cfg Config, emptyLedger bool
 		}
 	}
 	if m, err := c.ControllerMetrics(ctx); err == nil {
-		fmt.Fprintf(out, "   plans by the restarted controller: %.0f full, %.0f partial\n", m["vpcgw_full_plans_total"], m["vpcgw_partial_plans_total"])
+		out.Printf("   plans by the restarted controller: %.0f full, %.0f partial\n", m["vpcgw_full_plans_total"], m["vpcgw_partial_plans_total"])
 	}
 	if cfg.HeapProfile != "" {
 		if err := fetch(ctx, "http://"+w.pprofAddr+"/debug/pprof/heap", cfg.HeapProfile); err != nil {
 			return nil, fmt.Errorf("controller heap profile: %w", err)
 		}
-		fmt.Fprintf(out, "   controller heap profile: %s\n", cfg.HeapProfile)
+		out.Printf("   controller heap profile: %s\n", cfg.HeapProfile)
 	}
-	fmt.Fprintf(out, "   the same %d identities × %d backends applied by a new in-process agent (netlink) in an empty namespace (load %s)\n", n, cfg.Endpoints, loadAvg())
+	out.Printf("   the same %d identities × %d backends applied by a new in-process agent (netlink) in an empty namespace (load %s)\n", n, cfg.Endpoints, loadAvg())
 	apply, kernel, err := agentColdApply(ctx, w.identities(n))
 	if err != nil {
 		return nil, fmt.Errorf("agent cold apply: %w", err)
@@ -126,7 +126,7 @@ func fetch(ctx context.Context, url, path string) error {
 	if err != nil {
 		return fmt.Errorf("GET %s: %w", url, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read to the end or given up on
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
@@ -142,6 +142,6 @@ func freeAddr() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }() // only its address was wanted
 	return ln.Addr().String(), nil
 }

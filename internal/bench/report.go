@@ -2,13 +2,14 @@ package bench
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"runtime"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/vpcgw/vpcgw/internal/labout"
 )
 
 // Machine describes where the bench ran.
@@ -97,15 +98,15 @@ func (p Percentiles) maxText() string {
 	return fmt.Sprintf("%.1f", p.Max)
 }
 
-func printSize(out io.Writer, sr SizeResult) {
-	fmt.Fprintf(out, "   N=%d: %d changes at %.1f/s, %d syncs; network programming latency (controller's histogram) %s (load %s)\n",
+func printSize(out *labout.Writer, sr SizeResult) {
+	out.Printf("   N=%d: %d changes at %.1f/s, %d syncs; network programming latency (controller's histogram) %s (load %s)\n",
 		sr.Services, sr.Changes, sr.RateAch, sr.Syncs, sr.Latency, sr.LoadAvg)
-	fmt.Fprintf(out, "   vpcgw controller during the churn: %s; %d reconciles, busy %.1f s of %.1f s, plan→ack %.1f ms per sync, %d record writes\n",
+	out.Printf("   vpcgw controller during the churn: %s; %d reconciles, busy %.1f s of %.1f s, plan→ack %.1f ms per sync, %d record writes\n",
 		sr.Controller, sr.Reconciles, sr.ReconcileBusy, sr.ChurnSeconds, sr.SyncMeanMs, sr.RecordWrites)
-	fmt.Fprintf(out, "   kube-ovn-controller during the churn: %s\n", sr.KubeOVN)
-	fmt.Fprintf(out, "   the controller's API requests during the churn: %v\n", sr.APIRequests)
+	out.Printf("   kube-ovn-controller during the churn: %s\n", sr.KubeOVN)
+	out.Printf("   the controller's API requests during the churn: %v\n", sr.APIRequests)
 	if b := sr.Baseline; b != nil {
-		fmt.Fprintf(out, "   baseline: table loaded in %.1f s; per transaction %s; latency at the same rate %s (load %s)\n",
+		out.Printf("   baseline: table loaded in %.1f s; per transaction %s; latency at the same rate %s (load %s)\n",
 			b.InitS, b.Apply, b.Latency, b.LoadAvg)
 	}
 }
@@ -117,9 +118,9 @@ func (c *ColdResult) ledger() string {
 	return "records already in the API: a controller restart over an emptied gateway"
 }
 
-func printCold(out io.Writer, c *ColdResult) {
-	fmt.Fprintf(out, "   (%s)\n", c.ledger())
-	fmt.Fprintf(out, "   cold start %d × %d: programmed %.1f s after the controller process started (its sync, plan to ack: %.1f s; CPU %.1f s); "+
+func printCold(out *labout.Writer, c *ColdResult) {
+	out.Printf("   (%s)\n", c.ledger())
+	out.Printf("   cold start %d × %d: programmed %.1f s after the controller process started (its sync, plan to ack: %.1f s; CPU %.1f s); "+
 		"agent alone %.1f s (kernel transaction %.1f s); controller VmHWM %.0f MiB, RSS %.0f MiB, Go heap in use %.0f MiB (load %s)\n",
 		c.Services, c.Endpoints, c.ProgrammedS, c.FirstSyncS, c.CPUSeconds, c.AgentApplyS, c.AgentKernelS, c.HWMMiB, c.RSSMiB, c.HeapMiB, c.LoadAvg)
 }
@@ -132,10 +133,10 @@ func ratio(a, b float64) string {
 }
 
 // printSummary prints the figures as Markdown tables (docs/benchmarks.md takes them as they are).
-func printSummary(out io.Writer, r *Result) {
-	fmt.Fprintf(out, "\n== summary (%s)\n\n", r.Config)
-	fmt.Fprintln(out, "| N | changes (rate/s) | syncs | vpcgw p50 / p90 / p99 / max ms (histogram) | baseline p50 / p90 / p99 ms | baseline per transaction p50 / p99 ms | p99 ratio baseline/vpcgw | load avg |")
-	fmt.Fprintln(out, "|---:|---:|---:|---|---|---|---:|---|")
+func printSummary(out *labout.Writer, r *Result) {
+	out.Printf("\n== summary (%s)\n\n", r.Config)
+	out.Println("| N | changes (rate/s) | syncs | vpcgw p50 / p90 / p99 / max ms (histogram) | baseline p50 / p90 / p99 ms | baseline per transaction p50 / p99 ms | p99 ratio baseline/vpcgw | load avg |")
+	out.Println("|---:|---:|---:|---|---|---|---:|---|")
 	for _, s := range r.Sizes {
 		base, tx, rt := "–", "–", "–"
 		if b := s.Baseline; b != nil {
@@ -143,20 +144,20 @@ func printSummary(out io.Writer, r *Result) {
 			tx = fmt.Sprintf("%.1f / %.1f", b.Apply.P50, b.Apply.P99)
 			rt = ratio(b.Latency.P99, s.Latency.P99)
 		}
-		fmt.Fprintf(out, "| %d | %d (%.1f) | %d | %.1f / %.1f / %.1f / %s | %s | %s | %s | %s |\n",
+		out.Printf("| %d | %d (%.1f) | %d | %.1f / %.1f / %.1f / %s | %s | %s | %s | %s |\n",
 			s.Services, s.Changes, s.RateAch, s.Syncs, s.Latency.P50, s.Latency.P90, s.Latency.P99, s.Latency.maxText(), base, tx, rt, s.LoadAvg)
 	}
-	fmt.Fprintln(out)
-	fmt.Fprintln(out, "| N | Services written / all programmed | vpcgw controller while creating: CPU, RSS | kube-ovn-controller while creating: CPU, RSS | vpcgw controller in the churn: CPU, busy, plan→ack, RSS (peak) | kube-ovn-controller in the churn: CPU, RSS (peak) |")
-	fmt.Fprintln(out, "|---:|---|---|---|---|---|")
+	out.Println()
+	out.Println("| N | Services written / all programmed | vpcgw controller while creating: CPU, RSS | kube-ovn-controller while creating: CPU, RSS | vpcgw controller in the churn: CPU, busy, plan→ack, RSS (peak) | kube-ovn-controller in the churn: CPU, RSS (peak) |")
+	out.Println("|---:|---|---|---|---|---|")
 	for _, s := range r.Sizes {
-		fmt.Fprintf(out, "| %d | %.1f s / %.1f s | %.1f s, %.0f MiB | %.1f s, %.0f MiB | %.1f s of %.1f s, %.1f s, %.1f ms, %.0f (%.0f) MiB | %.1f s, %.0f (%.0f) MiB |\n",
+		out.Printf("| %d | %.1f s / %.1f s | %.1f s, %.0f MiB | %.1f s, %.0f MiB | %.1f s of %.1f s, %.1f s, %.1f ms, %.0f (%.0f) MiB | %.1f s, %.0f (%.0f) MiB |\n",
 			s.Services, s.CreateSec, s.ProgramS, s.CreateController.CPUSeconds, s.CreateController.RSSMiB, s.CreateKubeOVN.CPUSeconds, s.CreateKubeOVN.RSSMiB,
 			s.Controller.CPUSeconds, s.ChurnSeconds, s.ReconcileBusy, s.SyncMeanMs, s.Controller.RSSMiB, s.Controller.HWMMiB,
 			s.KubeOVN.CPUSeconds, s.KubeOVN.RSSMiB, s.KubeOVN.HWMMiB)
 	}
 	if c := r.Cold; c != nil {
-		fmt.Fprintf(out, "\n- cold start (%s) %d × %d: %.1f s to programmed (controller sync %.1f s, CPU %.1f s; agent alone %.1f s, kernel %.1f s); controller VmHWM %.0f MiB, RSS %.0f MiB, heap %.0f MiB (load %s)\n",
+		out.Printf("\n- cold start (%s) %d × %d: %.1f s to programmed (controller sync %.1f s, CPU %.1f s; agent alone %.1f s, kernel %.1f s); controller VmHWM %.0f MiB, RSS %.0f MiB, heap %.0f MiB (load %s)\n",
 			c.ledger(), c.Services, c.Endpoints, c.ProgrammedS, c.FirstSyncS, c.CPUSeconds, c.AgentApplyS, c.AgentKernelS, c.HWMMiB, c.RSSMiB, c.HeapMiB, c.LoadAvg)
 	}
 }

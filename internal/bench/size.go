@@ -81,8 +81,8 @@ func (w *workload) stats(ctx context.Context) (controllerStats, error) {
 // and kube-ovn-controller spent meanwhile.
 func (w *workload) runSize(ctx context.Context, n int, cpuProfile string) (SizeResult, error) {
 	sr := SizeResult{Services: n, Endpoints: w.cfg.Endpoints}
-	out := w.cfg.Out
-	fmt.Fprintf(out, "== N=%d: creating %d Services × %d endpoints (load %s)\n", n, n-len(w.slices), w.cfg.Endpoints, loadAvg())
+	out := w.cfg.report
+	out.Printf("== N=%d: creating %d Services × %d endpoints (load %s)\n", n, n-len(w.slices), w.cfg.Endpoints, loadAvg())
 	ctrlBefore, kovnBefore, err := w.processes()
 	if err != nil {
 		return sr, err
@@ -101,14 +101,14 @@ func (w *workload) runSize(ctx context.Context, n int, cpuProfile string) (SizeR
 		return sr, err
 	}
 	sr.CreateController, sr.CreateKubeOVN = ctrlNow.since(ctrlBefore), kovnNow.since(kovnBefore)
-	fmt.Fprintf(out, "   written in %.1f s, all %d programmed after %.1f s; meanwhile vpcgw controller %s, kube-ovn-controller %s\n",
+	out.Printf("   written in %.1f s, all %d programmed after %.1f s; meanwhile vpcgw controller %s, kube-ovn-controller %s\n",
 		sr.CreateSec, n, sr.ProgramS, sr.CreateController, sr.CreateKubeOVN)
 	// Start from a gateway with nothing pending (the controller's follow-up syncs: record
 	// statuses), as the controller's own metric says.
 	if err := w.waitIdle(ctx, 2*time.Minute); err != nil {
 		return sr, err
 	}
-	fmt.Fprintf(out, "   churn %.0f changes/s for %s (load %s)\n", w.cfg.Rate, w.cfg.Duration, loadAvg())
+	out.Printf("   churn %.0f changes/s for %s (load %s)\n", w.cfg.Rate, w.cfg.Duration, loadAvg())
 	sr.LoadAvg = loadAvg()
 	var profile chan error
 	if cpuProfile != "" {
@@ -159,7 +159,7 @@ func (w *workload) runSize(ctx context.Context, n int, cpuProfile string) (SizeR
 		if err := <-profile; err != nil {
 			return sr, fmt.Errorf("the controller's CPU profile: %w", err)
 		}
-		fmt.Fprintf(out, "   controller CPU profile of the churn: %s\n", cpuProfile)
+		out.Printf("   controller CPU profile of the churn: %s\n", cpuProfile)
 	}
 	return sr, nil
 }

@@ -194,7 +194,7 @@ func (w *workload) waitProgrammed(ctx context.Context, n int, timeout time.Durat
 			return fmt.Errorf("only %d of %d Services programmed after %s", done, n, timeout)
 		}
 		if time.Since(lastReport) > 30*time.Second {
-			fmt.Fprintf(w.cfg.Out, "   ... %d of %d Services programmed (load %s)\n", done, n, loadAvg())
+			w.cfg.report.Printf("   ... %d of %d Services programmed (load %s)\n", done, n, loadAvg())
 			lastReport = time.Now()
 		}
 		select {

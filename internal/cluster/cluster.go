@@ -271,7 +271,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	return c, nil
 }
 
-func (c *Cluster) startAPIServer(ctx context.Context) error {
+func (c *Cluster) startAPIServer(_ context.Context) error {
 	own, err := crd.All()
 	if err != nil {
 		return err
@@ -307,7 +307,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 	}
 	api := c.env.ControlPlane.GetAPIServer()
 	api.CertDir = certDir
-	if api.SecureServing.CA, err = writeAPIServerCerts(certDir, firstServiceIP(ServiceCIDR)); err != nil {
+	if api.CA, err = writeAPIServerCerts(certDir, firstServiceIP(ServiceCIDR)); err != nil {
 		return err
 	}
 	c.caFile = filepath.Join(certDir, clusterCAFile)
@@ -370,7 +370,7 @@ func (c *Cluster) installRBAC(ctx context.Context) error {
 				return err
 			}
 		}
-		if err := c.Client.Patch(ctx, o, client.Apply, client.FieldOwner("vpcgw-lab"), client.ForceOwnership); err != nil {
+		if err := c.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("vpcgw-lab"), client.ForceOwnership); err != nil {
 			return fmt.Errorf("applying %s %s: %w", o.GetKind(), o.GetName(), err)
 		}
 	}
@@ -551,9 +551,11 @@ func (c *Cluster) GatewayNetns() (string, bool) {
 	return c.Node.PodNetns(kubeovnrun.Namespace, c.GatewayPodName())
 }
 
-// ExternalClient and VPCClient are the clients' namespaces.
+// ExternalClient is the external client's namespace.
 func (c *Cluster) ExternalClient() string { return c.network.ext }
-func (c *Cluster) VPCClient() string      { return c.network.vpcClient }
+
+// VPCClient is the VPC client's namespace.
+func (c *Cluster) VPCClient() string { return c.network.vpcClient }
 
 // WaitIngress waits until the Service has an EXTERNAL-IP and returns it.
 func (c *Cluster) WaitIngress(ctx context.Context, ns, name string, timeout time.Duration) (string, error) {
@@ -570,7 +572,7 @@ func (c *Cluster) WaitIngress(ctx context.Context, ns, name string, timeout time
 		return false, nil
 	})
 	if err != nil {
-		return "", fmt.Errorf("Service %s/%s has no EXTERNAL-IP after %s: %w", ns, name, timeout, err)
+		return "", fmt.Errorf("service %s/%s has no EXTERNAL-IP after %s: %w", ns, name, timeout, err)
 	}
 	return ip, nil
 }
@@ -651,16 +653,6 @@ func (c *Cluster) Logs() string {
 	return out
 }
 
-func (c *Cluster) run(name string, f func() error) {
-	c.wg.Go(func() {
-		if err := f(); err != nil {
-			c.errMu.Lock()
-			c.errs = append(c.errs, fmt.Errorf("%s: %w", name, err))
-			c.errMu.Unlock()
-		}
-	})
-}
-
 // Stop ends every process and removes every namespace the lab made.
 func (c *Cluster) Stop() error {
 	var errs []error
@@ -717,7 +709,7 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }() // only its port was wanted
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 

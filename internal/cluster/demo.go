@@ -24,6 +24,7 @@ import (
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
+	"github.com/vpcgw/vpcgw/internal/labout"
 	"github.com/vpcgw/vpcgw/internal/netlab"
 )
 
@@ -79,11 +80,12 @@ func podRow(p *corev1.Pod) PodRow {
 // WritePods prints rows as `kubectl get pods -A -o wide` does.
 func WritePods(w io.Writer, rows []PodRow) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-	fmt.Fprintln(tw, "NAMESPACE\tNAME\tREADY\tSTATUS\tRESTARTS\tAGE\tIP\tNODE")
+	t := labout.New(tw)
+	t.Println("NAMESPACE\tNAME\tREADY\tSTATUS\tRESTARTS\tAGE\tIP\tNODE")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Namespace, r.Name, r.Ready, r.Status, r.Restarts, shortAge(r.Age), cmp.Or(r.IP, "<none>"), cmp.Or(r.Node, "<none>"))
+		t.Printf("%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Namespace, r.Name, r.Ready, r.Status, r.Restarts, shortAge(r.Age), cmp.Or(r.IP, "<none>"), cmp.Or(r.Node, "<none>"))
 	}
-	return tw.Flush()
+	return errors.Join(t.Err(), tw.Flush())
 }
 
 // shortAge is kubectl's AGE column (seconds below 2 minutes, then minutes and seconds).
@@ -105,18 +107,20 @@ func WriteService(w io.Writer, svc *corev1.Service) error {
 		ports = append(ports, fmt.Sprintf("%d/%s", p.Port, p.Protocol))
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-	fmt.Fprintln(tw, "NAMESPACE\tNAME\tTYPE\tCLUSTER-IP\tEXTERNAL-IP\tPORT(S)")
-	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", svc.Namespace, svc.Name, svc.Spec.Type, svc.Spec.ClusterIP,
+	t := labout.New(tw)
+	t.Println("NAMESPACE\tNAME\tTYPE\tCLUSTER-IP\tEXTERNAL-IP\tPORT(S)")
+	t.Printf("%s\t%s\t%s\t%s\t%s\t%s\n", svc.Namespace, svc.Name, svc.Spec.Type, svc.Spec.ClusterIP,
 		cmp.Or(strings.Join(ext, ","), "<pending>"), strings.Join(ports, ","))
-	return tw.Flush()
+	return errors.Join(t.Err(), tw.Flush())
 }
 
 // WriteEIP prints an IptablesEIP as `kubectl get iptables-eips` does.
 func WriteEIP(w io.Writer, e *kubeovnv1.IptablesEIP) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tIP\tNAT\tREADY\tEXTERNALSUBNET\tNATGWDP")
-	fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%s\t%s\n", e.Name, e.Status.IP, e.Status.Nat, e.Status.Ready, e.Spec.ExternalSubnet, e.Spec.NatGwDp)
-	return tw.Flush()
+	t := labout.New(tw)
+	t.Println("NAME\tIP\tNAT\tREADY\tEXTERNALSUBNET\tNATGWDP")
+	t.Printf("%s\t%s\t%s\t%t\t%s\t%s\n", e.Name, e.Status.IP, e.Status.Nat, e.Status.Ready, e.Spec.ExternalSubnet, e.Spec.NatGwDp)
+	return errors.Join(t.Err(), tw.Flush())
 }
 
 // ScaleDeployment sets a Deployment's replicas exactly as `kubectl scale` does: a merge patch
@@ -173,6 +177,11 @@ type Demo struct {
 
 func (d *Demo) timeout() time.Duration { return cmp.Or(d.Timeout, 90*time.Second) }
 
+// printf narrates a step to Out. The narration is best effort: a step's verdict is its error,
+// never whether its text was written (`vpcgw-lab lab` passes a labout.Writer and checks its
+// error once, at the end).
+func (d *Demo) printf(format string, args ...any) { _, _ = fmt.Fprintf(d.Out, format, args...) }
+
 // Served waits until kube-ovn made the EIP Ready, the demo Service has its EXTERNAL-IP and the
 // Deployment's replicas are Ready, and returns the Service.
 func (d *Demo) Served(ctx context.Context) (*corev1.Service, error) {
@@ -180,12 +189,12 @@ func (d *Demo) Served(ctx context.Context) (*corev1.Service, error) {
 	if err := d.C.EIPReady(ctx, EIPName, d.timeout()); err != nil {
 		return nil, fmt.Errorf("kube-ovn did not make IptablesEIP %s Ready: %w", EIPName, err)
 	}
-	fmt.Fprintf(d.Out, "   IptablesEIP %s Ready (kube-ovn-controller) after %s\n", EIPName, since(started))
+	d.printf("   IptablesEIP %s Ready (kube-ovn-controller) after %s\n", EIPName, since(started))
 	ip, err := d.C.WaitIngress(ctx, DemoNamespace, DemoService, d.timeout())
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(d.Out, "   Service %s/%s EXTERNAL-IP %s (vpcgw controller) after %s\n", DemoNamespace, DemoService, ip, since(started))
+	d.printf("   Service %s/%s EXTERNAL-IP %s (vpcgw controller) after %s\n", DemoNamespace, DemoService, ip, since(started))
 	var dep appsv1.Deployment
 	if err := d.C.Client.Get(ctx, client.ObjectKey{Namespace: DemoNamespace, Name: DemoDeployment}, &dep); err != nil {
 		return nil, fmt.Errorf("reading deployment %s/%s: %w", DemoNamespace, DemoDeployment, err)
@@ -198,7 +207,7 @@ func (d *Demo) Served(ctx context.Context) (*corev1.Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("deployment %s/%s: %d replicas not Ready: %w", DemoNamespace, DemoDeployment, want, err)
 	}
-	fmt.Fprintf(d.Out, "   Deployment %s/%s %d/%d Ready after %s\n", DemoNamespace, DemoDeployment, want, want, since(started))
+	d.printf("   Deployment %s/%s %d/%d Ready after %s\n", DemoNamespace, DemoDeployment, want, want, since(started))
 	var svc corev1.Service
 	if err := d.C.Client.Get(ctx, client.ObjectKey{Namespace: DemoNamespace, Name: DemoService}, &svc); err != nil {
 		return nil, fmt.Errorf("reading service %s/%s: %w", DemoNamespace, DemoService, err)
@@ -243,7 +252,7 @@ func (d *Demo) Traffic(ctx context.Context, svc *corev1.Service) ([]ProbeRun, er
 		started := time.Now()
 		if err := d.C.WaitReachable(ctx, r.From, r.Proto, r.Target, d.timeout()); err != nil {
 			errs = append(errs, err)
-			fmt.Fprintf(d.Out, "== %s cannot reach %s %s: %v\n", r.FromName, r.Proto, r.Target, err)
+			d.printf("== %s cannot reach %s %s: %v\n", r.FromName, r.Proto, r.Target, err)
 			continue
 		}
 		reachable := since(started)
@@ -253,8 +262,8 @@ func (d *Demo) Traffic(ctx context.Context, svc *corev1.Service) ([]ProbeRun, er
 			continue
 		}
 		r.Result = res
-		fmt.Fprintf(d.Out, "== %d %s requests from %s to %s (reachable after %s, %d sent in %.2fs):\n", d.Requests, strings.ToUpper(r.Proto), r.FromName, r.Target, reachable, d.Requests, res.Seconds)
-		writeCounts(d.Out, res)
+		d.printf("== %d %s requests from %s to %s (reachable after %s, %d sent in %.2fs):\n", d.Requests, strings.ToUpper(r.Proto), r.FromName, r.Target, reachable, d.Requests, res.Seconds)
+		d.writeCounts(res)
 		if err := r.Err(d.Requests); err != nil {
 			errs = append(errs, err)
 		}
@@ -271,12 +280,12 @@ func servicePort(svc *corev1.Service, proto corev1.Protocol) string {
 	return "0"
 }
 
-func writeCounts(w io.Writer, res netlab.ProbeResult) {
+func (d *Demo) writeCounts(res netlab.ProbeResult) {
 	for _, name := range slices.Sorted(maps.Keys(res.Answers)) {
-		fmt.Fprintf(w, "   %-24s %d\n", name, res.Answers[name])
+		d.printf("   %-24s %d\n", name, res.Answers[name])
 	}
 	if res.Errors > 0 {
-		fmt.Fprintf(w, "   %-24s %d (%s)\n", "failed", res.Errors, res.LastError)
+		d.printf("   %-24s %d (%s)\n", "failed", res.Errors, res.LastError)
 	}
 }
 
@@ -287,15 +296,15 @@ func (d *Demo) Scale(ctx context.Context, svc *corev1.Service, replicas int32) (
 	if err := d.C.ScaleDeployment(ctx, DemoNamespace, DemoDeployment, replicas); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(d.Out, "== kubectl scale deployment/%s -n %s --replicas=%d (the scale subresource)\n", DemoDeployment, DemoNamespace, replicas)
+	d.printf("== kubectl scale deployment/%s -n %s --replicas=%d (the scale subresource)\n", DemoDeployment, DemoNamespace, replicas)
 	pods, runs, err := d.WaitBackends(ctx, svc, int(replicas))
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(d.Out, "   answers from exactly the %d Ready pods after %s:\n", len(pods), since(started))
+	d.printf("   answers from exactly the %d Ready pods after %s:\n", len(pods), since(started))
 	for _, r := range runs {
-		fmt.Fprintf(d.Out, "   %d %s requests from %s to %s:\n", r.Result.Total(), strings.ToUpper(r.Proto), r.FromName, r.Target)
-		writeCounts(d.Out, r.Result)
+		d.printf("   %d %s requests from %s to %s:\n", r.Result.Total(), strings.ToUpper(r.Proto), r.FromName, r.Target)
+		d.writeCounts(r.Result)
 	}
 	return pods, nil
 }
@@ -356,7 +365,7 @@ func (d *Demo) ShowDataPlane() (DataPlane, error) {
 	if dp.Policies, err = d.C.OVN.NBCtl("lr-policy-list", VpcName); err != nil {
 		return dp, err
 	}
-	fmt.Fprintf(d.Out, "== ovn-nbctl --db=%s lr-policy-list %s (the VIP routes vpcgw wrote; OVN's router applies them in the chassis)\n%s\n", d.C.OVN.NBAddr(), VpcName, dp.Policies)
+	d.printf("== ovn-nbctl --db=%s lr-policy-list %s (the VIP routes vpcgw wrote; OVN's router applies them in the chassis)\n%s\n", d.C.OVN.NBAddr(), VpcName, dp.Policies)
 	gw, ok := d.C.GatewayNetns()
 	if !ok {
 		return dp, fmt.Errorf("kube-ovn's gateway pod %s/%s has no network namespace on the lab node", kubeovnrun.Namespace, d.C.GatewayPodName())
@@ -366,7 +375,7 @@ func (d *Demo) ShowDataPlane() (DataPlane, error) {
 		return dp, fmt.Errorf("listing the gateway's table: %w", err)
 	}
 	dp.Table = string(out)
-	fmt.Fprintf(d.Out, "== ip netns exec %s nft list table ip kube-ovn (kube-ovn's gateway pod %s/%s)\n%s\n", gw, kubeovnrun.Namespace, d.C.GatewayPodName(), dp.Table)
+	d.printf("== ip netns exec %s nft list table ip kube-ovn (kube-ovn's gateway pod %s/%s)\n%s\n", gw, kubeovnrun.Namespace, d.C.GatewayPodName(), dp.Table)
 	return dp, nil
 }
 

@@ -113,13 +113,13 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	if err := api.Stop(); err != nil && !strings.Contains(err.Error(), "timeout waiting for process") {
 		return fmt.Errorf("stopping kube-apiserver: %w", err)
 	}
-	addr := net.JoinHostPort(api.SecureServing.Address, api.SecureServing.Port)
+	addr := net.JoinHostPort(api.Address, api.Port)
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		conn, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
 			return true, nil
 		}
-		conn.Close()
+		_ = conn.Close() // a probe: it connected, that was the answer
 		return false, nil
 	}); err != nil {
 		return fmt.Errorf("kube-apiserver still listens on %s after it was stopped: %w", addr, err)

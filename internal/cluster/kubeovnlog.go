@@ -2,9 +2,10 @@ package cluster
 
 import (
 	"bufio"
-	"fmt"
 	"io"
 	"strings"
+
+	"github.com/vpcgw/vpcgw/internal/labout"
 )
 
 // LogTopic is something the lab looks for in kube-ovn-controller's log.
@@ -111,28 +112,30 @@ func klogSeverity(line string) byte {
 	return line[0]
 }
 
-// Write prints the summary: every distinct problem, and per topic at most max lines, each line
-// cut to width.
-func (s LogSummary) Write(w io.Writer, topics []LogTopic, max, width int) {
+// Write prints the summary: every distinct problem, and per topic at most limit lines, each
+// line cut to width. It returns the first write error.
+func (s LogSummary) Write(w io.Writer, topics []LogTopic, limit, width int) error {
 	cut := func(l string) string {
 		if len(l) > width {
 			return l[:width] + "..."
 		}
 		return l
 	}
-	fmt.Fprintf(w, "   %d lines: %d errors, %d warnings (%d distinct)\n", s.Lines, s.Errors, s.Warnings, len(s.Problems))
+	out := labout.New(w)
+	out.Printf("   %d lines: %d errors, %d warnings (%d distinct)\n", s.Lines, s.Errors, s.Warnings, len(s.Problems))
 	for _, p := range s.Problems {
-		fmt.Fprintf(w, "     %3dx %s\n", p.Count, cut(p.First))
+		out.Printf("     %3dx %s\n", p.Count, cut(p.First))
 	}
 	for _, t := range topics {
 		lines := s.ByTopic[t.Name]
-		fmt.Fprintf(w, "   lines naming %q: %d\n", t.Name, len(lines))
+		out.Printf("   lines naming %q: %d\n", t.Name, len(lines))
 		for i, l := range lines {
-			if i == max {
-				fmt.Fprintf(w, "     ... %d more\n", len(lines)-max)
+			if i == limit {
+				out.Printf("     ... %d more\n", len(lines)-limit)
 				break
 			}
-			fmt.Fprintf(w, "     %s\n", cut(l))
+			out.Printf("     %s\n", cut(l))
 		}
 	}
+	return out.Err()
 }

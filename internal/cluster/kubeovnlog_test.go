@@ -46,7 +46,9 @@ func TestSummarizeKubeOVNLog(t *testing.T) {
 		t.Errorf("lines naming vpcgw = %d, want 0", got)
 	}
 	var out strings.Builder
-	s.Write(&out, cluster.LogTopics, 1, 60)
+	if err := s.Write(&out, cluster.LogTopics, 1, 60); err != nil {
+		t.Fatal(err)
+	}
 	if !strings.Contains(out.String(), "2x E1201") || !strings.Contains(out.String(), "... 1 more") {
 		t.Errorf("printed summary lacks the repeat count or the cut:\n%s", out.String())
 	}

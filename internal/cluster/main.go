@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
+	"github.com/vpcgw/vpcgw/internal/labout"
 )
 
 // Main is `vpcgw-lab lab`: bring the lab cluster up beside the real kube-ovn-controller, show the
@@ -42,13 +43,20 @@ func Main(ctx context.Context, args []string) (err error) {
 	}
 	ctx, stop, components := lf.Setup(ctx)
 	defer stop()
-	out := os.Stdout
+	// The steps go to stdout through out, whose first write error Main returns; the bring-up
+	// progress, written by the components' goroutines, goes to stdout on its own (best effort).
+	out := labout.New(os.Stdout)
+	defer func() {
+		if werr := out.Err(); werr != nil {
+			err = errors.Join(err, fmt.Errorf("write the lab's steps: %w", werr))
+		}
+	}()
 	started := time.Now()
-	log := logr.New(&progressSink{out: out, start: started, inner: components.GetSink(), mu: &sync.Mutex{}})
+	log := logr.New(&progressSink{out: os.Stdout, start: started, inner: components.GetSink(), mu: &sync.Mutex{}})
 
-	fmt.Fprintln(out, "== vpcgw-lab lab: starting kube-apiserver and etcd, kube-controller-manager, OVN NB/SB and ovn-northd,")
-	fmt.Fprintln(out, "   kube-ovn-controller, the lab node (the kubelet), the vpcgw webhook and controller;")
-	fmt.Fprintf(out, "   then Vpc %s, its Subnets, the external Subnet and VpcNatGateway %s, created as a kube-ovn user would\n", VpcName, GatewayName)
+	out.Println("== vpcgw-lab lab: starting kube-apiserver and etcd, kube-controller-manager, OVN NB/SB and ovn-northd,")
+	out.Println("   kube-ovn-controller, the lab node (the kubelet), the vpcgw webhook and controller;")
+	out.Printf("   then Vpc %s, its Subnets, the external Subnet and VpcNatGateway %s, created as a kube-ovn user would\n", VpcName, GatewayName)
 	c, err := Start(ctx, Options{Bins: lf.Bins, AssetsDir: lf.Assets, KubeOVNDir: lf.KubeOVN, Log: log})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -58,20 +66,20 @@ func Main(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	defer func() {
-		fmt.Fprintln(out, "== stopping the lab (processes, namespaces, API server)")
+		out.Println("== stopping the lab (processes, namespaces, API server)")
 		if serr := c.Stop(); serr != nil {
 			err = errors.Join(err, fmt.Errorf("lab cleanup: %w", serr))
 		}
 	}()
-	fmt.Fprintf(out, "   up after %s: kube-ovn made gateway pod %s/%s and initialised it (nat-gateway.sh init)\n", since(started), kubeovnrun.Namespace, c.GatewayPodName())
-	fmt.Fprintf(out, "== demo: IptablesEIP %s, Deployment %s/%s (2 echo replicas), LoadBalancer Service %s/%s\n", EIPName, DemoNamespace, DemoDeployment, DemoNamespace, DemoService)
+	out.Printf("   up after %s: kube-ovn made gateway pod %s/%s and initialised it (nat-gateway.sh init)\n", since(started), kubeovnrun.Namespace, c.GatewayPodName())
+	out.Printf("== demo: IptablesEIP %s, Deployment %s/%s (2 echo replicas), LoadBalancer Service %s/%s\n", EIPName, DemoNamespace, DemoDeployment, DemoNamespace, DemoService)
 
 	if *stay {
 		path, _, err := c.WriteDescription(ctx)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "   lab description: %s (kept up to date while the lab stays up)\n", path)
+		out.Printf("   lab description: %s (kept up to date while the lab stays up)\n", path)
 	}
 
 	demo := &Demo{C: c, Out: out, Requests: *requests}
@@ -83,10 +91,10 @@ func Main(ctx context.Context, args []string) (err error) {
 		return errors.New("interrupted during the demo")
 	}
 	if len(failed) > 0 {
-		fmt.Fprintf(out, "== %d step(s) failed\n", len(failed))
+		out.Printf("== %d step(s) failed\n", len(failed))
 		return errors.Join(failed...)
 	}
-	fmt.Fprintf(out, "== every step succeeded (%s)\n", since(started))
+	out.Printf("== every step succeeded (%s)\n", since(started))
 	if !*stay {
 		return nil
 	}
@@ -94,13 +102,13 @@ func Main(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\n== the lab stays up; Ctrl-C ends it\nlab description: %s\nexport KUBECONFIG=%s\n", path, c.Kubeconfig)
+	out.Printf("\n== the lab stays up; Ctrl-C ends it\nlab description: %s\nexport KUBECONFIG=%s\n", path, c.Kubeconfig)
 	kubectl := kubectlCmd(lf.Assets, "")
-	fmt.Fprintf(out, "%s get pods -A\n%s scale deployment/%s -n %s --replicas=3\n", kubectl, kubectl, DemoDeployment, DemoNamespace)
-	fmt.Fprintln(out, "what kubectl cannot do (argv in lab.json):")
+	out.Printf("%s get pods -A\n%s scale deployment/%s -n %s --replicas=3\n", kubectl, kubectl, DemoDeployment, DemoNamespace)
+	out.Println("what kubectl cannot do (argv in lab.json):")
 	for _, cmd := range desc.Commands {
 		// Shown for copying only; nothing here runs through a shell.
-		fmt.Fprintf(out, "  # %s\n  %s\n", cmd.What, strings.Join(cmd.Argv, " "))
+		out.Printf("  # %s\n  %s\n", cmd.What, strings.Join(cmd.Argv, " "))
 	}
 	c.KeepDescription(ctx, 2*time.Second, func(err error) { fmt.Fprintf(os.Stderr, "lab.json not refreshed: %v\n", err) })
 	return nil
@@ -111,16 +119,16 @@ const usageWindow = 10 * time.Second
 
 // runDemo runs the demo's steps in order and returns the failures. A step that later steps need
 // (the Service being served) ends the demo when it fails.
-func runDemo(ctx context.Context, d *Demo, out io.Writer) []error {
+func runDemo(ctx context.Context, d *Demo, out *labout.Writer) []error {
 	c := d.C
 	var failed []error
 	check := func(err error) {
 		if err != nil {
-			fmt.Fprintf(out, "!! %v\n", err)
+			out.Printf("!! %v\n", err)
 			failed = append(failed, err)
 		}
 	}
-	fmt.Fprintln(out, "== waiting for kube-ovn and vpcgw to serve the demo")
+	out.Println("== waiting for kube-ovn and vpcgw to serve the demo")
 	svc, err := d.Served(ctx)
 	if err != nil {
 		check(err)
@@ -128,7 +136,7 @@ func runDemo(ctx context.Context, d *Demo, out io.Writer) []error {
 	}
 	steps := []func() error{
 		func() error {
-			fmt.Fprintf(out, "\n== kubectl get pods -A -o wide (read through the API; the same with the real kubectl:\n   %s get pods -A -o wide)\n", kubectlCmd(c.opts.AssetsDir, c.Kubeconfig))
+			out.Printf("\n== kubectl get pods -A -o wide (read through the API; the same with the real kubectl:\n   %s get pods -A -o wide)\n", kubectlCmd(c.opts.AssetsDir, c.Kubeconfig))
 			rows, err := ListPods(ctx, c.Client)
 			if err != nil {
 				return err
@@ -139,7 +147,7 @@ func runDemo(ctx context.Context, d *Demo, out io.Writer) []error {
 			return gatewayListedReady(rows, c.GatewayPodName())
 		},
 		func() error {
-			fmt.Fprintf(out, "\n== kubectl get service -n %s %s\n", DemoNamespace, DemoService)
+			out.Printf("\n== kubectl get service -n %s %s\n", DemoNamespace, DemoService)
 			if err := WriteService(out, svc); err != nil {
 				return err
 			}
@@ -147,19 +155,19 @@ func runDemo(ctx context.Context, d *Demo, out io.Writer) []error {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(out, "== kubectl get iptables-eips")
+			out.Println("== kubectl get iptables-eips")
 			if err := WriteEIP(out, e); err != nil {
 				return err
 			}
-			fmt.Fprintln(out)
+			out.Println()
 			return nil
 		},
 		func() error { _, err := d.Traffic(ctx, svc); return err },
-		func() error { fmt.Fprintln(out); _, err := d.Scale(ctx, svc, 5); return err },
+		func() error { out.Println(); _, err := d.Scale(ctx, svc, 5); return err },
 		func() error { _, err := d.Scale(ctx, svc, 1); return err },
-		func() error { fmt.Fprintln(out); _, err := d.ShowDataPlane(); return err },
+		func() error { out.Println(); _, err := d.ShowDataPlane(); return err },
 		func() error {
-			fmt.Fprintf(out, "\n== what the lab uses, per component (%s without traffic)\n", usageWindow)
+			out.Printf("\n== what the lab uses, per component (%s without traffic)\n", usageWindow)
 			us, err := LabUsage(usageWindow)
 			if err != nil {
 				return err
@@ -173,8 +181,9 @@ func runDemo(ctx context.Context, d *Demo, out io.Writer) []error {
 		}
 		check(step())
 	}
-	fmt.Fprintln(out, "== what kube-ovn-controller logged during the lab run")
-	SummarizeKubeOVNLog(c.KubeOVN.Logs(), LogTopics).Write(out, LogTopics, 15, 240)
+	out.Println("== what kube-ovn-controller logged during the lab run")
+	// A write error stays in out, which Main checks.
+	_ = SummarizeKubeOVNLog(c.KubeOVN.Logs(), LogTopics).Write(out, LogTopics, 15, 240)
 	return failed
 }
 
@@ -224,7 +233,8 @@ func (s *progressSink) Info(level int, msg string, kv ...any) {
 			fmt.Fprintf(&b, " %v=%v", kv[i], kv[i+1])
 		}
 		s.mu.Lock()
-		fmt.Fprintf(s.out, "   [%6.1fs] %s%s\n", time.Since(s.start).Seconds(), msg, b.String())
+		// Progress on the console, best effort: a failed write must not stop the bring-up.
+		_, _ = fmt.Fprintf(s.out, "   [%6.1fs] %s%s\n", time.Since(s.start).Seconds(), msg, b.String())
 		s.mu.Unlock()
 	}
 	if s.inner.Enabled(level) {

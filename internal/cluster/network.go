@@ -44,6 +44,7 @@ const (
 // Role says what a namespace stands for (SPEC O1).
 type Role string
 
+// The roles of the lab's namespaces.
 const (
 	RoleExternalClient Role = "external-client"
 	RoleSwitch         Role = "switch"

@@ -31,7 +31,7 @@ func echoOnce(t *testing.T, l net.Listener, name string) {
 				return
 			}
 			go func() {
-				defer c.Close()
+				defer func() { _ = c.Close() }()
 				line, err := bufio.NewReader(c).ReadString('\n')
 				if err == nil {
 					_, _ = fmt.Fprintf(c, "%s %s", name, line)
@@ -43,7 +43,7 @@ func echoOnce(t *testing.T, l net.Listener, name string) {
 
 func ask(t *testing.T, c net.Conn, r io.Reader) string {
 	t.Helper()
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.WriteString(c, "hello\n"); err != nil {
 		t.Fatal(err)
@@ -134,7 +134,9 @@ func TestDefaultNetworkReachesHostAndIsReached(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+		if _, err := fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target); err != nil {
+			t.Fatal(err)
+		}
 		br := bufio.NewReader(conn)
 		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 		if err != nil {
@@ -152,8 +154,10 @@ func TestDefaultNetworkReachesHostAndIsReached(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	fmt.Fprintf(conn, "CONNECT 10.16.0.5:1 HTTP/1.1\r\nHost: 10.16.0.5:1\r\n\r\n")
+	defer func() { _ = conn.Close() }()
+	if _, err := fmt.Fprintf(conn, "CONNECT 10.16.0.5:1 HTTP/1.1\r\nHost: 10.16.0.5:1\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
 	resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: http.MethodConnect})
 	if err != nil {
 		t.Fatal(err)

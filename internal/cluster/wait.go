@@ -26,7 +26,7 @@ func waitHTTP(ctx context.Context, what string, p *process, url string, timeout 
 			last = err.Error()
 			return false, nil
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close() // only the status was wanted
 		last = resp.Status
 		return resp.StatusCode == http.StatusOK, nil
 	})

@@ -157,7 +157,7 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("kubeovnrun: finding a free port: %w", err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }() // only its port was wanted
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
@@ -218,7 +218,7 @@ func (c *Controller) launchOnce() error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if resp, err := hc.Get(url); err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close() // only the status is wanted
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}
@@ -270,13 +270,13 @@ func (w *logWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// logsSince returns the output from offset mark on, its last max bytes.
-func (c *Controller) logsSince(mark, max int) string {
+// logsSince returns the output from offset mark on, its last limit bytes.
+func (c *Controller) logsSince(mark, limit int) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	b := c.logs.Bytes()[mark:]
-	if len(b) > max {
-		b = b[len(b)-max:]
+	if len(b) > limit {
+		b = b[len(b)-limit:]
 	}
 	return string(b)
 }

@@ -112,7 +112,7 @@ func TestRealKubeOVNMakesTheGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	o, err := kubeovnrun.StartOVN(dir, kubeOVN)
 	if err != nil {
 		t.Fatal(err)

@@ -49,7 +49,9 @@ func TestAddNodeRefusesBadAddress(t *testing.T) {
 
 func TestMountHelperOnlyWhenInvokedAsHelper(t *testing.T) {
 	t.Setenv(helperEnv, "") // restored after the test
-	os.Unsetenv(helperEnv)
+	if err := os.Unsetenv(helperEnv); err != nil {
+		t.Fatal(err)
+	}
 	if MaybeRunMountHelper() {
 		t.Fatal("MaybeRunMountHelper claimed an ordinary process")
 	}

@@ -197,7 +197,7 @@ func dialable(network, addr string) bool {
 	if err != nil {
 		return false
 	}
-	c.Close()
+	_ = c.Close() // a probe: it connected, that was the answer
 	return true
 }
 
@@ -207,8 +207,10 @@ func (o *OVN) NBAddr() string { return "tcp:" + o.nb.tcpHostPort() }
 // SBAddr is the SB address in kube-ovn's --ovn-sb-addr form (tcp:127.0.0.1:<port>).
 func (o *OVN) SBAddr() string { return "tcp:" + o.sb.tcpHostPort() }
 
-// NBSocket and SBSocket are the unix socket addresses (unix:/path).
+// NBSocket is the NB database's unix socket address (unix:/path).
 func (o *OVN) NBSocket() string { return "unix:" + o.nb.sock }
+
+// SBSocket is the SB database's unix socket address (unix:/path).
 func (o *OVN) SBSocket() string { return "unix:" + o.sb.sock }
 
 // NBCtl runs ovn-nbctl with args against the NB database and returns its output.

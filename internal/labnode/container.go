@@ -445,7 +445,7 @@ func helperCommand(hs helperSpec, argv, env []string) (*exec.Cmd, error) {
 }
 
 // exitStatus is the exit code a container runtime reports (128+n for a signal n).
-func exitStatus(ps *os.ProcessState, err error) (code, signal int) {
+func exitStatus(ps *os.ProcessState, _ error) (code, signal int) {
 	if ps == nil {
 		return -1, 0
 	}

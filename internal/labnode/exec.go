@@ -89,7 +89,7 @@ func (n *Node) serveLogs(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusNotFound)
 		return
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	w.Header().Set("Content-Type", "text/plain")
 	_, _ = io.Copy(w, f)
 }
@@ -142,7 +142,7 @@ func (c *containerRunner) exec(ctx context.Context, argv []string, in io.Reader,
 			return 0, fmt.Errorf("allocating a tty: %w", err)
 		}
 		master = m
-		defer master.Close()
+		defer func() { _ = master.Close() }() // the session is over; nothing is left to flush
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = pts, pts, pts
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 		if err := cmd.Start(); err != nil {

@@ -259,7 +259,7 @@ func (s *imageStore) layoutDir(src string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	if err := untar(f, dst, false); err != nil {
 		return "", fmt.Errorf("extracting %s: %w", src, err)
 	}
@@ -322,7 +322,7 @@ func readBlobJSON(layout string, d ociDescriptor, v any) error {
 	if err != nil {
 		return err
 	}
-	defer r.Close()
+	defer func() { _ = r.Close() }() // read only
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return err
@@ -368,14 +368,14 @@ func applyLayer(layout string, l ociDescriptor, root string) error {
 	if err != nil {
 		return err
 	}
-	defer r.Close()
+	defer func() { _ = r.Close() }() // read only
 	var in io.Reader = r
 	if gz {
 		zr, err := gzip.NewReader(r)
 		if err != nil {
 			return fmt.Errorf("layer %s: %w", l.Digest, err)
 		}
-		defer zr.Close()
+		defer func() { _ = zr.Close() }() // reading is over; its errors came from the reads
 		in = zr
 	}
 	if err := untar(in, root, true); err != nil {

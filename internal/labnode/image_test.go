@@ -115,7 +115,7 @@ func tarDir(t *testing.T, dir, out string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // on a failure; closed and checked below otherwise
 	tw := tar.NewWriter(f)
 	err = filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
 		if err != nil || p == dir {
@@ -144,6 +144,9 @@ func tarDir(t *testing.T, dir, out string) {
 		t.Fatal(err)
 	}
 	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
 }

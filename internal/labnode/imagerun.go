@@ -222,7 +222,7 @@ func scanColonFile(path string, match func([]string) bool) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if match(strings.Split(sc.Text(), ":")) {

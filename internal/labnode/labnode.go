@@ -394,7 +394,7 @@ func (n *Node) updateNodeStatus(ctx context.Context) error {
 		node.Status.NodeInfo = corev1.NodeSystemInfo{
 			MachineID: "labnode-" + n.cfg.NodeName, SystemUUID: "labnode-" + n.cfg.NodeName, BootID: "labnode",
 			KernelVersion: kernelVersion(), OSImage: "vpcgw lab node (host filesystem as image)",
-			ContainerRuntimeVersion: "labnode://0.1", KubeletVersion: "v1.37.2-labnode", KubeProxyVersion: "",
+			ContainerRuntimeVersion: "labnode://0.1", KubeletVersion: "v1.37.2-labnode",
 			OperatingSystem: runtime.GOOS, Architecture: runtime.GOARCH,
 		}
 		conds := []corev1.NodeCondition{

@@ -292,7 +292,7 @@ func probe(e *env, ns, self, target string) (netlab.ProbeResult, error) {
 	if err := os.Setenv(roleEnv, "probe"); err != nil {
 		return netlab.ProbeResult{}, err
 	}
-	defer os.Unsetenv(roleEnv)
+	defer func() { _ = os.Unsetenv(roleEnv) }()
 	return e.net.lab.Probe(ns, []string{self}, netlab.ProbeOptions{Target: target, Count: 3, Timeout: 2 * time.Second})
 }
 

@@ -51,7 +51,7 @@ type kubeOVN struct {
 
 func startKubeOVN(ctx context.Context, t *testing.T) *kubeOVN {
 	t.Helper()
-	e := kubeovntest.Start(t, ctx, koNode)
+	e := kubeovntest.Start(ctx, t, koNode)
 	k, o, ctrl := e.Client, e.OVN, e.Controller
 
 	// What a kube-ovn user creates for a VPC NAT gateway.

@@ -155,7 +155,7 @@ func serve(t *testing.T, ns, addr, name string) *server {
 	if err := netlab.InNetns(ns, func() (err error) { ln, err = net.Listen("tcp", addr); return err }); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
+	t.Cleanup(func() { _ = ln.Close() })
 	s := &server{name: name}
 	go func() {
 		for {
@@ -166,7 +166,7 @@ func serve(t *testing.T, ns, addr, name string) *server {
 			s.accepted.Add(1)
 			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 			_, _ = io.WriteString(c, name+"\n")
-			c.Close()
+			_ = c.Close()
 		}
 	}()
 	return s
@@ -178,7 +178,7 @@ func request(ns, addr string, timeout time.Duration) (string, error) {
 	if err := netlab.InNetns(ns, func() (err error) { conn, err = net.DialTimeout("tcp", addr, timeout); return err }); err != nil {
 		return "", err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	b, err := io.ReadAll(conn)
 	if err != nil {

@@ -99,7 +99,7 @@ func (c *Chassis) syncVswitchd(ctx context.Context) error {
 		if err != nil {
 			return false
 		}
-		conn.Close()
+		_ = conn.Close() // a probe: it connected, that was the answer
 		return true
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vpcgw/vpcgw/internal/cluster"
+	"github.com/vpcgw/vpcgw/internal/labout"
 )
 
 // Main is `vpcgw-lab soak`: bring the lab up beside the real kube-ovn-controller, run the soak
@@ -72,10 +73,10 @@ func Main(ctx context.Context, args []string) (err error) {
 
 // WriteReport prints a report as the Markdown tables of docs/reliability.md.
 func WriteReport(w io.Writer, r *Report) error {
-	out := &stickyWriter{w: w}
-	out.printf("\n== soak report: %d steps in %s\n\n", len(r.Steps), r.Duration.Round(time.Second))
-	out.println("| step | kind | runs | converged (median / max) | failed in the window | failed after |")
-	out.println("|---|---|---|---|---|---|")
+	out := labout.New(w)
+	out.Printf("\n== soak report: %d steps in %s\n\n", len(r.Steps), r.Duration.Round(time.Second))
+	out.Println("| step | kind | runs | converged (median / max) | failed in the window | failed after |")
+	out.Println("|---|---|---|---|---|---|")
 	type agg struct {
 		kind          Kind
 		times         []time.Duration
@@ -103,44 +104,29 @@ func WriteReport(w io.Writer, r *Report) error {
 	for _, name := range order {
 		a := by[name]
 		med, mx := medianMax(a.times)
-		out.printf("| %s | %s | %d | %s / %s | %d of %d | %d of %d |\n", name, a.kind, len(a.times),
+		out.Printf("| %s | %s | %d | %s / %s | %d of %d | %d of %d |\n", name, a.kind, len(a.times),
 			med.Round(10*time.Millisecond), mx.Round(10*time.Millisecond), a.window.Failed, a.window.Sent, a.after.Failed, a.after.Sent)
 	}
-	out.printf("\nstart: %s\nend:   %s\n", r.Baseline, r.End)
+	out.Printf("\nstart: %s\nend:   %s\n", r.Baseline, r.End)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	table := &stickyWriter{w: tw}
-	table.println("\ncontroller lifetime\tsamples\tgoroutines (first, last)\tRSS MiB (first, last)\tagent RSS MiB (first, last)")
+	table := labout.New(tw)
+	table.Println("\ncontroller lifetime\tsamples\tgoroutines (first, last)\tRSS MiB (first, last)\tagent RSS MiB (first, last)")
 	for i, l := range r.Lifetimes {
 		if len(l.Samples) == 0 {
 			continue
 		}
 		f, e := l.Samples[0], l.Samples[len(l.Samples)-1]
-		table.printf("%d\t%d\t%d, %d\t%d, %d\t%d, %d\n", i+1, len(l.Samples), f.Goroutines, e.Goroutines, f.RSS>>20, e.RSS>>20, f.AgentRSS>>20, e.AgentRSS>>20)
+		table.Printf("%d\t%d\t%d, %d\t%d, %d\t%d, %d\n", i+1, len(l.Samples), f.Goroutines, e.Goroutines, f.RSS>>20, e.RSS>>20, f.AgentRSS>>20, e.AgentRSS>>20)
 	}
 	flushErr := tw.Flush()
 	if len(r.Leaks) == 0 {
-		out.println("no leak: records, VIP routes, lo VIPs, nft objects and UDP conntrack entries are back to the start; goroutines and memory within bounds")
+		out.Println("no leak: records, VIP routes, lo VIPs, nft objects and UDP conntrack entries are back to the start; goroutines and memory within bounds")
 	}
-	if err := errors.Join(out.err, table.err, flushErr); err != nil {
+	if err := errors.Join(out.Err(), table.Err(), flushErr); err != nil {
 		return fmt.Errorf("write the soak report: %w", err)
 	}
 	return nil
 }
-
-// stickyWriter keeps the first error of a series of writes, so that a report is written line
-// after line and its error checked once.
-type stickyWriter struct {
-	w   io.Writer
-	err error
-}
-
-func (s *stickyWriter) printf(format string, args ...any) {
-	if s.err == nil {
-		_, s.err = fmt.Fprintf(s.w, format, args...)
-	}
-}
-
-func (s *stickyWriter) println(line string) { s.printf("%s\n", line) }
 
 func medianMax(ds []time.Duration) (time.Duration, time.Duration) {
 	if len(ds) == 0 {

@@ -31,7 +31,7 @@ func TestOwnerChainVerifierAcceptsKubeOVNsPod(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	const node = "transport-node"
-	e := kubeovntest.Start(t, ctx, node)
+	e := kubeovntest.Start(ctx, t, node)
 	k, cfg := e.Client, e.Config
 	const gw = "tv-gw"
 	for _, obj := range []*unstructured.Unstructured{

@@ -39,7 +39,7 @@ func Main(m *testing.M, after func() error) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }() // a temporary directory of binaries; best effort
 	bins, buildErr = labbin.Build(context.Background(), dir)
 	code := m.Run()
 	if after != nil {

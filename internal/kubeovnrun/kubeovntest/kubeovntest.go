@@ -58,7 +58,7 @@ func Requirements(t *testing.T) (assets, kubeOVNDir string) {
 
 // Start brings kube-ovn-controller up for t on a Node named node and waits until it has finished
 // its start (Controller.WaitReady).
-func Start(t *testing.T, ctx context.Context, node string) *Env {
+func Start(ctx context.Context, t *testing.T, node string) *Env {
 	t.Helper()
 	e := &Env{}
 	e.Assets, e.KubeOVNDir = Requirements(t)
@@ -79,7 +79,7 @@ func Start(t *testing.T, ctx context.Context, node string) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	if e.OVN, err = kubeovnrun.StartOVN(dir, e.KubeOVNDir); err != nil {
 		t.Fatal(err)
 	}
