@@ -121,7 +121,7 @@ soak: deps assets kubeovn ovn build
 # Every test: unit tests (race detector), integration tests against the real API server, real
 # nftables in network namespaces, and the end-to-end lab tests. VPCGW_REQUIRE_ALL=1 turns every
 # "this machine lacks X" skip into a failure, so nothing is silently skipped here.
-test: deps assets helm kubeovn ovn images release fmt-check vet
+test: deps assets helm kubeovn ovn images release fmt-check vet lint
 	VPCGW_REQUIRE_ALL=1 $(GO) test -race -count=1 -timeout 30m ./...
 	$(MAKE) fuzz
 
