@@ -74,6 +74,11 @@ type Identity struct {
 	// Backends are sorted and de-duplicated by Normalize. An identity with no backends is not
 	// dispatched: packets to it are not DNATed.
 	Backends []Backend `json:"backends"`
+	// Draining are endpoints that take no new flow but keep the ones they have: terminating and
+	// still serving (a Pod in its preStop hook or grace period, SPEC L11). Only their UDP flows
+	// need this, as the agent deletes the UDP flows of backends that leave (D6); a backend is
+	// never both in Backends and in Draining. Sorted and de-duplicated, as Backends.
+	Draining []Backend `json:"draining,omitempty"`
 	// AffinityTimeoutSeconds > 0 asks for ClientIP affinity with that timeout (SPEC S7, D3).
 	AffinityTimeoutSeconds int32 `json:"affinityTimeoutSeconds,omitempty"`
 	// SourceRanges, when not empty, are the only client prefixes (canonical IPv4 CIDRs, sorted as
@@ -98,7 +103,8 @@ type IdentityKey struct {
 // Equal reports whether two identities program the same thing.
 func (id Identity) Equal(o Identity) bool {
 	return id.Key() == o.Key() && id.AffinityTimeoutSeconds == o.AffinityTimeoutSeconds && id.Group == o.Group &&
-		slices.Equal(id.Backends, o.Backends) && slices.Equal(id.SourceRanges, o.SourceRanges)
+		slices.Equal(id.Backends, o.Backends) && slices.Equal(id.SourceRanges, o.SourceRanges) &&
+		slices.Equal(id.Draining, o.Draining)
 }
 
 // Backend is one DNAT target. The port stays an int32 beside the address (not a
@@ -185,6 +191,11 @@ func (s *State) Normalize() {
 		id := &s.Identities[i]
 		slices.SortFunc(id.Backends, Backend.Compare)
 		id.Backends = slices.Compact(id.Backends)
+		slices.SortFunc(id.Draining, Backend.Compare)
+		id.Draining = slices.Compact(id.Draining)
+		if len(id.Draining) == 0 {
+			id.Draining = nil
+		}
 	}
 	s.SortIdentities()
 	slices.SortFunc(s.Removed, IdentityKey.Compare)
@@ -286,11 +297,19 @@ func (id Identity) Validate() error {
 		return fmt.Errorf("identity %s: affinity timeout %d is outside 0..86400", id.Key(), id.AffinityTimeoutSeconds)
 	}
 	for _, b := range id.Backends {
-		if err := ValidBackendAddr(b.IP); err != nil {
+		if err := b.validate(); err != nil {
 			return fmt.Errorf("identity %s: backend %s: %w", id.Key(), b, err)
 		}
-		if err := validPort(b.Port); err != nil {
-			return fmt.Errorf("identity %s: backend %s: %w", id.Key(), b, err)
+	}
+	for i, b := range id.Draining {
+		if err := b.validate(); err != nil {
+			return fmt.Errorf("identity %s: draining backend %s: %w", id.Key(), b, err)
+		}
+		if i > 0 && id.Draining[i-1].Compare(b) >= 0 {
+			return fmt.Errorf("identity %s: draining backends are not sorted and unique", id.Key())
+		}
+		if slices.Contains(id.Backends, b) {
+			return fmt.Errorf("identity %s: backend %s is both serving and draining", id.Key(), b)
 		}
 	}
 	for i, r := range id.SourceRanges {
@@ -303,6 +322,13 @@ func (id Identity) Validate() error {
 		}
 	}
 	return nil
+}
+
+func (b Backend) validate() error {
+	if err := ValidBackendAddr(b.IP); err != nil {
+		return err
+	}
+	return validPort(b.Port)
 }
 
 func (k IdentityKey) validate() error {
@@ -461,7 +487,7 @@ const (
 )
 
 // MaxEncodedSize bounds the JSON of a complete state of at most identities identities with at
-// most entries backends and source ranges in all. The controller keeps a gateway's bounds such
+// most entries backends, draining backends and source ranges in all. The controller keeps a gateway's bounds such
 // that this stays well under the agent's line bound, so that every gateway's complete state can
 // be sent (SPEC N4).
 func MaxEncodedSize(identities, entries int) int {
