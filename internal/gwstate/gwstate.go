@@ -148,8 +148,10 @@ type Ack struct {
 
 // ProtocolVersion is the version of the state/acknowledgement contract this package defines:
 // 1 complete states, deltas (Ack.Deltas) and keepalives (Ack.Keepalive); 2 adds named refusals
-// (Ack.Refused). An agent of version 1 refuses a state as a whole (Ack.Error).
-const ProtocolVersion = 2
+// (Ack.Refused). An agent of version 1 refuses a state as a whole (Ack.Error). 3 adds draining
+// backends (Identity.Draining): an agent before it ignores the field and deletes their UDP flows
+// as those of any backend that left, which is all the controller needs to know.
+const ProtocolVersion = 3
 
 // MaxRefusals bounds Ack.Refused (with MaxRefusalReason, an acknowledgement stays far under the
 // controller's line bound, SPEC N6). An agent that would refuse more refuses the state whole.

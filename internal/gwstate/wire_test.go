@@ -13,7 +13,8 @@ import (
 // Golden lines of the wire contract: one of each message kind, with every field a state carries.
 const (
 	goldenState = `{"generation":7,"identities":[` +
-		`{"vip":"10.96.0.10","port":53,"protocol":"udp","backends":[{"ip":"10.0.1.11","port":5353},{"ip":"10.0.1.12","port":5353}],"group":"0123456789ab"},` +
+		`{"vip":"10.96.0.10","port":53,"protocol":"udp","backends":[{"ip":"10.0.1.11","port":5353},{"ip":"10.0.1.12","port":5353}],` +
+		`"draining":[{"ip":"10.0.1.13","port":5353}],"group":"0123456789ab"},` +
 		`{"vip":"172.18.0.10","port":80,"protocol":"tcp","backends":[{"ip":"10.0.1.9","port":8080},{"ip":"10.0.1.10","port":8080}],` +
 		`"affinityTimeoutSeconds":10800,"sourceRanges":["10.1.0.0/16","192.168.0.0/24"],"group":"0123456789ab"},` +
 		`{"vip":"172.18.0.10","port":81,"protocol":"tcp","backends":[]}],` +
@@ -22,7 +23,7 @@ const (
 		`{"vip":"172.18.0.10","port":80,"protocol":"tcp","backends":[{"ip":"10.0.1.10","port":8080}],"group":"0123456789ab"}],` +
 		`"clusterIPs":["10.96.0.10"],"base":7,` +
 		`"removed":[{"vip":"10.96.0.10","port":53,"protocol":"udp"},{"vip":"172.18.0.10","port":81,"protocol":"tcp"}]}`
-	goldenAck = `{"generation":8,"conntrackDeleted":3,"deltas":true,"keepalive":true,"agentVersion":"v1.2.3","protocol":2,` +
+	goldenAck = `{"generation":8,"conntrackDeleted":3,"deltas":true,"keepalive":true,"agentVersion":"v1.2.3","protocol":3,` +
 		`"refused":[{"vip":"172.18.0.10","port":80,"protocol":"tcp","reason":"identity 172.18.0.10:80:tcp: backend 127.0.0.1:8080: 127.0.0.1 is a loopback address"}]}`
 )
 
@@ -32,7 +33,8 @@ func goldenValues() (State, State, Ack) {
 	st := State{
 		Generation: 7,
 		Identities: []Identity{
-			{VIP: a("10.96.0.10"), Port: 53, Protocol: UDP, Backends: []Backend{{a("10.0.1.11"), 5353}, {a("10.0.1.12"), 5353}}, Group: "0123456789ab"},
+			{VIP: a("10.96.0.10"), Port: 53, Protocol: UDP, Backends: []Backend{{a("10.0.1.11"), 5353}, {a("10.0.1.12"), 5353}},
+				Draining: []Backend{{a("10.0.1.13"), 5353}}, Group: "0123456789ab"},
 			{VIP: a("172.18.0.10"), Port: 80, Protocol: TCP, Backends: []Backend{{a("10.0.1.9"), 8080}, {a("10.0.1.10"), 8080}},
 				AffinityTimeoutSeconds: 10800, SourceRanges: []string{"10.1.0.0/16", "192.168.0.0/24"}, Group: "0123456789ab"},
 			{VIP: a("172.18.0.10"), Port: 81, Protocol: TCP, Backends: []Backend{}},
@@ -67,6 +69,7 @@ type (
 		Port                   int32        `json:"port"`
 		Protocol               Protocol     `json:"protocol"`
 		Backends               []oldBackend `json:"backends"`
+		Draining               []oldBackend `json:"draining,omitempty"`
 		AffinityTimeoutSeconds int32        `json:"affinityTimeoutSeconds,omitempty"`
 		SourceRanges           []string     `json:"sourceRanges,omitempty"`
 		Group                  string       `json:"group,omitempty"`
@@ -146,7 +149,8 @@ func TestWireCompatibleWithStringTypes(t *testing.T) {
 	old := oldState{
 		Generation: 7,
 		Identities: []oldIdentity{
-			{VIP: "10.96.0.10", Port: 53, Protocol: UDP, Backends: []oldBackend{{"10.0.1.11", 5353}, {"10.0.1.12", 5353}}, Group: "0123456789ab"},
+			{VIP: "10.96.0.10", Port: 53, Protocol: UDP, Backends: []oldBackend{{"10.0.1.11", 5353}, {"10.0.1.12", 5353}},
+				Draining: []oldBackend{{"10.0.1.13", 5353}}, Group: "0123456789ab"},
 			{VIP: "172.18.0.10", Port: 80, Protocol: TCP, Backends: []oldBackend{{"10.0.1.9", 8080}, {"10.0.1.10", 8080}},
 				AffinityTimeoutSeconds: 10800, SourceRanges: []string{"10.1.0.0/16", "192.168.0.0/24"}, Group: "0123456789ab"},
 			{VIP: "172.18.0.10", Port: 81, Protocol: TCP, Backends: []oldBackend{}},
@@ -159,7 +163,7 @@ func TestWireCompatibleWithStringTypes(t *testing.T) {
 		ClusterIPs: []string{"10.96.0.10"},
 		Removed:    []oldKey{{"10.96.0.10", 53, UDP}, {"172.18.0.10", 81, TCP}},
 	}
-	oldAcked := oldAck{Generation: 8, ConntrackDeleted: 3, Deltas: true, Keepalive: true, AgentVersion: "v1.2.3", Protocol: 2,
+	oldAcked := oldAck{Generation: 8, ConntrackDeleted: 3, Deltas: true, Keepalive: true, AgentVersion: "v1.2.3", Protocol: 3,
 		Refused: []oldRefusal{{oldKey{"172.18.0.10", 80, TCP}, "identity 172.18.0.10:80:tcp: backend 127.0.0.1:8080: 127.0.0.1 is a loopback address"}}}
 
 	st, delta, ack := goldenValues()

@@ -25,8 +25,11 @@ const (
 // backendsFor lists the backends of one Service port (SPEC B1): every ready, not terminating
 // endpoint of the Service's IPv4 EndpointSlices whose port matches the Service port by name and
 // protocol, resolved to its NIC in the gateway's VPC (SPEC B2). Sorted and de-duplicated.
-func (ix *Index) backendsFor(svc *corev1.Service, port corev1.ServicePort, r *resolver) []gwstate.Backend {
-	var out []gwstate.Backend
+// For a UDP port it also lists the draining endpoints: terminating and still serving, they get
+// no new flow, and the agent keeps the flows they have (SPEC L11, D6). TCP needs no such list:
+// the agent never deletes a TCP flow of a backend that leaves.
+func (ix *Index) backendsFor(svc *corev1.Service, port corev1.ServicePort, r *resolver) (backends, draining []gwstate.Backend) {
+	udp := PortProtocol(port.Protocol) == corev1.ProtocolUDP
 	for _, es := range ix.slices[types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}] {
 		if es.AddressType != discoveryv1.AddressTypeIPv4 {
 			continue
@@ -37,16 +40,50 @@ func (ix *Index) backendsFor(svc *corev1.Service, port corev1.ServicePort, r *re
 		}
 		for i := range es.Endpoints {
 			ep := &es.Endpoints[i]
-			if (ep.Conditions.Ready != nil && !*ep.Conditions.Ready) || (ep.Conditions.Terminating != nil && *ep.Conditions.Terminating) {
+			to := &backends
+			switch endpointUse(ep.Conditions) {
+			case useNone:
 				continue
+			case useDraining:
+				if !udp {
+					continue
+				}
+				to = &draining
 			}
 			if ip, ok := r.resolve(es.Namespace, ep); ok {
-				out = append(out, gwstate.Backend{IP: ip, Port: target})
+				*to = append(*to, gwstate.Backend{IP: ip, Port: target})
 			}
 		}
 	}
-	slices.SortFunc(out, gwstate.Backend.Compare)
-	return slices.Compact(out)
+	slices.SortFunc(backends, gwstate.Backend.Compare)
+	backends = slices.Compact(backends)
+	slices.SortFunc(draining, gwstate.Backend.Compare)
+	draining = slices.DeleteFunc(slices.Compact(draining), func(b gwstate.Backend) bool {
+		_, serving := slices.BinarySearchFunc(backends, b, gwstate.Backend.Compare)
+		return serving // the same address ready in another slice: it serves
+	})
+	return backends, draining
+}
+
+type endpointUseKind int
+
+const (
+	useNone endpointUseKind = iota
+	useServing
+	useDraining
+)
+
+// endpointUse reads an endpoint's conditions as kube-proxy does: ready (nil counts as ready) and
+// not terminating serves; terminating and serving drains; anything else is not used.
+func endpointUse(c discoveryv1.EndpointConditions) endpointUseKind {
+	terminating := c.Terminating != nil && *c.Terminating
+	switch {
+	case !terminating && (c.Ready == nil || *c.Ready):
+		return useServing
+	case terminating && c.Serving != nil && *c.Serving:
+		return useDraining
+	}
+	return useNone
 }
 
 func slicePort(es *discoveryv1.EndpointSlice, port corev1.ServicePort) (int32, bool) {

@@ -24,13 +24,24 @@ func (l Load) fits(limit Load) bool {
 	return l.Identities <= limit.Identities && l.Backends <= limit.Backends
 }
 
-// LoadOf is what identities ask of a gateway.
+// LoadOf is what identities ask of a gateway. Draining backends count: they are entries of the
+// state the agent is sent, which the bounds keep under its line.
 func LoadOf(ids []gwstate.Identity) Load {
 	l := Load{Identities: len(ids)}
 	for _, id := range ids {
-		l.Backends += len(id.Backends) + len(id.SourceRanges)
+		l.Backends += len(id.Backends) + len(id.Draining) + len(id.SourceRanges)
 	}
 	return l
+}
+
+// withoutDraining drops the draining backends of ids, reporting whether there were any.
+func withoutDraining(ids []gwstate.Identity) bool {
+	had := false
+	for i := range ids {
+		had = had || len(ids[i].Draining) > 0
+		ids[i].Draining = nil
+	}
+	return had
 }
 
 // Bounds are the gateway bounds the gates set (SPEC N4).
@@ -48,18 +59,24 @@ func (ix *Index) takeLoad(namespace string, sp *ServicePlan) {
 	if !sp.Served() || len(sp.Identities) == 0 {
 		return
 	}
-	sp.Demand = LoadOf(sp.Identities)
 	bounds := ix.gates.gatewayBounds()
-	gw := ix.load[sp.Gateway].plus(sp.Demand)
-	ns := ix.nsLoad[sp.Gateway][namespace].plus(sp.Demand)
 	share, shared := ix.shares[sp.Gateway][namespace]
-	if gw.fits(bounds) && (!shared || ns.fits(share)) {
-		ix.load[sp.Gateway] = gw
-		if ix.nsLoad[sp.Gateway] == nil {
-			ix.nsLoad[sp.Gateway] = map[string]Load{}
+	for {
+		sp.Demand = LoadOf(sp.Identities)
+		gw := ix.load[sp.Gateway].plus(sp.Demand)
+		ns := ix.nsLoad[sp.Gateway][namespace].plus(sp.Demand)
+		if gw.fits(bounds) && (!shared || ns.fits(share)) {
+			ix.load[sp.Gateway] = gw
+			if ix.nsLoad[sp.Gateway] == nil {
+				ix.nsLoad[sp.Gateway] = map[string]Load{}
+			}
+			ix.nsLoad[sp.Gateway][namespace] = ns
+			return
 		}
-		ix.nsLoad[sp.Gateway][namespace] = ns
-		return
+		// Kept flows of draining Pods are what gives way first: never a served Service.
+		if !withoutDraining(sp.Identities) {
+			break
+		}
 	}
 	why := fmt.Sprintf("a gateway serves at most %d identities and %d backends (the controller's --max-identities-per-gateway and --max-backends-per-gateway)",
 		bounds.Identities, bounds.Backends)

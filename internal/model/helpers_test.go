@@ -102,6 +102,7 @@ type ep struct {
 	ip          string
 	ready       *bool
 	terminating bool
+	serving     *bool
 	pod         string // target Pod name in namespace "ns"; "" for none
 }
 
@@ -116,6 +117,7 @@ func slice(svc, name string, addrType discoveryv1.AddressType, port int32, portN
 		if e.terminating {
 			end.Conditions.Terminating = ptr.To(true)
 		}
+		end.Conditions.Serving = e.serving
 		if e.pod != "" {
 			end.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: e.pod}
 		}

@@ -282,6 +282,67 @@ func TestEndpointSelection(t *testing.T) {
 	}
 }
 
+// covers: L11, D6
+// A terminating endpoint that still serves takes no new flow; on a UDP port it is named as
+// draining, so that the agent keeps its flows (a UDP answer in flight reaches its client). An
+// address ready in another slice serves, and a terminating endpoint that stopped serving is gone.
+func TestDrainingEndpoints(t *testing.T) {
+	s := baseSnapshot(service("web", t0, func(s *corev1.Service) {
+		s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP})
+	}))
+	s.EndpointSlices = nil
+	drain := func(e ep, serving bool) ep {
+		e.terminating, e.ready, e.serving = true, ptr.To(false), ptr.To(serving)
+		return e
+	}
+	for _, proto := range []struct {
+		name string
+		p    corev1.Protocol
+		port int32
+	}{{"http", corev1.ProtocolTCP, 8080}, {"dns", corev1.ProtocolUDP, 5353}} {
+		s.EndpointSlices = append(s.EndpointSlices,
+			slice("web", "web-"+proto.name+"-a", discoveryv1.AddressTypeIPv4, proto.port, proto.name, proto.p,
+				ep{ip: "10.0.1.31"},
+				drain(ep{ip: "10.0.1.32"}, true),  // in its preStop hook
+				drain(ep{ip: "10.0.1.33"}, false), // stopped serving
+				drain(ep{ip: "10.0.1.34"}, true)), // ready again below: it serves
+			slice("web", "web-"+proto.name+"-b", discoveryv1.AddressTypeIPv4, proto.port, proto.name, proto.p,
+				ep{ip: "10.0.1.34"}))
+	}
+	p := Compute(s, lbGates)
+	be := func(ip string, port int32) gwstate.Backend {
+		return gwstate.Backend{IP: netip.MustParseAddr(ip), Port: port}
+	}
+	for _, id := range p.Gateway("gw1").State.Identities {
+		wantServing := []gwstate.Backend{be("10.0.1.31", 8080), be("10.0.1.34", 8080)}
+		var wantDraining []gwstate.Backend
+		if id.Protocol == gwstate.UDP {
+			wantServing = []gwstate.Backend{be("10.0.1.31", 5353), be("10.0.1.34", 5353)}
+			wantDraining = []gwstate.Backend{be("10.0.1.32", 5353)}
+		}
+		if !reflect.DeepEqual(id.Backends, wantServing) || !reflect.DeepEqual(id.Draining, wantDraining) {
+			t.Errorf("%s: backends %v, draining %v; want %v and %v", id.Key(), id.Backends, id.Draining, wantServing, wantDraining)
+		}
+	}
+	if recs := servicePlan(p, "web").Records; len(recs) == 0 {
+		t.Fatal("no records")
+	}
+
+	// A gateway with room for the serving backends only keeps the Service served without its
+	// draining ones: kept flows give way, never a served Service.
+	full := lbGates
+	full.MaxBackendsPerGateway = 4
+	sp := servicePlan(Compute(s, full), "web")
+	if !sp.Served() || sp.Limited {
+		t.Fatalf("a gateway with room for the serving backends: served %v, limited %v, events %v", sp.Served(), sp.Limited, sp.Events)
+	}
+	for _, id := range sp.Identities {
+		if len(id.Draining) > 0 || len(id.Backends) != 2 {
+			t.Errorf("%s at the bound: backends %v, draining %v; want 2 and none", id.Key(), id.Backends, id.Draining)
+		}
+	}
+}
+
 // covers: B2, T3, N2
 func TestBackendNICResolution(t *testing.T) {
 	s := baseSnapshot(service("web", t0))

@@ -331,8 +331,12 @@ func mutate(r *rand.Rand, w *world, step int, mark func(*corev1.Service), bump f
 			es := slice(svc.Name, svc.Name+"-"+port.Name, discoveryv1.AddressTypeIPv4, 8000+port.Port, port.Name, port.Protocol)
 			es.Namespace = svc.Namespace
 			for i := range 1 + r.IntN(3) {
+				cond := discoveryv1.EndpointConditions{Ready: ptr.To(r.IntN(5) > 0)}
+				if !*cond.Ready { // not ready, or terminating (draining while it serves)
+					cond.Terminating, cond.Serving = ptr.To(r.IntN(2) == 0), ptr.To(r.IntN(2) == 0)
+				}
 				es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("10.0.1.%d", 11+r.IntN(6)+i)},
-					Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(r.IntN(5) > 0)}})
+					Conditions: cond})
 			}
 			w.s.EndpointSlices = append(w.s.EndpointSlices, es)
 		}

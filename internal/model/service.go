@@ -402,8 +402,13 @@ func (ix *Index) planIdentities(svc *corev1.Service, b binding, sp *ServicePlan)
 			sp.Events = append(sp.Events, *warning(ReasonUnsupported, "port %q %d/%s is not served: only TCP and UDP are supported", p.Name, p.Port, p.Protocol))
 			continue
 		}
-		backends := ix.boundBackends(sp, p, proto, ix.backendsFor(svc, p, resolver))
-		sp.addIdentities(gwstate.Identity{Port: p.Port, Protocol: proto, Backends: backends, AffinityTimeoutSeconds: timeout, Group: group}, ranges)
+		backends, draining := ix.backendsFor(svc, p, resolver)
+		backends = ix.boundBackends(sp, p, proto, backends)
+		if limit := ix.gates.maxBackends(); len(draining) > limit {
+			draining = draining[:limit] // kept flows are best effort; the event is about serving ones
+		}
+		sp.addIdentities(gwstate.Identity{Port: p.Port, Protocol: proto, Backends: backends, Draining: draining,
+			AffinityTimeoutSeconds: timeout, Group: group}, ranges)
 		if ix.gates.dnatRuleLedger() {
 			addRecords(svc, b, sp, p, proto, backends, timeout)
 		}
