@@ -28,7 +28,7 @@ type changes struct {
 func (a *Agent) diff(st gwstate.State) changes {
 	var c changes
 	for _, id := range st.Identities {
-		if old, ok := a.present[id.Key()]; !ok || !identityEqual(old, id) {
+		if old, ok := a.present[id.Key()]; !ok || !sameIdentity(old, id) {
 			c.upserts = append(c.upserts, id)
 		}
 	}
@@ -115,7 +115,9 @@ func (a *Agent) splitChanges(c changes) (gone, added []gwstate.Identity) {
 }
 
 // writeUpserts writes the upserted identities with backends: only the element of a new one
-// staged already (ready), all of a new one, a rewrite of a committed one.
+// staged already (ready), all of a new one, a rewrite of a committed one whose kernel objects
+// change. One whose only change is its draining backends writes nothing (SPEC L11): a rewrite
+// would flush its chain for no reason.
 func (a *Agent) writeUpserts(tx txn, upserts []gwstate.Identity, ready map[gwstate.IdentityKey]bool) {
 	for i := range upserts {
 		id := &upserts[i]
@@ -127,6 +129,8 @@ func (a *Agent) writeUpserts(tx txn, upserts []gwstate.Identity, ready map[gwsta
 			addReadyElement(tx, *id)
 		case !had:
 			writeIdentity(tx, nil, id)
+		case identityEqual(old, *id):
+			continue
 		default:
 			writeIdentity(tx, &old, id)
 		}
