@@ -226,22 +226,24 @@ func (a *Agent) commit(ctx context.Context, tx txn, stagedTx int) error {
 	return fmt.Errorf("%s transaction (%d operations) failed: %w", a.be.name(), ops, err)
 }
 
-// targets says which conntrack entries must go once c is committed (SPEC D6, N7): flowTarget's
-// for every upsert, against what was committed before (full: after a full sync), and all the
-// flows of every removed identity. Called before the committed maps are updated.
+// targets says which conntrack entries must go once c is committed (SPEC D6, N7, L11):
+// flowTarget's for every upsert, against what was committed before (full: after a full sync),
+// and all the flows of every removed identity. The committed version is present's, not
+// applied's: an identity without backends may still have draining ones, whose departure must
+// delete their flows. Called before the committed maps are updated.
 func (a *Agent) targets(full bool, c changes) []cleanTarget {
 	if a.ct == nil {
 		return nil
 	}
 	var out []cleanTarget
 	for _, id := range c.upserts {
-		old, had := a.applied[id.Key()]
+		old, had := a.present[id.Key()]
 		if t, ok := flowTarget(full, id, old, had); ok {
 			out = append(out, t)
 		}
 	}
 	for _, old := range c.removed {
-		out = append(out, newCleanTarget(old.Key(), nil))
+		out = append(out, newCleanTarget(old.Key()))
 	}
 	return out
 }
