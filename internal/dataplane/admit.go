@@ -95,7 +95,7 @@ func (a *Agent) admission(ids []gwstate.Identity, force map[gwstate.IdentityKey]
 	for _, id := range ids {
 		if _, ok := force[id.Key()]; ok {
 			forced = append(forced, id)
-		} else if old, ok := a.present[id.Key()]; ok && identityEqual(old, id) {
+		} else if old, ok := a.present[id.Key()]; ok && sameIdentity(old, id) {
 			continue
 		} else {
 			check = append(check, id)

@@ -28,7 +28,7 @@ type changes struct {
 func (a *Agent) diff(st gwstate.State) changes {
 	var c changes
 	for _, id := range st.Identities {
-		if old, ok := a.present[id.Key()]; !ok || !identityEqual(old, id) {
+		if old, ok := a.present[id.Key()]; !ok || !sameIdentity(old, id) {
 			c.upserts = append(c.upserts, id)
 		}
 	}
@@ -115,7 +115,9 @@ func (a *Agent) splitChanges(c changes) (gone, added []gwstate.Identity) {
 }
 
 // writeUpserts writes the upserted identities with backends: only the element of a new one
-// staged already (ready), all of a new one, a rewrite of a committed one.
+// staged already (ready), all of a new one, a rewrite of a committed one whose kernel objects
+// change. One whose only change is its draining backends writes nothing (SPEC L11): a rewrite
+// would flush its chain for no reason.
 func (a *Agent) writeUpserts(tx txn, upserts []gwstate.Identity, ready map[gwstate.IdentityKey]bool) {
 	for i := range upserts {
 		id := &upserts[i]
@@ -127,6 +129,8 @@ func (a *Agent) writeUpserts(tx txn, upserts []gwstate.Identity, ready map[gwsta
 			addReadyElement(tx, *id)
 		case !had:
 			writeIdentity(tx, nil, id)
+		case identityEqual(old, *id):
+			continue
 		default:
 			writeIdentity(tx, &old, id)
 		}
@@ -222,22 +226,24 @@ func (a *Agent) commit(ctx context.Context, tx txn, stagedTx int) error {
 	return fmt.Errorf("%s transaction (%d operations) failed: %w", a.be.name(), ops, err)
 }
 
-// targets says which conntrack entries must go once c is committed (SPEC D6, N7): flowTarget's
-// for every upsert, against what was committed before (full: after a full sync), and all the
-// flows of every removed identity. Called before the committed maps are updated.
+// targets says which conntrack entries must go once c is committed (SPEC D6, N7, L11):
+// flowTarget's for every upsert, against what was committed before (full: after a full sync),
+// and all the flows of every removed identity. The committed version is present's, not
+// applied's: an identity without backends may still have draining ones, whose departure must
+// delete their flows. Called before the committed maps are updated.
 func (a *Agent) targets(full bool, c changes) []cleanTarget {
 	if a.ct == nil {
 		return nil
 	}
 	var out []cleanTarget
 	for _, id := range c.upserts {
-		old, had := a.applied[id.Key()]
+		old, had := a.present[id.Key()]
 		if t, ok := flowTarget(full, id, old, had); ok {
 			out = append(out, t)
 		}
 	}
 	for _, old := range c.removed {
-		out = append(out, newCleanTarget(old.Key(), nil))
+		out = append(out, newCleanTarget(old.Key()))
 	}
 	return out
 }

@@ -30,33 +30,40 @@ type cleanTarget struct {
 	allow []netip.Prefix
 }
 
-// newCleanTarget names the flows of an identity whose reply does not come from one of
-// backends (nil: all its flows).
-func newCleanTarget(k gwstate.IdentityKey, backends []gwstate.Backend) cleanTarget {
+// newCleanTarget names the flows of an identity whose reply comes from none of keep's backend
+// lists (none: all its flows).
+func newCleanTarget(k gwstate.IdentityKey, keep ...[]gwstate.Backend) cleanTarget {
 	t := cleanTarget{vip: k.VIP, port: uint16(k.Port), proto: protoNumber(k.Protocol), byReply: true, keep: map[netip.AddrPort]bool{}}
-	for _, b := range backends {
-		t.keep[netip.AddrPortFrom(b.IP, uint16(b.Port))] = true
+	for _, bs := range keep {
+		for _, b := range bs {
+			t.keep[netip.AddrPortFrom(b.IP, uint16(b.Port))] = true
+		}
 	}
 	return t
 }
 
 // flowTarget says which conntrack entries of the identity id, as just committed, must go
-// (ok false: none). old is what was committed before it, had whether old had backends; full
-// says the commit was a full sync, after which the agent trusts no earlier flow.
-//   - UDP, when the backends changed or went to or from zero (SPEC D6): flows whose reply does
-//     not come from a current backend. TCP flows to backends that stay are never named.
+// (ok false: none). old is what was committed before it, had whether old was in the committed
+// state at all (with or without backends); full says the commit was a full sync, after which the
+// agent trusts no earlier flow.
+//   - UDP, when the backends or the draining backends changed, or the backends went to or from
+//     zero (SPEC D6, L11): flows whose reply comes from neither a backend nor a draining one.
+//     A draining backend keeps its flows until it leaves Draining, also when no backend is left
+//     (hence had counts identities without backends: the last draining one's departure is the
+//     change that deletes its flows). TCP flows to backends that stay are never named.
 //   - With source ranges, when they changed (SPEC N7): flows, TCP or UDP, whose original source
 //     is outside them. The firewall rule sees only the first packet of a connection (nat hook),
 //     so without this a client whose range was removed would keep its established flows; once
 //     its entry is gone, its next packet is a new connection and dropped.
 func flowTarget(full bool, id, old gwstate.Identity, had bool) (cleanTarget, bool) {
-	has := len(id.Backends) > 0
-	byReply := id.Protocol == gwstate.UDP && (full || had != has || (had && !slices.Equal(old.Backends, id.Backends)))
+	has, hadBackends := len(id.Backends) > 0, had && len(old.Backends) > 0
+	changed := had && (!slices.Equal(old.Backends, id.Backends) || !slices.Equal(old.Draining, id.Draining))
+	byReply := id.Protocol == gwstate.UDP && (full || hadBackends != has || changed)
 	byRange := len(id.SourceRanges) > 0 && (full || (had && !slices.Equal(old.SourceRanges, id.SourceRanges)))
 	if !byReply && !byRange {
 		return cleanTarget{}, false
 	}
-	t := newCleanTarget(id.Key(), id.Backends)
+	t := newCleanTarget(id.Key(), id.Backends, id.Draining)
 	t.byReply = byReply
 	if byRange {
 		t.allow = sourcePrefixes(slices.Clone(id.SourceRanges))

@@ -514,7 +514,8 @@ func removeEndpoints(tx txn, old gwstate.Identity, keep map[string]bool) {
 }
 
 // identityEqual reports whether two installed identities need the same kernel objects
-// (gwstate.Identity.Equal without comparing the keys, which the callers matched already).
+// (gwstate.Identity.Equal without comparing the keys, which the callers matched already). Draining
+// backends are not compared: they get no rule (SPEC L11), only their flows are kept.
 func identityEqual(a, b gwstate.Identity) bool {
 	if a.AffinityTimeoutSeconds != b.AffinityTimeoutSeconds || len(a.Backends) != len(b.Backends) ||
 		!slices.Equal(a.SourceRanges, b.SourceRanges) {
@@ -526,4 +527,12 @@ func identityEqual(a, b gwstate.Identity) bool {
 		}
 	}
 	return true
+}
+
+// sameIdentity reports whether an identity of a message is unchanged against its committed
+// version: identityEqual, and the same draining backends. A draining change writes nothing to
+// the kernel, but the agent must book it, or it never learns that a draining backend left and
+// its UDP flows must go (SPEC L11, D6).
+func sameIdentity(a, b gwstate.Identity) bool {
+	return identityEqual(a, b) && slices.Equal(a.Draining, b.Draining)
 }

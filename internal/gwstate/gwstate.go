@@ -303,6 +303,14 @@ func (id Identity) Validate() error {
 			return fmt.Errorf("identity %s: backend %s: %w", id.Key(), b, err)
 		}
 	}
+	if err := id.validateDraining(); err != nil {
+		return err
+	}
+	return id.validateSourceRanges()
+}
+
+// validateDraining checks the draining backends: valid, sorted and unique, none also serving.
+func (id Identity) validateDraining() error {
 	for i, b := range id.Draining {
 		if err := b.validate(); err != nil {
 			return fmt.Errorf("identity %s: draining backend %s: %w", id.Key(), b, err)
@@ -314,6 +322,11 @@ func (id Identity) Validate() error {
 			return fmt.Errorf("identity %s: backend %s is both serving and draining", id.Key(), b)
 		}
 	}
+	return nil
+}
+
+// validateSourceRanges checks the source ranges: canonical IPv4 CIDRs, sorted as strings, unique.
+func (id Identity) validateSourceRanges() error {
 	for i, r := range id.SourceRanges {
 		p, err := netip.ParsePrefix(r)
 		if err != nil || !p.Addr().Is4() || p.Masked() != p {
