@@ -21,8 +21,8 @@ import (
 )
 
 // containerRunner runs one container as a process: started through the exec helper inside the
-// pod's namespaces, restarted per restartPolicy with a back-off, stopped with SIGTERM then
-// SIGKILL.
+// pod's namespaces, restarted per restartPolicy with a back-off, stopped as the kubelet stops one
+// (its preStop hook, SIGTERM, SIGKILL: lifecycle.go).
 type containerRunner struct {
 	w    *podWorker
 	pod  *corev1.Pod
