@@ -21,8 +21,8 @@ import (
 )
 
 // containerRunner runs one container as a process: started through the exec helper inside the
-// pod's namespaces, restarted per restartPolicy with a back-off, stopped with SIGTERM then
-// SIGKILL.
+// pod's namespaces, restarted per restartPolicy with a back-off, stopped as the kubelet stops one
+// (its preStop hook, SIGTERM, SIGKILL: lifecycle.go).
 type containerRunner struct {
 	w    *podWorker
 	pod  *corev1.Pod
@@ -31,6 +31,7 @@ type containerRunner struct {
 	stopOnce sync.Once
 	stopCh   chan struct{}
 	grace    time.Duration
+	preStop  bool // run the preStop hook when stopping
 	exited   chan struct{}
 
 	mu           sync.Mutex
@@ -237,14 +238,18 @@ func (c *containerRunner) runOnce() (int, error) {
 	go func() { waitErr <- cmd.Wait() }()
 
 	hookOK := true
-	if h := c.spec.Lifecycle; h != nil && h.PostStart != nil && h.PostStart.Exec != nil {
+	// killed closes once a kill started here (the kubelet's killContainer) is done.
+	var killed chan struct{}
+	if h := c.spec.Lifecycle; h != nil && h.PostStart != nil {
 		ctx, cancel := context.WithTimeout(c.w.n.ctx, 2*time.Minute)
-		code, out, err := c.execCapture(ctx, h.PostStart.Exec.Command)
+		err := c.runHook(ctx, h.PostStart)
 		cancel()
-		if err != nil || code != 0 {
+		if err != nil {
 			hookOK = false
-			c.w.log.Info("postStart hook failed; killing the container", "container", c.spec.Name, "exitCode", code, "error", err, "output", out)
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			c.w.log.Info("postStart hook failed; killing the container", "container", c.spec.Name, "error", err.Error())
+			c.w.event(c.pod, c.spec.Name, corev1.EventTypeWarning, "FailedPostStartHook", err.Error())
+			// As the kubelet: killed as for any other reason, its preStop hook and grace included.
+			killed = c.startKill(cmd.Process, podGracePeriod(c.pod), true, "FailedPostStartHook")
 		}
 	}
 	probeCtx, stopProbe := context.WithCancel(c.w.n.ctx)
@@ -269,7 +274,12 @@ func (c *containerRunner) runOnce() (int, error) {
 	select {
 	case werr = <-waitErr:
 	case <-c.stopCh:
-		c.kill()
+		if killed == nil {
+			c.mu.Lock()
+			grace, preStop := c.grace, c.preStop
+			c.mu.Unlock()
+			killed = c.startKill(cmd.Process, grace, preStop, "")
+		}
 		werr = <-waitErr
 	}
 	stopProbe()
@@ -294,33 +304,10 @@ func (c *containerRunner) runOnce() (int, error) {
 	c.mu.Unlock()
 	c.w.log.Info("container exited", "container", c.spec.Name, "exitCode", code, "signal", signal)
 	c.notify()
+	if killed != nil {
+		<-killed // the kubelet's kill returns once the preStop hook did too
+	}
 	return code, nil
-}
-
-// kill stops the running process: SIGTERM to its group, SIGKILL after the grace period.
-func (c *containerRunner) kill() {
-	c.mu.Lock()
-	p, grace := c.proc, c.grace
-	c.mu.Unlock()
-	if p == nil {
-		return
-	}
-	if grace > 0 {
-		_ = syscall.Kill(-p.Pid, syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for syscall.Kill(p.Pid, 0) == nil && !c.hasExited(p) {
-				time.Sleep(50 * time.Millisecond)
-			}
-		}()
-		select {
-		case <-done:
-			return
-		case <-time.After(grace):
-		}
-	}
-	_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
 }
 
 // hasExited reports whether the runner saw p exit (a zombie still answers kill(pid, 0)).
@@ -330,11 +317,12 @@ func (c *containerRunner) hasExited(p *os.Process) bool {
 	return c.proc != p
 }
 
-// stop ends the container within grace and waits for it.
-func (c *containerRunner) stop(grace time.Duration) {
+// stop ends the container within grace, after its preStop hook when preStop (a graceful stop,
+// not the node's shutdown or a forced deletion), and waits for it.
+func (c *containerRunner) stop(grace time.Duration, preStop bool) {
 	c.stopOnce.Do(func() {
 		c.mu.Lock()
-		c.grace = grace
+		c.grace, c.preStop = grace, preStop
 		c.mu.Unlock()
 		close(c.stopCh)
 	})

@@ -24,8 +24,10 @@
 // from that image instead: its root an overlay of the unpacked image, its command, environment
 // and user from the image and the Pod spec, its volumes (secret, configMap, projected service
 // account token, downward API, emptyDir, hostPath) prepared as the kubelet does. hostNetwork Pods
-// run in the node's network namespace. There is no PID, user-namespace or cgroup isolation, no
-// init containers, and only readiness probes are run.
+// run in the node's network namespace. Deletion is the kubelet's (SPEC L11): each container's
+// preStop hook (exec, sleep, httpGet), then SIGTERM, then SIGKILL, within the grace period, the Pod
+// Terminating meanwhile with its probed readiness reported. There is no PID, user-namespace or
+// cgroup isolation, no init containers, and only readiness probes are run.
 package labnode
 
 import (

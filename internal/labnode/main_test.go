@@ -23,7 +23,8 @@ import (
 )
 
 // roleEnv turns the test binary into a program a container runs: "echo" is netlab's echo server
-// (`<binary> --name N --listen ip:port`), "probe" netlab's probe.
+// (`<binary> --name N --listen ip:port`), "probe" netlab's probe, "drain" a server that records
+// its SIGTERM (prestop_test.go).
 const roleEnv = "LABNODE_TEST_ROLE"
 
 func TestMain(m *testing.M) {
@@ -34,6 +35,12 @@ func TestMain(m *testing.M) {
 	case "":
 	case "echo":
 		if err := netlab.EchoMain(context.Background(), os.Args[1:]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	case "drain":
+		if err := drainMain(os.Args[1:]); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

@@ -340,8 +340,9 @@ func (w *podWorker) podEtc() (string, error) {
 	return merged, nil
 }
 
-// stopContainers stops every container within grace (SIGTERM, then SIGKILL).
-func (w *podWorker) stopContainers(grace time.Duration) {
+// stopContainers stops every container within grace (the preStop hook when preStop, SIGTERM,
+// then SIGKILL), all at once as the kubelet does.
+func (w *podWorker) stopContainers(grace time.Duration, preStop bool) {
 	w.mu.Lock()
 	cs := make([]*containerRunner, 0, len(w.containers))
 	for _, c := range w.containers {
@@ -351,14 +352,20 @@ func (w *podWorker) stopContainers(grace time.Duration) {
 	var wg sync.WaitGroup
 	for _, c := range cs {
 		wg.Add(1)
-		go func() { defer wg.Done(); c.stop(grace) }()
+		go func() { defer wg.Done(); c.stop(grace, preStop) }()
 	}
 	wg.Wait()
 }
 
-// teardown stops the containers and removes the sandbox and the pod's state.
+// teardown stops the containers without their preStop hooks (the node stops, or the Pod is gone
+// from the API) and removes the sandbox and the pod's state.
 func (w *podWorker) teardown(grace time.Duration) {
-	w.stopContainers(grace)
+	w.stopContainers(grace, false)
+	w.removePodState()
+}
+
+// removePodState removes the sandbox and the pod's state, once its containers stopped.
+func (w *podWorker) removePodState() {
 	w.removeSandbox()
 	w.mu.Lock()
 	etcMounted, dir := w.etcMounted, w.dir
@@ -398,18 +405,23 @@ func (w *podWorker) removeSandbox() {
 }
 
 // terminate is the kubelet's part of a graceful deletion: stop the containers within the grace
-// period, tear the sandbox down, report the final status, then delete the Pod with grace 0 and
-// a UID precondition.
+// period (preStop hooks first), tear the sandbox down, report the final status, then delete the
+// Pod with grace 0 and a UID precondition. The Pod stays in the API (Terminating) until then.
 func (w *podWorker) terminate(pod *corev1.Pod) {
-	grace := 30 * time.Second
-	if pod.Spec.TerminationGracePeriodSeconds != nil {
-		grace = time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
-	}
-	if pod.DeletionGracePeriodSeconds != nil {
-		grace = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
-	}
+	grace := podGracePeriod(pod)
 	w.log.Info("terminating pod", "grace", grace)
-	w.teardown(grace)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		w.stopContainers(grace, true)
+	}()
+	w.reportUntil(stopped)
+	w.removePodState()
+	w.mu.Lock()
+	if !w.gone {
+		pod = w.pod
+	}
+	w.mu.Unlock()
 	ctx, cancel := context.WithTimeout(w.n.ctx, 30*time.Second)
 	defer cancel()
 	if err := w.syncStatus(ctx, pod); err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
@@ -425,6 +437,34 @@ func (w *podWorker) terminate(pod *corev1.Pod) {
 		return
 	}
 	w.log.Info("pod terminated and deleted")
+}
+
+// reportUntil keeps the Pod's status current until done closes. The containers of a terminating
+// Pod are still probed for readiness, and the kubelet reports it: the EndpointSlice controller
+// then marks the Pod's endpoints serving (or not) and terminating while it drains.
+func (w *podWorker) reportUntil(done <-chan struct{}) {
+	retry := time.NewTicker(time.Second)
+	defer retry.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-w.n.ctx.Done():
+			<-done
+			return
+		case <-w.wake:
+		case <-retry.C:
+		}
+		w.mu.Lock()
+		pod, gone := w.pod, w.gone
+		w.mu.Unlock()
+		if gone {
+			continue // forced out of the API: no status to report
+		}
+		if err := w.syncStatus(w.n.ctx, pod); err != nil && w.n.ctx.Err() == nil && !apierrors.IsNotFound(err) {
+			w.log.Error(err, "updating the terminating pod's status")
+		}
+	}
 }
 
 // syncStatus writes the status this node observes, when it differs from the API's.

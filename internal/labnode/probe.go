@@ -3,6 +3,7 @@ package labnode
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -95,43 +96,63 @@ func (c *containerRunner) probeOnce(ctx context.Context, p *corev1.Probe) error 
 		}
 		return conn.Close()
 	case p.HTTPGet != nil:
-		g := p.HTTPGet
-		port, err := c.port(g.Port)
+		code, err := c.httpGet(ctx, p.HTTPGet, "probe")
 		if err != nil {
 			return err
 		}
-		if g.Host != "" {
-			host = g.Host
-		}
-		scheme := "http"
-		if g.Scheme == corev1.URISchemeHTTPS {
-			scheme = "https"
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s://%s%s", scheme, net.JoinHostPort(host, strconv.Itoa(port)), g.Path), nil)
-		if err != nil {
-			return err
-		}
-		for _, h := range g.HTTPHeaders {
-			req.Header.Add(h.Name, h.Value)
-		}
-		req.Header.Set("User-Agent", "kube-probe/1.37")
-		tr := &http.Transport{
-			DialContext:     func(ctx context.Context, _, addr string) (net.Conn, error) { return c.dialInPod(ctx, addr) },
-			TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // as the kubelet's prober
-		}
-		defer tr.CloseIdleConnections()
-		resp, err := (&http.Client{Transport: tr, Timeout: 0}).Do(req)
-		if err != nil {
-			return err
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode < 200 || resp.StatusCode >= 400 {
-			return fmt.Errorf("HTTP probe failed with statuscode: %d", resp.StatusCode)
+		if code < 200 || code >= 400 {
+			return fmt.Errorf("HTTP probe failed with statuscode: %d", code)
 		}
 		return nil
 	default:
 		return fmt.Errorf("unsupported probe handler")
 	}
+}
+
+// httpGet sends an httpGet action's request from inside the pod's network namespace, as the
+// kubelet's prober and lifecycle handlers do (User-Agent kube-<purpose>/1.37, to the Pod's IP
+// unless the action names a host), and returns the response's status code.
+func (c *containerRunner) httpGet(ctx context.Context, g *corev1.HTTPGetAction, purpose string) (int, error) {
+	port, err := c.port(g.Port)
+	if err != nil {
+		return 0, err
+	}
+	host := g.Host
+	if host == "" {
+		ips := c.w.podIPs()
+		if len(ips) == 0 {
+			return 0, errors.New("the pod has no IP")
+		}
+		host = ips[0]
+	}
+	scheme := "http"
+	if g.Scheme == corev1.URISchemeHTTPS {
+		scheme = "https"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s://%s%s", scheme, net.JoinHostPort(host, strconv.Itoa(port)), g.Path), nil)
+	if err != nil {
+		return 0, err
+	}
+	for _, h := range g.HTTPHeaders {
+		req.Header.Add(h.Name, h.Value)
+	}
+	if req.Header.Get("User-Agent") == "" {
+		req.Header.Set("User-Agent", "kube-"+purpose+"/1.37")
+	}
+	if _, ok := req.Header["Accept"]; !ok {
+		req.Header.Set("Accept", "*/*")
+	}
+	tr := &http.Transport{
+		DialContext:     func(ctx context.Context, _, addr string) (net.Conn, error) { return c.dialInPod(ctx, addr) },
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // as the kubelet's prober
+	}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 0}).Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
 }
 
 // port resolves a probe's port, by number or by the name of a container port.
