@@ -30,6 +30,9 @@ const (
 	// EchoImage names the backend containers' image; the lab node runs their command from the
 	// host's filesystem, so the name only says what they are.
 	EchoImage = "vpcgw.io/lab-echo:latest"
+	// DemoDrainSeconds is the demo Pods' preStop sleep, DemoGraceSeconds their grace period.
+	DemoDrainSeconds = 3
+	DemoGraceSeconds = 10
 )
 
 // userObjects are the kube-ovn objects of the lab: a Vpc (namespace demo bound to it, its default
@@ -77,7 +80,10 @@ func EchoDeployment(exe, namespace, name string, replicas int32) *appsv1.Deploym
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: ptr.To[int64](1),
+					// Drains as Kubernetes' documentation asks (SPEC L11): the preStop sleep keeps
+					// the server answering while its endpoint turns terminating and vpcgw stops
+					// sending it new connections; SIGTERM comes after, well inside the grace period.
+					TerminationGracePeriodSeconds: ptr.To[int64](DemoGraceSeconds),
 					Containers: []corev1.Container{{
 						Name: "echo", Image: EchoImage,
 						Command: []string{exe, "echo", "--name", "$(POD_NAME)", "--listen", "$(POD_IP):" + strconv.Itoa(BackendPort)},
@@ -86,6 +92,7 @@ func EchoDeployment(exe, namespace, name string, replicas int32) *appsv1.Deploym
 							{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 						},
 						Ports: []corev1.ContainerPort{{ContainerPort: BackendPort, Protocol: corev1.ProtocolTCP}, {ContainerPort: BackendPort, Protocol: corev1.ProtocolUDP}},
+						Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: DemoDrainSeconds}}},
 						// Ready once it serves (it opens its UDP socket before HTTP), so that a new
 						// replica gets traffic only when it can answer, as an operator deploys it.
 						ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{

@@ -32,6 +32,9 @@ type ProbeOptions struct {
 	Source string
 	// Body keeps the whole body as the answer (default: the last line).
 	Body bool
+	// Interval paces the requests: request i starts Interval*i after the first (0: each as soon
+	// as the one before ended). A steady rate, as a client under test sends it.
+	Interval time.Duration
 }
 
 // ProbeResult counts answers by body (trimmed), plus failed requests.
@@ -87,6 +90,15 @@ func DoProbe(ctx context.Context, o ProbeOptions) (res ProbeResult) {
 	start := time.Now()
 	defer func() { res.Seconds = time.Since(start).Seconds() }()
 	for i := 0; i < o.Count; i++ {
+		if o.Interval > 0 {
+			select {
+			case <-ctx.Done():
+				res.Errors += o.Count - i
+				res.LastError = ctx.Err().Error()
+				return res
+			case <-time.After(time.Until(start.Add(time.Duration(i) * o.Interval))):
+			}
+		}
 		var body string
 		var err error
 		switch o.Proto {
@@ -170,6 +182,7 @@ func ProbeMain(ctx context.Context, args []string) error {
 	fs.BoolVar(&o.Body, "body", false, "keep the whole body as the answer (default: its last line)")
 	fs.IntVar(&o.Count, "count", 10, "number of requests")
 	fs.DurationVar(&o.Timeout, "timeout", 2*time.Second, "timeout per request")
+	fs.DurationVar(&o.Interval, "interval", 0, "time between the starts of two requests (0: back to back)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -201,6 +214,9 @@ func (l *Lab) Probe(ns string, cmd []string, o ProbeOptions) (ProbeResult, error
 	}
 	if o.Body {
 		argv = append(argv, "--body")
+	}
+	if o.Interval > 0 {
+		argv = append(argv, "--interval", o.Interval.String())
 	}
 	c := exec.Command("ip", argv...)
 	var stdout, stderr bytes.Buffer

@@ -73,16 +73,18 @@ func Schedule() []Step {
 	for i, f := range faults {
 		out = append(out, f)
 		if i%2 == 0 {
-			out = append(out, scale(3, Harmless))
+			out = append(out, scale(3))
 		} else {
-			out = append(out, scale(2, RemovesBackend))
+			out = append(out, scale(2))
 		}
 	}
 	return out
 }
 
-func scale(replicas int32, kind Kind) Step {
-	return Step{fmt.Sprintf("the Deployment scaled to %d", replicas), kind, func(ctx context.Context, s *Soak) error {
+// scale is harmless both ways: the demo's Pods drain (a preStop sleep before SIGTERM), so a
+// scale-down loses no request either (SPEC L11).
+func scale(replicas int32) Step {
+	return Step{fmt.Sprintf("the Deployment scaled to %d", replicas), Harmless, func(ctx context.Context, s *Soak) error {
 		s.replicas = replicas
 		return s.C.ScaleDeployment(ctx, cluster.DemoNamespace, cluster.DemoDeployment, replicas)
 	}}
