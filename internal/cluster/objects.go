@@ -91,7 +91,7 @@ func EchoDeployment(exe, namespace, name string, replicas int32) *appsv1.Deploym
 							{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 							{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 						},
-						Ports: []corev1.ContainerPort{{ContainerPort: BackendPort, Protocol: corev1.ProtocolTCP}, {ContainerPort: BackendPort, Protocol: corev1.ProtocolUDP}},
+						Ports:     []corev1.ContainerPort{{ContainerPort: BackendPort, Protocol: corev1.ProtocolTCP}, {ContainerPort: BackendPort, Protocol: corev1.ProtocolUDP}},
 						Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: DemoDrainSeconds}}},
 						// Ready once it serves (it opens its UDP socket before HTTP), so that a new
 						// replica gets traffic only when it can answer, as an operator deploys it.
