@@ -230,7 +230,7 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (*Report, error) {
 		return rep, err
 	}
 	rep.Leaks = rep.Baseline.Leaks(rep.End)
-	stale, err := s.staleConntrack(ctx)
+	stale, err := s.drainedConntrack(ctx)
 	if err != nil {
 		return rep, err
 	}
@@ -243,6 +243,32 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (*Report, error) {
 		failed = append(failed, errors.New("leak: "+l))
 	}
 	return rep, errors.Join(failed...)
+}
+
+// drainedConntrack is staleConntrack once the demo's removed Pods have drained: a Pod in its
+// preStop sleep still serves, and the agent keeps its UDP flows until it is gone (SPEC L11). It
+// waits until no demo Pod is terminating and then, up to ConvergeTimeout, for the agent to have
+// deleted their flows; what is left then is a leak.
+func (s *Soak) drainedConntrack(ctx context.Context) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ConvergeTimeout)
+	defer cancel()
+	var stale []string
+	for {
+		var pods corev1.PodList
+		err := s.C.Client.List(ctx, &pods, client.InNamespace(cluster.DemoNamespace), client.MatchingLabels{"app": cluster.DemoDeployment})
+		terminating := err != nil || slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
+		if !terminating {
+			if stale, err = s.staleConntrack(ctx); err != nil || len(stale) == 0 {
+				return stale, err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			// What is still there is reported as leaked, a Pod stuck terminating or not.
+			return s.staleConntrack(context.WithoutCancel(ctx))
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // progressf prints a line of the soak's progress to Config.Out. Best effort: the report and the
