@@ -21,6 +21,7 @@ func (f *failAfter) Write(p []byte) (int, error) {
 	return f.buf.Write(p)
 }
 
+// covers: L6, V1 (the soak, bench and lab reports: a failed write is reported once, nothing after it is lost silently)
 func TestWriterKeepsFirstError(t *testing.T) {
 	f := &failAfter{n: 2}
 	w := New(f)

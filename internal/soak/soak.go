@@ -12,11 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"regexp"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -333,25 +331,13 @@ func (s *Soak) deploymentReplicas(ctx context.Context) (int32, error) {
 }
 
 // streams are the soak's steady traffic: TCP and UDP from the external client through the EIP,
-// and from the VPC client to the ClusterIP.
+// and from the VPC client to the ClusterIP (cluster.DemoStreams).
 func (s *Soak) streams() []stream {
-	eip, vip := s.svc.Status.LoadBalancer.Ingress[0].IP, s.svc.Spec.ClusterIP
 	var out []stream
-	for _, p := range s.svc.Spec.Ports {
-		port := strconv.Itoa(int(p.Port))
-		proto := map[corev1.Protocol]string{corev1.ProtocolTCP: "tcp", corev1.ProtocolUDP: "udp"}[p.Protocol]
-		if proto == "" {
-			continue
-		}
-		out = append(out,
-			stream{name: "external " + proto + " " + eip, ns: s.C.ExternalClient(), proto: proto, target: net.JoinHostPort(eip, port)},
-			stream{name: "vpc " + proto + " " + vip, ns: s.C.VPCClient(), proto: proto, target: net.JoinHostPort(vip, port)})
+	for _, st := range s.C.DemoStreams(s.svc) {
+		out = append(out, stream{name: st.Name, ns: st.Netns, proto: st.Proto, target: st.Target, batch: s.cfg.Batch, probe: s.C.Probe})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
-	for i := range out {
-		out[i].batch = s.cfg.Batch
-		out[i].probe = s.C.Probe
-	}
 	return out
 }
 
