@@ -80,8 +80,6 @@ type Kind string
 const (
 	// Harmless steps leave the data path alone: no request may fail.
 	Harmless Kind = "harmless"
-	// RemovesBackend steps remove a backend: requests in flight to it may fail.
-	RemovesBackend Kind = "removes a backend"
 	// RemovesDataPath steps take the data path itself away (the gateway's Pod or its table):
 	// requests fail until it is back and programmed again.
 	RemovesDataPath Kind = "removes the data path"
