@@ -126,8 +126,10 @@ type Report struct {
 	Steps    []StepResult
 	Baseline Snapshot
 	End      Snapshot
-	// Leaks are what the end state kept beyond the baseline.
-	Leaks []string
+	// Leaks are what the end state kept beyond the baseline; LeaksChecked says whether the check
+	// ran (a soak stopped by a step that did not converge ends without it).
+	Leaks        []string
+	LeaksChecked bool
 	// Lifetimes are the controller's goroutines and memory, per process lifetime.
 	Lifetimes []Lifetime
 }
@@ -233,6 +235,7 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (*Report, error) {
 	rep.Leaks = append(rep.Leaks, stale...)
 	rep.Lifetimes = s.life.all()
 	rep.Leaks = append(rep.Leaks, growth(rep.Lifetimes)...)
+	rep.LeaksChecked = true
 	s.progressf("   end:      %s\n", rep.End)
 	for _, l := range rep.Leaks {
 		s.progressf("!! leak: %s\n", l)
