@@ -176,6 +176,13 @@ func baseSnapshot(svcs ...corev1.Service) Snapshot {
 	}
 }
 
+// soleTenant makes ns the only namespace gw1's Vpc admits: the gateway's bounds are then all of
+// its share (SPEC N4), for the tests of the bounds themselves.
+func soleTenant(s Snapshot) Snapshot {
+	s.Vpcs[0].Spec.Namespaces = []string{"ns"}
+	return s
+}
+
 func servicePlan(p Plan, name string) ServicePlan {
 	for _, sp := range p.Services {
 		if sp.Key.Name == name {

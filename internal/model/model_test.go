@@ -332,7 +332,7 @@ func TestDrainingEndpoints(t *testing.T) {
 	// draining ones: kept flows give way, never a served Service.
 	full := lbGates
 	full.MaxBackendsPerGateway = 4
-	sp := servicePlan(Compute(s, full), "web")
+	sp := servicePlan(Compute(soleTenant(s), full), "web")
 	if !sp.Served() || sp.Limited {
 		t.Fatalf("a gateway with room for the serving backends: served %v, limited %v, events %v", sp.Served(), sp.Limited, sp.Events)
 	}

@@ -33,6 +33,8 @@ type GatewayPlan struct {
 	Routes VIPRoutes
 	// Services bound to the gateway through an EIP or a ClusterIP.
 	Services []types.NamespacedName
+	// Sharers is how many namespaces the gateway's bounds are split between (SPEC N4, bounds.go).
+	Sharers int
 
 	// update is State as a Planner made it (Update): the change from its previous state, and
 	// the whole state built only when it is sent complete. A Planner's partial plan leaves State
@@ -96,7 +98,8 @@ func Compute(s Snapshot, gates Gates) Plan {
 	}
 	plan.OrphanRecords, plan.OrphanServiceRecords = ix.orphans(live)
 	slices.SortFunc(plan.Services, func(a, b ServicePlan) int { return compareKeys(a.Key, b.Key) })
-	for _, gp := range states {
+	for name, gp := range states {
+		gp.Sharers = ix.sharersOf[name]
 		gp.Finish()
 		plan.Gateways = append(plan.Gateways, *gp)
 	}
@@ -105,20 +108,17 @@ func Compute(s Snapshot, gates Gates) Plan {
 }
 
 // planInOrder plans s's Services in budget order (plans[j] is that of s.Services[order[j]]).
-// A full gateway is shared fairly between its namespaces: its Services are planned again with a
-// share for each (bounds.go). A partial snapshot cannot know every namespace's demand; the
-// controller plans a gateway in full while any of its Services is limited.
+// Each gateway's bounds are shared between its namespaces (bounds.go), and who shares them is
+// known only once every Service's demand is: a first pass finds it, and the Services of a
+// gateway where a share matters are planned again with the shares.
 func (ix *Index) planInOrder(s *Snapshot, order []int) []ServicePlan {
 	plans := make([]ServicePlan, len(order))
 	for j, i := range order {
 		plans[j] = ix.PlanService(&s.Services[i])
 	}
-	if s.GatewayLoad != nil {
-		return plans
-	}
-	if full := ix.shareFullGateways(s.Services, order, plans); len(full) > 0 {
+	if again := ix.shareGateways(s.Services, order, plans); len(again) > 0 {
 		for j, i := range order {
-			if full[plans[j].Gateway] {
+			if again[plans[j].Gateway] {
 				plans[j] = ix.PlanService(&s.Services[i])
 			}
 		}
@@ -219,13 +219,14 @@ func (ix *Index) GatewayBase(name string) (gp GatewayPlan, ok bool) {
 	return gp, true
 }
 
-// Base is the plan without its Services: instances and next hops only.
+// Base is the plan without its Services: instances, next hops and sharers only.
 func (gp GatewayPlan) Base() GatewayPlan {
 	return GatewayPlan{
 		Name:      gp.Name,
 		Instances: gp.Instances,
 		State:     gwstate.State{Identities: []gwstate.Identity{}, Release: gp.State.Release},
 		Routes:    VIPRoutes{Router: gp.Routes.Router, Gateway: gp.Routes.Gateway, NextHops: gp.Routes.NextHops},
+		Sharers:   gp.Sharers,
 	}
 }
 

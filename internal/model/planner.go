@@ -29,9 +29,10 @@ import (
 // changes only where the Services it replans changed it (gatewaystate.go). It decides
 // everything about that without I/O:
 //
-//   - when a plan must be full (no valid memory, a gateway-wide input changed: Fingerprint, or,
-//     while a Service of the gateway waits for room, a change that could make or take room,
-//     SPEC N4);
+//   - when a plan must be full (no valid memory, a gateway-wide input changed: Fingerprint, or a
+//     change to the shares of the gateway's bounds: the namespaces sharing them, a namespace the
+//     change leaves past its share, or, while a Service of the gateway waits for room, a change
+//     that could make or take room, SPEC N4);
 //   - which Services replan together: a changed Service, and every Service that shares a claim
 //     (ClaimKeys) with it now or at its last plan, transitively, since one may take over what
 //     another gives up and a Service's plan depends on every claimant of what it claims (SPEC I2);
@@ -51,16 +52,20 @@ type Planner struct {
 	valid       bool
 	fingerprint string
 	services    map[types.NamespacedName]*keptPlan
-	// limited counts the kept Services refused for the gateway's bounds (SPEC N4). While any
-	// is, a plan is partial only when the Services it replans were served and keep exactly
-	// their demand (an endpoint that changes address, a Service's labels): nothing then makes
-	// or takes room, so the fair shares and who waits stay as they are. Any other change is
-	// planned in full: a Service that lets go makes room for one that did not change, and only
-	// a full plan shares a full gateway fairly between namespaces.
+	// limited counts the kept Services refused for the gateway's bounds or their namespace's
+	// share (SPEC N4). While any is, a plan is partial only when the Services it replans were
+	// served and keep exactly their demand (an endpoint that changes address, a Service's
+	// labels): nothing then makes or takes room, so who waits stays as it is. Any other change
+	// is planned in full: a Service that lets go makes room for one that did not change.
 	limited int
-	// held is what the kept Services hold against the gateway's bounds, kept up to date by keep
-	// and forget so that a partial plan does not walk every identity.
-	held Load
+	// held is what the kept Services hold against the gateway's bounds, and nsHeld per
+	// namespace; asking counts, per namespace, the kept Services that ask the gateway for room,
+	// served or waiting. keep and forget keep them up to date, so that a partial plan does not
+	// walk every identity. sharers is how many namespaces the last plan split the bounds between.
+	held    Load
+	nsHeld  map[string]Load
+	asking  map[string]int
+	sharers int
 	// state is the gateway's whole state at the last plan (nil: none), changed by a partial plan
 	// only where the Services it replans changed it (gatewaystate.go).
 	state *gatewayState
@@ -96,8 +101,8 @@ type Scope struct {
 }
 
 // Limited is how many Services of the gateway its last plan left waiting for room: the gateway's
-// bounds, or their namespace's share of it, are reached (SPEC N4). A partial plan while one waits
-// changes no Service's room (sameDemand), so the count is always the whole gateway's.
+// bounds, or their namespace's share of them, are reached (SPEC N4). A partial plan while one
+// waits changes no Service's room (sameDemand), so the count is always the whole gateway's.
 func (p *Planner) Limited() int { return p.limited }
 
 // Invalidate makes the next plan full (after a failed sync: what it decided is unknown).
@@ -139,9 +144,8 @@ func (p *Planner) Scope(base Snapshot, gw string, ch Changes) Scope {
 // gateway's for a full plan; the controller writes those whose Gateway is gw) and the plan of
 // the whole gateway (nil: the gateway does not exist, or gw is UnboundGateway); what its
 // instances get is its Update (a partial plan leaves its State empty). ok is false, with
-// nothing changed, when a partial plan cannot decide: a Service does not fit the gateway's
-// bounds, and only a full plan shares a full gateway between namespaces (SPEC N4). Then plan in
-// full: Sync does.
+// nothing changed, when a partial plan cannot decide what a full one would (decides, SPEC N4).
+// Then plan in full: Sync does.
 func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedName]bool, gates Gates, gw string) (plan Plan, gp *GatewayPlan, ok bool) {
 	if sc.Full {
 		plan := Compute(snap, gates)
@@ -150,19 +154,17 @@ func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedNa
 		}
 		p.valid, p.fingerprint = true, sc.fingerprint
 		p.services, p.limited, p.held = map[types.NamespacedName]*keptPlan{}, 0, Load{}
+		p.nsHeld, p.asking = map[string]Load{}, map[string]int{}
 		p.keep(gw, plan.Services, snap.Services)
 		gp := plan.Gateway(gw)
+		p.sharers = sharersIn(plan, gw)
 		p.fullState(gp)
 		return plan, gp, true
 	}
-	snap.GatewayLoad = map[string]Load{gw: p.load(replanned)}
+	outside := p.outside(replanned)
+	snap.GatewayLoad = map[string]HeldLoad{gw: outside}
 	plan = Compute(snap, gates)
-	for i := range plan.Services {
-		if plan.Services[i].Limited && plan.Services[i].Gateway == gw {
-			return Plan{}, nil, false
-		}
-	}
-	if p.limited > 0 && !p.sameDemand(plan.Services, replanned, gw) {
+	if !p.decides(plan, outside, replanned, gates, gw) {
 		return Plan{}, nil, false
 	}
 	keys := slices.SortedFunc(maps.Keys(replanned), compareKeys) // old and now in one order
@@ -229,6 +231,44 @@ func (p *Planner) parts(keys []types.NamespacedName) []Contribution {
 		}
 	}
 	return out
+}
+
+// decides reports whether a partial plan of gateway gw, its Services planned after those outside
+// it, decides what a full plan would (SPEC N4). It does when no Service it replans waits for
+// room; the gateway's bounds are split between as many namespaces as before (a share that
+// changes may change the room of Services it does not replan); each namespace it replans stays
+// within its share (past it, in the full plan's order, a Service it kept could be held back);
+// and, while a Service waits, the change makes no room and takes none.
+func (p *Planner) decides(plan Plan, outside HeldLoad, replanned map[types.NamespacedName]bool, gates Gates, gw string) bool {
+	if sharersIn(plan, gw) != p.sharers {
+		return false
+	}
+	now := map[string]Load{}
+	for i := range plan.Services {
+		sp := &plan.Services[i]
+		if sp.Gateway != gw {
+			continue
+		}
+		if sp.Limited {
+			return false
+		}
+		now[sp.Key.Namespace] = now[sp.Key.Namespace].plus(LoadOf(sp.Contribution().Identities))
+	}
+	share := gates.Share(p.sharers)
+	for ns, l := range now {
+		if !outside.Namespaces[ns].plus(l).fits(share) {
+			return false
+		}
+	}
+	return p.limited == 0 || p.sameDemand(plan.Services, replanned, gw)
+}
+
+// sharersIn is GatewayPlan.Sharers of gateway gw in plan (0: no such gateway).
+func sharersIn(plan Plan, gw string) int {
+	if gp := plan.Gateway(gw); gp != nil {
+		return gp.Sharers
+	}
+	return 0
 }
 
 // sameDemand reports whether every replanned Service was served at its last plan and is served
@@ -319,7 +359,7 @@ func (p *Planner) ServiceVIPs() map[types.NamespacedName]ServiceVIPs {
 
 func (p *Planner) keep(gw string, plans []ServicePlan, svcs []corev1.Service) {
 	if p.services == nil {
-		p.services = map[types.NamespacedName]*keptPlan{}
+		p.services, p.nsHeld, p.asking = map[types.NamespacedName]*keptPlan{}, map[string]Load{}, map[string]int{}
 	}
 	claims := make(map[types.UID][]string, len(svcs))
 	for i := range svcs {
@@ -335,6 +375,10 @@ func (p *Planner) keep(gw string, plans []ServicePlan, svcs []corev1.Service) {
 		kp.load = LoadOf(kp.part.Identities)
 		p.services[sp.Key] = kp
 		p.held = p.held.plus(kp.load)
+		p.nsHeld[sp.Key.Namespace] = p.nsHeld[sp.Key.Namespace].plus(kp.load)
+		if kp.demand.Identities > 0 {
+			p.asking[sp.Key.Namespace]++
+		}
 		if sp.Limited {
 			p.limited++
 		}
@@ -347,20 +391,45 @@ func (p *Planner) forget(k types.NamespacedName) {
 			p.limited--
 		}
 		p.held = p.held.minus(kp.load)
+		// Namespaces that hold and ask nothing are dropped: outside copies these maps.
+		if l := p.nsHeld[k.Namespace].minus(kp.load); l == (Load{}) {
+			delete(p.nsHeld, k.Namespace)
+		} else {
+			p.nsHeld[k.Namespace] = l
+		}
+		if kp.demand.Identities > 0 {
+			if p.asking[k.Namespace]--; p.asking[k.Namespace] <= 0 {
+				delete(p.asking, k.Namespace)
+			}
+		}
 		delete(p.services, k)
 	}
 }
 
-// load is what the kept Services outside replanned hold: what a partial plan's Services count
-// against the gateway's bounds (SPEC N4).
-func (p *Planner) load(replanned map[types.NamespacedName]bool) Load {
-	n := p.held
+// outside is what the kept Services outside replanned hold, in all and per namespace, and the
+// namespaces of those that ask for room: what a partial plan's Services find taken, and who
+// shares the gateway besides them (SPEC N4).
+func (p *Planner) outside(replanned map[types.NamespacedName]bool) HeldLoad {
+	h := HeldLoad{Load: p.held, Namespaces: maps.Clone(p.nsHeld), Asking: make(map[string]bool, len(p.asking))}
+	if h.Namespaces == nil {
+		h.Namespaces = map[string]Load{}
+	}
+	asking := maps.Clone(p.asking)
 	for k := range replanned {
 		if kp := p.services[k]; kp != nil {
-			n = n.minus(kp.load)
+			h.Load = h.Load.minus(kp.load)
+			h.Namespaces[k.Namespace] = h.Namespaces[k.Namespace].minus(kp.load)
+			if kp.demand.Identities > 0 {
+				asking[k.Namespace]--
+			}
 		}
 	}
-	return n
+	for ns, n := range asking {
+		if n > 0 {
+			h.Asking[ns] = true
+		}
+	}
+	return h
 }
 
 // ServiceGatewayKeys are the planner keys a Service belongs to: its gateway, or UnboundGateway

@@ -114,11 +114,13 @@ func (w *world) base(gw string) Snapshot {
 // The planner's partial plans equal full plans: a random sequence of what happens in a cluster
 // (Services created, deleted, re-annotated and re-ported so that they conflict and take over,
 // endpoints changing, EIPs turning ready and back, the gateway's pod changing, a gateway bound
-// that fills up), with the controller's writes applied after every sync. After every sync the
+// that fills up, namespaces' shares of it reached, and, on a gateway open to every namespace,
+// shares that change as a namespace starts or stops asking), with the controller's writes
+// applied after every sync. After every sync the
 // gateway's state, routes and Services from the planner's partial plan are those of a full plan
 // of the same cluster, and so is every replanned Service's plan.
 func TestPartialPlansEqualFullPlans(t *testing.T) {
-	limitedSyncs, conflicts, partialWhileWaiting, deltas := 0, 0, 0, 0
+	limitedSyncs, conflicts, partialWhileWaiting, deltas, newSharers := 0, 0, 0, 0, 0
 	for seed := range uint64(24) {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 29))
@@ -131,6 +133,10 @@ func TestPartialPlansEqualFullPlans(t *testing.T) {
 			for i := range w.s.Gateways {
 				w.s.Gateways[i].ResourceVersion = "1"
 			}
+			if seed%2 == 1 { // open to all: tenant-c shares it too, when it asks
+				w.s.Gateways[0].Annotations = map[string]string{AnnotationAllowedNamespaces: "*"}
+			}
+			sharers := 0
 			var p Planner
 			changes := Changes{Services: map[types.NamespacedName]bool{}, Owners: map[types.UID]bool{}}
 			mark := func(svc *corev1.Service) {
@@ -160,6 +166,12 @@ func TestPartialPlansEqualFullPlans(t *testing.T) {
 				whole, _, _ := ReadScope(w, w.base("gw1"), "gw1", Scope{Full: true})
 				fplan := Compute(whole, gates)
 				fgp := fplan.Gateway("gw1")
+				if fgp != nil {
+					if sharers != 0 && fgp.Sharers != sharers {
+						newSharers++
+					}
+					sharers = fgp.Sharers
+				}
 				if d := gatewayPlanDiff(gp, fgp); d == "" && gp != nil {
 					// The update's change is what the transport sends to an instance that acknowledged
 					// the planner's previous state: exactly the diff of the two whole states.
@@ -253,7 +265,10 @@ func TestPartialPlansEqualFullPlans(t *testing.T) {
 	if deltas == 0 {
 		t.Fatal("no plan carried a delta against the one before")
 	}
-	t.Logf("%d syncs with a full gateway, %d partial while a Service waited, %d deltas checked", limitedSyncs, partialWhileWaiting, deltas)
+	if newSharers == 0 {
+		t.Fatal("the namespaces sharing a gateway never changed after the first plan")
+	}
+	t.Logf("%d syncs with a full gateway or share, %d partial while a Service waited, %d deltas checked, %d changes of sharers", limitedSyncs, partialWhileWaiting, deltas, newSharers)
 }
 
 func countBackends(st gwstate.State) int {
@@ -304,7 +319,7 @@ func gatewayPlanDiff(a, b *GatewayPlan) string {
 // would mark; it says what it did.
 func mutate(r *rand.Rand, w *world, step int, mark func(*corev1.Service), bump func(*metav1.ObjectMeta)) string {
 	names := []string{"a", "b", "c", "d", "e", "f", "g"}
-	nss := []string{"ns", "tenant-b"}
+	nss := []string{"ns", "tenant-b", "tenant-c"}
 	key := types.NamespacedName{Namespace: nss[r.IntN(len(nss))], Name: names[r.IntN(len(names))]}
 	cur, _ := w.Service(key)
 	ports := func() []corev1.ServicePort {

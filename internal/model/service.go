@@ -287,6 +287,29 @@ func Admitted(namespace string, gw *kubeovnv1.VpcNatGateway, vpc *kubeovnv1.Vpc)
 	return listAdmits(gw.Annotations, namespace, false)
 }
 
+// AdmittedNames are the namespaces gateway gw admits by name under SPEC N1 (its Vpc's, nil when
+// missing, and its allow-list's), and whether its allow-list admits every namespace ("*").
+func AdmittedNames(gw *kubeovnv1.VpcNatGateway, vpc *kubeovnv1.Vpc) (names map[string]bool, all bool) {
+	names = map[string]bool{}
+	if vpc != nil && vpc.DeletionTimestamp == nil {
+		for _, n := range vpc.Spec.Namespaces {
+			names[n] = true
+		}
+	}
+	if v, ok := gw.Annotations[AnnotationAllowedNamespaces]; ok {
+		for _, n := range strings.Split(v, ",") {
+			switch n = strings.TrimSpace(n); n {
+			case "*":
+				all = true
+			case "":
+			default:
+				names[n] = true
+			}
+		}
+	}
+	return names, all
+}
+
 // EIPAdmitted is SPEC N1's rule for one namespace and an EIP of a gateway it is admitted to: an
 // EIP without an allow-list admits every namespace of its gateway, one with it only those it
 // names. Shared with the webhook.
@@ -370,7 +393,7 @@ func (ix *Index) PlanService(svc *corev1.Service) ServicePlan {
 			}
 		}
 		ix.planIdentities(svc, b, &sp)
-		ix.takeLoad(svc.Namespace, &sp)
+		ix.takeLoad(svc, &sp)
 	}
 	if sp.Gateway == "" {
 		sp.Gateway = ix.recordGateway(svc.UID)

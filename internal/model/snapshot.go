@@ -35,9 +35,9 @@ type Gates struct {
 	MaxPortsPerService, MaxBackendsPerIdentity int
 	// MaxIdentitiesPerGateway and MaxBackendsPerGateway bound what all Services together may ask
 	// of one gateway (SPEC N4; backends and source ranges count as backends); 0 means the
-	// defaults. Services that already hold identities keep them first, then the oldest, with a
-	// fair share per namespace when the gateway is full (bounds.go): a Service that would pass a
-	// bound is not served (event) until others let go.
+	// defaults. Each namespace gets an even share of them (bounds.go); Services that already hold
+	// identities keep them first, then the oldest: a Service that would pass a bound or its
+	// namespace's share is not served (event) until room is freed.
 	MaxIdentitiesPerGateway, MaxBackendsPerGateway int
 	// Release is vpcgw's uninstall (vpcgw release, SPEC O4): no Service is served, whatever the
 	// gates, so every Service, record and route is released as for both gates off, and the
@@ -142,8 +142,9 @@ type Snapshot struct {
 	ServiceRecords []vpcgwv1alpha1.ServiceRecord `plan:"service"`
 	// GatewayLoad is, per gateway, what Services outside this snapshot already have there (a
 	// partial plan's snapshot holds only the changed Services); it counts against the gateway's
-	// bounds before any Service of the snapshot. Nil for a full snapshot.
-	GatewayLoad map[string]Load `plan:"service"`
+	// bounds and its namespaces' shares before any Service of the snapshot. Nil for a full
+	// snapshot.
+	GatewayLoad map[string]HeldLoad `plan:"service"`
 }
 
 // Index is a snapshot prepared for lookups. Building it is linear in the snapshot; planning one
@@ -165,11 +166,14 @@ type Index struct {
 	// ClusterIP is unique in a cluster, but a snapshot is input like any other.
 	claims map[gwstate.IdentityKey][]claimant
 	// load counts, per gateway, what was given so far (SPEC N4): GatewayLoad, then each Service
-	// as PlanService serves it; nsLoad the same per namespace. shares, for a gateway that is full,
-	// is what each namespace may take (bounds.go); nil: only the gateway's bounds apply.
-	load   map[string]Load
-	nsLoad map[string]map[string]Load
-	shares map[string]map[string]Load
+	// as PlanService serves it; nsLoad the same per namespace. shares is what each namespace may
+	// hold of a gateway, split between sharersOf namespaces (bounds.go); nil in the first pass,
+	// which only finds who asks.
+	held      map[string]HeldLoad
+	load      map[string]Load
+	nsLoad    map[string]map[string]Load
+	shares    map[string]Load
+	sharersOf map[string]int
 	// infra caches, per gateway, the addresses of its VPC's machinery (backends.go).
 	infra map[string][]infraRange
 	// nat is what kube-ovn's own NAT holds on the EIPs (SPEC N3).
@@ -200,14 +204,15 @@ func NewIndex(s Snapshot, gates Gates) *Index {
 		records:     map[types.UID][]*kubeovnv1.IptablesDnatRule{},
 		svcRecords:  map[types.UID][]*vpcgwv1alpha1.ServiceRecord{},
 		claims:      map[gwstate.IdentityKey][]claimant{},
-		load:        maps.Clone(s.GatewayLoad),
+		held:        s.GatewayLoad,
+		load:        map[string]Load{},
+		nsLoad:      map[string]map[string]Load{},
 		infra:       map[string][]infraRange{},
 	}
 	ix.nat = NewKubeOVNNat(s.KubeOVNDnatRules, s.KubeOVNFIPRules)
-	if ix.load == nil {
-		ix.load = map[string]Load{}
+	for gw, h := range s.GatewayLoad {
+		ix.load[gw], ix.nsLoad[gw] = h.Load, maps.Clone(h.Namespaces)
 	}
-	ix.nsLoad = map[string]map[string]Load{}
 	ix.indexKubeOVN(&s)
 	ix.indexPods(&s)
 	ix.indexSlicesAndRecords(&s)

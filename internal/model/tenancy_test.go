@@ -311,7 +311,7 @@ func TestPerGatewayIdentityBound(t *testing.T) {
 	gates := srGates
 	gates.MaxIdentitiesPerGateway = 4 // two Services of one port each: EIP and ClusterIP
 
-	p := Compute(baseSnapshot(web, a, b), gates)
+	p := Compute(soleTenant(baseSnapshot(web, a, b)), gates)
 	for name, want := range map[string]bool{"web": true, "a": true, "b": false} {
 		if sp := servicePlan(p, name); sp.Served() != want || sp.Limited == want {
 			t.Errorf("%s: served %v, limited %v; want served %v", name, sp.Served(), sp.Limited, want)
@@ -331,7 +331,7 @@ func TestPerGatewayIdentityBound(t *testing.T) {
 	}
 
 	// b is programmed (its record exists) before the older Services arrive: it keeps its place.
-	s := baseSnapshot(b)
+	s := soleTenant(baseSnapshot(b))
 	s = applyPlan(s, Compute(s, gates))
 	s.Services = append(s.Services, web, a)
 	p = Compute(s, gates)
@@ -343,8 +343,8 @@ func TestPerGatewayIdentityBound(t *testing.T) {
 
 	// What Services outside the snapshot hold counts first.
 	for load, want := range map[int]bool{2: true, 3: false} {
-		s := baseSnapshot(web)
-		s.GatewayLoad = map[string]Load{"gw1": {Identities: load}}
+		s := soleTenant(baseSnapshot(web))
+		s.GatewayLoad = map[string]HeldLoad{"gw1": {Load: Load{Identities: load}}}
 		if sp := servicePlan(Compute(s, gates), "web"); sp.Served() != want {
 			t.Errorf("with %d identities taken: served %v, want %v", load, sp.Served(), want)
 		}
