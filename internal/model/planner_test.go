@@ -20,6 +20,7 @@ import (
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
+	"github.com/vpcgw/vpcgw/internal/gwinstance"
 	"github.com/vpcgw/vpcgw/internal/gwstate"
 )
 
@@ -311,8 +312,18 @@ func gatewayPlanDiff(a, b *GatewayPlan) string {
 		return fmt.Sprintf("routes: partial %+v, full %+v", a.Routes, b.Routes)
 	case !reflect.DeepEqual(a.Services, b.Services):
 		return fmt.Sprintf("services: partial %v, full %v", a.Services, b.Services)
+	case !reflect.DeepEqual(instanceNames(a), instanceNames(b)) || !reflect.DeepEqual(a.Refused, b.Refused):
+		return fmt.Sprintf("instances: partial %v refused %v, full %v refused %v", instanceNames(a), a.Refused, instanceNames(b), b.Refused)
 	}
 	return ""
+}
+
+func instanceNames(gp *GatewayPlan) []string {
+	var out []string
+	for _, inst := range gp.Instances {
+		out = append(out, inst.Pod.Namespace+"/"+inst.Pod.Name)
+	}
+	return out
 }
 
 // mutate changes the world as a cluster changes and marks what the controller's event handlers
@@ -427,6 +438,12 @@ func mutate(r *rand.Rand, w *world, step int, mark func(*corev1.Service), bump f
 			}
 		}
 		return "eip status " + e.Name
+	case r.IntN(4) == 0: // the gateway's StatefulSet scales to none or back: its Pod is no instance then (SPEC N5)
+		sts := &w.s.GatewayStatefulSets[0]
+		replicas := int32(1 - gwinstance.Replicas(sts))
+		sts.Spec.Replicas = &replicas
+		bump(&sts.ObjectMeta)
+		return fmt.Sprint("gateway StatefulSet replicas ", replicas)
 	default: // the gateway's pod changes (kube-ovn rewrites it)
 		gp := &w.s.GatewayPods[0]
 		bump(&gp.ObjectMeta)

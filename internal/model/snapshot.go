@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -129,7 +130,10 @@ type Snapshot struct {
 	Vpcs         []kubeovnv1.Vpc
 	Gateways     []kubeovnv1.VpcNatGateway
 	GatewayPods  []corev1.Pod
-	EIPs         []kubeovnv1.IptablesEIP
+	// GatewayStatefulSets are kube-ovn's StatefulSets of the gateways: a gateway Pod is an
+	// instance only when the one of its gateway controls it within its replicas (SPEC N5).
+	GatewayStatefulSets []appsv1.StatefulSet
+	EIPs                []kubeovnv1.IptablesEIP
 	// KubeOVNDnatRules and KubeOVNFIPRules are kube-ovn's own NAT on the gateway's EIPs: its
 	// DNAT rules that are not records, and its floating IPs. What they forward is held (SPEC N3).
 	KubeOVNDnatRules []kubeovnv1.IptablesDnatRule
@@ -159,9 +163,11 @@ type Index struct {
 	pods        map[types.NamespacedName]*corev1.Pod
 	podAddrs    map[types.NamespacedName][]*kubeovnv1.IP // by the Pod they are allocated to
 	gatewayPods map[string][]*corev1.Pod                 // by gateway
-	slices      map[types.NamespacedName][]*discoveryv1.EndpointSlice
-	records     map[types.UID][]*kubeovnv1.IptablesDnatRule  // by owner UID label
-	svcRecords  map[types.UID][]*vpcgwv1alpha1.ServiceRecord // by owner UID label
+	// statefulSets are kube-ovn's gateway StatefulSets by namespace/name (SPEC N5).
+	statefulSets map[types.NamespacedName]*appsv1.StatefulSet
+	slices       map[types.NamespacedName][]*discoveryv1.EndpointSlice
+	records      map[types.UID][]*kubeovnv1.IptablesDnatRule  // by owner UID label
+	svcRecords   map[types.UID][]*vpcgwv1alpha1.ServiceRecord // by owner UID label
 	// claims lists, per identity, the Services that could serve it, best claim first (I2). A
 	// ClusterIP is unique in a cluster, but a snapshot is input like any other.
 	claims map[gwstate.IdentityKey][]claimant
@@ -191,23 +197,24 @@ type claimant struct {
 // NewIndex prepares a snapshot for planning with the given gates.
 func NewIndex(s Snapshot, gates Gates) *Index {
 	ix := &Index{
-		gates:       gates,
-		placement:   s.Placement,
-		vpcs:        make(map[string]*kubeovnv1.Vpc, len(s.Vpcs)),
-		gateways:    make(map[string]*kubeovnv1.VpcNatGateway, len(s.Gateways)),
-		eips:        make(map[string]*kubeovnv1.IptablesEIP, len(s.EIPs)),
-		subnets:     make(map[string]*kubeovnv1.Subnet, len(s.Subnets)),
-		pods:        make(map[types.NamespacedName]*corev1.Pod, len(s.Pods)),
-		podAddrs:    make(map[types.NamespacedName][]*kubeovnv1.IP, len(s.PodAddresses)),
-		gatewayPods: map[string][]*corev1.Pod{},
-		slices:      map[types.NamespacedName][]*discoveryv1.EndpointSlice{},
-		records:     map[types.UID][]*kubeovnv1.IptablesDnatRule{},
-		svcRecords:  map[types.UID][]*vpcgwv1alpha1.ServiceRecord{},
-		claims:      map[gwstate.IdentityKey][]claimant{},
-		held:        s.GatewayLoad,
-		load:        map[string]Load{},
-		nsLoad:      map[string]map[string]Load{},
-		infra:       map[string][]infraRange{},
+		gates:        gates,
+		placement:    s.Placement,
+		vpcs:         make(map[string]*kubeovnv1.Vpc, len(s.Vpcs)),
+		gateways:     make(map[string]*kubeovnv1.VpcNatGateway, len(s.Gateways)),
+		eips:         make(map[string]*kubeovnv1.IptablesEIP, len(s.EIPs)),
+		subnets:      make(map[string]*kubeovnv1.Subnet, len(s.Subnets)),
+		pods:         make(map[types.NamespacedName]*corev1.Pod, len(s.Pods)),
+		podAddrs:     make(map[types.NamespacedName][]*kubeovnv1.IP, len(s.PodAddresses)),
+		gatewayPods:  map[string][]*corev1.Pod{},
+		statefulSets: make(map[types.NamespacedName]*appsv1.StatefulSet, len(s.GatewayStatefulSets)),
+		slices:       map[types.NamespacedName][]*discoveryv1.EndpointSlice{},
+		records:      map[types.UID][]*kubeovnv1.IptablesDnatRule{},
+		svcRecords:   map[types.UID][]*vpcgwv1alpha1.ServiceRecord{},
+		claims:       map[gwstate.IdentityKey][]claimant{},
+		held:         s.GatewayLoad,
+		load:         map[string]Load{},
+		nsLoad:       map[string]map[string]Load{},
+		infra:        map[string][]infraRange{},
 	}
 	ix.nat = NewKubeOVNNat(s.KubeOVNDnatRules, s.KubeOVNFIPRules)
 	for gw, h := range s.GatewayLoad {
@@ -242,8 +249,8 @@ func (ix *Index) indexKubeOVN(s *Snapshot) {
 	}
 }
 
-// indexPods indexes the backend Pods by name, kube-ovn's IPs by the Pod they are allocated to and
-// the gateway pods by gateway.
+// indexPods indexes the backend Pods by name, kube-ovn's IPs by the Pod they are allocated to,
+// the gateway pods by gateway and the gateways' StatefulSets by name.
 func (ix *Index) indexPods(s *Snapshot) {
 	for i := range s.Pods {
 		p := &s.Pods[i]
@@ -264,6 +271,10 @@ func (ix *Index) indexPods(s *Snapshot) {
 		if gw := p.Annotations[AnnotationGatewayPod]; gw != "" && p.Labels[LabelGatewayPod] == "true" {
 			ix.gatewayPods[gw] = append(ix.gatewayPods[gw], p)
 		}
+	}
+	for i := range s.GatewayStatefulSets {
+		sts := &s.GatewayStatefulSets[i]
+		ix.statefulSets[types.NamespacedName{Namespace: sts.Namespace, Name: sts.Name}] = sts
 	}
 }
 
