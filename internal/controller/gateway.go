@@ -42,6 +42,7 @@ import (
 	"github.com/vpcgw/vpcgw/internal/controller/latency"
 	"github.com/vpcgw/vpcgw/internal/controller/objcache"
 	"github.com/vpcgw/vpcgw/internal/controller/readiness"
+	"github.com/vpcgw/vpcgw/internal/controller/refusedpods"
 	"github.com/vpcgw/vpcgw/internal/controller/serviceevents"
 	"github.com/vpcgw/vpcgw/internal/controller/wake"
 	"github.com/vpcgw/vpcgw/internal/model"
@@ -105,7 +106,7 @@ type GatewayReconciler struct {
 	// events gives each cause once (SPEC T3).
 	events *serviceevents.Once
 	// refused tells look-alike gateway Pods why they are no instances (SPEC N5).
-	refused refusedPods
+	refused refusedpods.Memory
 	// routeChecks are each gateway's last check of its VIPs against its Vpc's routes (SPEC V3);
 	// routeQueue is the work queue once the controller runs, for the NB's route changes.
 	routeChecks routeChecks
@@ -284,7 +285,7 @@ func (r *GatewayReconciler) forgetGateway(gw string) {
 	r.health.Forget(gw)
 	r.sessions.closeGateway(gw, true)
 	r.routeChecks.forget(gw)
-	r.refused.forget(gw)
+	r.refused.Forget(gw)
 	deleteGatewaySeries(gw)
 }
 

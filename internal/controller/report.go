@@ -22,7 +22,7 @@ func (r *GatewayReconciler) report(p *pass) (reconcile.Result, error) {
 		r.noteGone(p.key)
 		return reconcile.Result{}, p.errorOf()
 	}
-	if n := r.refused.tell(r.Recorder, p.key, gp.Refused); n > 0 {
+	if n := r.refused.Tell(r.Recorder, p.key, gp.Refused); n > 0 {
 		r.Log.Info("pods carry the gateway's labels but kube-ovn's workload did not make them: they are no instances (SPEC N5)", "gateway", p.key, "newly refused", n, "refused", len(gp.Refused))
 	}
 	waitingForRoom.WithLabelValues(p.key).Set(float64(p.planner.Limited()))

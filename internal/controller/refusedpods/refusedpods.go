@@ -1,4 +1,6 @@
-package controller
+// Package refusedpods tells the Pods that look like a gateway's instances but are not (SPEC N5)
+// why, once per cause.
+package refusedpods
 
 import (
 	"sync"
@@ -11,18 +13,18 @@ import (
 	"github.com/vpcgw/vpcgw/internal/model"
 )
 
-// refusedPods tells the Pods that look like a gateway's instances but are not (SPEC N5) why,
+// Memory tells the Pods that look like a gateway's instances but are not (SPEC N5) why,
 // with a Warning on the Pod itself: whoever made it reads it in its own namespace, and it names
 // nothing of another (SPEC N8). Each cause is told once; what a gateway's last pass no longer
 // refused is forgotten, so the memory holds only Pods that exist (SPEC N4).
-type refusedPods struct {
+type Memory struct {
 	mu   sync.Mutex
 	last map[string]map[types.UID]string // gateway -> Pod UID -> note told
 }
 
-// tell gives gateway gw's refused Pods whose cause is new their Warning through rec, and
+// Tell gives gateway gw's refused Pods whose cause is new their Warning through rec, and
 // returns how many it told.
-func (t *refusedPods) tell(rec events.EventRecorder, gw string, refused []model.RefusedInstance) int {
+func (t *Memory) Tell(rec events.EventRecorder, gw string, refused []model.RefusedInstance) int {
 	fresh := t.remember(gw, refused)
 	for _, ri := range fresh {
 		ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ri.Pod.Namespace, Name: ri.Pod.Name, UID: ri.UID}
@@ -33,7 +35,7 @@ func (t *refusedPods) tell(rec events.EventRecorder, gw string, refused []model.
 }
 
 // remember makes refused gateway gw's last refusals and returns those not told before.
-func (t *refusedPods) remember(gw string, refused []model.RefusedInstance) []model.RefusedInstance {
+func (t *Memory) remember(gw string, refused []model.RefusedInstance) []model.RefusedInstance {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	before := t.last[gw]
@@ -56,8 +58,8 @@ func (t *refusedPods) remember(gw string, refused []model.RefusedInstance) []mod
 	return fresh
 }
 
-// forget drops what was told of a gateway that is gone.
-func (t *refusedPods) forget(gw string) {
+// Forget drops what was told of a gateway that is gone.
+func (t *Memory) Forget(gw string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.last, gw)

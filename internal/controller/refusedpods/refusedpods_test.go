@@ -1,4 +1,4 @@
-package controller
+package refusedpods
 
 import (
 	"testing"
@@ -15,7 +15,7 @@ import (
 // longer refuses, and a gateway that is gone, leave nothing behind.
 func TestRefusedPodsToldOncePerCause(t *testing.T) {
 	rec := events.NewFakeRecorder(16)
-	var r refusedPods
+	var r Memory
 	refused := func(uid, msg string) model.RefusedInstance {
 		return model.RefusedInstance{Pod: types.NamespacedName{Namespace: "kube-system", Name: "vpc-nat-gw-gw1-" + uid}, UID: types.UID(uid),
 			Event: model.Event{Type: corev1.EventTypeWarning, Reason: model.ReasonNotAGatewayInstance, Message: msg}}
@@ -31,14 +31,14 @@ func TestRefusedPodsToldOncePerCause(t *testing.T) {
 		{[]model.RefusedInstance{refused("7", "another UID")}, 1}, // forgotten when it was no longer refused
 	}
 	for i, s := range steps {
-		if n := r.tell(rec, "gw1", s.refused); n != s.told || len(rec.Events) != s.told {
+		if n := r.Tell(rec, "gw1", s.refused); n != s.told || len(rec.Events) != s.told {
 			t.Fatalf("step %d: told %d (%d events), want %d", i, n, len(rec.Events), s.told)
 		}
 		for range s.told {
 			<-rec.Events
 		}
 	}
-	r.forget("gw1")
+	r.Forget("gw1")
 	if len(r.last) != 0 {
 		t.Fatalf("a gone gateway's refusals are remembered: %v", r.last)
 	}
