@@ -191,6 +191,7 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (*Report, error) {
 	}
 	deadline := time.Now().Add(cfg.Duration)
 	var failed []error
+	diagnosed := false
 	for i := 0; i == 0 || time.Now().Before(deadline) || i%len(schedule) != 0; i++ {
 		if ctx.Err() != nil {
 			return rep, ctx.Err()
@@ -200,6 +201,14 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (*Report, error) {
 		rep.Steps = append(rep.Steps, res)
 		if res.Err != nil {
 			failed = append(failed, fmt.Errorf("%s: %w", step.Name, res.Err))
+			if !diagnosed {
+				diagnosed = true
+				if path, err := s.diagnose(); err != nil {
+					s.progressf("!! %v\n", err)
+				} else {
+					s.progressf("!! the lab's state and logs at this failure: %s\n", path)
+				}
+			}
 		}
 		s.progressf("   %-34s converged in %6s; failed %d/%d in the window, %d/%d after%s\n",
 			step.Name, res.Converged.Round(10*time.Millisecond), res.Window.Failed, res.Window.Sent, res.After.Failed, res.After.Sent, errSuffix(res.Err))
