@@ -256,7 +256,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := createAll(ctx, c.Client, userObjects()...); err != nil {
 		return nil, err
 	}
-	if err := c.network.plugVPCClient(ctx, c.OVN); err != nil {
+	if err := c.startVPCClient(ctx, 90*time.Second); err != nil {
 		return nil, err
 	}
 	if err := c.waitGateway(ctx, 90*time.Second); err != nil {
@@ -556,8 +556,11 @@ func (c *Cluster) GatewayNetns() (string, bool) {
 // ExternalClient is the external client's namespace.
 func (c *Cluster) ExternalClient() string { return c.network.ext }
 
-// VPCClient is the VPC client's namespace.
-func (c *Cluster) VPCClient() string { return c.network.vpcClient }
+// VPCClient is the VPC client's namespace: its Pod's.
+func (c *Cluster) VPCClient() string {
+	ns, _ := c.Node.PodNetns(VPCClientNamespace, VPCClientPod)
+	return ns
+}
 
 // WaitIngress waits until the Service has an EXTERNAL-IP and returns it.
 func (c *Cluster) WaitIngress(ctx context.Context, ns, name string, timeout time.Duration) (string, error) {
@@ -625,6 +628,9 @@ func (c *Cluster) Namespaces(ctx context.Context) ([]Netns, error) {
 			continue
 		}
 		n := Netns{Name: ns, Role: RolePod, Pod: p.Namespace + "/" + p.Name, Addresses: map[string]string{}}
+		if p.Namespace == VPCClientNamespace && p.Name == VPCClientPod {
+			n.Role = RoleVPCClient
+		}
 		if p.Status.PodIP != "" {
 			n.Addresses["eth0"] = p.Status.PodIP
 		}

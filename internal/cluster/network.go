@@ -3,16 +3,12 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/vpcgw/vpcgw/internal/kubeovnrun"
 	"github.com/vpcgw/vpcgw/internal/labnode"
 	"github.com/vpcgw/vpcgw/internal/netlab"
 	"github.com/vpcgw/vpcgw/internal/ovsnode"
@@ -35,10 +31,10 @@ const (
 	ExternalIP        = "172.31.100.100"
 	EIPAddress        = "172.31.100.10"
 	BackendPort       = 8080
-	// VPCClientMAC is the VPC client's logical switch port's MAC (the lab makes that port).
-	VPCClientMAC = "0a:58:0a:4d:02:02"
-	// VPCClientPort is the VPC client's logical switch port on the client Subnet.
-	VPCClientPort = "lab-vpc-client"
+	// VPCClientNamespace and VPCClientPod name the VPC client: a Pod on the client Subnet, with
+	// its address fixed by kube-ovn's annotation.
+	VPCClientNamespace = "vpc-clients"
+	VPCClientPod       = "vpc-client"
 )
 
 // Role says what a namespace stands for (SPEC O1).
@@ -85,8 +81,8 @@ type network struct {
 	ports    map[string]string // "<netns>/<nic>" -> port name on the bridge, or ovnPort
 	next     int
 
-	ext, vpcClient string
-	fixed          []Netns
+	ext   string
+	fixed []Netns
 }
 
 // ovnPort marks, in network.ports, a NIC the chassis plugged.
@@ -105,9 +101,6 @@ func newNetwork(n *netlab.Lab) (*network, error) {
 	if t.ext, err = n.AddNetns("ext"); err != nil {
 		return nil, err
 	}
-	if t.vpcClient, err = n.AddNetns("vcli"); err != nil {
-		return nil, err
-	}
 	extSw, err := t.switchNetns(extSwitch)
 	if err != nil {
 		return nil, err
@@ -120,7 +113,6 @@ func newNetwork(n *netlab.Lab) (*network, error) {
 	}
 	t.fixed = []Netns{
 		{Name: t.ext, Role: RoleExternalClient, Addresses: map[string]string{"eth0": ExternalIP + "/24"}},
-		{Name: t.vpcClient, Role: RoleVPCClient, Addresses: map[string]string{"eth0": VPCClientIP + "/24"}},
 		{Name: extSw, Role: RoleSwitch, Addresses: map[string]string{}},
 	}
 	return t, nil
@@ -132,31 +124,6 @@ func (t *network) useChassis(ch *ovsnode.Chassis) {
 	defer t.mu.Unlock()
 	t.chassis = ch
 	t.fixed = append(t.fixed, Netns{Name: ch.Netns(), Role: RoleChassis, Addresses: map[string]string{}})
-}
-
-// plugVPCClient gives the VPC client a port of the client Subnet, once kube-ovn made its logical
-// switch: a logical switch port the lab makes in the NB database (a client that is not a Pod;
-// kube-ovn's garbage collection leaves ports without its vendor mark alone, and the Subnet
-// excludes the address from its IPAM), plugged through the chassis.
-func (t *network) plugVPCClient(ctx context.Context, o *kubeovnrun.OVN) error {
-	if _, err := o.NBCtl("--timeout=90", "wait-until", "Logical_Switch", ClientSubnetName); err != nil {
-		return fmt.Errorf("waiting for kube-ovn's logical switch %s: %w", ClientSubnetName, err)
-	}
-	if _, err := o.NBCtl("--may-exist", "lsp-add", ClientSubnetName, VPCClientPort,
-		"--", "lsp-set-addresses", VPCClientPort, VPCClientMAC+" "+VPCClientIP); err != nil {
-		return fmt.Errorf("the VPC client's logical switch port: %w", err)
-	}
-	mac, err := net.ParseMAC(VPCClientMAC)
-	if err != nil {
-		return err
-	}
-	plugCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	return t.chassis.PlugHost(plugCtx, ovsnode.HostPort{IfaceID: VPCClientPort, HostIf: "vcli", Iface: ovsnode.Iface{
-		Netns: t.vpcClient, Name: "eth0", MAC: mac,
-		IPs:      []netip.Prefix{netip.MustParsePrefix(VPCClientIP + "/24")},
-		Gateways: []netip.Addr{netip.MustParseAddr(RouterClientIP)}, DefaultRoute: true, WaitGateway: true,
-	}})
 }
 
 // switchNetns returns the bridge namespace of a switch, creating it on first use.

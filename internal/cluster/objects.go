@@ -55,7 +55,7 @@ func userObjects() []client.Object {
 			Namespaces: []string{DemoNamespace}, ExcludeIps: []string{VPCGatewayIP, GatewayLanIP}}},
 		&kubeovnv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: ClientSubnetName}, Spec: kubeovnv1.SubnetSpec{
 			Vpc: VpcName, CIDRBlock: ClientCIDR, Gateway: RouterClientIP, Protocol: "IPv4", Provider: "ovn",
-			ExcludeIps: []string{RouterClientIP, VPCClientIP}}},
+			ExcludeIps: []string{RouterClientIP}}},
 		&kubeovnv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: ExternalSubnetName}, Spec: kubeovnv1.SubnetSpec{
 			CIDRBlock: ExternalCIDR, Gateway: ExternalGatewayIP, Protocol: "IPv4", Provider: extSwitch,
 			ExcludeIps: []string{ExternalGatewayIP, ExternalIP}}},

@@ -61,7 +61,7 @@ func TestOVNCarriesTheVpc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, lsp := range []string{cluster.VPCClientPort, c.GatewayPodName() + "." + kubeovnrun.Namespace, pod.Name + "." + pod.Namespace} {
+	for _, lsp := range []string{cluster.VPCClientPod + "." + cluster.VPCClientNamespace, c.GatewayPodName() + "." + kubeovnrun.Namespace, pod.Name + "." + pod.Namespace} {
 		if !strings.Contains(ports, `iface-id="`+lsp+`"`) && !strings.Contains(ports, "iface-id="+lsp+",") && !strings.Contains(ports, "iface-id="+lsp+"}") {
 			t.Errorf("no port of the chassis is ovn-installed for logical switch port %s:\n%s", lsp, ports)
 		}
