@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -62,7 +63,7 @@ func (s *syncer) sync(what string) (bool, Plan) {
 	}
 	before := s.w.s
 	s.w.s = applyPlan(s.w.s, plan)
-	markWrites(before, s.w.s, func(k types.NamespacedName, uid types.UID) {
+	markWrites(before, s.w.s, "gw1", func(k types.NamespacedName, uid types.UID) {
 		s.ch.Services[k] = true
 		if uid != "" {
 			s.ch.Owners[uid] = true
@@ -81,20 +82,23 @@ func countLimited(p Plan) int {
 	return n
 }
 
-// markWrites marks what the controller's writes between two snapshots change, as its handlers
-// do: a Service whose finalizer or status changed, and the owner of every record written or
-// deleted (MarkOwner: its Service and its UID).
-func markWrites(before, after Snapshot, mark func(types.NamespacedName, types.UID)) {
+// markWrites marks what the controller's writes between two snapshots change for gateway gw,
+// as its handlers do: a Service of gw whose finalizer or status changed, and the owner of every
+// record of gw written or deleted (MarkOwner: its Service and its UID).
+func markWrites(before, after Snapshot, gw string, mark func(types.NamespacedName, types.UID)) {
 	for i := range before.Services {
 		b := &before.Services[i]
 		k := types.NamespacedName{Namespace: b.Namespace, Name: b.Name}
 		a := findService(after, k)
-		if a == nil || !reflect.DeepEqual(a.Finalizers, b.Finalizers) || !reflect.DeepEqual(a.Status, b.Status) {
+		changed := a == nil || !reflect.DeepEqual(a.Finalizers, b.Finalizers) || !reflect.DeepEqual(a.Status, b.Status)
+		if changed && slices.Contains(ServiceGatewayKeys(b), gw) {
 			mark(k, "")
 		}
 	}
 	owner := func(l map[string]string) {
-		mark(types.NamespacedName{Namespace: l[LabelRecordNamespace], Name: l[LabelRecordName]}, types.UID(l[LabelRecordUID]))
+		if l[LabelGateway] == gw {
+			mark(types.NamespacedName{Namespace: l[LabelRecordNamespace], Name: l[LabelRecordName]}, types.UID(l[LabelRecordUID]))
+		}
 	}
 	srs := func(s Snapshot) map[string]vpcgwv1alpha1.ServiceRecord {
 		out := map[string]vpcgwv1alpha1.ServiceRecord{}
