@@ -117,8 +117,7 @@ func (ix *Index) shareFullGateways(svcs []corev1.Service, order []int, plans []S
 	if len(full) == 0 {
 		return nil
 	}
-	type demand struct{ programmed, asked Load }
-	byGw := map[string]map[string]*demand{}
+	byGw := map[string]map[string]*nsDemand{}
 	for j, i := range order {
 		sp := &plans[j]
 		if !full[sp.Gateway] || sp.Demand.Identities == 0 {
@@ -126,11 +125,11 @@ func (ix *Index) shareFullGateways(svcs []corev1.Service, order []int, plans []S
 		}
 		ns := svcs[i].Namespace
 		if byGw[sp.Gateway] == nil {
-			byGw[sp.Gateway] = map[string]*demand{}
+			byGw[sp.Gateway] = map[string]*nsDemand{}
 		}
 		d := byGw[sp.Gateway][ns]
 		if d == nil {
-			d = &demand{}
+			d = &nsDemand{}
 			byGw[sp.Gateway][ns] = d
 		}
 		d.asked = d.asked.plus(sp.Demand)
@@ -143,28 +142,39 @@ func (ix *Index) shareFullGateways(svcs []corev1.Service, order []int, plans []S
 	}
 	bounds := ix.gates.gatewayBounds()
 	for gw, dem := range byGw {
-		level := func(bound int, get func(Load) int) int {
-			total := func(s int) int {
-				n := 0
-				for _, d := range dem {
-					n += max(get(d.programmed), min(get(d.asked), s))
-				}
-				return n
-			}
-			return sort.Search(bound+1, func(s int) bool { return total(s) > bound }) - 1
-		}
-		li := level(bounds.Identities, func(l Load) int { return l.Identities })
-		lb := level(bounds.Backends, func(l Load) int { return l.Backends })
-		shares := map[string]Load{}
-		for ns, d := range dem {
-			shares[ns] = Load{
-				Identities: max(d.programmed.Identities, min(d.asked.Identities, li)),
-				Backends:   max(d.programmed.Backends, min(d.asked.Backends, lb)),
-			}
-		}
-		ix.shares[gw] = shares
+		ix.shares[gw] = fairShares(dem, bounds)
 		delete(ix.load, gw)
 		delete(ix.nsLoad, gw)
 	}
 	return full
+}
+
+// nsDemand is what one namespace's Services ask of a full gateway, and what of that is
+// programmed. The shares are made of these alone: the planner shares a gateway again from the
+// demands it keeps, without planning every Service (planner.go, SPEC N4).
+type nsDemand struct{ programmed, asked Load }
+
+// fairShares is each namespace's share of a full gateway with bounds (the rule of
+// shareFullGateways).
+func fairShares(dem map[string]*nsDemand, bounds Load) map[string]Load {
+	level := func(bound int, get func(Load) int) int {
+		total := func(s int) int {
+			n := 0
+			for _, d := range dem {
+				n += max(get(d.programmed), min(get(d.asked), s))
+			}
+			return n
+		}
+		return sort.Search(bound+1, func(s int) bool { return total(s) > bound }) - 1
+	}
+	li := level(bounds.Identities, func(l Load) int { return l.Identities })
+	lb := level(bounds.Backends, func(l Load) int { return l.Backends })
+	shares := make(map[string]Load, len(dem))
+	for ns, d := range dem {
+		shares[ns] = Load{
+			Identities: max(d.programmed.Identities, min(d.asked.Identities, li)),
+			Backends:   max(d.programmed.Backends, min(d.asked.Backends, lb)),
+		}
+	}
+	return shares
 }

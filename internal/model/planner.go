@@ -29,13 +29,15 @@ import (
 // changes only where the Services it replans changed it (gatewaystate.go). It decides
 // everything about that without I/O:
 //
-//   - when a plan must be full (no valid memory, a gateway-wide input changed: Fingerprint, or,
-//     while a Service of the gateway waits for room, a change that could make or take room,
-//     SPEC N4);
+//   - when a plan must be full (no valid memory, a gateway-wide input changed: Fingerprint, and
+//     the few cases of a full gateway that plannerroom.go lists, SPEC N4);
 //   - which Services replan together: a changed Service, and every Service that shares a claim
 //     (ClaimKeys) with it now or at its last plan, transitively, since one may take over what
 //     another gives up and a Service's plan depends on every claimant of what it claims (SPEC I2);
-//   - what the other Services already hold against the gateway's bounds.
+//     while a Service waits for room, also those left waiting and those not yet programmed
+//     (plannerroom.go);
+//   - what the other Services already hold against the gateway's bounds, and on a full gateway
+//     each namespace's share of it and what the others hold there.
 //
 // What to read is a Scope; ReadScope reads it through a Reader (the controller's cache, or a
 // test's objects); Plan plans what was read and updates the memory. Plan(Scope(...)) equals a
@@ -51,16 +53,11 @@ type Planner struct {
 	valid       bool
 	fingerprint string
 	services    map[types.NamespacedName]*keptPlan
-	// limited counts the kept Services refused for the gateway's bounds (SPEC N4). While any
-	// is, a plan is partial only when the Services it replans were served and keep exactly
-	// their demand (an endpoint that changes address, a Service's labels): nothing then makes
-	// or takes room, so the fair shares and who waits stay as they are. Any other change is
-	// planned in full: a Service that lets go makes room for one that did not change, and only
-	// a full plan shares a full gateway fairly between namespaces.
-	limited int
-	// held is what the kept Services hold against the gateway's bounds, kept up to date by keep
-	// and forget so that a partial plan does not walk every identity.
+	// held is what the kept Services hold against the gateway's bounds, and room what they ask
+	// and hold per namespace and who waits (SPEC N4), kept up to date by keep and forget so that
+	// a partial plan does not walk every identity.
 	held Load
+	room room
 	// state is the gateway's whole state at the last plan (nil: none), changed by a partial plan
 	// only where the Services it replans changed it (gatewaystate.go).
 	state *gatewayState
@@ -73,7 +70,9 @@ type keptPlan struct {
 	load    Load
 	demand  Load // what it asked of the bounds (ServicePlan.Demand), served or not
 	limited bool
-	claims  []string
+	// programmed and draining are those of its ServicePlan (plannerroom.go).
+	programmed, draining bool
+	claims               []string
 }
 
 // Changes are what changed since a gateway's last plan: Services to replan, and record owners
@@ -96,9 +95,9 @@ type Scope struct {
 }
 
 // Limited is how many Services of the gateway its last plan left waiting for room: the gateway's
-// bounds, or their namespace's share of it, are reached (SPEC N4). A partial plan while one waits
-// changes no Service's room (sameDemand), so the count is always the whole gateway's.
-func (p *Planner) Limited() int { return p.limited }
+// bounds, or their namespace's share of it, are reached (SPEC N4). A partial plan replans every
+// waiting Service, so the count is always the whole gateway's.
+func (p *Planner) Limited() int { return len(p.room.waiting) }
 
 // Invalidate makes the next plan full (after a failed sync: what it decided is unknown).
 func (p *Planner) Invalidate() { p.valid = false }
@@ -107,10 +106,11 @@ func (p *Planner) Invalidate() { p.valid = false }
 // (everything but the plan:"service" fields) and the changes since the last plan.
 func (p *Planner) Scope(base Snapshot, gw string, ch Changes) Scope {
 	sc := Scope{fingerprint: Fingerprint(base)}
-	// While a Service waits for room, records changed by someone else may change which
-	// Services are programmed, and with it the order Services take room in: plan in full.
-	waitingAndOwners := p.limited > 0 && len(ch.Owners) > 0
-	if gw == UnboundGateway || !p.valid || p.fingerprint != sc.fingerprint || waitingAndOwners || eipsShareAnAddress(base.EIPs, gw) {
+	waiting := len(p.room.waiting) > 0
+	// While a Service waits, one that keeps draining flows asks what the whole gateway's order
+	// leaves it (plannerroom.go).
+	drainingWhileWaiting := waiting && p.room.draining > 0
+	if gw == UnboundGateway || !p.valid || p.fingerprint != sc.fingerprint || drainingWhileWaiting || eipsShareAnAddress(base.EIPs, gw) {
 		sc.Full = true
 		return sc
 	}
@@ -119,13 +119,28 @@ func (p *Planner) Scope(base Snapshot, gw string, ch Changes) Scope {
 	if owners == nil {
 		owners = map[types.UID]bool{}
 	}
-	for k := range ch.Services {
+	seen := make(map[types.NamespacedName]bool, len(ch.Services))
+	add := func(k types.NamespacedName) {
+		if seen[k] {
+			return
+		}
+		seen[k] = true
 		sc.Services = append(sc.Services, k)
 		if kp := p.services[k]; kp != nil {
 			for _, c := range kp.claims {
 				claims[c] = true
 			}
 			owners[kp.uid] = true // its records, if the Service is gone or replaced
+		}
+	}
+	for k := range ch.Services {
+		add(k)
+	}
+	if waiting { // room a change releases may take them in, or go to them first
+		for _, m := range []map[types.NamespacedName]bool{p.room.waiting, p.room.unsettled} {
+			for k := range m {
+				add(k)
+			}
 		}
 	}
 	slices.SortFunc(sc.Services, compareKeys)
@@ -139,8 +154,7 @@ func (p *Planner) Scope(base Snapshot, gw string, ch Changes) Scope {
 // gateway's for a full plan; the controller writes those whose Gateway is gw) and the plan of
 // the whole gateway (nil: the gateway does not exist, or gw is UnboundGateway); what its
 // instances get is its Update (a partial plan leaves its State empty). ok is false, with
-// nothing changed, when a partial plan cannot decide: a Service does not fit the gateway's
-// bounds, and only a full plan shares a full gateway between namespaces (SPEC N4). Then plan in
+// nothing changed, when a partial plan cannot decide (plannerroom.go, SPEC N4). Then plan in
 // full: Sync does.
 func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedName]bool, gates Gates, gw string) (plan Plan, gp *GatewayPlan, ok bool) {
 	if sc.Full {
@@ -149,7 +163,7 @@ func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedNa
 			return plan, nil, true
 		}
 		p.valid, p.fingerprint = true, sc.fingerprint
-		p.services, p.limited, p.held = map[types.NamespacedName]*keptPlan{}, 0, Load{}
+		p.services, p.held, p.room = map[types.NamespacedName]*keptPlan{}, Load{}, room{}
 		p.keep(gw, plan.Services, snap.Services)
 		gp := plan.Gateway(gw)
 		p.fullState(gp)
@@ -157,12 +171,13 @@ func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedNa
 	}
 	snap.GatewayLoad = map[string]Load{gw: p.load(replanned)}
 	plan = Compute(snap, gates)
-	for i := range plan.Services {
-		if plan.Services[i].Limited && plan.Services[i].Gateway == gw {
-			return Plan{}, nil, false
-		}
+	var shares map[string]Load
+	if len(p.room.waiting) == 0 {
+		ok = !anyLimited(plan, gw) // a gateway that fills up is shared by a full plan
+	} else {
+		plan, shares, ok = p.planWhileWaiting(sc, snap, plan, replanned, gates, gw)
 	}
-	if p.limited > 0 && !p.sameDemand(plan.Services, replanned, gw) {
+	if !ok {
 		return Plan{}, nil, false
 	}
 	keys := slices.SortedFunc(maps.Keys(replanned), compareKeys) // old and now in one order
@@ -171,6 +186,9 @@ func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedNa
 		p.forget(k)
 	}
 	p.keep(gw, plan.Services, snap.Services)
+	if shares != nil { // those of the demands just kept
+		p.room.shares, p.room.bounds = shares, gates.Bounds()
+	}
 	if gp = plan.Gateway(gw); gp == nil {
 		p.state = nil
 		return plan, nil, true
@@ -229,24 +247,6 @@ func (p *Planner) parts(keys []types.NamespacedName) []Contribution {
 		}
 	}
 	return out
-}
-
-// sameDemand reports whether every replanned Service was served at its last plan and is served
-// now with the same demand on gateway gw: then the change makes no room and takes none (SPEC N4).
-func (p *Planner) sameDemand(plans []ServicePlan, replanned map[types.NamespacedName]bool, gw string) bool {
-	now := make(map[types.NamespacedName]*ServicePlan, len(replanned))
-	for i := range plans {
-		if plans[i].Gateway == gw {
-			now[plans[i].Key] = &plans[i]
-		}
-	}
-	for k := range replanned {
-		kp, sp := p.services[k], now[k]
-		if kp == nil || sp == nil || kp.limited || kp.uid != sp.UID || kp.demand != sp.Demand {
-			return false
-		}
-	}
-	return true
 }
 
 // fullScope is sc made full: what to read when Plan could not decide from a partial one.
@@ -331,22 +331,19 @@ func (p *Planner) keep(gw string, plans []ServicePlan, svcs []corev1.Service) {
 			continue
 		}
 		p.forget(sp.Key)
-		kp := &keptPlan{uid: sp.UID, part: sp.Contribution(), demand: sp.Demand, limited: sp.Limited, claims: claims[sp.UID]}
+		kp := &keptPlan{uid: sp.UID, part: sp.Contribution(), demand: sp.Demand, limited: sp.Limited,
+			programmed: sp.programmed, draining: sp.draining, claims: claims[sp.UID]}
 		kp.load = LoadOf(kp.part.Identities)
 		p.services[sp.Key] = kp
 		p.held = p.held.plus(kp.load)
-		if sp.Limited {
-			p.limited++
-		}
+		p.room.add(sp.Key, kp)
 	}
 }
 
 func (p *Planner) forget(k types.NamespacedName) {
 	if kp := p.services[k]; kp != nil {
-		if kp.limited {
-			p.limited--
-		}
 		p.held = p.held.minus(kp.load)
+		p.room.remove(k, kp)
 		delete(p.services, k)
 	}
 }

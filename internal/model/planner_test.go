@@ -112,13 +112,16 @@ func (w *world) base(gw string) Snapshot {
 
 // covers: I2, N3, N4, R5, S4, D2, V1, V3, P1, P3
 // The planner's partial plans equal full plans: a random sequence of what happens in a cluster
-// (Services created, deleted, re-annotated and re-ported so that they conflict and take over,
-// endpoints changing, EIPs turning ready and back, the gateway's pod changing, a gateway bound
-// that fills up), with the controller's writes applied after every sync. After every sync the
-// gateway's state, routes and Services from the planner's partial plan are those of a full plan
-// of the same cluster, and so is every replanned Service's plan.
+// (Services of three namespaces created, deleted, re-annotated and re-ported so that they
+// conflict and take over, endpoints changing, EIPs turning ready and back, the gateway's pod
+// changing, a gateway bound that fills up so that Services wait for room), with the
+// controller's writes applied after every sync and marked as its handlers mark them. After
+// every sync the gateway's state, routes and Services from the planner's partial plan are those
+// of a full plan of the same cluster, and so is every replanned Service's plan and the count of
+// Services waiting.
 func TestPartialPlansEqualFullPlans(t *testing.T) {
 	limitedSyncs, conflicts, partialWhileWaiting, deltas := 0, 0, 0, 0
+	waitingSyncs, admittedPartially, ownersWhileWaiting := 0, 0, 0
 	for seed := range uint64(24) {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 29))
@@ -126,6 +129,7 @@ func TestPartialPlansEqualFullPlans(t *testing.T) {
 			gates.MaxIdentitiesPerGateway = 6 + r.IntN(44) // some sequences fill the gateway, some often
 			w := &world{s: baseSnapshot()}
 			w.s.EndpointSlices = nil
+			w.s.Vpcs[0].Spec.Namespaces = append(w.s.Vpcs[0].Spec.Namespaces, "tenant-c")
 			w.s.Gateways = append(w.s.Gateways, gateway("gw2", "vpc1"))
 			w.s.EIPs = append(w.s.EIPs, eip("eip2", "gw1", "172.18.0.11", true), eip("eip3", "gw2", "172.18.0.12", true))
 			for i := range w.s.Gateways {
@@ -145,16 +149,26 @@ func TestPartialPlansEqualFullPlans(t *testing.T) {
 			for step := range 200 {
 				what := mutate(r, w, step, mark, bump)
 
-				waiting := p.Limited() > 0
+				waiting := maps.Clone(p.room.waiting)
+				owners := len(changes.Owners) > 0
 				plan, gp, _, full, err := p.Sync(w, w.base("gw1"), "gw1", changes, gates)
 				changes = Changes{Services: map[types.NamespacedName]bool{}, Owners: map[types.UID]bool{}}
 				if err != nil {
 					t.Fatal(err)
 				}
+				if len(waiting) > 0 {
+					waitingSyncs++
+				}
 				if !full {
 					partials++
-					if waiting {
+					if len(waiting) > 0 {
 						partialWhileWaiting++
+						if owners {
+							ownersWhileWaiting++
+						}
+						if slices.ContainsFunc(plan.Services, func(sp ServicePlan) bool { return waiting[sp.Key] && sp.Served() }) {
+							admittedPartially++
+						}
 					}
 				}
 				whole, _, _ := ReadScope(w, w.base("gw1"), "gw1", Scope{Full: true})
@@ -187,11 +201,11 @@ func TestPartialPlansEqualFullPlans(t *testing.T) {
 					}
 					t.Fatalf("step %d (%s, full %v): %s", step, what, full, d)
 				}
-				for _, sp := range fplan.Services {
-					if sp.Limited {
-						limitedSyncs++
-						break
-					}
+				if n := countLimited(fplan); n > 0 {
+					limitedSyncs++
+				}
+				if p.Limited() != countLimited(fplan) {
+					t.Fatalf("step %d (%s, full %v): the planner counts %d Services waiting, the full plan %d", step, what, full, p.Limited(), countLimited(fplan))
 				}
 				for _, sp := range fplan.Services {
 					if strings.Contains(sp.EIPReason, "is held by") {
@@ -246,14 +260,17 @@ func TestPartialPlansEqualFullPlans(t *testing.T) {
 	if limitedSyncs == 0 || conflicts == 0 {
 		t.Fatalf("no sync had a full gateway (%d) or a conflict (%d): the sequences do not exercise N4 and I2", limitedSyncs, conflicts)
 	}
-	// While a Service waits for room, the other Services' syncs stay partial (issue 20).
-	if partialWhileWaiting == 0 {
-		t.Fatal("no sync was partial while a Service waited for room: the sequences do not exercise partial plans on a full gateway")
+	// While a Service waits for room, the other Services' syncs stay partial (issues 20, 34):
+	// those that follow record writes too, and those that let a waiting Service in.
+	if partialWhileWaiting == 0 || ownersWhileWaiting == 0 || admittedPartially == 0 {
+		t.Fatalf("partial syncs while a Service waited for room: %d, after record writes %d, letting a waiting Service in %d: the sequences do not exercise partial plans on a full gateway",
+			partialWhileWaiting, ownersWhileWaiting, admittedPartially)
 	}
 	if deltas == 0 {
 		t.Fatal("no plan carried a delta against the one before")
 	}
-	t.Logf("%d syncs with a full gateway, %d partial while a Service waited, %d deltas checked", limitedSyncs, partialWhileWaiting, deltas)
+	t.Logf("%d syncs with a full gateway; of %d while a Service waited, %d partial (%d after record writes, %d letting a waiting Service in); %d deltas checked",
+		limitedSyncs, waitingSyncs, partialWhileWaiting, ownersWhileWaiting, admittedPartially, deltas)
 }
 
 func countBackends(st gwstate.State) int {
@@ -304,7 +321,7 @@ func gatewayPlanDiff(a, b *GatewayPlan) string {
 // would mark; it says what it did.
 func mutate(r *rand.Rand, w *world, step int, mark func(*corev1.Service), bump func(*metav1.ObjectMeta)) string {
 	names := []string{"a", "b", "c", "d", "e", "f", "g"}
-	nss := []string{"ns", "tenant-b"}
+	nss := []string{"ns", "tenant-b", "tenant-c"}
 	key := types.NamespacedName{Namespace: nss[r.IntN(len(nss))], Name: names[r.IntN(len(names))]}
 	cur, _ := w.Service(key)
 	ports := func() []corev1.ServicePort {

@@ -80,6 +80,12 @@ type ServicePlan struct {
 	// Limited: the Service would be served, but its gateway has no room left for its identities
 	// (SPEC N4, --max-identities-per-gateway): nothing of it is served.
 	Limited bool
+
+	// programmed: its records say the gateway serves it, which puts it first in the budget order
+	// (Compute sets it). draining: it asks for draining backends' kept flows, which the bounds
+	// may drop, so that its Demand depends on the room left where it is planned. The planner keeps
+	// both to share a full gateway in a partial plan (planner.go, SPEC N4).
+	programmed, draining bool
 }
 
 // Event is one Kubernetes event to emit on the Service.
@@ -370,6 +376,7 @@ func (ix *Index) PlanService(svc *corev1.Service) ServicePlan {
 			}
 		}
 		ix.planIdentities(svc, b, &sp)
+		sp.draining = slices.ContainsFunc(sp.Identities, func(id gwstate.Identity) bool { return len(id.Draining) > 0 })
 		ix.takeLoad(svc.Namespace, &sp)
 	}
 	if sp.Gateway == "" {

@@ -144,6 +144,12 @@ type Snapshot struct {
 	// partial plan's snapshot holds only the changed Services); it counts against the gateway's
 	// bounds before any Service of the snapshot. Nil for a full snapshot.
 	GatewayLoad map[string]Load `plan:"service"`
+	// NamespaceLoad is, per gateway and namespace, what Services outside this snapshot have
+	// there, and Shares is, per full gateway, each namespace's fair share of it (bounds.go): a
+	// partial plan of a full gateway shares it as the full plan did, from what the planner keeps.
+	// Nil for a full snapshot.
+	NamespaceLoad map[string]map[string]Load `plan:"service"`
+	Shares        map[string]map[string]Load `plan:"service"`
 }
 
 // Index is a snapshot prepared for lookups. Building it is linear in the snapshot; planning one
@@ -207,7 +213,11 @@ func NewIndex(s Snapshot, gates Gates) *Index {
 	if ix.load == nil {
 		ix.load = map[string]Load{}
 	}
-	ix.nsLoad = map[string]map[string]Load{}
+	ix.nsLoad = make(map[string]map[string]Load, len(s.NamespaceLoad))
+	for gw, l := range s.NamespaceLoad {
+		ix.nsLoad[gw] = maps.Clone(l) // takeLoad adds to it
+	}
+	ix.shares = maps.Clone(s.Shares) // shareFullGateways replaces a gateway's shares, never changes them
 	ix.indexKubeOVN(&s)
 	ix.indexPods(&s)
 	ix.indexSlicesAndRecords(&s)
