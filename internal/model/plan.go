@@ -107,8 +107,8 @@ func Compute(s Snapshot, gates Gates) Plan {
 
 // planInOrder plans s's Services in budget order (plans[j] is that of s.Services[order[j]]).
 // A full gateway is shared fairly between its namespaces: its Services are planned again with a
-// share for each (bounds.go). A partial snapshot cannot know every namespace's demand; the
-// controller plans a gateway in full while any of its Services is limited.
+// share for each (bounds.go). A partial snapshot cannot know every namespace's demand: the
+// planner gives it the shares (Snapshot.Shares), or plans in full (plannerroom.go).
 func (ix *Index) planInOrder(s *Snapshot, order []int) []ServicePlan {
 	plans := make([]ServicePlan, len(order))
 	for j, i := range order {

@@ -34,8 +34,8 @@ import (
 //   - which Services replan together: a changed Service, and every Service that shares a claim
 //     (ClaimKeys) with it now or at its last plan, transitively, since one may take over what
 //     another gives up and a Service's plan depends on every claimant of what it claims (SPEC I2);
-//     while a Service waits for room, also those left waiting and those not yet programmed
-//     (plannerroom.go);
+//     while a Service waits for room (or for its draining flows), also the Services whose room
+//     a change elsewhere may change (plannerroom.go);
 //   - what the other Services already hold against the gateway's bounds, and on a full gateway
 //     each namespace's share of it and what the others hold there.
 //
@@ -68,11 +68,12 @@ type keptPlan struct {
 	uid     types.UID
 	part    Contribution
 	load    Load
-	demand  Load // what it asked of the bounds (ServicePlan.Demand), served or not
 	limited bool
-	// programmed and draining are those of its ServicePlan (plannerroom.go).
-	programmed, draining bool
-	claims               []string
+	// programmed and asks are those of its ServicePlan; asked is what it asks of a full plan's
+	// first pass, as its namespace's demand counts it (plannerroom.go).
+	programmed  bool
+	asks, asked Load
+	claims      []string
 }
 
 // Changes are what changed since a gateway's last plan: Services to replan, and record owners
@@ -106,11 +107,7 @@ func (p *Planner) Invalidate() { p.valid = false }
 // (everything but the plan:"service" fields) and the changes since the last plan.
 func (p *Planner) Scope(base Snapshot, gw string, ch Changes) Scope {
 	sc := Scope{fingerprint: Fingerprint(base)}
-	waiting := len(p.room.waiting) > 0
-	// While a Service waits, one that keeps draining flows asks what the whole gateway's order
-	// leaves it (plannerroom.go).
-	drainingWhileWaiting := waiting && p.room.draining > 0
-	if gw == UnboundGateway || !p.valid || p.fingerprint != sc.fingerprint || drainingWhileWaiting || eipsShareAnAddress(base.EIPs, gw) {
+	if gw == UnboundGateway || !p.valid || p.fingerprint != sc.fingerprint || eipsShareAnAddress(base.EIPs, gw) {
 		sc.Full = true
 		return sc
 	}
@@ -136,11 +133,9 @@ func (p *Planner) Scope(base Snapshot, gw string, ch Changes) Scope {
 	for k := range ch.Services {
 		add(k)
 	}
-	if waiting { // room a change releases may take them in, or go to them first
-		for _, m := range []map[types.NamespacedName]bool{p.room.waiting, p.room.unsettled} {
-			for k := range m {
-				add(k)
-			}
+	for _, m := range p.room.unsettled() { // room a change releases may go to them (plannerroom.go)
+		for k := range m {
+			add(k)
 		}
 	}
 	slices.SortFunc(sc.Services, compareKeys)
@@ -164,7 +159,7 @@ func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedNa
 		}
 		p.valid, p.fingerprint = true, sc.fingerprint
 		p.services, p.held, p.room = map[types.NamespacedName]*keptPlan{}, Load{}, room{}
-		p.keep(gw, plan.Services, snap.Services)
+		p.keep(gw, plan.Services, snap.Services, nil)
 		gp := plan.Gateway(gw)
 		p.fullState(gp)
 		return plan, gp, true
@@ -172,10 +167,11 @@ func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedNa
 	snap.GatewayLoad = map[string]Load{gw: p.load(replanned)}
 	plan = Compute(snap, gates)
 	var shares map[string]Load
-	if len(p.room.waiting) == 0 {
-		ok = !anyLimited(plan, gw) // a gateway that fills up is shared by a full plan
+	var asked map[types.NamespacedName]Load
+	if p.room.settled() {
+		ok = allGetAll(plan, gw) // else the order decides who gets what: a full plan's (plannerroom.go)
 	} else {
-		plan, shares, ok = p.planWhileWaiting(sc, snap, plan, replanned, gates, gw)
+		plan, shares, asked, ok = p.planUnsettled(sc, snap, plan, replanned, gates, gw)
 	}
 	if !ok {
 		return Plan{}, nil, false
@@ -185,7 +181,7 @@ func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedNa
 	for _, k := range keys {
 		p.forget(k)
 	}
-	p.keep(gw, plan.Services, snap.Services)
+	p.keep(gw, plan.Services, snap.Services, asked)
 	if shares != nil { // those of the demands just kept
 		p.room.shares, p.room.bounds = shares, gates.Bounds()
 	}
@@ -317,7 +313,9 @@ func (p *Planner) ServiceVIPs() map[types.NamespacedName]ServiceVIPs {
 	return out
 }
 
-func (p *Planner) keep(gw string, plans []ServicePlan, svcs []corev1.Service) {
+// keep remembers the plans of gateway gw's Services; asked, when not nil, is what each asks of a
+// full plan's first pass (else its Demand).
+func (p *Planner) keep(gw string, plans []ServicePlan, svcs []corev1.Service, asked map[types.NamespacedName]Load) {
 	if p.services == nil {
 		p.services = map[types.NamespacedName]*keptPlan{}
 	}
@@ -331,8 +329,11 @@ func (p *Planner) keep(gw string, plans []ServicePlan, svcs []corev1.Service) {
 			continue
 		}
 		p.forget(sp.Key)
-		kp := &keptPlan{uid: sp.UID, part: sp.Contribution(), demand: sp.Demand, limited: sp.Limited,
-			programmed: sp.programmed, draining: sp.draining, claims: claims[sp.UID]}
+		kp := &keptPlan{uid: sp.UID, part: sp.Contribution(), limited: sp.Limited,
+			programmed: sp.programmed, asks: sp.asks, asked: sp.Demand, claims: claims[sp.UID]}
+		if a, ok := asked[sp.Key]; ok {
+			kp.asked = a
+		}
 		kp.load = LoadOf(kp.part.Identities)
 		p.services[sp.Key] = kp
 		p.held = p.held.plus(kp.load)

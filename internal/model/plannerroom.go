@@ -1,54 +1,59 @@
 package model
 
 import (
+	"slices"
+
 	"k8s.io/apimachinery/pkg/types"
 )
 
 // A partial plan of a full gateway (SPEC N4). A full plan serves the Services in budget order
-// (what is programmed first, then by claim) within the gateway's bounds; when one does not fit,
-// it shares the gateway between the namespaces (fairShares, from each namespace's demand and what
-// of it is programmed) and plans every Service again within its namespace's share. A partial
-// plan decides the same from what the planner keeps, in O(changed + waiting):
+// (what is programmed first, then by claim) within the gateway's bounds, each with its draining
+// backends' flows if they fit, else without; when a Service does not fit at all, it shares the
+// gateway between the namespaces (fairShares, from what each namespace's Services asked in that
+// first pass and what of it is programmed) and plans every Service again within its namespace's
+// share. While a Service waits, a partial plan decides the same from what the planner keeps, in
+// O(changed + waiting):
 //
-//   - it replans, besides the changed Services, those left waiting (room a change releases may
-//     now take them in) and those that hold room without being programmed (they do not go before
-//     a waiting Service in the budget order, so a full plan may give their room to it);
-//   - with the replanned Services' new demands, the kept ones of the others give every
-//     namespace's demand: when all of it fits the bounds, a full plan serves every Service;
-//   - otherwise the namespaces' shares are those of the new demands (computed again only when
-//     one changed: O(namespaces)). When the shares add up to no more than the bounds, no
-//     namespace passes its share and a programmed Service fits its own: each namespace is served
-//     within its share alone, in budget order, and the Services not replanned (programmed and
-//     served) all go before the replanned ones that wait. So the replanned Services, planned
-//     after what the others hold in their namespace, get what a full plan gives them.
+//   - it replans, besides the changed Services, the unsettled ones: those left waiting (room a
+//     change releases may take them in), those served without the draining flows they ask for
+//     (likewise), and those that hold room without being programmed (they do not go before a
+//     waiting Service in the budget order, so a full plan may give their room to it). Every
+//     Service it does not replan is programmed and holds all it asks;
+//   - planned after what those others hold, the replanned Services get what a full plan's first
+//     pass gives them as long as every programmed one gets all it asks: the programmed Services
+//     then all fit, whatever their order. When none of them waits, that is the full plan;
+//   - otherwise each namespace's demand is the kept one, with the replanned Services' part
+//     planned again, and the shares are those of these demands (computed again only when one
+//     changed: O(namespaces)). When the shares add up to no more than the bounds and the others
+//     fit their namespace's share, each namespace is served within its share alone, in budget
+//     order, and as long as every programmed Service gets all it asks, the others all go before
+//     any replanned Service that does not: planned after what the others hold in their namespace,
+//     the replanned Services get what a full plan gives them.
 //
 // A full plan is still needed, while a Service waits, when
 //
-//   - a Service of the gateway keeps flows of draining backends: the bounds drop them first, so
-//     what it asks depends on where the whole gateway's order puts it;
 //   - a record changed whose owner, by UID, is a kept Service that is not replanned (its labels
 //     name another Service): whether that Service is programmed, and with it its place in the
 //     budget order, changed unseen;
-//   - the shares pass the bounds (what is programmed alone does), a namespace's Services that are
-//     not replanned no longer fit its share, or a programmed Service would wait: the reasoning
-//     above does not hold.
+//   - a programmed Service would not get all it asks, the shares pass the bounds (what is
+//     programmed alone does), or a namespace's Services that are not replanned no longer fit its
+//     share: the reasoning above does not hold.
 //
 // When no Service waits, a partial plan in which a replanned Service finds no room is not
-// decided either: only a full plan knows every Service that could need a share of it.
+// decided either: only a full plan knows every Service that could need a share of the gateway.
 
 // room is what a Planner keeps of the gateway's bounds: what its Services ask and hold, per
 // namespace, and who waits.
 type room struct {
-	asked  Load                 // what every kept Service asks (its Demand), served or waiting
-	ns     map[string]*nsDemand // per namespace, what its Services ask, and what of it is programmed
+	ns     map[string]*nsDemand // per namespace, what its Services ask (keptPlan.asked), and what of it is programmed
 	nsHeld map[string]Load      // per namespace, what its served Services hold
-	// waiting are the Services left waiting for room (Limited); unsettled the Services that hold
-	// room but are not programmed.
-	waiting, unsettled map[types.NamespacedName]bool
-	draining           int // Services that ask for draining backends' flows
-	uids               map[types.UID]types.NamespacedName
-	// shares are the shares of the kept demands, for bounds, nil when not known: every namespace's
-	// served Services fit them, and they add up to no more than the bounds.
+	// waiting are the Services left waiting for room (Limited), squeezed those served without
+	// the draining flows they ask for, unprogrammed those that hold room without being
+	// programmed.
+	waiting, squeezed, unprogrammed map[types.NamespacedName]bool
+	uids                            map[types.UID]types.NamespacedName
+	// shares are the shares of the kept demands with bounds, nil when not known. Every
+	// namespace's served Services fit them, and they add up to no more than the bounds.
 	shares map[string]Load
 	bounds Load
 }
@@ -56,30 +61,37 @@ type room struct {
 func (r *room) add(k types.NamespacedName, kp *keptPlan) {
 	if r.ns == nil {
 		r.ns, r.nsHeld = map[string]*nsDemand{}, map[string]Load{}
-		r.waiting, r.unsettled, r.uids = map[types.NamespacedName]bool{}, map[types.NamespacedName]bool{}, map[types.UID]types.NamespacedName{}
+		r.waiting, r.squeezed, r.unprogrammed = map[types.NamespacedName]bool{}, map[types.NamespacedName]bool{}, map[types.NamespacedName]bool{}
+		r.uids = map[types.UID]types.NamespacedName{}
 	}
 	r.uids[kp.uid] = k
-	r.asked = r.asked.plus(kp.demand)
-	if kp.demand.Identities > 0 {
+	if kp.asked.Identities > 0 {
 		d := r.ns[k.Namespace]
 		if d == nil {
 			d = &nsDemand{}
 			r.ns[k.Namespace] = d
 		}
-		d.add(kp.demand, kp.programmed)
+		d.add(kp.asked, kp.programmed)
 		r.shares = nil
 	}
 	if kp.load != (Load{}) {
 		r.nsHeld[k.Namespace] = r.nsHeld[k.Namespace].plus(kp.load)
 	}
-	r.flags(k, kp, true)
+	if kp.limited {
+		r.waiting[k] = true
+	}
+	if kp.load.Identities > 0 && kp.load != kp.asks {
+		r.squeezed[k] = true
+	}
+	if kp.load.Identities > 0 && !kp.programmed {
+		r.unprogrammed[k] = true
+	}
 }
 
 func (r *room) remove(k types.NamespacedName, kp *keptPlan) {
 	delete(r.uids, kp.uid)
-	r.asked = r.asked.minus(kp.demand)
-	if d := r.ns[k.Namespace]; d != nil && kp.demand.Identities > 0 {
-		d.add(Load{}.minus(kp.demand), kp.programmed)
+	if d := r.ns[k.Namespace]; d != nil && kp.asked.Identities > 0 {
+		d.add(Load{}.minus(kp.asked), kp.programmed)
 		if *d == (nsDemand{}) {
 			delete(r.ns, k.Namespace) // nothing keyed by a tenant's name outlives its objects
 		}
@@ -90,26 +102,21 @@ func (r *room) remove(k types.NamespacedName, kp *keptPlan) {
 			delete(r.nsHeld, k.Namespace)
 		}
 	}
-	r.flags(k, kp, false)
+	delete(r.waiting, k)
+	delete(r.squeezed, k)
+	delete(r.unprogrammed, k)
 }
 
-// flags counts kp in the waiting, unsettled and draining Services, or stops counting it.
-func (r *room) flags(k types.NamespacedName, kp *keptPlan, in bool) {
-	set := func(m map[types.NamespacedName]bool, on bool) {
-		if on && in {
-			m[k] = true
-		} else if on {
-			delete(m, k)
-		}
+// settled reports whether no Service waits for room or for its draining flows: then every
+// Service holds all it asks, and a partial plan in which the replanned ones do too is a full one.
+func (r *room) settled() bool { return len(r.waiting) == 0 && len(r.squeezed) == 0 }
+
+// unsettled are the Services a partial plan replans while the room is not settled (above).
+func (r *room) unsettled() []map[types.NamespacedName]bool {
+	if r.settled() {
+		return nil
 	}
-	set(r.waiting, kp.limited)
-	set(r.unsettled, kp.load.Identities > 0 && !kp.programmed)
-	switch {
-	case kp.draining && in:
-		r.draining++
-	case kp.draining:
-		r.draining--
-	}
+	return []map[types.NamespacedName]bool{r.waiting, r.squeezed, r.unprogrammed}
 }
 
 // add counts demand l of a Service in the namespace's demand.
@@ -120,52 +127,47 @@ func (d *nsDemand) add(l Load, programmed bool) {
 	}
 }
 
-// roomChange is the room of the gateway once some Services are replanned: what all ask, and for
-// each namespace the replanned Services are in, its demand and what the others hold there.
+// roomChange is what replanning some Services changes of the room: for each namespace the
+// replanned Services of the gateway are in, its demand and what the others hold there.
 type roomChange struct {
-	asked    Load
-	ns       map[string]nsDemand
-	others   map[string]Load
-	changed  bool // a namespace's demand is not the kept one
-	draining bool // a replanned Service asks for draining backends' flows
+	ns      map[string]nsDemand
+	others  map[string]Load
+	changed bool // a namespace's demand is not the kept one
 }
 
-// change is the room once the Services replanned are planned as plans say (those of gateway gw).
+// change is the room once the Services replanned are planned as plans say (those of gateway gw),
+// each asking what its Demand says.
 func (r *room) change(kept map[types.NamespacedName]*keptPlan, replanned map[types.NamespacedName]bool, plans []ServicePlan, gw string) roomChange {
-	c := roomChange{asked: r.asked, ns: map[string]nsDemand{}, others: map[string]Load{}}
-	touch := func(ns string) {
-		if _, ok := c.ns[ns]; !ok {
-			if d := r.ns[ns]; d != nil {
-				c.ns[ns] = *d
-			} else {
-				c.ns[ns] = nsDemand{}
-			}
-			c.others[ns] = r.nsHeld[ns]
+	c := roomChange{ns: map[string]nsDemand{}, others: map[string]Load{}}
+	touch := func(ns string) nsDemand {
+		if d, ok := c.ns[ns]; ok {
+			return d
 		}
+		var d nsDemand
+		if old := r.ns[ns]; old != nil {
+			d = *old
+		}
+		c.ns[ns], c.others[ns] = d, r.nsHeld[ns]
+		return d
 	}
 	for k := range replanned {
 		if kp := kept[k]; kp != nil {
-			touch(k.Namespace)
-			c.asked = c.asked.minus(kp.demand)
-			if d := c.ns[k.Namespace]; kp.demand.Identities > 0 {
-				d.add(Load{}.minus(kp.demand), kp.programmed)
+			d := touch(k.Namespace)
+			if kp.asked.Identities > 0 {
+				d.add(Load{}.minus(kp.asked), kp.programmed)
 				c.ns[k.Namespace] = d
 			}
 			c.others[k.Namespace] = c.others[k.Namespace].minus(kp.load)
 		}
 	}
 	for i := range plans {
-		sp := &plans[i]
-		if sp.Gateway != gw {
-			continue
+		if sp := &plans[i]; sp.Gateway == gw {
+			d := touch(sp.Key.Namespace)
+			if sp.Demand.Identities > 0 {
+				d.add(sp.Demand, sp.programmed)
+				c.ns[sp.Key.Namespace] = d
+			}
 		}
-		touch(sp.Key.Namespace)
-		c.asked = c.asked.plus(sp.Demand)
-		if d := c.ns[sp.Key.Namespace]; sp.Demand.Identities > 0 {
-			d.add(sp.Demand, sp.programmed)
-			c.ns[sp.Key.Namespace] = d
-		}
-		c.draining = c.draining || sp.draining
 	}
 	for ns, d := range c.ns {
 		if old := r.ns[ns]; (old == nil && d != nsDemand{}) || (old != nil && *old != d) {
@@ -214,46 +216,58 @@ func (r *room) sharesFor(c roomChange, bounds Load) (map[string]Load, bool) {
 	return shares, sum.fits(bounds)
 }
 
-// planWhileWaiting is the partial plan of gateway gw while a Service waits for room: first is
+// planUnsettled is the partial plan of gateway gw while a Service waits for room: first is
 // Compute of snap, whose Services are those replanned, counting only what the others hold
-// against the gateway's bounds (their demands are what they ask, whatever room is left, as none
-// keeps draining flows). It returns the plan and the shares it was made with (nil: the gateway
-// is not full), or false when only a full plan decides (see above).
-func (p *Planner) planWhileWaiting(sc Scope, snap Snapshot, first Plan, replanned map[types.NamespacedName]bool, gates Gates, gw string) (Plan, map[string]Load, bool) {
+// against the gateway's bounds. It returns the plan, the shares it was made with (nil: the
+// gateway is not full) and what each of its Services asked of the first pass, or false when only
+// a full plan decides (see above).
+func (p *Planner) planUnsettled(sc Scope, snap Snapshot, first Plan, replanned map[types.NamespacedName]bool, gates Gates, gw string) (Plan, map[string]Load, map[types.NamespacedName]Load, bool) {
 	for _, uid := range sc.Owners {
 		if k, ok := p.room.uids[uid]; ok && !replanned[k] {
-			return Plan{}, nil, false
+			return Plan{}, nil, nil, false
 		}
 	}
+	if !programmedGetAll(first, gw) {
+		return Plan{}, nil, nil, false
+	}
+	if !anyLimited(first, gw) { // a full plan's first pass serves every Service: no shares
+		return first, nil, nil, true
+	}
 	c := p.room.change(p.services, replanned, first.Services, gw)
-	if c.draining || p.room.draining > 0 {
-		return Plan{}, nil, false
-	}
-	bounds := gates.Bounds()
-	if c.asked.fits(bounds) { // room for every Service: a full plan shares nothing
-		return first, nil, !anyLimited(first, gw)
-	}
-	shares, ok := p.room.sharesFor(c, bounds)
+	shares, ok := p.room.sharesFor(c, gates.Bounds())
 	if !ok {
-		return Plan{}, nil, false
+		return Plan{}, nil, nil, false
 	}
 	snap.NamespaceLoad = map[string]map[string]Load{gw: c.others}
 	snap.Shares = map[string]map[string]Load{gw: shares}
 	plan := Compute(snap, gates)
-	for i := range plan.Services {
-		if sp := &plan.Services[i]; sp.Gateway == gw && sp.Limited && sp.programmed {
-			return Plan{}, nil, false
-		}
+	if !programmedGetAll(plan, gw) {
+		return Plan{}, nil, nil, false
 	}
-	return plan, shares, true
+	asked := make(map[types.NamespacedName]Load, len(first.Services))
+	for i := range first.Services {
+		asked[first.Services[i].Key] = first.Services[i].Demand
+	}
+	return plan, shares, asked, true
+}
+
+// programmedGetAll reports whether every programmed Service of gateway gw in plan holds all it
+// asks.
+func programmedGetAll(plan Plan, gw string) bool {
+	return !slices.ContainsFunc(plan.Services, func(sp ServicePlan) bool {
+		return sp.Gateway == gw && sp.programmed && !sp.getsAll()
+	})
+}
+
+// allGetAll reports whether every Service of gateway gw in plan holds all it asks.
+func allGetAll(plan Plan, gw string) bool {
+	return !slices.ContainsFunc(plan.Services, func(sp ServicePlan) bool { return sp.Gateway == gw && !sp.getsAll() })
 }
 
 // anyLimited reports whether a Service of gateway gw in plan waits for room.
 func anyLimited(plan Plan, gw string) bool {
-	for i := range plan.Services {
-		if plan.Services[i].Limited && plan.Services[i].Gateway == gw {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(plan.Services, func(sp ServicePlan) bool { return sp.Gateway == gw && sp.Limited })
 }
+
+// getsAll reports whether the Service holds all it asks of its gateway's bounds.
+func (sp *ServicePlan) getsAll() bool { return !sp.Limited && sp.Demand == sp.asks }

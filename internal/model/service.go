@@ -82,10 +82,11 @@ type ServicePlan struct {
 	Limited bool
 
 	// programmed: its records say the gateway serves it, which puts it first in the budget order
-	// (Compute sets it). draining: it asks for draining backends' kept flows, which the bounds
-	// may drop, so that its Demand depends on the room left where it is planned. The planner keeps
-	// both to share a full gateway in a partial plan (planner.go, SPEC N4).
-	programmed, draining bool
+	// (Compute sets it). asks: what it asks with its draining backends' kept flows, which the
+	// bounds drop first (Demand is without them when they do). The planner keeps both to share a
+	// full gateway in a partial plan (plannerroom.go, SPEC N4).
+	programmed bool
+	asks       Load
 }
 
 // Event is one Kubernetes event to emit on the Service.
@@ -376,7 +377,7 @@ func (ix *Index) PlanService(svc *corev1.Service) ServicePlan {
 			}
 		}
 		ix.planIdentities(svc, b, &sp)
-		sp.draining = slices.ContainsFunc(sp.Identities, func(id gwstate.Identity) bool { return len(id.Draining) > 0 })
+		sp.asks = LoadOf(sp.Identities)
 		ix.takeLoad(svc.Namespace, &sp)
 	}
 	if sp.Gateway == "" {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 )
 
@@ -38,7 +39,9 @@ func (s *syncer) reset() {
 	s.ch = Changes{Services: map[types.NamespacedName]bool{}, Owners: map[types.UID]bool{}}
 }
 
-func (s *syncer) mark(ns, name string) { s.ch.Services[types.NamespacedName{Namespace: ns, Name: name}] = true }
+func (s *syncer) mark(ns, name string) {
+	s.ch.Services[types.NamespacedName{Namespace: ns, Name: name}] = true
+}
 
 // sync plans gw1 and reports whether the plan was full and the full plan of the same world.
 func (s *syncer) sync(what string) (bool, Plan) {
@@ -100,37 +103,31 @@ func markWrites(before, after Snapshot, gw string, mark func(types.NamespacedNam
 			mark(types.NamespacedName{Namespace: l[LabelRecordNamespace], Name: l[LabelRecordName]}, types.UID(l[LabelRecordUID]))
 		}
 	}
-	srs := func(s Snapshot) map[string]vpcgwv1alpha1.ServiceRecord {
-		out := map[string]vpcgwv1alpha1.ServiceRecord{}
-		for _, r := range s.ServiceRecords {
-			out[r.Name] = r
+	changed(before.ServiceRecords, after.ServiceRecords, func(r *vpcgwv1alpha1.ServiceRecord) string { return r.Name },
+		func(r *vpcgwv1alpha1.ServiceRecord) { owner(r.Labels) })
+	changed(before.Records, after.Records, func(r *kubeovnv1.IptablesDnatRule) string { return r.Name },
+		func(r *kubeovnv1.IptablesDnatRule) { owner(r.Labels) })
+}
+
+// changed calls f with every object of before or after, by name, that the other lacks or has
+// otherwise.
+func changed[T any](before, after []T, name func(*T) string, f func(*T)) {
+	index := func(objs []T) map[string]*T {
+		out := make(map[string]*T, len(objs))
+		for i := range objs {
+			out[name(&objs[i])] = &objs[i]
 		}
 		return out
 	}
-	was, is := srs(before), srs(after)
-	for n, r := range was {
-		if now, ok := is[n]; !ok || !reflect.DeepEqual(now, r) {
-			owner(r.Labels)
+	was, is := index(before), index(after)
+	for n, o := range was {
+		if now, ok := is[n]; !ok || !reflect.DeepEqual(now, o) {
+			f(o)
 		}
 	}
-	for n, r := range is {
+	for n, o := range is {
 		if _, ok := was[n]; !ok {
-			owner(r.Labels)
-		}
-	}
-	drs := func(s Snapshot) map[string]string {
-		out := map[string]string{}
-		for _, r := range s.Records {
-			out[r.Name] = fmt.Sprintf("%+v", r)
-		}
-		return out
-	}
-	wasDR, isDR := drs(before), drs(after)
-	for _, s := range []Snapshot{before, after} {
-		for _, r := range s.Records {
-			if wasDR[r.Name] != isDR[r.Name] {
-				owner(r.Labels)
-			}
+			f(o)
 		}
 	}
 }
