@@ -78,7 +78,7 @@ func (r *indexedReader) PodAddresses(k types.NamespacedName) ([]kubeovnv1.IP, er
 
 // BenchmarkPartialPlanOneService: n Services × 10 endpoints on one gateway, planned in full
 // once; one op is one partial plan (Planner.Sync) of one Service whose endpoints changed (one
-// endpoint leaves, then comes back). What the controller sends is read from the plan as the
+// endpoint leaves, then comes back) and whose record was rewritten. What the controller sends is read from the plan as the
 // controller reads it: the counts always, the change when the plan has one. Its ns/op and
 // allocs/op must not grow with n. In the waiting case the gateway is full: its bound leaves
 // another namespace's Service waiting for room, and the n Services are programmed (their
@@ -151,7 +151,9 @@ func benchmarkPartialPlan(b *testing.B, s Snapshot, r *indexedReader, gates Gate
 		} else {
 			r.slices[key] = fewer
 		}
-		_, gp, _, isFull, err := p.Sync(r, base, "gw1", Changes{Services: map[types.NamespacedName]bool{key: true}}, gates)
+		// The Service's record is rewritten after such a change: its owner is marked too.
+		ch := Changes{Services: map[types.NamespacedName]bool{key: true}, Owners: map[types.UID]bool{changed.UID: true}}
+		_, gp, _, isFull, err := p.Sync(r, base, "gw1", ch, gates)
 		if err != nil || gp == nil || isFull {
 			b.Fatalf("partial plan: full %v, %v", isFull, err)
 		}
