@@ -11,36 +11,37 @@ import (
 // backends' flows if they fit, else without; when a Service does not fit at all, it shares the
 // gateway between the namespaces (fairShares, from what each namespace's Services asked in that
 // first pass and what of it is programmed) and plans every Service again within its namespace's
-// share. While a Service waits, a partial plan decides the same from what the planner keeps, in
-// O(changed + waiting):
+// share. While a Service waits for room or for its draining flows, a partial plan decides the
+// same from what the planner keeps, in O(changed + unsettled):
 //
-//   - it replans, besides the changed Services, the unsettled ones: those left waiting (room a
-//     change releases may take them in), those served without the draining flows they ask for
-//     (likewise), and those that hold room without being programmed (they do not go before a
-//     waiting Service in the budget order, so a full plan may give their room to it). Every
-//     Service it does not replan is programmed and holds all it asks;
+//   - besides the changed Services it replans the unsettled ones: those left waiting and those
+//     served without the draining flows they ask for (room a change releases may go to them),
+//     and those that hold room without being programmed (they come after a waiting Service in
+//     the budget order, so a full plan may give their room to it). Every Service it does not
+//     replan is programmed and holds all it asks;
 //   - planned after what those others hold, the replanned Services get what a full plan's first
 //     pass gives them as long as every programmed one gets all it asks: the programmed Services
 //     then all fit, whatever their order. When none of them waits, that is the full plan;
-//   - otherwise each namespace's demand is the kept one, with the replanned Services' part
+//   - otherwise each namespace's demand is the kept one with the replanned Services' part
 //     planned again, and the shares are those of these demands (computed again only when one
 //     changed: O(namespaces)). When the shares add up to no more than the bounds and the others
 //     fit their namespace's share, each namespace is served within its share alone, in budget
 //     order, and as long as every programmed Service gets all it asks, the others all go before
-//     any replanned Service that does not: planned after what the others hold in their namespace,
-//     the replanned Services get what a full plan gives them.
+//     any replanned Service that does not: planned after what the others hold in their
+//     namespace, the replanned Services get what a full plan gives them.
 //
 // A full plan is still needed, while a Service waits, when
 //
 //   - a record changed whose owner, by UID, is a kept Service that is not replanned (its labels
 //     name another Service): whether that Service is programmed, and with it its place in the
-//     budget order, changed unseen;
+//     budget order, changed unseen (the reason every such change was once planned in full);
 //   - a programmed Service would not get all it asks, the shares pass the bounds (what is
 //     programmed alone does), or a namespace's Services that are not replanned no longer fit its
 //     share: the reasoning above does not hold.
 //
-// When no Service waits, a partial plan in which a replanned Service finds no room is not
-// decided either: only a full plan knows every Service that could need a share of the gateway.
+// When every Service holds all it asks (settled), a partial plan is a full one when the
+// replanned Services do too; when one of them does not (it finds no room, or not for its
+// draining flows), the order decides, and only a full plan knows every Service before it.
 
 // room is what a Planner keeps of the gateway's bounds: what its Services ask and hold, per
 // namespace, and who waits.
