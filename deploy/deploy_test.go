@@ -310,6 +310,7 @@ var controllerRules = map[string][]string{
 	"/services":                       {"list", "watch", "patch"},
 	"/services/status":                {"patch"},
 	"/pods":                           {"list", "watch"},
+	"apps/statefulsets":               {"list", "watch"}, // kube-ovn's gateway StatefulSets: instances (SPEC N5)
 	"discovery.k8s.io/endpointslices": {"list", "watch"},
 	"kubeovn.io/vpc-nat-gateways":     {"list", "watch"},
 	"kubeovn.io/iptables-eips":        {"list", "watch"},

@@ -25,6 +25,8 @@ var leastPrivilege = map[string]map[grant]string{
 		"/services/status patch":                             "kubewrite.go:PublishIngress (status.loadBalancer.ingress, SPEC T1)",
 		"/pods list":                                         "snapshot.go lists gateway and backend Pods",
 		"/pods watch":                                        "gateway.go:SetupWithManager watches Pods",
+		"apps/statefulsets list":                             "snapshot.go:gatewayWorkload lists kube-ovn's gateway StatefulSets (instances, SPEC N5)",
+		"apps/statefulsets watch":                            "gateway.go:SetupWithManager watches kube-ovn's gateway StatefulSets (SPEC N5)",
 		"discovery.k8s.io/endpointslices list":               "snapshot.go lists a Service's EndpointSlices (SPEC B1)",
 		"discovery.k8s.io/endpointslices watch":              "gateway.go:SetupWithManager watches EndpointSlices",
 		"kubeovn.io/vpc-nat-gateways list":                   "snapshot.go lists gateways",

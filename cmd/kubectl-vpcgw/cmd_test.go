@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -154,8 +155,16 @@ func populate(ctx context.Context) error {
 	if err := k8s.Status().Update(ctx, eip); err != nil {
 		return err
 	}
+	// kube-ovn's StatefulSet of the gateway: its Pod is an instance as one of its replicas (SPEC N5).
+	gwLabels := map[string]string{"app": model.GatewayAppPrefix + gwName, model.LabelGatewayPod: "true"}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: model.GatewayAppPrefix + gwName, Namespace: "kube-system", Labels: gwLabels},
+		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: gwLabels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: gwLabels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vpc-nat-gw", Image: "x"}}}}}}
+	if err := create(sts); err != nil {
+		return err
+	}
 	gw := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: gwPod, Namespace: "kube-system",
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: model.GatewayAppPrefix + gwName, UID: "uid-sts", Controller: ptr.To(true)}},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: sts.Name, UID: sts.UID, Controller: ptr.To(true)}},
 		Labels:          map[string]string{"app": model.GatewayAppPrefix + gwName, model.LabelGatewayPod: "true"},
 		// The benchmark lab's annotation (a network namespace plays the pod): the plugin must
 		// not act on it (TestRulesetOnlyThroughTheExecAPI).

@@ -38,14 +38,15 @@ var forbidden = []struct{ pkg, why string }{
 // ownAllowed are the only packages of this module the plugin may link: a new one is a decision,
 // made here.
 var ownAllowed = map[string]bool{
-	module + "/cmd/kubectl-vpcgw":  true,
-	module + "/api/kubeovn/v1":     true,
-	module + "/api/vpcgw/v1alpha1": true,
-	module + "/internal/gwstate":   true,
-	module + "/internal/inspect":   true,
-	module + "/internal/model":     true,
-	module + "/internal/status":    true,
-	module + "/internal/version":   true,
+	module + "/cmd/kubectl-vpcgw":   true,
+	module + "/api/kubeovn/v1":      true,
+	module + "/api/vpcgw/v1alpha1":  true,
+	module + "/internal/gwinstance": true, // the model's rule of which Pods are a gateway's instances (SPEC N5)
+	module + "/internal/gwstate":    true,
+	module + "/internal/inspect":    true,
+	module + "/internal/model":      true,
+	module + "/internal/status":     true,
+	module + "/internal/version":    true,
 }
 
 func matches(pkg, pattern string) bool {

@@ -291,6 +291,8 @@ func (c *Cluster) startAPIServer(_ context.Context) error {
 		CRDInstallOptions:     envtest.CRDInstallOptions{CRDs: own},
 		WebhookInstallOptions: envtest.WebhookInstallOptions{ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{hooks}},
 		Scheme:                scheme,
+		// envtest's 20 s is short for a cold kube-apiserver on a shared machine under load.
+		ControlPlaneStartTimeout: apiServerStartTimeout,
 	}
 	if c.opts.NoVpcgw {
 		// What an operator's install brings, the operator installs.

@@ -102,6 +102,9 @@ func (c *Cluster) DeleteGatewayPod(ctx context.Context) error {
 	})
 }
 
+// apiServerStartTimeout is how long kube-apiserver may take to answer /healthz after it starts.
+const apiServerStartTimeout = 2 * time.Minute
+
 // RestartAPIServer stops kube-apiserver and starts it again on the same address, certificates and
 // etcd: every client sees its connections cut and its watches end, as in a control-plane
 // upgrade.
@@ -124,8 +127,10 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("kube-apiserver still listens on %s after it was stopped: %w", addr, err)
 	}
+	// Restarting under load (the soak beside a test run) takes longer than envtest's 20 s default.
+	api.StartTimeout = apiServerStartTimeout
 	if err := api.Start(); err != nil {
-		return fmt.Errorf("starting kube-apiserver again: %w", err)
+		return fmt.Errorf("starting kube-apiserver again (%s allowed): %w", apiServerStartTimeout, err)
 	}
 	var ns corev1.Namespace
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {

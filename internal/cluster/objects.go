@@ -30,9 +30,11 @@ const (
 	// EchoImage names the backend containers' image; the lab node runs their command from the
 	// host's filesystem, so the name only says what they are.
 	EchoImage = "vpcgw.io/lab-echo:latest"
-	// DemoDrainSeconds is the demo Pods' preStop sleep, DemoGraceSeconds their grace period.
-	DemoDrainSeconds = 3
-	DemoGraceSeconds = 10
+	// DemoDrainSeconds is the demo Pods' preStop sleep, DemoServeOnSeconds how long their server
+	// answers on after SIGTERM (not ready meanwhile), DemoGraceSeconds their grace period.
+	DemoDrainSeconds   = 3
+	DemoServeOnSeconds = 4
+	DemoGraceSeconds   = 15
 )
 
 // userObjects are the kube-ovn objects of the lab: a Vpc (namespace demo bound to it, its default
@@ -82,11 +84,15 @@ func EchoDeployment(exe, namespace, name string, replicas int32) *appsv1.Deploym
 				Spec: corev1.PodSpec{
 					// Drains as Kubernetes' documentation asks (SPEC L11): the preStop sleep keeps
 					// the server answering while its endpoint turns terminating and vpcgw stops
-					// sending it new connections; SIGTERM comes after, well inside the grace period.
+					// sending it new connections. A terminating endpoint still serving keeps its
+					// UDP flows (as with kube-proxy), so at SIGTERM the server fails its readiness
+					// and answers on: the flows move once the EndpointSlice says it no longer
+					// serves, before it stops. All well inside the grace period.
 					TerminationGracePeriodSeconds: ptr.To[int64](DemoGraceSeconds),
 					Containers: []corev1.Container{{
 						Name: "echo", Image: EchoImage,
-						Command: []string{exe, "echo", "--name", "$(POD_NAME)", "--listen", "$(POD_IP):" + strconv.Itoa(BackendPort)},
+						Command: []string{exe, "echo", "--name", "$(POD_NAME)", "--listen", "$(POD_IP):" + strconv.Itoa(BackendPort),
+							"--drain", strconv.Itoa(DemoServeOnSeconds) + "s"},
 						Env: []corev1.EnvVar{
 							{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 							{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
@@ -94,9 +100,10 @@ func EchoDeployment(exe, namespace, name string, replicas int32) *appsv1.Deploym
 						Ports:     []corev1.ContainerPort{{ContainerPort: BackendPort, Protocol: corev1.ProtocolTCP}, {ContainerPort: BackendPort, Protocol: corev1.ProtocolUDP}},
 						Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: DemoDrainSeconds}}},
 						// Ready once it serves (it opens its UDP socket before HTTP), so that a new
-						// replica gets traffic only when it can answer, as an operator deploys it.
-						ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
-							HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(BackendPort)}}},
+						// replica gets traffic only when it can answer, as an operator deploys it;
+						// not ready at the first failure once it drains.
+						ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, FailureThreshold: 1, ProbeHandler: corev1.ProbeHandler{
+							HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(BackendPort)}}},
 					}},
 				},
 			},

@@ -56,9 +56,9 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&f.MaxPortsPerService, "max-ports-per-service", model.DefaultMaxPortsPerService, "a Service with more TCP/UDP ports is not served (event)")
 	fs.IntVar(&f.MaxBackendsPerIdentity, "max-backends-per-identity", model.DefaultMaxBackendsPerIdentity, "at most this many ready backends of a Service port are used (event)")
 	fs.IntVar(&f.MaxIdentitiesPerGateway, "max-identities-per-gateway", model.DefaultMaxIdentitiesPerGateway,
-		"a gateway serves at most this many identities (EIP or ClusterIP, port, protocol); Services past it are not served (event), those already served first, then a fair share per namespace")
+		"a gateway serves at most this many identities (EIP or ClusterIP, port, protocol); Services past it are not served (event), those already served first; each namespace gets an even share of it")
 	fs.IntVar(&f.MaxBackendsPerGateway, "max-backends-per-gateway", model.DefaultMaxBackendsPerGateway,
-		"a gateway serves at most this many backends (source ranges count too), with the same order and fair share")
+		"a gateway serves at most this many backends (source ranges count too), with the same order and share")
 	fs.StringVar(&f.KubeOVNNamespace, "kube-ovn-namespace", model.DefaultGatewayNamespace,
 		"kube-ovn-controller's namespace: where its "+model.GatewayConfigMap+" ConfigMap is and where it runs gateway pods without spec.namespace")
 	fs.StringVar(&f.KubeOVNControllerDeployment, "kube-ovn-controller-deployment", model.DefaultKubeOVNControllerDeployment,

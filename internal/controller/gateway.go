@@ -42,6 +42,7 @@ import (
 	"github.com/vpcgw/vpcgw/internal/controller/latency"
 	"github.com/vpcgw/vpcgw/internal/controller/objcache"
 	"github.com/vpcgw/vpcgw/internal/controller/readiness"
+	"github.com/vpcgw/vpcgw/internal/controller/refusedpods"
 	"github.com/vpcgw/vpcgw/internal/controller/serviceevents"
 	"github.com/vpcgw/vpcgw/internal/controller/wake"
 	"github.com/vpcgw/vpcgw/internal/model"
@@ -104,6 +105,8 @@ type GatewayReconciler struct {
 	second lastSecondWriter
 	// events gives each cause once (SPEC T3).
 	events *serviceevents.Once
+	// refused tells look-alike gateway Pods why they are no instances (SPEC N5).
+	refused refusedpods.Memory
 	// routeChecks are each gateway's last check of its VIPs against its Vpc's routes (SPEC V3);
 	// routeQueue is the work queue once the controller runs, for the NB's route changes.
 	routeChecks routeChecks
@@ -217,6 +220,8 @@ func (r *GatewayReconciler) watches(mgr ctrl.Manager, ended chan event.TypedGene
 		Watches(&discoveryv1.EndpointSlice{}, latency.ForgetOnDelete{EventHandler: handler.EnqueueRequestsFromMapFunc(r.wake.GatewayOfSlice), Forget: r.latency.Forget}).
 		Watches(&kubeovnv1.IptablesEIP{}, handler.EnqueueRequestsFromMapFunc(r.wake.GatewaysOfEIP)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.wake.GatewaysOfPod)).
+		// kube-ovn's StatefulSet decides which of a gateway's pods are instances (SPEC N5).
+		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(r.wake.GatewayOfStatefulSet)).
 		// kube-ovn's allocations decide a backend's address (SPEC N2).
 		Watches(&kubeovnv1.IP{}, handler.EnqueueRequestsFromMapFunc(r.wake.GatewaysOfAddress)).
 		// A Subnet's CIDR, gateway and reserved addresses decide what may be a backend.
@@ -280,6 +285,7 @@ func (r *GatewayReconciler) forgetGateway(gw string) {
 	r.health.Forget(gw)
 	r.sessions.closeGateway(gw, true)
 	r.routeChecks.forget(gw)
+	r.refused.Forget(gw)
 	deleteGatewaySeries(gw)
 }
 

@@ -221,3 +221,56 @@ func TestHostileTenantCannotJumpTheQueueByReclaiming(t *testing.T) {
 		return squat.hasEvent("old", model.ReasonConflict, "is held by a Service of another namespace")
 	})
 }
+
+// covers: N5, N8, D7
+// Hostile tenant, against the real API server: whoever may create Pods in the gateway's namespace
+// copies kube-ovn's instance (labels, annotations, container, the controller reference to the
+// gateway's StatefulSet with its UID) under the name vpc-nat-gw-<gw>-7 and reports it Running.
+// The StatefulSet has one replica, so the Pod is no instance: no agent is dialled in it, it gets
+// no state, and it gets a Warning saying why that names nothing of the Services' namespace; the
+// gateway's own instance keeps getting every change. Before, the model took it as an instance.
+func TestHostileTenantLookAlikeGatewayPodGetsNothing(t *testing.T) {
+	f := newFixture(t, "gw-hostile-inst", 1)
+	f.eip("eip-inst", "172.18.31.10", true)
+	f.service("web", f.eipName("eip-inst"), 80, "10.0.1.11")
+	f.eventually("served", func() bool { return f.data.serves(f.pods[0], "172.18.31.10:80:tcp") })
+
+	ctx := context.Background()
+	var kubeOVNs corev1.Pod
+	must(t, k8s.Get(ctx, client.ObjectKey{Namespace: model.DefaultGatewayNamespace, Name: "vpc-nat-gw-" + f.gw + "-0"}, &kubeOVNs))
+	evil := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "vpc-nat-gw-" + f.gw + "-7", Namespace: kubeOVNs.Namespace,
+		Labels: kubeOVNs.Labels, Annotations: kubeOVNs.Annotations, OwnerReferences: kubeOVNs.OwnerReferences}, Spec: kubeOVNs.Spec}
+	must(t, k8s.Create(ctx, evil))
+	evil.Status.Phase, evil.Status.PodIP = corev1.PodRunning, "10.0.1.66"
+	must(t, k8s.Status().Update(ctx, evil))
+
+	var warning string
+	f.eventually("the look-alike told why", func() bool {
+		var evs corev1.EventList
+		must(t, k8s.List(ctx, &evs, client.InNamespace(evil.Namespace)))
+		for _, ev := range evs.Items {
+			if ev.InvolvedObject.Kind == "Pod" && ev.InvolvedObject.UID == evil.UID && ev.Reason == model.ReasonNotAGatewayInstance && ev.Type == corev1.EventTypeWarning {
+				warning = ev.Message
+				return true
+			}
+		}
+		return false
+	})
+	if !strings.Contains(warning, "ordinal 7 is not below the 1 replicas") {
+		t.Errorf("the Warning %q does not say why", warning)
+	}
+	for _, secret := range []string{f.ns, "web", "172.18.31.10"} {
+		if strings.Contains(warning, secret) {
+			t.Errorf("the Warning %q names %q", warning, secret)
+		}
+	}
+	// A change after the look-alike appeared reaches kube-ovn's instance, and only it.
+	f.service("api", f.eipName("eip-inst"), 81, "10.0.1.12")
+	f.eventually("the next change served", func() bool { return f.data.serves(f.pods[0], "172.18.31.10:81:tcp") })
+	if n := f.agents.dialsOf(evil.UID); n != 0 {
+		t.Fatalf("the look-alike was dialled %d times", n)
+	}
+	if _, ok := f.agents.state(evil.UID); ok {
+		t.Fatal("the look-alike got state")
+	}
+}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -292,10 +293,11 @@ func (f *fixture) makeGateway(gw string, instances int) {
 		Spec: kubeovnv1.SubnetSpec{Vpc: gw + "-vpc", CIDRBlock: "10.0.1.0/24", Provider: "ovn"}}))
 	must(t, k8s.Create(ctx, &kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: gw},
 		Spec: kubeovnv1.VpcNatGatewaySpec{Vpc: gw + "-vpc", Subnet: gw + "-subnet", LanIP: "10.0.1.254", Replicas: int32(instances)}}))
+	sts := makeGatewayStatefulSet(t, gw, instances)
 	for i := 0; i < instances; i++ {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("vpc-nat-gw-%s-%d", gw, i), Namespace: model.DefaultGatewayNamespace,
 			// As kube-ovn's StatefulSet makes it (SPEC N5).
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: model.GatewayAppPrefix + gw, UID: "uid-sts", Controller: ptr.To(true)}},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: sts.Name, UID: sts.UID, Controller: ptr.To(true)}},
 			Labels:          map[string]string{"app": model.GatewayAppPrefix + gw, model.LabelGatewayPod: "true"},
 			Annotations:     map[string]string{model.AnnotationGatewayPod: gw, model.AnnotationGwInit: "true", "ovn.kubernetes.io/ip_address": fmt.Sprintf("10.0.1.%d", 250+i)}},
 			Spec: corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{{Name: "vpc-nat-gw", Image: "x"}}}}
@@ -312,6 +314,20 @@ func (f *fixture) makeGateway(gw string, instances int) {
 			f.real.alias(pod.UID, pod.Annotations[transport.NetnsAnnotation])
 		}
 	}
+}
+
+// makeGatewayStatefulSet creates kube-ovn's StatefulSet of gateway gw with replicas Pods, as
+// kube-ovn makes it (its labels, the gateway named in its Pod template). No StatefulSet
+// controller runs here: the tests make its Pods, with its owner reference.
+func makeGatewayStatefulSet(t *testing.T, gw string, replicas int) *appsv1.StatefulSet {
+	t.Helper()
+	labels := map[string]string{"app": model.GatewayAppPrefix + gw, model.LabelGatewayPod: "true"}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: model.GatewayAppPrefix + gw, Namespace: model.DefaultGatewayNamespace, Labels: labels},
+		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To(int32(replicas)), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{model.AnnotationGatewayPod: gw}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vpc-nat-gw", Image: "x"}}}}}}
+	must(t, k8s.Create(context.Background(), sts))
+	return sts
 }
 
 // tenant is another tenant of f's gateway: namespace ns, bound to the gateway's Vpc as f's own,

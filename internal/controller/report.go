@@ -22,6 +22,9 @@ func (r *GatewayReconciler) report(p *pass) (reconcile.Result, error) {
 		r.noteGone(p.key)
 		return reconcile.Result{}, p.errorOf()
 	}
+	if n := r.refused.Tell(r.Recorder, p.key, gp.Refused); n > 0 {
+		r.Log.Info("pods carry the gateway's labels but kube-ovn's workload did not make them: they are no instances (SPEC N5)", "gateway", p.key, "newly refused", n, "refused", len(gp.Refused))
+	}
 	waitingForRoom.WithLabelValues(p.key).Set(float64(p.planner.Limited()))
 	gatewayInstances.WithLabelValues(p.key).Set(float64(len(gp.Instances)))
 	switch p.prog.outcome {

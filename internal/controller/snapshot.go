@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -19,7 +20,7 @@ import (
 // own copies).
 
 // gatewayObjects reads what every Service of gateway key depends on: every gateway, EIP and
-// Subnet (few), and the gateway's pods.
+// Subnet (few), and the gateway's pods and StatefulSet.
 func (r *GatewayReconciler) gatewayObjects(ctx context.Context, key string) (model.Snapshot, error) {
 	var s model.Snapshot
 	var gws kubeovnv1.VpcNatGatewayList
@@ -41,15 +42,27 @@ func (r *GatewayReconciler) gatewayObjects(ctx context.Context, key string) (mod
 	}
 	s.Placement = placement
 	if key != unboundKey {
-		var gwPods corev1.PodList
-		if err := r.Client.List(ctx, &gwPods, client.MatchingLabels{
-			model.LabelGatewayPod: "true", "app": placement.AppLabel(key),
-		}, client.UnsafeDisableDeepCopy); err != nil {
-			return s, fmt.Errorf("listing pods of gateway %s: %w", key, err)
+		if err := r.gatewayWorkload(ctx, key, placement, &s); err != nil {
+			return s, err
 		}
-		s.GatewayPods = gwPods.Items
 	}
 	return s, nil
+}
+
+// gatewayWorkload reads gateway key's pods and kube-ovn's StatefulSet that should own them: a
+// pod is an instance only as one of its replicas (SPEC N5).
+func (r *GatewayReconciler) gatewayWorkload(ctx context.Context, key string, placement model.GatewayPlacement, s *model.Snapshot) error {
+	labels := client.MatchingLabels{model.LabelGatewayPod: "true", "app": placement.AppLabel(key)}
+	var gwPods corev1.PodList
+	if err := r.Client.List(ctx, &gwPods, labels, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("listing pods of gateway %s: %w", key, err)
+	}
+	var sets appsv1.StatefulSetList
+	if err := r.Client.List(ctx, &sets, labels, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("listing StatefulSets of gateway %s: %w", key, err)
+	}
+	s.GatewayPods, s.GatewayStatefulSets = gwPods.Items, sets.Items
+	return nil
 }
 
 // kubeOVNNat reads kube-ovn's own NAT on the EIPs of gateway key: its DNAT rules (not records)

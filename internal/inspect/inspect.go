@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"slices"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -64,6 +65,9 @@ func Snapshot(ctx context.Context, c client.Reader, o SnapshotOptions) (Read, er
 		if err := rd.listGatewayPods(ctx, c); err != nil {
 			return rd, err
 		}
+	}
+	if err := rd.listGatewayStatefulSets(ctx, c); err != nil {
+		return rd, err
 	}
 	if err := rd.listAddresses(ctx, c, reader); err != nil {
 		return rd, err
@@ -166,6 +170,28 @@ func (rd *Read) listGatewayPods(ctx context.Context, c client.Reader) error {
 		return fmt.Errorf("listing gateway pods: %w", err)
 	default:
 		rd.Snapshot.GatewayPods = gwPods.Items
+	}
+	return nil
+}
+
+// listGatewayStatefulSets lists kube-ovn's gateway StatefulSets (by its label), as the controller
+// reads them: a gateway pod is an instance only as one of their replicas (SPEC N5). A user who may
+// not list them in all namespaces gets those of kube-ovn's namespace, else a warning.
+func (rd *Read) listGatewayStatefulSets(ctx context.Context, c client.Reader) error {
+	ns := rd.Snapshot.Placement.KubeOVNNamespace
+	sel := client.MatchingLabels{model.LabelGatewayPod: "true"}
+	var sets appsv1.StatefulSetList
+	err := c.List(ctx, &sets, sel)
+	if apierrors.IsForbidden(err) {
+		err = c.List(ctx, &sets, sel, client.InNamespace(ns))
+	}
+	switch {
+	case apierrors.IsForbidden(err):
+		rd.Warnings = append(rd.Warnings, fmt.Sprintf("you may not list the gateways' StatefulSets in namespace %s: the instances shown are those the controller reports", ns))
+	case err != nil:
+		return fmt.Errorf("listing the gateways' StatefulSets: %w", err)
+	default:
+		rd.Snapshot.GatewayStatefulSets = sets.Items
 	}
 	return nil
 }

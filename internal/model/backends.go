@@ -146,7 +146,8 @@ func (ix *Index) vpcInfra(gw *kubeovnv1.VpcNatGateway) []infraRange {
 		}
 	}
 	// The snapshot holds only this gateway's Pods; another gateway's Pods have its spec.lanIp.
-	for _, inst := range ix.instances(gw.Name) {
+	insts, _ := ix.instances(gw.Name)
+	for _, inst := range insts {
 		out = append(out, infraAddrs(inst.LanIP, 0, "the LAN address of gateway "+gw.Name)...)
 	}
 	for _, e := range ix.eips {

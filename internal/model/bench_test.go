@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,10 +20,11 @@ import (
 // EIPs, and m endpoints each targeting a Pod with kube-ovn annotations.
 func largeSnapshot(n, m int) Snapshot {
 	s := Snapshot{
-		Gateways:    []kubeovnv1.VpcNatGateway{gateway("gw1", "vpc1")},
-		GatewayPods: []corev1.Pod{gatewayPod("gw1", "vpc-nat-gw-gw1-0", "10.0.1.254", true, true)},
-		Subnets:     []kubeovnv1.Subnet{subnet("vpc1-subnet", "vpc1")},
-		Vpcs:        []kubeovnv1.Vpc{vpc("vpc1", "ns")},
+		Gateways:            []kubeovnv1.VpcNatGateway{gateway("gw1", "vpc1")},
+		GatewayPods:         []corev1.Pod{gatewayPod("gw1", "vpc-nat-gw-gw1-0", "10.0.1.254", true, true)},
+		GatewayStatefulSets: []appsv1.StatefulSet{gatewayStatefulSet("gw1", 1)},
+		Subnets:             []kubeovnv1.Subnet{subnet("vpc1-subnet", "vpc1")},
+		Vpcs:                []kubeovnv1.Vpc{vpc("vpc1", "ns")},
 	}
 	for e := 0; e < 40; e++ {
 		s.EIPs = append(s.EIPs, eip(fmt.Sprintf("eip%d", e), "gw1", fmt.Sprintf("172.18.0.%d", 10+e), true))

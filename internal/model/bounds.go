@@ -1,9 +1,8 @@
 package model
 
 import (
-	"fmt"
+	"maps"
 	"net/netip"
-	"sort"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -51,26 +50,65 @@ func (g Gates) gatewayBounds() Load {
 	return Load{Identities: g.maxIdentities(), Backends: g.maxGatewayBackends()}
 }
 
-// takeLoad counts a served Service's identities and backends against its gateway's bounds and,
-// when the gateway is full, against its namespace's share (SPEC N4). A Service that does not fit
-// is not served at all: half a Service is worse than none, and the event says what to do. The
-// message does not say how full the gateway is with other tenants' Services (SPEC N8).
-func (ix *Index) takeLoad(namespace string, sp *ServicePlan) {
+// Share is what each namespace may hold of a gateway whose bounds are split between sharers
+// namespaces (SPEC N4): each bound divided evenly, rounded down, at least 1.
+func (g Gates) Share(sharers int) Load {
+	b, n := g.gatewayBounds(), max(1, sharers)
+	return Load{Identities: max(1, b.Identities/n), Backends: max(1, b.Backends/n)}
+}
+
+// HeldLoad is what the Services of one gateway outside a partial plan's snapshot hold there, in
+// all and per namespace, and the namespaces whose Services ask it for room (served or waiting):
+// the shares depend on the whole gateway (SPEC N4).
+type HeldLoad struct {
+	Load       Load
+	Namespaces map[string]Load
+	Asking     map[string]bool
+}
+
+// sharers is how many namespaces gateway name's bounds are split between (SPEC N4): those it
+// admits by name (its Vpc's spec.namespaces, its allow-list), whether they ask for room yet or
+// not, since each could; and every other namespace that asks (only a gateway open to all, "*",
+// has any), plus one for the next newcomer, since who else may come is not known.
+func (ix *Index) sharers(name string, asking map[string]bool) int {
+	gw := ix.gateways[name]
+	if gw == nil {
+		return 0
+	}
+	named, open := AdmittedNames(gw, ix.vpcs[gw.Spec.Vpc])
+	for ns := range asking {
+		named[ns] = true
+	}
+	if open {
+		return len(named) + 1
+	}
+	return max(1, len(named))
+}
+
+// takeLoad counts a served Service's identities and backends against its gateway's bounds and
+// its namespace's share of them (SPEC N4). A Service that does not fit is not served at all:
+// half a Service is worse than none, and the event says what to do. A programmed Service is held
+// only to the bounds: the share only ever holds back new load, so a share that shrinks (a
+// newcomer) takes nothing served away (SPEC N3).
+func (ix *Index) takeLoad(svc *corev1.Service, sp *ServicePlan) {
 	if !sp.Served() || len(sp.Identities) == 0 {
 		return
 	}
 	bounds := ix.gates.gatewayBounds()
-	share, shared := ix.shares[sp.Gateway][namespace]
+	share, shared := ix.shares[sp.Gateway]
+	shared = shared && len(ix.recordedIdentities(svc.UID)) == 0
+	overShare := false
 	for {
 		sp.Demand = LoadOf(sp.Identities)
 		gw := ix.load[sp.Gateway].plus(sp.Demand)
-		ns := ix.nsLoad[sp.Gateway][namespace].plus(sp.Demand)
-		if gw.fits(bounds) && (!shared || ns.fits(share)) {
+		ns := ix.nsLoad[sp.Gateway][svc.Namespace].plus(sp.Demand)
+		overShare = shared && !ns.fits(share)
+		if gw.fits(bounds) && !overShare {
 			ix.load[sp.Gateway] = gw
 			if ix.nsLoad[sp.Gateway] == nil {
 				ix.nsLoad[sp.Gateway] = map[string]Load{}
 			}
-			ix.nsLoad[sp.Gateway][namespace] = ns
+			ix.nsLoad[sp.Gateway][svc.Namespace] = ns
 			return
 		}
 		// Kept flows of draining Pods are what gives way first: never a served Service.
@@ -78,13 +116,25 @@ func (ix *Index) takeLoad(namespace string, sp *ServicePlan) {
 			break
 		}
 	}
-	why := fmt.Sprintf("a gateway serves at most %d identities and %d backends (the controller's --max-identities-per-gateway and --max-backends-per-gateway)",
-		bounds.Identities, bounds.Backends)
-	if shared {
-		why += ", and when it is full each namespace gets a fair share"
+	ix.refuse(sp, limitMessage(svc.Namespace, sp, bounds, share, overShare))
+}
+
+// limitMessage says why sp waits: its namespace's share, or the gateway's bounds. It names only
+// the namespace's own share and the bounds, never how much other namespaces hold (SPEC N8).
+func limitMessage(namespace string, sp *ServicePlan, bounds, share Load, overShare bool) *Event {
+	if overShare {
+		return warning(ReasonLimit, "namespace %s's share of gateway %s is %d identities and %d backends, and this Service's %d identities with %d backends would take the namespace past it: "+
+			"the gateway's bounds (the controller's --max-identities-per-gateway and --max-backends-per-gateway) are split evenly between the namespaces that may use it; "+
+			"the Service is served once the namespace's other Services there hold less",
+			namespace, sp.Gateway, share.Identities, share.Backends, sp.Demand.Identities, sp.Demand.Backends)
 	}
-	ev := warning(ReasonLimit, "gateway %s has no room for this Service's %d identities with %d backends: %s; the Service is served once others release theirs",
-		sp.Gateway, sp.Demand.Identities, sp.Demand.Backends, why)
+	return warning(ReasonLimit, "gateway %s has no room for this Service's %d identities with %d backends: a gateway serves at most %d identities and %d backends "+
+		"(the controller's --max-identities-per-gateway and --max-backends-per-gateway); the Service is served once others release theirs",
+		sp.Gateway, sp.Demand.Identities, sp.Demand.Backends, bounds.Identities, bounds.Backends)
+}
+
+// refuse leaves sp unserved for the bounds, with event ev.
+func (ix *Index) refuse(sp *ServicePlan, ev *Event) {
 	if sp.EIPServed {
 		sp.EIPReason = ev.Message
 	}
@@ -97,84 +147,41 @@ func (ix *Index) takeLoad(namespace string, sp *ServicePlan) {
 	sp.Events = append(sp.Events, *ev)
 }
 
-// shareFullGateways finds the gateways where some Service of plans (in budget order, order[j]
-// being plans[j]'s Service) was limited, gives each namespace on them its share, and resets
-// their load so that their Services can be planned again. It returns those gateways.
-//
-// The share is max-min fair (water-filling), with what is programmed kept: a namespace gets
-// what its programmed Services ask, and of the rest up to a level that is the same for every
-// namespace, the highest level at which the gateway's bound holds. So one namespace cannot take
-// a full gateway from the others, a namespace that asks little gets all it asks, the room others
-// leave is used, and nothing programmed is pushed out by a newcomer (SPEC N3, N4). Each resource
-// (identities, backends) has its own level.
-func (ix *Index) shareFullGateways(svcs []corev1.Service, order []int, plans []ServicePlan) map[string]bool {
-	full := map[string]bool{}
-	for j := range plans {
-		if plans[j].Limited {
-			full[plans[j].Gateway] = true
-		}
+// shareGateways gives each gateway its namespaces' share, from the namespaces that ask it for
+// room: those of plans (planned without shares, in budget order: order[j] is plans[j]'s Service)
+// and those outside the snapshot. It returns the gateways whose Services must be planned again
+// with the shares: those where a Service waits, or a namespace holds more than its share. On the
+// others the shares change nothing (every prefix of the budget order fits them), and one pass
+// is kept. Their load is reset to what is held outside the snapshot.
+func (ix *Index) shareGateways(svcs []corev1.Service, order []int, plans []ServicePlan) map[string]bool {
+	asking := map[string]map[string]bool{}
+	again := map[string]bool{}
+	for gw, held := range ix.held {
+		asking[gw] = maps.Clone(held.Asking)
 	}
-	if len(full) == 0 {
-		return nil
-	}
-	byGw := map[string]map[string]*nsDemand{}
 	for j, i := range order {
 		sp := &plans[j]
-		if !full[sp.Gateway] || sp.Demand.Identities == 0 {
+		if sp.Demand.Identities == 0 {
 			continue
 		}
-		ns := svcs[i].Namespace
-		if byGw[sp.Gateway] == nil {
-			byGw[sp.Gateway] = map[string]*nsDemand{}
+		if asking[sp.Gateway] == nil {
+			asking[sp.Gateway] = map[string]bool{}
 		}
-		d := byGw[sp.Gateway][ns]
-		if d == nil {
-			d = &nsDemand{}
-			byGw[sp.Gateway][ns] = d
-		}
-		d.asked = d.asked.plus(sp.Demand)
-		if len(ix.recordedIdentities(svcs[i].UID)) > 0 {
-			d.programmed = d.programmed.plus(sp.Demand)
-		}
+		asking[sp.Gateway][svcs[i].Namespace] = true
+		again[sp.Gateway] = again[sp.Gateway] || sp.Limited
 	}
-	if ix.shares == nil {
-		ix.shares = map[string]map[string]Load{}
-	}
-	bounds := ix.gates.gatewayBounds()
-	for gw, dem := range byGw {
-		ix.shares[gw] = fairShares(dem, bounds)
-		delete(ix.load, gw)
-		delete(ix.nsLoad, gw)
-	}
-	return full
-}
-
-// nsDemand is what one namespace's Services ask of a full gateway, and what of that is
-// programmed. The shares are made of these alone: the planner shares a gateway again from the
-// demands it keeps, without planning every Service (planner.go, SPEC N4).
-type nsDemand struct{ programmed, asked Load }
-
-// fairShares is each namespace's share of a full gateway with bounds (the rule of
-// shareFullGateways).
-func fairShares(dem map[string]*nsDemand, bounds Load) map[string]Load {
-	level := func(bound int, get func(Load) int) int {
-		total := func(s int) int {
-			n := 0
-			for _, d := range dem {
-				n += max(get(d.programmed), min(get(d.asked), s))
-			}
-			return n
-		}
-		return sort.Search(bound+1, func(s int) bool { return total(s) > bound }) - 1
-	}
-	li := level(bounds.Identities, func(l Load) int { return l.Identities })
-	lb := level(bounds.Backends, func(l Load) int { return l.Backends })
-	shares := make(map[string]Load, len(dem))
-	for ns, d := range dem {
-		shares[ns] = Load{
-			Identities: max(d.programmed.Identities, min(d.asked.Identities, li)),
-			Backends:   max(d.programmed.Backends, min(d.asked.Backends, lb)),
+	ix.shares, ix.sharersOf = map[string]Load{}, map[string]int{}
+	for gw := range ix.gateways {
+		ix.sharersOf[gw] = ix.sharers(gw, asking[gw])
+		share := ix.gates.Share(ix.sharersOf[gw])
+		ix.shares[gw] = share
+		for _, l := range ix.nsLoad[gw] {
+			again[gw] = again[gw] || !l.fits(share)
 		}
 	}
-	return shares
+	for gw := range again {
+		ix.load[gw] = ix.held[gw].Load
+		ix.nsLoad[gw] = maps.Clone(ix.held[gw].Namespaces)
+	}
+	return again
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,6 +62,14 @@ func gatewayPod(gw, name, ip string, running, initialized bool) corev1.Pod {
 		p.Annotations[AnnotationGwInit] = "true"
 	}
 	return p
+}
+
+// gatewayStatefulSet is kube-ovn's StatefulSet of gateway gw in kube-ovn's namespace, as
+// kube-ovn makes it (its labels) with the UID gatewayPod's owner reference names.
+func gatewayStatefulSet(gw string, replicas int32) appsv1.StatefulSet {
+	return appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: GatewayAppPrefix + gw, Namespace: DefaultGatewayNamespace,
+		UID: "uid-sts-" + types.UID(gw), ResourceVersion: "1", Labels: map[string]string{"app": GatewayAppPrefix + gw, LabelGatewayPod: "true"}},
+		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To(replicas)}}
 }
 
 func eip(name, gw, ip string, ready bool) kubeovnv1.IptablesEIP {
@@ -163,17 +172,25 @@ func allocation(pod corev1.Pod, provider, addr, subnet string) kubeovnv1.IP {
 // endpoints 10.0.1.11 (ready), 10.0.1.12 (ready unknown), 10.0.1.13 (not ready).
 func baseSnapshot(svcs ...corev1.Service) Snapshot {
 	return Snapshot{
-		Gateways:    []kubeovnv1.VpcNatGateway{gateway("gw1", "vpc1")},
-		Vpcs:        []kubeovnv1.Vpc{vpc("vpc1", "ns", "tenant-b"), vpc("vpc2", "ns")},
-		GatewayPods: []corev1.Pod{gatewayPod("gw1", "vpc-nat-gw-gw1-0", "10.0.1.254", true, true)},
-		Subnets:     []kubeovnv1.Subnet{subnet("vpc1-subnet", "vpc1"), subnet("other-subnet", "vpc2"), subnet("ovn-default", "")},
-		EIPs:        []kubeovnv1.IptablesEIP{eip("eip1", "gw1", "172.18.0.10", true)},
-		Services:    svcs,
+		Gateways:            []kubeovnv1.VpcNatGateway{gateway("gw1", "vpc1")},
+		Vpcs:                []kubeovnv1.Vpc{vpc("vpc1", "ns", "tenant-b"), vpc("vpc2", "ns")},
+		GatewayPods:         []corev1.Pod{gatewayPod("gw1", "vpc-nat-gw-gw1-0", "10.0.1.254", true, true)},
+		GatewayStatefulSets: []appsv1.StatefulSet{gatewayStatefulSet("gw1", 1)},
+		Subnets:             []kubeovnv1.Subnet{subnet("vpc1-subnet", "vpc1"), subnet("other-subnet", "vpc2"), subnet("ovn-default", "")},
+		EIPs:                []kubeovnv1.IptablesEIP{eip("eip1", "gw1", "172.18.0.10", true)},
+		Services:            svcs,
 		EndpointSlices: []discoveryv1.EndpointSlice{
 			slice("web", "web-a", discoveryv1.AddressTypeIPv4, 8080, "http", corev1.ProtocolTCP,
 				ep{ip: "10.0.1.12"}, ep{ip: "10.0.1.11", ready: ptr.To(true)}, ep{ip: "10.0.1.13", ready: ptr.To(false)}),
 		},
 	}
+}
+
+// soleTenant makes ns the only namespace gw1's Vpc admits: the gateway's bounds are then all of
+// its share (SPEC N4), for the tests of the bounds themselves.
+func soleTenant(s Snapshot) Snapshot {
+	s.Vpcs[0].Spec.Namespaces = []string{"ns"}
+	return s
 }
 
 func servicePlan(p Plan, name string) ServicePlan {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
@@ -114,6 +115,12 @@ func TestGatewayPlacement(t *testing.T) {
 		p.OwnerReferences[0].Name = app // kube-ovn's StatefulSet is named like the label
 		return p
 	}
+	// kube-ovn's StatefulSet, where it made it and named as it named it.
+	sts := func(p corev1.Pod) appsv1.StatefulSet {
+		st := gatewayStatefulSet("gw1", 1)
+		st.Namespace, st.Name, st.Labels["app"] = p.Namespace, p.Labels["app"], p.Labels["app"]
+		return st
+	}
 	for name, c := range map[string]struct {
 		placement GatewayPlacement
 		specNS    string
@@ -132,6 +139,7 @@ func TestGatewayPlacement(t *testing.T) {
 		s.Gateways = []kubeovnv1.VpcNatGateway{gateway("gw1", "vpc1")}
 		s.Gateways[0].Spec.Namespace = c.specNS
 		s.GatewayPods = []corev1.Pod{c.pod}
+		s.GatewayStatefulSets = []appsv1.StatefulSet{sts(c.pod)}
 		gp := Compute(s, srGates).Gateway("gw1")
 		if got := len(gp.Instances) == 1; got != c.found {
 			t.Errorf("%s: instance found %v, want %v", name, got, c.found)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -332,7 +333,7 @@ func TestDrainingEndpoints(t *testing.T) {
 	// draining ones: kept flows give way, never a served Service.
 	full := lbGates
 	full.MaxBackendsPerGateway = 4
-	sp := servicePlan(Compute(s, full), "web")
+	sp := servicePlan(Compute(soleTenant(s), full), "web")
 	if !sp.Served() || sp.Limited {
 		t.Fatalf("a gateway with room for the serving backends: served %v, limited %v, events %v", sp.Served(), sp.Limited, sp.Events)
 	}
@@ -606,6 +607,7 @@ func TestGatewayInstances(t *testing.T) {
 		gatewayPod("gw1", "evil-vpc-nat-gw-gw1-3", "10.0.1.241", true, true),
 		gatewayPod("gw1", "vpc-nat-gw-gw1-", "10.0.1.242", true, true),
 	}
+	s.GatewayStatefulSets = []appsv1.StatefulSet{gatewayStatefulSet("gw1", 3), gatewayStatefulSet("gw2", 1)}
 	gp := Compute(s, lbGates).Gateway("gw1")
 	var names []string
 	for _, inst := range gp.Instances {
@@ -624,7 +626,9 @@ func TestComputeIgnoresInputOrder(t *testing.T) {
 	}))
 	s.EIPs = append(s.EIPs, eip("eip2", "gw1", "172.18.0.11", true), eip("eip3", "gw2", "172.18.0.12", true))
 	s.Gateways = append(s.Gateways, gateway("gw2", "vpc1"))
-	s.GatewayPods = append(s.GatewayPods, gatewayPod("gw1", "vpc-nat-gw-gw1-1", "10.0.1.253", true, true))
+	s.GatewayPods = append(s.GatewayPods, gatewayPod("gw1", "vpc-nat-gw-gw1-1", "10.0.1.253", true, true),
+		gatewayPod("gw1", "vpc-nat-gw-gw1-2", "10.0.1.252", true, true)) // beyond the replicas: refused
+	s.GatewayStatefulSets = []appsv1.StatefulSet{gatewayStatefulSet("gw1", 2), gatewayStatefulSet("gw2", 1)}
 	s.EndpointSlices = append(s.EndpointSlices,
 		slice("web", "web-b", discoveryv1.AddressTypeIPv4, 8080, "http", corev1.ProtocolTCP, ep{ip: "10.0.1.9"}, ep{ip: "10.0.1.200"}),
 		slice("web3", "web3-a", discoveryv1.AddressTypeIPv4, 8080, "http", corev1.ProtocolTCP, ep{ip: "10.0.1.5"}, ep{ip: "9.9.9.9", pod: "outside"}))
@@ -638,7 +642,7 @@ func TestComputeIgnoresInputOrder(t *testing.T) {
 		c := Snapshot{
 			Gateways: shuffled(rng, s.Gateways), EIPs: shuffled(rng, s.EIPs), Services: shuffled(rng, s.Services),
 			EndpointSlices: shuffled(rng, s.EndpointSlices), Pods: shuffled(rng, s.Pods), PodAddresses: shuffled(rng, s.PodAddresses), Subnets: shuffled(rng, s.Subnets),
-			GatewayPods: shuffled(rng, s.GatewayPods), Records: shuffled(rng, s.Records), Vpcs: shuffled(rng, s.Vpcs),
+			GatewayPods: shuffled(rng, s.GatewayPods), GatewayStatefulSets: shuffled(rng, s.GatewayStatefulSets), Records: shuffled(rng, s.Records), Vpcs: shuffled(rng, s.Vpcs),
 		}
 		for j := range c.EndpointSlices {
 			c.EndpointSlices[j].Endpoints = shuffled(rng, c.EndpointSlices[j].Endpoints)

@@ -124,6 +124,9 @@ const (
 	// ReasonVIPRouted (Normal): that is over.
 	ReasonVIPNotRouted = "NftableLbSvcVIPNotRouted"
 	ReasonVIPRouted    = "NftableLbSvcVIPRouted"
+	// ReasonNotAGatewayInstance (Warning, on a Pod): the Pod carries a gateway's labels in its
+	// namespace, but kube-ovn's workload did not make it, so it is not an instance (SPEC N5).
+	ReasonNotAGatewayInstance = "NftableLbSvcNotAGatewayInstance"
 )
 
 // IdentityGroup names the identities of the Service with uid on the wire (gwstate.Identity.Group):

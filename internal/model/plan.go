@@ -2,6 +2,7 @@ package model
 
 import (
 	"cmp"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/vpcgw/vpcgw/internal/gwinstance"
 	"github.com/vpcgw/vpcgw/internal/gwstate"
 )
 
@@ -28,11 +30,16 @@ type GatewayPlan struct {
 	Name string
 	// Instances are the gateway's running pods; every one gets State (SPEC D7).
 	Instances []Instance
-	State     gwstate.State // Generation is left to the sender
+	// Refused are the running Pods that carry the gateway's labels in its namespace but that
+	// kube-ovn's workload did not make: they get no state and are no next hop (SPEC N5).
+	Refused []RefusedInstance
+	State   gwstate.State // Generation is left to the sender
 	// Routes are the gateway's VIP router policies (SPEC V1).
 	Routes VIPRoutes
 	// Services bound to the gateway through an EIP or a ClusterIP.
 	Services []types.NamespacedName
+	// Sharers is how many namespaces the gateway's bounds are split between (SPEC N4, bounds.go).
+	Sharers int
 
 	// update is State as a Planner made it (Update): the change from its previous state, and
 	// the whole state built only when it is sent complete. A Planner's partial plan leaves State
@@ -61,6 +68,14 @@ type Instance struct {
 	// its namespace): the transport checks the Pod's owner chain against them before it execs
 	// (SPEC N5).
 	Workload, WorkloadNamespace string
+}
+
+// RefusedInstance is a Pod that looks like an instance of a gateway but is not one (SPEC N5).
+type RefusedInstance struct {
+	Pod types.NamespacedName
+	UID types.UID
+	// Event is the Warning for the Pod: it names only the Pod's namespace's objects (SPEC N8).
+	Event Event
 }
 
 // VIPRoutes are the Logical_Router_Policies of one gateway: priority 29210, match
@@ -97,7 +112,8 @@ func Compute(s Snapshot, gates Gates) Plan {
 	}
 	plan.OrphanRecords, plan.OrphanServiceRecords = ix.orphans(live)
 	slices.SortFunc(plan.Services, func(a, b ServicePlan) int { return compareKeys(a.Key, b.Key) })
-	for _, gp := range states {
+	for name, gp := range states {
+		gp.Sharers = ix.sharersOf[name]
 		gp.Finish()
 		plan.Gateways = append(plan.Gateways, *gp)
 	}
@@ -106,20 +122,17 @@ func Compute(s Snapshot, gates Gates) Plan {
 }
 
 // planInOrder plans s's Services in budget order (plans[j] is that of s.Services[order[j]]).
-// A full gateway is shared fairly between its namespaces: its Services are planned again with a
-// share for each (bounds.go). A partial snapshot cannot know every namespace's demand: the
-// planner gives it the shares (Snapshot.Shares), or plans in full (plannerroom.go).
+// Each gateway's bounds are shared between its namespaces (bounds.go), and who shares them is
+// known only once every Service's demand is: a first pass finds it, and the Services of a
+// gateway where a share matters are planned again with the shares.
 func (ix *Index) planInOrder(s *Snapshot, order []int) []ServicePlan {
 	plans := make([]ServicePlan, len(order))
 	for j, i := range order {
 		plans[j] = ix.PlanService(&s.Services[i])
 	}
-	if s.GatewayLoad != nil {
-		return plans
-	}
-	if full := ix.shareFullGateways(s.Services, order, plans); len(full) > 0 {
+	if again := ix.shareGateways(s.Services, order, plans); len(again) > 0 {
 		for j, i := range order {
-			if full[plans[j].Gateway] {
+			if again[plans[j].Gateway] {
 				plans[j] = ix.PlanService(&s.Services[i])
 			}
 		}
@@ -211,7 +224,7 @@ func (ix *Index) GatewayBase(name string) (gp GatewayPlan, ok bool) {
 	}
 	// Release: the agents also remove what they keep for an empty state (SPEC O4).
 	gp = GatewayPlan{Name: name, State: gwstate.State{Identities: []gwstate.Identity{}, Release: ix.gates.Release}}
-	gp.Instances = ix.instances(name)
+	gp.Instances, gp.Refused = ix.instances(name)
 	gp.Routes = VIPRoutes{Router: gw.Spec.Vpc, Gateway: name}
 	for _, inst := range gp.Instances {
 		if inst.Initialized && inst.LanIP != "" {
@@ -221,13 +234,15 @@ func (ix *Index) GatewayBase(name string) (gp GatewayPlan, ok bool) {
 	return gp, true
 }
 
-// Base is the plan without its Services: instances and next hops only.
+// Base is the plan without its Services: instances, next hops and sharers only.
 func (gp GatewayPlan) Base() GatewayPlan {
 	return GatewayPlan{
 		Name:      gp.Name,
 		Instances: gp.Instances,
+		Refused:   gp.Refused,
 		State:     gwstate.State{Identities: []gwstate.Identity{}, Release: gp.State.Release},
 		Routes:    VIPRoutes{Router: gp.Routes.Router, Gateway: gp.Routes.Gateway, NextHops: gp.Routes.NextHops},
+		Sharers:   gp.Sharers,
 	}
 }
 
@@ -289,13 +304,19 @@ func (p Plan) Gateway(name string) *GatewayPlan {
 	return nil
 }
 
-// instances lists a gateway's running pods, sorted by name (kube-ovn's getNatGwPods).
-func (ix *Index) instances(gw string) []Instance {
+// instances lists a gateway's running pods, sorted by name (kube-ovn's getNatGwPods), and those
+// that look like them (namespace, labels, phase) but that kube-ovn's workload did not make.
+func (ix *Index) instances(gw string) ([]Instance, []RefusedInstance) {
 	g := ix.gateways[gw]
 	ns, app := ix.placement.Namespace(g), ix.placement.AppLabel(gw)
 	var out []Instance
+	var refused []RefusedInstance
 	for _, p := range ix.gatewayPods[gw] {
-		if p.Namespace != ns || p.Labels["app"] != app || p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil || !ownedByWorkload(p, app) {
+		if p.Namespace != ns || p.Labels["app"] != app || p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+			continue
+		}
+		if why := ix.notAnInstance(p, app, gw); why != "" {
+			refused = append(refused, refusal(p, gw, why))
 			continue
 		}
 		// The route's next hop comes from the Pod's status (the kubelet's report of the address
@@ -304,27 +325,62 @@ func (ix *Index) instances(gw string) []Instance {
 		out = append(out, Instance{Pod: p, LanIP: addrText(lan), Initialized: p.Annotations[AnnotationGwInit] == "true", Workload: app, WorkloadNamespace: ns})
 	}
 	slices.SortFunc(out, func(a, b Instance) int { return strings.Compare(a.Pod.Name, b.Pod.Name) })
-	return out
+	slices.SortFunc(refused, func(a, b RefusedInstance) int { return compareKeys(a.Pod, b.Pod) })
+	return out, refused
 }
 
-// ownedByWorkload reports whether a gateway Pod is controlled by the workload kube-ovn makes for
-// the gateway: its StatefulSet "<prefix>-<gateway>" (v1.16.x, master with one replica; Pods
-// "<prefix>-<gateway>-<ordinal>") or a ReplicaSet of its Deployment of that name (master with
-// replicas > 1; Pods "<replicaset>-<suffix>"). A Pod that merely carries the gateway's labels is
-// not an instance (SPEC N5).
-func ownedByWorkload(p *corev1.Pod, app string) bool {
+// refusal is the Warning for Pod p that claims to be an instance of gateway gw. It is given to
+// the Pod, in the gateway's namespace, and names only objects of that namespace (SPEC N8).
+func refusal(p *corev1.Pod, gw, why string) RefusedInstance {
+	return RefusedInstance{Pod: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, UID: p.UID,
+		Event: *warning(ReasonNotAGatewayInstance, "pod %s carries the labels of gateway %s's pods but is not its instance: %s; it gets no state and is no route's next hop", p.Name, gw, why)}
+}
+
+// notAnInstance explains why a gateway Pod is not one kube-ovn's workload for the gateway made
+// ("" when it is one): that is its StatefulSet "<prefix>-<gateway>" (v1.16.x, master with one
+// replica; Pods "<prefix>-<gateway>-<ordinal>") or a ReplicaSet of its Deployment of that name
+// (master with replicas > 1; Pods "<replicaset>-<suffix>"). Labels and an owner reference anyone
+// who may create Pods in the namespace can write; the StatefulSet's UID and replicas they cannot
+// (SPEC N5).
+func (ix *Index) notAnInstance(p *corev1.Pod, app, gw string) string {
 	ref := metav1.GetControllerOf(p)
 	if ref == nil {
-		return false
+		return "it has no controller owner reference"
 	}
-	// The name too: a Pod that merely carries an owner reference to kube-ovn's workload is not one
-	// of its Pods unless it is named as the workload names them.
-	switch ref.Kind {
-	case "StatefulSet":
-		ordinal, ok := strings.CutPrefix(p.Name, app+"-")
-		return ref.Name == app && ok && ordinal != "" && strings.Trim(ordinal, "0123456789") == ""
-	case "ReplicaSet":
-		return strings.HasPrefix(ref.Name, app+"-") && strings.HasPrefix(p.Name, ref.Name+"-")
+	switch {
+	case ref.APIVersion == "apps/v1" && ref.Kind == "StatefulSet":
+		return ix.notOfStatefulSet(p, ref, app, gw)
+	case ref.APIVersion == "apps/v1" && ref.Kind == "ReplicaSet":
+		// The ReplicaSets are not in the snapshot: the name, then the exec transport's owner
+		// chain check, decide.
+		if strings.HasPrefix(ref.Name, app+"-") && strings.HasPrefix(p.Name, ref.Name+"-") {
+			return ""
+		}
+		return fmt.Sprintf("its controller, ReplicaSet %s, is not one of Deployment %s", ref.Name, app)
 	}
-	return false
+	return fmt.Sprintf("its controller is %s %s, not StatefulSet %s (apps/v1)", ref.Kind, ref.Name, app)
+}
+
+// notOfStatefulSet explains why a Pod controlled (ref) by a StatefulSet is not one of the
+// replicas of kube-ovn's StatefulSet app, in the Pod's namespace ("" when it is one).
+func (ix *Index) notOfStatefulSet(p *corev1.Pod, ref *metav1.OwnerReference, app, gw string) string {
+	if ref.Name != app {
+		return fmt.Sprintf("its controller is StatefulSet %s, not %s", ref.Name, app)
+	}
+	sts := ix.statefulSets[types.NamespacedName{Namespace: p.Namespace, Name: app}]
+	switch {
+	case sts == nil:
+		return fmt.Sprintf("there is no StatefulSet %s with kube-ovn's labels", app)
+	case sts.UID != ref.UID:
+		return fmt.Sprintf("its owner reference is not to StatefulSet %s (another UID)", app)
+	case sts.Labels["app"] != app || sts.Labels[LabelGatewayPod] != "true":
+		return fmt.Sprintf("StatefulSet %s has not kube-ovn's labels", app)
+	}
+	if c := metav1.GetControllerOfNoCopy(sts); c != nil && (c.Kind != "VpcNatGateway" || !strings.HasPrefix(c.APIVersion, "kubeovn.io/") || c.Name != gw) {
+		return fmt.Sprintf("StatefulSet %s is controlled by %s %s, not by VpcNatGateway %s", app, c.Kind, c.Name, gw)
+	}
+	if err := gwinstance.CheckOrdinal(p.Name, sts); err != nil {
+		return err.Error()
+	}
+	return ""
 }

@@ -29,15 +29,16 @@ import (
 // changes only where the Services it replans changed it (gatewaystate.go). It decides
 // everything about that without I/O:
 //
-//   - when a plan must be full (no valid memory, a gateway-wide input changed: Fingerprint, and
-//     the few cases of a full gateway that plannerroom.go lists, SPEC N4);
+//   - when a plan must be full (no valid memory, a gateway-wide input changed: Fingerprint, or a
+//     change to the shares of the gateway's bounds: the namespaces sharing them, a namespace the
+//     change leaves past its share; while a Service of the gateway waits for room, only the few
+//     cases plannerroom.go lists, SPEC N4);
 //   - which Services replan together: a changed Service, and every Service that shares a claim
 //     (ClaimKeys) with it now or at its last plan, transitively, since one may take over what
 //     another gives up and a Service's plan depends on every claimant of what it claims (SPEC I2);
-//     while a Service waits for room (or for its draining flows), also the Services whose room
+//     while a Service waits for room (or for its draining flows), also every Service whose room
 //     a change elsewhere may change (plannerroom.go);
-//   - what the other Services already hold against the gateway's bounds, and on a full gateway
-//     each namespace's share of it and what the others hold there.
+//   - what the other Services already hold against the gateway's bounds.
 //
 // What to read is a Scope; ReadScope reads it through a Reader (the controller's cache, or a
 // test's objects); Plan plans what was read and updates the memory. Plan(Scope(...)) equals a
@@ -53,11 +54,17 @@ type Planner struct {
 	valid       bool
 	fingerprint string
 	services    map[types.NamespacedName]*keptPlan
-	// held is what the kept Services hold against the gateway's bounds, and room what they ask
-	// and hold per namespace and who waits (SPEC N4), kept up to date by keep and forget so that
-	// a partial plan does not walk every identity.
-	held Load
+	// room is who waits for room and whose room a change elsewhere may change (SPEC N4,
+	// plannerroom.go).
 	room room
+	// held is what the kept Services hold against the gateway's bounds, and nsHeld per
+	// namespace; asking counts, per namespace, the kept Services that ask the gateway for room,
+	// served or waiting. keep and forget keep them up to date, so that a partial plan does not
+	// walk every identity. sharers is how many namespaces the last plan split the bounds between.
+	held    Load
+	nsHeld  map[string]Load
+	asking  map[string]int
+	sharers int
 	// state is the gateway's whole state at the last plan (nil: none), changed by a partial plan
 	// only where the Services it replans changed it (gatewaystate.go).
 	state *gatewayState
@@ -68,12 +75,12 @@ type keptPlan struct {
 	uid     types.UID
 	part    Contribution
 	load    Load
+	demand  Load // what it asked of the bounds (ServicePlan.Demand), served or not
 	limited bool
-	// programmed and asks are those of its ServicePlan; asked is what it asks of a full plan's
-	// first pass, as its namespace's demand counts it (plannerroom.go).
-	programmed  bool
-	asks, asked Load
-	claims      []string
+	// programmed and asks are those of its ServicePlan (plannerroom.go).
+	programmed bool
+	asks       Load
+	claims     []string
 }
 
 // Changes are what changed since a gateway's last plan: Services to replan, and record owners
@@ -96,8 +103,8 @@ type Scope struct {
 }
 
 // Limited is how many Services of the gateway its last plan left waiting for room: the gateway's
-// bounds, or their namespace's share of it, are reached (SPEC N4). A partial plan replans every
-// waiting Service, so the count is always the whole gateway's.
+// bounds, or their namespace's share of them, are reached (SPEC N4). A partial plan while one
+// waits replans every waiting Service, so the count is always the whole gateway's.
 func (p *Planner) Limited() int { return len(p.room.waiting) }
 
 // Invalidate makes the next plan full (after a failed sync: what it decided is unknown).
@@ -116,12 +123,7 @@ func (p *Planner) Scope(base Snapshot, gw string, ch Changes) Scope {
 	if owners == nil {
 		owners = map[types.UID]bool{}
 	}
-	seen := make(map[types.NamespacedName]bool, len(ch.Services))
 	add := func(k types.NamespacedName) {
-		if seen[k] {
-			return
-		}
-		seen[k] = true
 		sc.Services = append(sc.Services, k)
 		if kp := p.services[k]; kp != nil {
 			for _, c := range kp.claims {
@@ -133,10 +135,8 @@ func (p *Planner) Scope(base Snapshot, gw string, ch Changes) Scope {
 	for k := range ch.Services {
 		add(k)
 	}
-	for _, m := range p.room.unsettled() { // room a change releases may go to them (plannerroom.go)
-		for k := range m {
-			add(k)
-		}
+	for _, k := range p.room.unsettled(ch.Services) { // room a change releases may go to them
+		add(k)
 	}
 	slices.SortFunc(sc.Services, compareKeys)
 	sc.Claims = slices.Sorted(maps.Keys(claims))
@@ -149,8 +149,8 @@ func (p *Planner) Scope(base Snapshot, gw string, ch Changes) Scope {
 // gateway's for a full plan; the controller writes those whose Gateway is gw) and the plan of
 // the whole gateway (nil: the gateway does not exist, or gw is UnboundGateway); what its
 // instances get is its Update (a partial plan leaves its State empty). ok is false, with
-// nothing changed, when a partial plan cannot decide (plannerroom.go, SPEC N4). Then plan in
-// full: Sync does.
+// nothing changed, when a partial plan cannot decide what a full one would (decides, SPEC N4).
+// Then plan in full: Sync does.
 func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedName]bool, gates Gates, gw string) (plan Plan, gp *GatewayPlan, ok bool) {
 	if sc.Full {
 		plan := Compute(snap, gates)
@@ -158,22 +158,18 @@ func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedNa
 			return plan, nil, true
 		}
 		p.valid, p.fingerprint = true, sc.fingerprint
-		p.services, p.held, p.room = map[types.NamespacedName]*keptPlan{}, Load{}, room{}
-		p.keep(gw, plan.Services, snap.Services, nil)
+		p.services, p.room, p.held = map[types.NamespacedName]*keptPlan{}, room{}, Load{}
+		p.nsHeld, p.asking = map[string]Load{}, map[string]int{}
+		p.keep(gw, plan.Services, snap.Services)
 		gp := plan.Gateway(gw)
+		p.sharers = sharersIn(plan, gw)
 		p.fullState(gp)
 		return plan, gp, true
 	}
-	snap.GatewayLoad = map[string]Load{gw: p.load(replanned)}
+	outside := p.outside(replanned)
+	snap.GatewayLoad = map[string]HeldLoad{gw: outside}
 	plan = Compute(snap, gates)
-	var shares map[string]Load
-	var asked map[types.NamespacedName]Load
-	if p.room.settled() {
-		ok = allGetAll(plan, gw) // else the order decides who gets what: a full plan's (plannerroom.go)
-	} else {
-		plan, shares, asked, ok = p.planUnsettled(sc, snap, plan, replanned, gates, gw)
-	}
-	if !ok {
+	if !p.decides(sc, plan, outside, replanned, gates, gw) {
 		return Plan{}, nil, false
 	}
 	keys := slices.SortedFunc(maps.Keys(replanned), compareKeys) // old and now in one order
@@ -181,10 +177,8 @@ func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedNa
 	for _, k := range keys {
 		p.forget(k)
 	}
-	p.keep(gw, plan.Services, snap.Services, asked)
-	if shares != nil { // those of the demands just kept
-		p.room.shares, p.room.bounds = shares, gates.Bounds()
-	}
+	p.keep(gw, plan.Services, snap.Services)
+	p.sharers = sharersIn(plan, gw) // the same, unless a Service waited (plannerroom.go)
 	if gp = plan.Gateway(gw); gp == nil {
 		p.state = nil
 		return plan, nil, true
@@ -243,6 +237,49 @@ func (p *Planner) parts(keys []types.NamespacedName) []Contribution {
 		}
 	}
 	return out
+}
+
+// decides reports whether a partial plan of gateway gw, its Services planned after those outside
+// it, decides what a full plan would (SPEC N4). While a Service waits for room, see
+// plannerroom.go. Otherwise, when every Service holds all it asks, it does when every Service it
+// replans does too (else, in the full plan's order, one it kept could be held back, or the
+// draining flows of another could fit); the gateway's bounds are split between as many
+// namespaces as before (a share that changes may change the room of Services it does not
+// replan); and each namespace it replans stays within its share (past it, in the full plan's
+// order, a Service it kept could be held back).
+func (p *Planner) decides(sc Scope, plan Plan, outside HeldLoad, replanned map[types.NamespacedName]bool, gates Gates, gw string) bool {
+	if !p.room.settled() {
+		return p.decidesUnsettled(sc, plan, replanned, gw)
+	}
+	if sharersIn(plan, gw) != p.sharers {
+		return false
+	}
+	now := map[string]Load{}
+	for i := range plan.Services {
+		sp := &plan.Services[i]
+		if sp.Gateway != gw {
+			continue
+		}
+		if !sp.getsAll() {
+			return false
+		}
+		now[sp.Key.Namespace] = now[sp.Key.Namespace].plus(LoadOf(sp.Contribution().Identities))
+	}
+	share := gates.Share(p.sharers)
+	for ns, l := range now {
+		if !outside.Namespaces[ns].plus(l).fits(share) {
+			return false
+		}
+	}
+	return true
+}
+
+// sharersIn is GatewayPlan.Sharers of gateway gw in plan (0: no such gateway).
+func sharersIn(plan Plan, gw string) int {
+	if gp := plan.Gateway(gw); gp != nil {
+		return gp.Sharers
+	}
+	return 0
 }
 
 // fullScope is sc made full: what to read when Plan could not decide from a partial one.
@@ -313,11 +350,9 @@ func (p *Planner) ServiceVIPs() map[types.NamespacedName]ServiceVIPs {
 	return out
 }
 
-// keep remembers the plans of gateway gw's Services; asked, when not nil, is what each asks of a
-// full plan's first pass (else its Demand).
-func (p *Planner) keep(gw string, plans []ServicePlan, svcs []corev1.Service, asked map[types.NamespacedName]Load) {
+func (p *Planner) keep(gw string, plans []ServicePlan, svcs []corev1.Service) {
 	if p.services == nil {
-		p.services = map[types.NamespacedName]*keptPlan{}
+		p.services, p.nsHeld, p.asking = map[types.NamespacedName]*keptPlan{}, map[string]Load{}, map[string]int{}
 	}
 	claims := make(map[types.UID][]string, len(svcs))
 	for i := range svcs {
@@ -329,36 +364,62 @@ func (p *Planner) keep(gw string, plans []ServicePlan, svcs []corev1.Service, as
 			continue
 		}
 		p.forget(sp.Key)
-		kp := &keptPlan{uid: sp.UID, part: sp.Contribution(), limited: sp.Limited,
-			programmed: sp.programmed, asks: sp.asks, asked: sp.Demand, claims: claims[sp.UID]}
-		if a, ok := asked[sp.Key]; ok {
-			kp.asked = a
-		}
+		kp := &keptPlan{uid: sp.UID, part: sp.Contribution(), demand: sp.Demand, limited: sp.Limited,
+			programmed: sp.programmed, asks: sp.asks, claims: claims[sp.UID]}
 		kp.load = LoadOf(kp.part.Identities)
 		p.services[sp.Key] = kp
 		p.held = p.held.plus(kp.load)
+		p.nsHeld[sp.Key.Namespace] = p.nsHeld[sp.Key.Namespace].plus(kp.load)
+		if kp.demand.Identities > 0 {
+			p.asking[sp.Key.Namespace]++
+		}
 		p.room.add(sp.Key, kp)
 	}
 }
 
 func (p *Planner) forget(k types.NamespacedName) {
 	if kp := p.services[k]; kp != nil {
-		p.held = p.held.minus(kp.load)
 		p.room.remove(k, kp)
+		p.held = p.held.minus(kp.load)
+		// Namespaces that hold and ask nothing are dropped: outside copies these maps.
+		if l := p.nsHeld[k.Namespace].minus(kp.load); l == (Load{}) {
+			delete(p.nsHeld, k.Namespace)
+		} else {
+			p.nsHeld[k.Namespace] = l
+		}
+		if kp.demand.Identities > 0 {
+			if p.asking[k.Namespace]--; p.asking[k.Namespace] <= 0 {
+				delete(p.asking, k.Namespace)
+			}
+		}
 		delete(p.services, k)
 	}
 }
 
-// load is what the kept Services outside replanned hold: what a partial plan's Services count
-// against the gateway's bounds (SPEC N4).
-func (p *Planner) load(replanned map[types.NamespacedName]bool) Load {
-	n := p.held
+// outside is what the kept Services outside replanned hold, in all and per namespace, and the
+// namespaces of those that ask for room: what a partial plan's Services find taken, and who
+// shares the gateway besides them (SPEC N4).
+func (p *Planner) outside(replanned map[types.NamespacedName]bool) HeldLoad {
+	h := HeldLoad{Load: p.held, Namespaces: maps.Clone(p.nsHeld), Asking: make(map[string]bool, len(p.asking))}
+	if h.Namespaces == nil {
+		h.Namespaces = map[string]Load{}
+	}
+	asking := maps.Clone(p.asking)
 	for k := range replanned {
 		if kp := p.services[k]; kp != nil {
-			n = n.minus(kp.load)
+			h.Load = h.Load.minus(kp.load)
+			h.Namespaces[k.Namespace] = h.Namespaces[k.Namespace].minus(kp.load)
+			if kp.demand.Identities > 0 {
+				asking[k.Namespace]--
+			}
 		}
 	}
-	return n
+	for ns, n := range asking {
+		if n > 0 {
+			h.Asking[ns] = true
+		}
+	}
+	return h
 }
 
 // ServiceGatewayKeys are the planner keys a Service belongs to: its gateway, or UnboundGateway

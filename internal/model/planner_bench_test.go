@@ -78,22 +78,24 @@ func (r *indexedReader) PodAddresses(k types.NamespacedName) ([]kubeovnv1.IP, er
 
 // BenchmarkPartialPlanOneService: n Services × 10 endpoints on one gateway, planned in full
 // once; one op is one partial plan (Planner.Sync) of one Service whose endpoints changed (one
-// endpoint leaves, then comes back) and whose record was rewritten. What the controller sends is read from the plan as the
-// controller reads it: the counts always, the change when the plan has one. Its ns/op and
-// allocs/op must not grow with n. In the waiting case the gateway is full: its bound leaves
-// another namespace's Service waiting for room, and the n Services are programmed (their
-// ServiceRecords exist), as in a cluster where they have been served (SPEC N4, issue 34).
+// endpoint leaves, then comes back) and whose record was rewritten. What the controller sends
+// is read from the plan as the controller reads it: the counts always, the change when the plan
+// has one. Its ns/op and allocs/op must not grow with n. In the waiting case the n Services
+// were served, and their ServiceRecords written, while their namespace was the VPC's only one;
+// another namespace admitted since has a Service waiting for room (SPEC N4, issue 34).
 func BenchmarkPartialPlanOneService(b *testing.B) {
 	for _, waiting := range []bool{false, true} {
 		for _, n := range []int{1000, 10000} {
 			s, gates := largeSnapshot(n, 10), bothGates
+			var records map[types.UID][]vpcgwv1alpha1.ServiceRecord
 			if waiting {
-				s, gates = fullLargeSnapshot(s)
+				gates = srGates
+				gates.MaxIdentitiesPerGateway = 2 * n // an EIP and a ClusterIP identity each
+				records = servedRecords(s, gates)
+				s = withNewcomer(s)
 			}
 			r := newIndexedReader(s)
-			if waiting {
-				r.records = servedRecords(s, gates)
-			}
+			r.records = records
 			b.Run(fmt.Sprintf("waiting=%v/services=%d", waiting, n), func(b *testing.B) {
 				benchmarkPartialPlan(b, s, r, gates, waiting)
 			})
@@ -101,9 +103,8 @@ func BenchmarkPartialPlanOneService(b *testing.B) {
 	}
 }
 
-// fullLargeSnapshot is s with a Service of another namespace, and a gateway bound that leaves it
-// waiting: s's Services fill the gateway.
-func fullLargeSnapshot(s Snapshot) (Snapshot, Gates) {
+// withNewcomer is s with namespace tenant-b admitted to the VPC, and a Service of it.
+func withNewcomer(s Snapshot) Snapshot {
 	s.Vpcs = []kubeovnv1.Vpc{vpc("vpc1", "ns", "tenant-b")}
 	newcomer := service("newcomer", t0.Add(time.Hour), func(svc *corev1.Service) {
 		svc.Namespace, svc.UID = "tenant-b", "uid-newcomer"
@@ -111,9 +112,7 @@ func fullLargeSnapshot(s Snapshot) (Snapshot, Gates) {
 		svc.Spec.Ports[0].Port = 80
 	})
 	s.Services = append(slices.Clone(s.Services), newcomer)
-	gates := srGates
-	gates.MaxIdentitiesPerGateway = 2 * (len(s.Services) - 1) // an EIP and a ClusterIP identity each
-	return s, gates
+	return s
 }
 
 // servedRecords are the ServiceRecords of the Services a full plan of s serves, by owner.

@@ -20,6 +20,7 @@ import (
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
+	"github.com/vpcgw/vpcgw/internal/gwinstance"
 	"github.com/vpcgw/vpcgw/internal/gwstate"
 )
 
@@ -112,16 +113,16 @@ func (w *world) base(gw string) Snapshot {
 
 // covers: I2, N3, N4, R5, S4, D2, V1, V3, P1, P3
 // The planner's partial plans equal full plans: a random sequence of what happens in a cluster
-// (Services of three namespaces created, deleted, re-annotated and re-ported so that they
-// conflict and take over, endpoints changing, EIPs turning ready and back, the gateway's pod
-// changing, gateway bounds that fill up so that Services wait for room, in both ledger
-// forms), with the
-// controller's writes applied after every sync and marked as its handlers mark them. After
-// every sync the gateway's state, routes and Services from the planner's partial plan are those
-// of a full plan of the same cluster, and so is every replanned Service's plan and the count of
-// Services waiting.
+// (Services created, deleted, re-annotated and re-ported so that they conflict and take over,
+// endpoints changing, EIPs turning ready and back, the gateway's pod changing, gateway bounds
+// of identities and of backends that fill up so that Services wait for room, namespaces' shares
+// of them reached, and, on a gateway open to every namespace, shares that change as a namespace
+// starts or stops asking; in both ledger forms), with the controller's writes applied after
+// every sync and marked as its handlers mark them. After every sync the gateway's state, routes
+// and Services from the planner's partial plan are those of a full plan of the same cluster,
+// and so are every replanned Service's plan and the count of Services waiting.
 func TestPartialPlansEqualFullPlans(t *testing.T) {
-	limitedSyncs, conflicts, partialWhileWaiting, deltas := 0, 0, 0, 0
+	limitedSyncs, conflicts, partialWhileWaiting, deltas, newSharers := 0, 0, 0, 0, 0
 	waitingSyncs, admittedPartially, ownersWhileWaiting := 0, 0, 0
 	for seed := range uint64(24) {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
@@ -131,7 +132,7 @@ func TestPartialPlansEqualFullPlans(t *testing.T) {
 			// draining flows give way first); some keep the seed's ledger form, where a Service
 			// without backends has no record and so is never programmed.
 			gates.MaxIdentitiesPerGateway = 6 + r.IntN(44)
-			if seed%2 == 0 {
+			if seed%4 < 2 {
 				gates.MaxBackendsPerGateway = 8 + r.IntN(60)
 			}
 			if seed%3 == 0 {
@@ -139,12 +140,15 @@ func TestPartialPlansEqualFullPlans(t *testing.T) {
 			}
 			w := &world{s: baseSnapshot()}
 			w.s.EndpointSlices = nil
-			w.s.Vpcs[0].Spec.Namespaces = append(w.s.Vpcs[0].Spec.Namespaces, "tenant-c")
 			w.s.Gateways = append(w.s.Gateways, gateway("gw2", "vpc1"))
 			w.s.EIPs = append(w.s.EIPs, eip("eip2", "gw1", "172.18.0.11", true), eip("eip3", "gw2", "172.18.0.12", true))
 			for i := range w.s.Gateways {
 				w.s.Gateways[i].ResourceVersion = "1"
 			}
+			if seed%2 == 1 { // open to all: tenant-c shares it too, when it asks
+				w.s.Gateways[0].Annotations = map[string]string{AnnotationAllowedNamespaces: "*"}
+			}
+			sharers := 0
 			var p Planner
 			changes := Changes{Services: map[types.NamespacedName]bool{}, Owners: map[types.UID]bool{}}
 			mark := func(svc *corev1.Service) {
@@ -184,6 +188,12 @@ func TestPartialPlansEqualFullPlans(t *testing.T) {
 				whole, _, _ := ReadScope(w, w.base("gw1"), "gw1", Scope{Full: true})
 				fplan := Compute(whole, gates)
 				fgp := fplan.Gateway("gw1")
+				if fgp != nil {
+					if sharers != 0 && fgp.Sharers != sharers {
+						newSharers++
+					}
+					sharers = fgp.Sharers
+				}
 				if d := gatewayPlanDiff(gp, fgp); d == "" && gp != nil {
 					// The update's change is what the transport sends to an instance that acknowledged
 					// the planner's previous state: exactly the diff of the two whole states.
@@ -211,7 +221,7 @@ func TestPartialPlansEqualFullPlans(t *testing.T) {
 					}
 					t.Fatalf("step %d (%s, full %v): %s", step, what, full, d)
 				}
-				if n := countLimited(fplan); n > 0 {
+				if countLimited(fplan) > 0 {
 					limitedSyncs++
 				}
 				if p.Limited() != countLimited(fplan) {
@@ -279,8 +289,11 @@ func TestPartialPlansEqualFullPlans(t *testing.T) {
 	if deltas == 0 {
 		t.Fatal("no plan carried a delta against the one before")
 	}
-	t.Logf("%d syncs with a full gateway; of %d while a Service waited, %d partial (%d after record writes, %d letting a waiting Service in); %d deltas checked",
-		limitedSyncs, waitingSyncs, partialWhileWaiting, ownersWhileWaiting, admittedPartially, deltas)
+	if newSharers == 0 {
+		t.Fatal("the namespaces sharing a gateway never changed after the first plan")
+	}
+	t.Logf("%d syncs with a full gateway or share; of %d while a Service waited, %d partial (%d after record writes, %d letting a waiting Service in); %d deltas checked, %d changes of sharers",
+		limitedSyncs, waitingSyncs, partialWhileWaiting, ownersWhileWaiting, admittedPartially, deltas, newSharers)
 }
 
 func countBackends(st gwstate.State) int {
@@ -323,8 +336,18 @@ func gatewayPlanDiff(a, b *GatewayPlan) string {
 		return fmt.Sprintf("routes: partial %+v, full %+v", a.Routes, b.Routes)
 	case !reflect.DeepEqual(a.Services, b.Services):
 		return fmt.Sprintf("services: partial %v, full %v", a.Services, b.Services)
+	case !reflect.DeepEqual(instanceNames(a), instanceNames(b)) || !reflect.DeepEqual(a.Refused, b.Refused):
+		return fmt.Sprintf("instances: partial %v refused %v, full %v refused %v", instanceNames(a), a.Refused, instanceNames(b), b.Refused)
 	}
 	return ""
+}
+
+func instanceNames(gp *GatewayPlan) []string {
+	var out []string
+	for _, inst := range gp.Instances {
+		out = append(out, inst.Pod.Namespace+"/"+inst.Pod.Name)
+	}
+	return out
 }
 
 // mutate changes the world as a cluster changes and marks what the controller's event handlers
@@ -439,6 +462,12 @@ func mutate(r *rand.Rand, w *world, step int, mark func(*corev1.Service), bump f
 			}
 		}
 		return "eip status " + e.Name
+	case r.IntN(4) == 0: // the gateway's StatefulSet scales to none or back: its Pod is no instance then (SPEC N5)
+		sts := &w.s.GatewayStatefulSets[0]
+		replicas := int32(1 - gwinstance.Replicas(sts))
+		sts.Spec.Replicas = &replicas
+		bump(&sts.ObjectMeta)
+		return fmt.Sprint("gateway StatefulSet replicas ", replicas)
 	default: // the gateway's pod changes (kube-ovn rewrites it)
 		gp := &w.s.GatewayPods[0]
 		bump(&gp.ObjectMeta)

@@ -82,9 +82,9 @@ type ServicePlan struct {
 	Limited bool
 
 	// programmed: its records say the gateway serves it, which puts it first in the budget order
-	// (Compute sets it). asks: what it asks with its draining backends' kept flows, which the
-	// bounds drop first (Demand is without them when they do). The planner keeps both to share a
-	// full gateway in a partial plan (plannerroom.go, SPEC N4).
+	// and out of its namespace's share (Compute sets it). asks: what it asks with its draining
+	// backends' kept flows, which the bounds drop first (Demand is without them when they do).
+	// The planner keeps both to plan a gateway where a Service waits partially (plannerroom.go).
 	programmed bool
 	asks       Load
 }
@@ -294,6 +294,29 @@ func Admitted(namespace string, gw *kubeovnv1.VpcNatGateway, vpc *kubeovnv1.Vpc)
 	return listAdmits(gw.Annotations, namespace, false)
 }
 
+// AdmittedNames are the namespaces gateway gw admits by name under SPEC N1 (its Vpc's, nil when
+// missing, and its allow-list's), and whether its allow-list admits every namespace ("*").
+func AdmittedNames(gw *kubeovnv1.VpcNatGateway, vpc *kubeovnv1.Vpc) (names map[string]bool, all bool) {
+	names = map[string]bool{}
+	if vpc != nil && vpc.DeletionTimestamp == nil {
+		for _, n := range vpc.Spec.Namespaces {
+			names[n] = true
+		}
+	}
+	if v, ok := gw.Annotations[AnnotationAllowedNamespaces]; ok {
+		for _, n := range strings.Split(v, ",") {
+			switch n = strings.TrimSpace(n); n {
+			case "*":
+				all = true
+			case "":
+			default:
+				names[n] = true
+			}
+		}
+	}
+	return names, all
+}
+
 // EIPAdmitted is SPEC N1's rule for one namespace and an EIP of a gateway it is admitted to: an
 // EIP without an allow-list admits every namespace of its gateway, one with it only those it
 // names. Shared with the webhook.
@@ -378,7 +401,7 @@ func (ix *Index) PlanService(svc *corev1.Service) ServicePlan {
 		}
 		ix.planIdentities(svc, b, &sp)
 		sp.asks = LoadOf(sp.Identities)
-		ix.takeLoad(svc.Namespace, &sp)
+		ix.takeLoad(svc, &sp)
 	}
 	if sp.Gateway == "" {
 		sp.Gateway = ix.recordGateway(svc.UID)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -35,9 +36,9 @@ type Gates struct {
 	MaxPortsPerService, MaxBackendsPerIdentity int
 	// MaxIdentitiesPerGateway and MaxBackendsPerGateway bound what all Services together may ask
 	// of one gateway (SPEC N4; backends and source ranges count as backends); 0 means the
-	// defaults. Services that already hold identities keep them first, then the oldest, with a
-	// fair share per namespace when the gateway is full (bounds.go): a Service that would pass a
-	// bound is not served (event) until others let go.
+	// defaults. Each namespace gets an even share of them (bounds.go); Services that already hold
+	// identities keep them first, then the oldest: a Service that would pass a bound or its
+	// namespace's share is not served (event) until room is freed.
 	MaxIdentitiesPerGateway, MaxBackendsPerGateway int
 	// Release is vpcgw's uninstall (vpcgw release, SPEC O4): no Service is served, whatever the
 	// gates, so every Service, record and route is released as for both gates off, and the
@@ -129,7 +130,10 @@ type Snapshot struct {
 	Vpcs         []kubeovnv1.Vpc
 	Gateways     []kubeovnv1.VpcNatGateway
 	GatewayPods  []corev1.Pod
-	EIPs         []kubeovnv1.IptablesEIP
+	// GatewayStatefulSets are kube-ovn's StatefulSets of the gateways: a gateway Pod is an
+	// instance only when the one of its gateway controls it within its replicas (SPEC N5).
+	GatewayStatefulSets []appsv1.StatefulSet
+	EIPs                []kubeovnv1.IptablesEIP
 	// KubeOVNDnatRules and KubeOVNFIPRules are kube-ovn's own NAT on the gateway's EIPs: its
 	// DNAT rules that are not records, and its floating IPs. What they forward is held (SPEC N3).
 	KubeOVNDnatRules []kubeovnv1.IptablesDnatRule
@@ -142,14 +146,9 @@ type Snapshot struct {
 	ServiceRecords []vpcgwv1alpha1.ServiceRecord `plan:"service"`
 	// GatewayLoad is, per gateway, what Services outside this snapshot already have there (a
 	// partial plan's snapshot holds only the changed Services); it counts against the gateway's
-	// bounds before any Service of the snapshot. Nil for a full snapshot.
-	GatewayLoad map[string]Load `plan:"service"`
-	// NamespaceLoad is, per gateway and namespace, what Services outside this snapshot have
-	// there, and Shares is, per full gateway, each namespace's fair share of it (bounds.go): a
-	// partial plan of a full gateway shares it as the full plan did, from what the planner keeps.
-	// Nil for a full snapshot.
-	NamespaceLoad map[string]map[string]Load `plan:"service"`
-	Shares        map[string]map[string]Load `plan:"service"`
+	// bounds and its namespaces' shares before any Service of the snapshot. Nil for a full
+	// snapshot.
+	GatewayLoad map[string]HeldLoad `plan:"service"`
 }
 
 // Index is a snapshot prepared for lookups. Building it is linear in the snapshot; planning one
@@ -164,18 +163,23 @@ type Index struct {
 	pods        map[types.NamespacedName]*corev1.Pod
 	podAddrs    map[types.NamespacedName][]*kubeovnv1.IP // by the Pod they are allocated to
 	gatewayPods map[string][]*corev1.Pod                 // by gateway
-	slices      map[types.NamespacedName][]*discoveryv1.EndpointSlice
-	records     map[types.UID][]*kubeovnv1.IptablesDnatRule  // by owner UID label
-	svcRecords  map[types.UID][]*vpcgwv1alpha1.ServiceRecord // by owner UID label
+	// statefulSets are kube-ovn's gateway StatefulSets by namespace/name (SPEC N5).
+	statefulSets map[types.NamespacedName]*appsv1.StatefulSet
+	slices       map[types.NamespacedName][]*discoveryv1.EndpointSlice
+	records      map[types.UID][]*kubeovnv1.IptablesDnatRule  // by owner UID label
+	svcRecords   map[types.UID][]*vpcgwv1alpha1.ServiceRecord // by owner UID label
 	// claims lists, per identity, the Services that could serve it, best claim first (I2). A
 	// ClusterIP is unique in a cluster, but a snapshot is input like any other.
 	claims map[gwstate.IdentityKey][]claimant
 	// load counts, per gateway, what was given so far (SPEC N4): GatewayLoad, then each Service
-	// as PlanService serves it; nsLoad the same per namespace. shares, for a gateway that is full,
-	// is what each namespace may take (bounds.go); nil: only the gateway's bounds apply.
-	load   map[string]Load
-	nsLoad map[string]map[string]Load
-	shares map[string]map[string]Load
+	// as PlanService serves it; nsLoad the same per namespace. shares is what each namespace may
+	// hold of a gateway, split between sharersOf namespaces (bounds.go); nil in the first pass,
+	// which only finds who asks.
+	held      map[string]HeldLoad
+	load      map[string]Load
+	nsLoad    map[string]map[string]Load
+	shares    map[string]Load
+	sharersOf map[string]int
 	// infra caches, per gateway, the addresses of its VPC's machinery (backends.go).
 	infra map[string][]infraRange
 	// nat is what kube-ovn's own NAT holds on the EIPs (SPEC N3).
@@ -193,31 +197,29 @@ type claimant struct {
 // NewIndex prepares a snapshot for planning with the given gates.
 func NewIndex(s Snapshot, gates Gates) *Index {
 	ix := &Index{
-		gates:       gates,
-		placement:   s.Placement,
-		vpcs:        make(map[string]*kubeovnv1.Vpc, len(s.Vpcs)),
-		gateways:    make(map[string]*kubeovnv1.VpcNatGateway, len(s.Gateways)),
-		eips:        make(map[string]*kubeovnv1.IptablesEIP, len(s.EIPs)),
-		subnets:     make(map[string]*kubeovnv1.Subnet, len(s.Subnets)),
-		pods:        make(map[types.NamespacedName]*corev1.Pod, len(s.Pods)),
-		podAddrs:    make(map[types.NamespacedName][]*kubeovnv1.IP, len(s.PodAddresses)),
-		gatewayPods: map[string][]*corev1.Pod{},
-		slices:      map[types.NamespacedName][]*discoveryv1.EndpointSlice{},
-		records:     map[types.UID][]*kubeovnv1.IptablesDnatRule{},
-		svcRecords:  map[types.UID][]*vpcgwv1alpha1.ServiceRecord{},
-		claims:      map[gwstate.IdentityKey][]claimant{},
-		load:        maps.Clone(s.GatewayLoad),
-		infra:       map[string][]infraRange{},
+		gates:        gates,
+		placement:    s.Placement,
+		vpcs:         make(map[string]*kubeovnv1.Vpc, len(s.Vpcs)),
+		gateways:     make(map[string]*kubeovnv1.VpcNatGateway, len(s.Gateways)),
+		eips:         make(map[string]*kubeovnv1.IptablesEIP, len(s.EIPs)),
+		subnets:      make(map[string]*kubeovnv1.Subnet, len(s.Subnets)),
+		pods:         make(map[types.NamespacedName]*corev1.Pod, len(s.Pods)),
+		podAddrs:     make(map[types.NamespacedName][]*kubeovnv1.IP, len(s.PodAddresses)),
+		gatewayPods:  map[string][]*corev1.Pod{},
+		statefulSets: make(map[types.NamespacedName]*appsv1.StatefulSet, len(s.GatewayStatefulSets)),
+		slices:       map[types.NamespacedName][]*discoveryv1.EndpointSlice{},
+		records:      map[types.UID][]*kubeovnv1.IptablesDnatRule{},
+		svcRecords:   map[types.UID][]*vpcgwv1alpha1.ServiceRecord{},
+		claims:       map[gwstate.IdentityKey][]claimant{},
+		held:         s.GatewayLoad,
+		load:         map[string]Load{},
+		nsLoad:       map[string]map[string]Load{},
+		infra:        map[string][]infraRange{},
 	}
 	ix.nat = NewKubeOVNNat(s.KubeOVNDnatRules, s.KubeOVNFIPRules)
-	if ix.load == nil {
-		ix.load = map[string]Load{}
+	for gw, h := range s.GatewayLoad {
+		ix.load[gw], ix.nsLoad[gw] = h.Load, maps.Clone(h.Namespaces)
 	}
-	ix.nsLoad = make(map[string]map[string]Load, len(s.NamespaceLoad))
-	for gw, l := range s.NamespaceLoad {
-		ix.nsLoad[gw] = maps.Clone(l) // takeLoad adds to it
-	}
-	ix.shares = maps.Clone(s.Shares) // shareFullGateways replaces a gateway's shares, never changes them
 	ix.indexKubeOVN(&s)
 	ix.indexPods(&s)
 	ix.indexSlicesAndRecords(&s)
@@ -247,8 +249,8 @@ func (ix *Index) indexKubeOVN(s *Snapshot) {
 	}
 }
 
-// indexPods indexes the backend Pods by name, kube-ovn's IPs by the Pod they are allocated to and
-// the gateway pods by gateway.
+// indexPods indexes the backend Pods by name, kube-ovn's IPs by the Pod they are allocated to,
+// the gateway pods by gateway and the gateways' StatefulSets by name.
 func (ix *Index) indexPods(s *Snapshot) {
 	for i := range s.Pods {
 		p := &s.Pods[i]
@@ -269,6 +271,10 @@ func (ix *Index) indexPods(s *Snapshot) {
 		if gw := p.Annotations[AnnotationGatewayPod]; gw != "" && p.Labels[LabelGatewayPod] == "true" {
 			ix.gatewayPods[gw] = append(ix.gatewayPods[gw], p)
 		}
+	}
+	for i := range s.GatewayStatefulSets {
+		sts := &s.GatewayStatefulSets[i]
+		ix.statefulSets[types.NamespacedName{Namespace: sts.Namespace, Name: sts.Name}] = sts
 	}
 }
 

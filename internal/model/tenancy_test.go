@@ -1,4 +1,4 @@
-// covers: N3, N8, I2
+// covers: N3, N5, N8, I2
 package model
 
 import (
@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
@@ -311,7 +313,7 @@ func TestPerGatewayIdentityBound(t *testing.T) {
 	gates := srGates
 	gates.MaxIdentitiesPerGateway = 4 // two Services of one port each: EIP and ClusterIP
 
-	p := Compute(baseSnapshot(web, a, b), gates)
+	p := Compute(soleTenant(baseSnapshot(web, a, b)), gates)
 	for name, want := range map[string]bool{"web": true, "a": true, "b": false} {
 		if sp := servicePlan(p, name); sp.Served() != want || sp.Limited == want {
 			t.Errorf("%s: served %v, limited %v; want served %v", name, sp.Served(), sp.Limited, want)
@@ -331,7 +333,7 @@ func TestPerGatewayIdentityBound(t *testing.T) {
 	}
 
 	// b is programmed (its record exists) before the older Services arrive: it keeps its place.
-	s := baseSnapshot(b)
+	s := soleTenant(baseSnapshot(b))
 	s = applyPlan(s, Compute(s, gates))
 	s.Services = append(s.Services, web, a)
 	p = Compute(s, gates)
@@ -343,8 +345,8 @@ func TestPerGatewayIdentityBound(t *testing.T) {
 
 	// What Services outside the snapshot hold counts first.
 	for load, want := range map[int]bool{2: true, 3: false} {
-		s := baseSnapshot(web)
-		s.GatewayLoad = map[string]Load{"gw1": {Identities: load}}
+		s := soleTenant(baseSnapshot(web))
+		s.GatewayLoad = map[string]HeldLoad{"gw1": {Load: Load{Identities: load}}}
 		if sp := servicePlan(Compute(s, gates), "web"); sp.Served() != want {
 			t.Errorf("with %d identities taken: served %v, want %v", load, sp.Served(), want)
 		}
@@ -621,5 +623,89 @@ func TestIPBeingDeletedGivesNoAddress(t *testing.T) {
 	}
 	if !slices.ContainsFunc(sp.Events, func(ev Event) bool { return ev.Reason == ReasonBackendSkipped && strings.Contains(ev.Message, "ns/p") }) {
 		t.Errorf("no skip event names the Pod: %+v", sp.Events)
+	}
+}
+
+// covers: N5, N8, V1, D7
+// A hostile tenant who may create Pods in a gateway's namespace makes look-alikes of its
+// instance: kube-ovn's labels and annotations, a running phase, an address, and an owner
+// reference to the gateway's StatefulSet as it can read it. Only a Pod the StatefulSet controller
+// made is an instance: controlled (Controller=true) by the StatefulSet of that name and UID, with
+// an ordinal below its replicas spelled as the controller spells it. A look-alike gets no state,
+// is no next hop, and its Warning names nothing outside its own namespace.
+func TestHostileTenantLookAlikeGatewayPods(t *testing.T) {
+	const evilIP = "10.0.1.66"
+	lookAlike := func(name string, mutate func(*corev1.Pod)) *corev1.Pod {
+		p := gatewayPod("gw1", name, evilIP, true, true)
+		if mutate != nil {
+			mutate(&p)
+		}
+		return &p
+	}
+	for _, c := range []struct {
+		name     string
+		pod      *corev1.Pod // nil: kube-ovn's instance only
+		replicas *int32
+		want     string // a fragment of the refusal; "" when the Pod is an instance
+	}{
+		{"kube-ovn's instance alone", nil, ptr.To[int32](1), ""},
+		{"kube-ovn's instance, replicas unset (1)", nil, nil, ""},
+		{"a second replica of a two-replica StatefulSet", lookAlike("vpc-nat-gw-gw1-1", nil), ptr.To[int32](2), ""},
+		{"no controller owner reference", lookAlike("vpc-nat-gw-gw1-1", func(p *corev1.Pod) { p.OwnerReferences[0].Controller = nil }), ptr.To[int32](2), "no controller"},
+		{"a controller reference that is not Controller=true", lookAlike("vpc-nat-gw-gw1-1", func(p *corev1.Pod) { p.OwnerReferences[0].Controller = ptr.To(false) }), ptr.To[int32](2), "no controller"},
+		{"owner reference with the wrong UID", lookAlike("vpc-nat-gw-gw1-1", func(p *corev1.Pod) { p.OwnerReferences[0].UID = "tenant-sts" }), ptr.To[int32](2), "another UID"},
+		{"owner reference of another API group", lookAlike("vpc-nat-gw-gw1-1", func(p *corev1.Pod) { p.OwnerReferences[0].APIVersion = "evil.io/v1" }), ptr.To[int32](2), "not StatefulSet"},
+		{"another StatefulSet", lookAlike("vpc-nat-gw-gw1-1", func(p *corev1.Pod) { p.OwnerReferences[0].Name = "tenant-sts" }), ptr.To[int32](2), "not vpc-nat-gw-gw1"},
+		{"the finding: ordinal 7 of a one-replica StatefulSet", lookAlike("vpc-nat-gw-gw1-7", nil), ptr.To[int32](1), "ordinal 7 is not below the 1 replicas"},
+		{"ordinal 1, replicas unset (1)", lookAlike("vpc-nat-gw-gw1-1", nil), nil, "ordinal 1 is not below the 1 replicas"},
+		{"ordinal equal to replicas", lookAlike("vpc-nat-gw-gw1-2", nil), ptr.To[int32](2), "ordinal 2 is not below"},
+		{"ordinal with a leading zero", lookAlike("vpc-nat-gw-gw1-01", nil), ptr.To[int32](3), "no leading zeros"},
+		{"ordinal zero twice", lookAlike("vpc-nat-gw-gw1-00", nil), ptr.To[int32](3), "no leading zeros"},
+		{"ordinal with a letter", lookAlike("vpc-nat-gw-gw1-1a", nil), ptr.To[int32](3), "is not vpc-nat-gw-gw1-<ordinal>"},
+		{"ordinal with a sign", lookAlike("vpc-nat-gw-gw1-+1", nil), ptr.To[int32](3), "is not vpc-nat-gw-gw1-<ordinal>"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := baseSnapshot(service("web", t0))
+			sts := gatewayStatefulSet("gw1", 1)
+			sts.Spec.Replicas = c.replicas
+			s.GatewayStatefulSets = []appsv1.StatefulSet{sts}
+			if c.pod != nil {
+				s.GatewayPods = append(s.GatewayPods, *c.pod)
+			}
+			gp := Compute(s, srGates).Gateway("gw1")
+			wantInstances, wantHops := []string{"vpc-nat-gw-gw1-0"}, []string{"10.0.1.254"}
+			if c.pod != nil && c.want == "" {
+				wantInstances, wantHops = append(wantInstances, c.pod.Name), []string{evilIP, "10.0.1.254"} // in address order
+			}
+			var names []string
+			for _, inst := range gp.Instances {
+				names = append(names, inst.Pod.Name)
+			}
+			if !slices.Equal(names, wantInstances) || !slices.Equal(gp.Routes.NextHops, wantHops) {
+				t.Fatalf("instances %v, next hops %v; want %v, %v", names, gp.Routes.NextHops, wantInstances, wantHops)
+			}
+			if len(gp.State.Identities) == 0 {
+				t.Fatal("the instances get no state")
+			}
+			if c.want == "" {
+				if len(gp.Refused) != 0 {
+					t.Fatalf("refused %+v", gp.Refused)
+				}
+				return
+			}
+			if len(gp.Refused) != 1 || gp.Refused[0].Pod.Name != c.pod.Name || gp.Refused[0].UID != c.pod.UID {
+				t.Fatalf("refused %+v, want the look-alike %s", gp.Refused, c.pod.Name)
+			}
+			ev := gp.Refused[0].Event
+			if ev.Type != corev1.EventTypeWarning || ev.Reason != ReasonNotAGatewayInstance || !strings.Contains(ev.Message, c.want) {
+				t.Errorf("event %+v, want a Warning %s saying %q", ev, ReasonNotAGatewayInstance, c.want)
+			}
+			// Nothing of another namespace (the Services, their addresses) nor the StatefulSet's UID.
+			for _, secret := range []string{"web", "172.18.0.10", "10.96.0.10", string(sts.UID), "ns/"} {
+				if strings.Contains(ev.Message, secret) {
+					t.Errorf("the Warning %q reveals %q", ev.Message, secret)
+				}
+			}
+		})
 	}
 }

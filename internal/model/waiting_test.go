@@ -142,13 +142,15 @@ func findService(s Snapshot, k types.NamespacedName) *corev1.Service {
 }
 
 // fullGateway is gw1 with room for four one-port Services (an EIP and a ClusterIP identity
-// each), all taken by namespace ns (g0..g3, programmed), and tenant-b's waiting Services
-// (o0 first): the world of the SPEC N4 partial plan tests.
+// each), all taken by namespace ns (g0..g3, programmed while ns was the VPC's only namespace),
+// and the waiting Services of tenant-b, admitted since (o0 first): the world of the SPEC N4
+// partial plan tests.
 func fullGateway(t *testing.T, waiting int) *syncer {
 	gates := srGates
 	gates.MaxIdentitiesPerGateway = 8
 	w := &world{s: baseSnapshot()}
 	w.s.EndpointSlices = nil
+	w.s.Vpcs[0].Spec.Namespaces = []string{"ns"}
 	port := int32(80)
 	add := func(ns, name string, created time.Time) {
 		port++
@@ -166,6 +168,8 @@ func fullGateway(t *testing.T, waiting int) *syncer {
 	s := newSyncer(t, w, gates)
 	s.sync("first plan")
 	s.sync("records written") // the records' owners are now programmed
+	w.s.Vpcs[0].Spec.Namespaces = []string{"ns", "tenant-b"}
+	w.s.Vpcs[0].Generation++
 	for i := range waiting {
 		add("tenant-b", fmt.Sprint("o", i), t0.Add(time.Hour+time.Duration(i)*time.Second))
 		s.mark("tenant-b", fmt.Sprint("o", i))

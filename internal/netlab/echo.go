@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,6 +22,11 @@ import (
 // the same number it answers every datagram with "<name>\n". Once both listeners are bound it
 // prints "listening <addr>" on stdout. It serves until ctx ends (the command's SIGTERM or SIGINT), then shuts down cleanly.
 //
+// With --drain D it drains as Kubernetes asks applications to: at SIGTERM, GET /healthz turns
+// from 200 to 503 (a readiness probe on it marks the endpoint not serving, so the proxies stop
+// sending it new flows and forget the kept ones), and it answers on, TCP and UDP, for D before
+// it shuts down: what is still on its way to it when it is told to stop is answered.
+//
 // Two more answers help tests: GET /whoami (or a datagram "whoami") is answered with
 // "<name> <client ip>", the source address the backend sees (hairpin SNAT); GET /stream?ms=N
 // streams "<name>\n" every 10 ms for N milliseconds (a long transfer), then "<name> done\n".
@@ -28,11 +34,15 @@ func EchoMain(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("echo", flag.ContinueOnError)
 	name := fs.String("name", "", "name to answer with")
 	listen := fs.String("listen", "", "host:port to listen on (TCP and UDP)")
+	drain := fs.Duration("drain", 0, "after SIGTERM, fail GET /healthz and answer on for this long before shutting down")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *name == "" || *listen == "" {
 		return errors.New("echo: --name and --listen are required")
+	}
+	if *drain < 0 {
+		return fmt.Errorf("echo: --drain %s is negative", *drain)
 	}
 	tl, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -43,6 +53,7 @@ func EchoMain(ctx context.Context, args []string) error {
 		return fmt.Errorf("echo: %w", err)
 	}
 	body := []byte(*name + "\n")
+	var draining atomic.Bool
 	errc := make(chan error, 2)
 	go func() {
 		buf := make([]byte, 64<<10)
@@ -63,6 +74,12 @@ func EchoMain(ctx context.Context, args []string) error {
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/plain")
 			switch r.URL.Path {
+			case "/healthz":
+				if draining.Load() {
+					http.Error(w, "draining", http.StatusServiceUnavailable)
+					return
+				}
+				_, _ = w.Write([]byte("ok\n"))
 			case "/whoami":
 				_, _ = fmt.Fprintf(w, "%s %s\n", *name, hostOf(r.RemoteAddr))
 			case "/stream":
@@ -93,6 +110,14 @@ func EchoMain(ctx context.Context, args []string) error {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
+	}
+	if *drain > 0 {
+		draining.Store(true)
+		select {
+		case err := <-errc:
+			return err
+		case <-time.After(*drain):
+		}
 	}
 	// SIGTERM or SIGINT: requests in flight get a moment to finish, as a Pod's grace period.
 	_ = ul.Close()

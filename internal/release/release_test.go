@@ -154,8 +154,14 @@ func makeGateway(t *testing.T, gw, ns string) types.UID {
 		Spec: kubeovnv1.SubnetSpec{Vpc: gw + "-vpc", CIDRBlock: "10.0.1.0/24", Provider: "ovn"}}))
 	must(t, k8s.Create(ctx, &kubeovnv1.VpcNatGateway{ObjectMeta: metav1.ObjectMeta{Name: gw},
 		Spec: kubeovnv1.VpcNatGatewaySpec{Vpc: gw + "-vpc", Subnet: gw + "-subnet", LanIP: "10.0.1.254", Replicas: 1}}))
+	// kube-ovn's StatefulSet of the gateway: its Pod is an instance as one of its replicas (SPEC N5).
+	gwLabels := map[string]string{"app": model.GatewayAppPrefix + gw, model.LabelGatewayPod: "true"}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: model.GatewayAppPrefix + gw, Namespace: model.DefaultGatewayNamespace, Labels: gwLabels},
+		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: gwLabels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: gwLabels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vpc-nat-gw", Image: "x"}}}}}}
+	must(t, k8s.Create(ctx, sts))
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "vpc-nat-gw-" + gw + "-0", Namespace: model.DefaultGatewayNamespace,
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: model.GatewayAppPrefix + gw, UID: "uid-sts", Controller: ptr.To(true)}},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: sts.Name, UID: sts.UID, Controller: ptr.To(true)}},
 		Labels:          map[string]string{"app": model.GatewayAppPrefix + gw, model.LabelGatewayPod: "true"},
 		Annotations:     map[string]string{model.AnnotationGatewayPod: gw, model.AnnotationGwInit: "true"}},
 		Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "vpc-nat-gw", Image: "x"}}}}

@@ -107,7 +107,11 @@ func WriteReport(w io.Writer, r *Report) error {
 		out.Printf("| %s | %s | %d | %s / %s | %d of %d | %d of %d |\n", name, a.kind, len(a.times),
 			med.Round(10*time.Millisecond), mx.Round(10*time.Millisecond), a.window.Failed, a.window.Sent, a.after.Failed, a.after.Sent)
 	}
-	out.Printf("\nstart: %s\nend:   %s\n", r.Baseline, r.End)
+	if r.LeaksChecked {
+		out.Printf("\nstart: %s\nend:   %s\n", r.Baseline, r.End)
+	} else {
+		out.Printf("\nstart: %s\nend:   not read: the soak stopped early, so the leak check did not run\n", r.Baseline)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	table := labout.New(tw)
 	table.Println("\ncontroller lifetime\tsamples\tgoroutines (first, last)\tRSS MiB (first, last)\tagent RSS MiB (first, last)")
@@ -119,7 +123,7 @@ func WriteReport(w io.Writer, r *Report) error {
 		table.Printf("%d\t%d\t%d, %d\t%d, %d\t%d, %d\n", i+1, len(l.Samples), f.Goroutines, e.Goroutines, f.RSS>>20, e.RSS>>20, f.AgentRSS>>20, e.AgentRSS>>20)
 	}
 	flushErr := tw.Flush()
-	if len(r.Leaks) == 0 {
+	if r.LeaksChecked && len(r.Leaks) == 0 {
 		out.Println("no leak: records, VIP routes, lo VIPs, nft objects and UDP conntrack entries are back to the start; goroutines and memory within bounds")
 	}
 	if err := errors.Join(out.Err(), table.Err(), flushErr); err != nil {

@@ -80,8 +80,6 @@ type Kind string
 const (
 	// Harmless steps leave the data path alone: no request may fail.
 	Harmless Kind = "harmless"
-	// RemovesBackend steps remove a backend: requests in flight to it may fail.
-	RemovesBackend Kind = "removes a backend"
 	// RemovesDataPath steps take the data path itself away (the gateway's Pod or its table):
 	// requests fail until it is back and programmed again.
 	RemovesDataPath Kind = "removes the data path"
@@ -128,8 +126,10 @@ type Report struct {
 	Steps    []StepResult
 	Baseline Snapshot
 	End      Snapshot
-	// Leaks are what the end state kept beyond the baseline.
-	Leaks []string
+	// Leaks are what the end state kept beyond the baseline; LeaksChecked says whether the check
+	// ran (a soak stopped by a step that did not converge ends without it).
+	Leaks        []string
+	LeaksChecked bool
 	// Lifetimes are the controller's goroutines and memory, per process lifetime.
 	Lifetimes []Lifetime
 }
@@ -235,6 +235,7 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (*Report, error) {
 	rep.Leaks = append(rep.Leaks, stale...)
 	rep.Lifetimes = s.life.all()
 	rep.Leaks = append(rep.Leaks, growth(rep.Lifetimes)...)
+	rep.LeaksChecked = true
 	s.progressf("   end:      %s\n", rep.End)
 	for _, l := range rep.Leaks {
 		s.progressf("!! leak: %s\n", l)

@@ -72,21 +72,15 @@ func Schedule() []Step {
 	var out []Step
 	for i, f := range faults {
 		out = append(out, f)
-		if i%2 == 0 {
-			out = append(out, scale(3, Harmless))
-		} else {
-			out = append(out, scale(2, RemovesBackend))
-		}
+		out = append(out, scale(int32(3-i%2)))
 	}
 	return out
 }
 
-// scale changes the demo's scale. The demo's Pods drain (a preStop sleep before SIGTERM), and
-// the lab test of SPEC L11 loses nothing on scale-downs and rollouts; the soak still lets a
-// scale-down lose requests, because its short run lost one UDP request to the ClusterIP on the
-// scale-down right after the ovs-vswitchd restart (2026-12-06), not yet explained.
-func scale(replicas int32, kind Kind) Step {
-	return Step{fmt.Sprintf("the Deployment scaled to %d", replicas), kind, func(ctx context.Context, s *Soak) error {
+// scale changes the demo's scale. Its Pods drain as Kubernetes asks (SPEC L11: a preStop sleep,
+// then not ready and answering on after SIGTERM), so a scale-down may lose nothing either.
+func scale(replicas int32) Step {
+	return Step{fmt.Sprintf("the Deployment scaled to %d", replicas), Harmless, func(ctx context.Context, s *Soak) error {
 		s.replicas = replicas
 		return s.C.ScaleDeployment(ctx, cluster.DemoNamespace, cluster.DemoDeployment, replicas)
 	}}

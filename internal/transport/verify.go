@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/vpcgw/vpcgw/internal/gwinstance"
 )
 
 // Labels kube-ovn puts on a gateway's workload and its Pods (kube-ovn v1.16.2
@@ -35,11 +37,13 @@ type PodVerifier interface {
 // alone prove nothing (anyone who may create a Pod may label it); the owner chain does: the
 // Pod's controller is the StatefulSet <prefix>-<gateway> (kube-ovn v1.16.2 and master; or, on
 // master with spec.replicas > 1, a ReplicaSet whose controller is the Deployment of that name) in
-// the namespace where kube-ovn runs the gateway (Instance.WorkloadNamespace), whose UID is the one in the Pod's owner reference, and which carries
-// kube-ovn's gateway labels. Only who may create Pods or workloads in that namespace (kube-ovn and
-// the namespace's administrators, kube-system's by default) can make such a Pod; a tenant's
-// labelled Pod, or a tenant's look-alike StatefulSet in its own namespace, gets no agent. It reads with get only: pods,
-// statefulsets, replicasets, deployments in the gateway namespaces.
+// the namespace where kube-ovn runs the gateway (Instance.WorkloadNamespace), whose UID is the one
+// in the Pod's owner reference, and which carries kube-ovn's gateway labels. A tenant who may
+// create Pods there can still forge the labels and that owner reference, so a StatefulSet's Pod
+// must also be one of its replicas: named "<workload>-<ordinal>", the ordinal below spec.replicas,
+// names its own Pods hold. A tenant's labelled Pod, or its look-alike StatefulSet in its own
+// namespace, gets no agent. It reads with get only: pods, statefulsets, replicasets, deployments
+// in the gateway namespaces, live (not from a cache).
 type OwnerChainVerifier struct {
 	Client kubernetes.Interface
 }
@@ -114,7 +118,9 @@ func checkPod(refuse func(string, ...any) error, pod *corev1.Pod, inst Instance,
 }
 
 // verifyStatefulSet checks a Pod controlled (ref) by a StatefulSet: it must be kube-ovn's
-// workload.
+// workload, read now, and the Pod one of its replicas: named "<workload>-<ordinal>" with the
+// ordinal below its replicas. A Pod anyone made with a forged owner reference has a name the
+// StatefulSet does not give while its own Pod exists.
 func (v *OwnerChainVerifier) verifyStatefulSet(ctx context.Context, refuse func(string, ...any) error, inst Instance, ref *metav1.OwnerReference, workload string) error {
 	if ref.Name != workload {
 		return refuse("its controller is StatefulSet %s, not %s", ref.Name, workload)
@@ -123,7 +129,13 @@ func (v *OwnerChainVerifier) verifyStatefulSet(ctx context.Context, refuse func(
 	if err != nil {
 		return fmt.Errorf("verifying pod %s/%s of gateway %s: its StatefulSet: %w", inst.Namespace, inst.Pod, inst.Gateway, err)
 	}
-	return checkWorkload(refuse, "StatefulSet", &sts.ObjectMeta, ref, workload, inst.Gateway)
+	if err := checkWorkload(refuse, "StatefulSet", &sts.ObjectMeta, ref, workload, inst.Gateway); err != nil {
+		return err
+	}
+	if err := gwinstance.CheckOrdinal(inst.Pod, sts); err != nil {
+		return refuse("%v", err)
+	}
+	return nil
 }
 
 // verifyReplicaSet checks a Pod controlled (ref) by a ReplicaSet: the ReplicaSet must be the one

@@ -13,6 +13,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/vpcgw/vpcgw/internal/gwinstance"
 	"github.com/vpcgw/vpcgw/internal/kcm"
 	"github.com/vpcgw/vpcgw/internal/testutil"
 )
@@ -246,5 +249,79 @@ func TestOwnerChainVerifier(t *testing.T) {
 	}
 	if _, err := ex.Dial(ctx, inst(gwPod, "gw1", gwNS)); err == nil || errors.Is(err, ErrNotAGatewayPod) {
 		t.Errorf("Exec.Dial into kube-ovn's Pod: %v, want it past the check (and failing for want of a kubelet)", err)
+	}
+}
+
+// covers: N5
+// A hostile tenant who may create Pods in the gateway's namespace forges a Pod with kube-ovn's
+// labels, the agent's container and an owner reference to the gateway's StatefulSet as it reads
+// it. The transport reads the StatefulSet itself before any exec and accepts only one of its
+// replicas: controlled (Controller=true) by it, same UID, named "<statefulset>-<ordinal>" with the
+// ordinal below spec.replicas (unset: 1) and spelled as the StatefulSet controller spells it.
+// Every refusal is ErrNotAGatewayPod with the reason, and kube-ovn's own Pod still passes after.
+func TestOwnerChainVerifierRefusesLookAlikeReplicas(t *testing.T) {
+	ctx := context.Background()
+	const ns = "gw-ns"
+	sts := func(replicas *int32) *appsv1.StatefulSet {
+		return &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "vpc-nat-gw-gw1", Namespace: ns, UID: "sts-uid", Labels: kubeOVNLabels("gw1")},
+			Spec: appsv1.StatefulSetSpec{Replicas: replicas, Selector: &metav1.LabelSelector{MatchLabels: kubeOVNLabels("gw1")}, Template: kubeOVNTemplate("gw1")}}
+	}
+	pod := func(name string, mutate func(*metav1.OwnerReference)) *corev1.Pod {
+		ref := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "vpc-nat-gw-gw1", UID: "sts-uid", Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
+		if mutate != nil {
+			mutate(&ref)
+		}
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + name), Labels: kubeOVNLabels("gw1"),
+			OwnerReferences: []metav1.OwnerReference{ref}}, Spec: kubeOVNTemplate("gw1").Spec}
+	}
+	kubeOVNs := pod("vpc-nat-gw-gw1-0", nil)
+	for _, tc := range []struct {
+		name     string
+		pod      *corev1.Pod
+		replicas *int32
+		want     string // "" accepted, else a fragment of the refusal
+	}{
+		{"kube-ovn's Pod", kubeOVNs, ptr.To[int32](1), ""},
+		{"kube-ovn's Pod, replicas unset (1)", kubeOVNs, nil, ""},
+		{"the last of three replicas", pod("vpc-nat-gw-gw1-2", nil), ptr.To[int32](3), ""},
+		{"no controller owner reference", pod("vpc-nat-gw-gw1-1", func(r *metav1.OwnerReference) { r.Controller = nil }), ptr.To[int32](3), "has no controller"},
+		{"an owner reference that is not the controller", pod("vpc-nat-gw-gw1-1", func(r *metav1.OwnerReference) { r.Controller = ptr.To(false) }), ptr.To[int32](3), "has no controller"},
+		{"owner reference with the wrong UID", pod("vpc-nat-gw-gw1-1", func(r *metav1.OwnerReference) { r.UID = "tenant-uid" }), ptr.To[int32](3), "has UID sts-uid"},
+		{"owner reference of another API version", pod("vpc-nat-gw-gw1-1", func(r *metav1.OwnerReference) { r.APIVersion = "apps/v1beta2" }), ptr.To[int32](3), "not kube-ovn's StatefulSet"},
+		{"the finding: ordinal 7 of a one-replica StatefulSet", pod("vpc-nat-gw-gw1-7", nil), ptr.To[int32](1), "ordinal 7 is not below the 1 replicas"},
+		{"ordinal 1, replicas unset (1)", pod("vpc-nat-gw-gw1-1", nil), nil, "ordinal 1 is not below the 1 replicas"},
+		{"ordinal equal to replicas", pod("vpc-nat-gw-gw1-3", nil), ptr.To[int32](3), "ordinal 3 is not below"},
+		{"StatefulSet scaled to zero", kubeOVNs, ptr.To[int32](0), "ordinal 0 is not below the 0 replicas"},
+		{"ordinal with a leading zero", pod("vpc-nat-gw-gw1-01", nil), ptr.To[int32](3), "no leading zeros"},
+		{"ordinal with a letter", pod("vpc-nat-gw-gw1-1a", nil), ptr.To[int32](3), "is not vpc-nat-gw-gw1-<ordinal>"},
+		{"ordinal with a sign", pod("vpc-nat-gw-gw1--1", nil), ptr.To[int32](3), "is not vpc-nat-gw-gw1-<ordinal>"},
+		{"no ordinal", pod("vpc-nat-gw-gw1-", nil), ptr.To[int32](3), "is not vpc-nat-gw-gw1-<ordinal>"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := []runtime.Object{sts(tc.replicas), tc.pod}
+			if tc.pod != kubeOVNs {
+				objs = append(objs, kubeOVNs)
+			}
+			v := &OwnerChainVerifier{Client: fake.NewClientset(objs...)}
+			err := v.VerifyPod(ctx, inst(tc.pod, "gw1", ns), DefaultExecContainer)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (!errors.Is(err, ErrNotAGatewayPod) || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("%v, want a refusal (ErrNotAGatewayPod) saying %q", err, tc.want)
+			}
+			// Refusing a look-alike costs kube-ovn's own Pod nothing.
+			if tc.pod != kubeOVNs && gwinstance.Replicas(sts(tc.replicas)) > 0 {
+				if err := v.VerifyPod(ctx, inst(kubeOVNs, "gw1", ns), DefaultExecContainer); err != nil {
+					t.Errorf("kube-ovn's Pod after the look-alike: %v", err)
+				}
+			}
+		})
+	}
+
+	// Without the StatefulSet nothing is accepted: the error says which object is missing.
+	v := &OwnerChainVerifier{Client: fake.NewClientset(kubeOVNs)}
+	if err := v.VerifyPod(ctx, inst(kubeOVNs, "gw1", ns), DefaultExecContainer); err == nil || !strings.Contains(err.Error(), "its StatefulSet") {
+		t.Errorf("a Pod whose StatefulSet is gone: %v, want an error naming its StatefulSet", err)
 	}
 }

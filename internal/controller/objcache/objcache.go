@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -30,7 +31,10 @@ func Options(kubeOVNNamespace, kubeOVNControllerDeployment string) cache.Options
 			// Only kube-ovn-controller's own Deployment, for its flags (SPEC K10).
 			&appsv1.Deployment{}: {Namespaces: map[string]cache.Config{kubeOVNNamespace: {}},
 				Field: fields.OneTermEqualSelector("metadata.name", kubeOVNControllerDeployment), Transform: trimDeployment},
-			&corev1.Pod{}:                  {Transform: trimPod},
+			&corev1.Pod{}: {Transform: trimPod},
+			// Only kube-ovn's gateway StatefulSets (its label), and of them what tells a gateway's
+			// instances from look-alikes (SPEC N5): their UID, labels, owners and replicas.
+			&appsv1.StatefulSet{}:          {Label: labels.SelectorFromSet(labels.Set{model.LabelGatewayPod: "true"}), Transform: trimStatefulSet},
 			&kubeovnv1.IP{}:                {Transform: trimAddress},
 			&kubeovnv1.IptablesDnatRule{}:  {Transform: trimRecord},
 			&vpcgwv1alpha1.ServiceRecord{}: {Transform: trimServiceRecord},
@@ -127,6 +131,23 @@ func trimPod(obj any) (any, error) {
 	p.Spec = corev1.PodSpec{NodeName: p.Spec.NodeName}
 	p.Status = corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs}
 	return p, nil
+}
+
+// trimStatefulSet keeps of a gateway StatefulSet what the model reads (its metadata but
+// annotations, spec.replicas) and the gateway its Pod template names, which wakes that gateway.
+func trimStatefulSet(obj any) (any, error) {
+	s, ok := obj.(*appsv1.StatefulSet)
+	if !ok {
+		return obj, nil
+	}
+	s.ManagedFields, s.Annotations = nil, nil
+	var tmpl corev1.PodTemplateSpec
+	if gw := s.Spec.Template.Annotations[model.AnnotationGatewayPod]; gw != "" {
+		tmpl.Annotations = map[string]string{model.AnnotationGatewayPod: gw}
+	}
+	s.Spec = appsv1.StatefulSetSpec{Replicas: s.Spec.Replicas, Ordinals: s.Spec.Ordinals, Template: tmpl}
+	s.Status = appsv1.StatefulSetStatus{}
+	return s, nil
 }
 
 // trimDeployment keeps of kube-ovn-controller's Deployment what tells its flags (SPEC K10).

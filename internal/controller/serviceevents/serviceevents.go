@@ -49,7 +49,7 @@ func (o *Once) Emit(key types.NamespacedName, uid types.UID, ev model.Event) {
 		return
 	}
 	ref := &corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: key.Namespace, Name: key.Name, UID: uid}
-	o.Recorder.Eventf(ref, nil, ev.Type, ev.Reason, action(ev.Message), "%s", ev.Message)
+	o.Recorder.Eventf(ref, nil, ev.Type, ev.Reason, Action(ev.Message), "%s", ev.Message)
 }
 
 // ForgetService drops what was remembered of a deleted Service's events.
@@ -75,11 +75,11 @@ func (o *Once) ForgetReason(reason string) {
 	}
 }
 
-// action names the cause of an event: events.k8s.io folds events of one object, reason and
+// Action names the cause of an event: events.k8s.io folds events of one object, reason and
 // action into a series that keeps its first note (client-go tools/events getKey), so a later,
 // different cause of the same reason would never be shown. The action carries a digest of the
 // note: one cause repeated is one series, a new cause a new event (SPEC T3).
-func action(note string) string {
+func Action(note string) string {
 	h := fnv.New32a()
 	h.Write([]byte(note))
 	return fmt.Sprintf("Reconcile-%08x", h.Sum32())

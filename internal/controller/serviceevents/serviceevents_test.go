@@ -62,8 +62,8 @@ func TestEventsOncePerCause(t *testing.T) {
 		t.Errorf("a deleted Service's events are remembered: %v", o.last)
 	}
 	// The same note twice must give the same action (its hash is not seeded per call).
-	first, again := action("a"), action("a")
-	if action("a") == action("b") || first != again {
+	first, again := Action("a"), Action("a")
+	if Action("a") == Action("b") || first != again {
 		t.Error("the event action does not name the cause")
 	}
 }

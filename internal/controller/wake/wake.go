@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -156,6 +157,21 @@ func (m *Mapper) GatewaysOfPod(ctx context.Context, o client.Object) []reconcile
 		keys = append(keys, nonEmpty(o.GetAnnotations()[model.AnnotationGatewayPod])...)
 	}
 	return requests(append(keys, m.gatewaysOfBackend(ctx, o.GetNamespace(), o.GetName())...))
+}
+
+// GatewayOfStatefulSet wakes the gateway of one of kube-ovn's gateway StatefulSets: its replicas
+// and UID decide which of the gateway's pods are instances (SPEC N5). The gateway is the one its
+// Pod template names, or its controller (a VpcNatGateway).
+func (m *Mapper) GatewayOfStatefulSet(_ context.Context, o client.Object) []reconcile.Request {
+	sts, ok := o.(*appsv1.StatefulSet)
+	if !ok || sts.Labels[model.LabelGatewayPod] != "true" {
+		return nil
+	}
+	keys := nonEmpty(sts.Spec.Template.Annotations[model.AnnotationGatewayPod])
+	if c := metav1.GetControllerOfNoCopy(sts); c != nil && c.Kind == "VpcNatGateway" {
+		keys = append(keys, c.Name)
+	}
+	return requests(keys)
 }
 
 // GatewaysOfAddress wakes the gateways of Services whose endpoints target the Pod a kube-ovn IP
