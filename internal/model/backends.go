@@ -62,6 +62,9 @@ func (ix *Index) backendsFor(svc *corev1.Service, port corev1.ServicePort, r *re
 		_, serving := slices.BinarySearchFunc(backends, b, gwstate.Backend.Compare)
 		return serving // the same address ready in another slice: it serves
 	})
+	if len(draining) == 0 {
+		draining = nil // as when none drains: a partial plan keeps an Equal identity as it was
+	}
 	return backends, draining
 }
 

@@ -99,10 +99,11 @@ func Compute(s Snapshot, gates Gates) Plan {
 			states[name] = &gp
 		}
 	}
-	order := ix.budgetOrder(s.Services)
+	order, programmed := ix.budgetOrder(s.Services)
 	plans := ix.planInOrder(&s, order)
 	for j, i := range order {
 		svc, sp := &s.Services[i], plans[j]
+		sp.programmed = programmed[j]
 		live[svc.UID] = true
 		if gp := states[sp.Gateway]; gp != nil {
 			gp.Add(sp.Contribution())
@@ -163,26 +164,27 @@ func (ix *Index) orphans(live map[types.UID]bool) (records, serviceRecords []str
 // budgetOrder is the order Services take identities from their gateway's bound (SPEC N4): those
 // whose records say they are programmed first, so that a served Service is never pushed out by a
 // newcomer, then in claim order (CompareClaims: the first claim, then the oldest, then by name).
-func (ix *Index) budgetOrder(svcs []corev1.Service) []int {
+// programmed[j] says whether order[j]'s records say it is programmed.
+func (ix *Index) budgetOrder(svcs []corev1.Service) (order []int, programmed []bool) {
 	type entry struct {
 		i          int
 		programmed bool
 		rank       claimRank
 	}
-	order := make([]entry, len(svcs))
+	entries := make([]entry, len(svcs))
 	for i := range svcs {
-		order[i] = entry{i: i, programmed: len(ix.recordedIdentities(svcs[i].UID)) > 0, rank: rankOf(&svcs[i])}
+		entries[i] = entry{i: i, programmed: len(ix.recordedIdentities(svcs[i].UID)) > 0, rank: rankOf(&svcs[i])}
 	}
-	slices.SortFunc(order, func(a, b entry) int {
+	slices.SortFunc(entries, func(a, b entry) int {
 		sa, sb := &svcs[a.i], &svcs[b.i]
 		return cmp.Or(compareBool(b.programmed, a.programmed), compareRanks(a.rank, b.rank),
 			strings.Compare(sa.Namespace, sb.Namespace), strings.Compare(sa.Name, sb.Name))
 	})
-	out := make([]int, len(order))
-	for j, e := range order {
-		out[j] = e.i
+	order, programmed = make([]int, len(entries)), make([]bool, len(entries))
+	for j, e := range entries {
+		order[j], programmed[j] = e.i, e.programmed
 	}
-	return out
+	return order, programmed
 }
 
 // compareBool orders false before true.

@@ -31,11 +31,13 @@ import (
 //
 //   - when a plan must be full (no valid memory, a gateway-wide input changed: Fingerprint, or a
 //     change to the shares of the gateway's bounds: the namespaces sharing them, a namespace the
-//     change leaves past its share, or, while a Service of the gateway waits for room, a change
-//     that could make or take room, SPEC N4);
+//     change leaves past its share; while a Service of the gateway waits for room, only the few
+//     cases plannerroom.go lists, SPEC N4);
 //   - which Services replan together: a changed Service, and every Service that shares a claim
 //     (ClaimKeys) with it now or at its last plan, transitively, since one may take over what
 //     another gives up and a Service's plan depends on every claimant of what it claims (SPEC I2);
+//     while a Service waits for room (or for its draining flows), also every Service whose room
+//     a change elsewhere may change (plannerroom.go);
 //   - what the other Services already hold against the gateway's bounds.
 //
 // What to read is a Scope; ReadScope reads it through a Reader (the controller's cache, or a
@@ -52,12 +54,9 @@ type Planner struct {
 	valid       bool
 	fingerprint string
 	services    map[types.NamespacedName]*keptPlan
-	// limited counts the kept Services refused for the gateway's bounds or their namespace's
-	// share (SPEC N4). While any is, a plan is partial only when the Services it replans were
-	// served and keep exactly their demand (an endpoint that changes address, a Service's
-	// labels): nothing then makes or takes room, so who waits stays as it is. Any other change
-	// is planned in full: a Service that lets go makes room for one that did not change.
-	limited int
+	// room is who waits for room and whose room a change elsewhere may change (SPEC N4,
+	// plannerroom.go).
+	room room
 	// held is what the kept Services hold against the gateway's bounds, and nsHeld per
 	// namespace; asking counts, per namespace, the kept Services that ask the gateway for room,
 	// served or waiting. keep and forget keep them up to date, so that a partial plan does not
@@ -78,7 +77,10 @@ type keptPlan struct {
 	load    Load
 	demand  Load // what it asked of the bounds (ServicePlan.Demand), served or not
 	limited bool
-	claims  []string
+	// programmed and asks are those of its ServicePlan (plannerroom.go).
+	programmed bool
+	asks       Load
+	claims     []string
 }
 
 // Changes are what changed since a gateway's last plan: Services to replan, and record owners
@@ -102,8 +104,8 @@ type Scope struct {
 
 // Limited is how many Services of the gateway its last plan left waiting for room: the gateway's
 // bounds, or their namespace's share of them, are reached (SPEC N4). A partial plan while one
-// waits changes no Service's room (sameDemand), so the count is always the whole gateway's.
-func (p *Planner) Limited() int { return p.limited }
+// waits replans every waiting Service, so the count is always the whole gateway's.
+func (p *Planner) Limited() int { return len(p.room.waiting) }
 
 // Invalidate makes the next plan full (after a failed sync: what it decided is unknown).
 func (p *Planner) Invalidate() { p.valid = false }
@@ -112,10 +114,7 @@ func (p *Planner) Invalidate() { p.valid = false }
 // (everything but the plan:"service" fields) and the changes since the last plan.
 func (p *Planner) Scope(base Snapshot, gw string, ch Changes) Scope {
 	sc := Scope{fingerprint: Fingerprint(base)}
-	// While a Service waits for room, records changed by someone else may change which
-	// Services are programmed, and with it the order Services take room in: plan in full.
-	waitingAndOwners := p.limited > 0 && len(ch.Owners) > 0
-	if gw == UnboundGateway || !p.valid || p.fingerprint != sc.fingerprint || waitingAndOwners || eipsShareAnAddress(base.EIPs, gw) {
+	if gw == UnboundGateway || !p.valid || p.fingerprint != sc.fingerprint || eipsShareAnAddress(base.EIPs, gw) {
 		sc.Full = true
 		return sc
 	}
@@ -124,7 +123,7 @@ func (p *Planner) Scope(base Snapshot, gw string, ch Changes) Scope {
 	if owners == nil {
 		owners = map[types.UID]bool{}
 	}
-	for k := range ch.Services {
+	add := func(k types.NamespacedName) {
 		sc.Services = append(sc.Services, k)
 		if kp := p.services[k]; kp != nil {
 			for _, c := range kp.claims {
@@ -132,6 +131,12 @@ func (p *Planner) Scope(base Snapshot, gw string, ch Changes) Scope {
 			}
 			owners[kp.uid] = true // its records, if the Service is gone or replaced
 		}
+	}
+	for k := range ch.Services {
+		add(k)
+	}
+	for _, k := range p.room.unsettled(ch.Services) { // room a change releases may go to them
+		add(k)
 	}
 	slices.SortFunc(sc.Services, compareKeys)
 	sc.Claims = slices.Sorted(maps.Keys(claims))
@@ -153,7 +158,7 @@ func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedNa
 			return plan, nil, true
 		}
 		p.valid, p.fingerprint = true, sc.fingerprint
-		p.services, p.limited, p.held = map[types.NamespacedName]*keptPlan{}, 0, Load{}
+		p.services, p.room, p.held = map[types.NamespacedName]*keptPlan{}, room{}, Load{}
 		p.nsHeld, p.asking = map[string]Load{}, map[string]int{}
 		p.keep(gw, plan.Services, snap.Services)
 		gp := plan.Gateway(gw)
@@ -164,7 +169,7 @@ func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedNa
 	outside := p.outside(replanned)
 	snap.GatewayLoad = map[string]HeldLoad{gw: outside}
 	plan = Compute(snap, gates)
-	if !p.decides(plan, outside, replanned, gates, gw) {
+	if !p.decides(sc, plan, outside, replanned, gates, gw) {
 		return Plan{}, nil, false
 	}
 	keys := slices.SortedFunc(maps.Keys(replanned), compareKeys) // old and now in one order
@@ -173,6 +178,7 @@ func (p *Planner) Plan(sc Scope, snap Snapshot, replanned map[types.NamespacedNa
 		p.forget(k)
 	}
 	p.keep(gw, plan.Services, snap.Services)
+	p.sharers = sharersIn(plan, gw) // the same, unless a Service waited (plannerroom.go)
 	if gp = plan.Gateway(gw); gp == nil {
 		p.state = nil
 		return plan, nil, true
@@ -234,12 +240,17 @@ func (p *Planner) parts(keys []types.NamespacedName) []Contribution {
 }
 
 // decides reports whether a partial plan of gateway gw, its Services planned after those outside
-// it, decides what a full plan would (SPEC N4). It does when no Service it replans waits for
-// room; the gateway's bounds are split between as many namespaces as before (a share that
-// changes may change the room of Services it does not replan); each namespace it replans stays
-// within its share (past it, in the full plan's order, a Service it kept could be held back);
-// and, while a Service waits, the change makes no room and takes none.
-func (p *Planner) decides(plan Plan, outside HeldLoad, replanned map[types.NamespacedName]bool, gates Gates, gw string) bool {
+// it, decides what a full plan would (SPEC N4). While a Service waits for room, see
+// plannerroom.go. Otherwise, when every Service holds all it asks, it does when every Service it
+// replans does too (else, in the full plan's order, one it kept could be held back, or the
+// draining flows of another could fit); the gateway's bounds are split between as many
+// namespaces as before (a share that changes may change the room of Services it does not
+// replan); and each namespace it replans stays within its share (past it, in the full plan's
+// order, a Service it kept could be held back).
+func (p *Planner) decides(sc Scope, plan Plan, outside HeldLoad, replanned map[types.NamespacedName]bool, gates Gates, gw string) bool {
+	if !p.room.settled() {
+		return p.decidesUnsettled(sc, plan, replanned, gw)
+	}
 	if sharersIn(plan, gw) != p.sharers {
 		return false
 	}
@@ -249,7 +260,7 @@ func (p *Planner) decides(plan Plan, outside HeldLoad, replanned map[types.Names
 		if sp.Gateway != gw {
 			continue
 		}
-		if sp.Limited {
+		if !sp.getsAll() {
 			return false
 		}
 		now[sp.Key.Namespace] = now[sp.Key.Namespace].plus(LoadOf(sp.Contribution().Identities))
@@ -260,7 +271,7 @@ func (p *Planner) decides(plan Plan, outside HeldLoad, replanned map[types.Names
 			return false
 		}
 	}
-	return p.limited == 0 || p.sameDemand(plan.Services, replanned, gw)
+	return true
 }
 
 // sharersIn is GatewayPlan.Sharers of gateway gw in plan (0: no such gateway).
@@ -269,24 +280,6 @@ func sharersIn(plan Plan, gw string) int {
 		return gp.Sharers
 	}
 	return 0
-}
-
-// sameDemand reports whether every replanned Service was served at its last plan and is served
-// now with the same demand on gateway gw: then the change makes no room and takes none (SPEC N4).
-func (p *Planner) sameDemand(plans []ServicePlan, replanned map[types.NamespacedName]bool, gw string) bool {
-	now := make(map[types.NamespacedName]*ServicePlan, len(replanned))
-	for i := range plans {
-		if plans[i].Gateway == gw {
-			now[plans[i].Key] = &plans[i]
-		}
-	}
-	for k := range replanned {
-		kp, sp := p.services[k], now[k]
-		if kp == nil || sp == nil || kp.limited || kp.uid != sp.UID || kp.demand != sp.Demand {
-			return false
-		}
-	}
-	return true
 }
 
 // fullScope is sc made full: what to read when Plan could not decide from a partial one.
@@ -371,7 +364,8 @@ func (p *Planner) keep(gw string, plans []ServicePlan, svcs []corev1.Service) {
 			continue
 		}
 		p.forget(sp.Key)
-		kp := &keptPlan{uid: sp.UID, part: sp.Contribution(), demand: sp.Demand, limited: sp.Limited, claims: claims[sp.UID]}
+		kp := &keptPlan{uid: sp.UID, part: sp.Contribution(), demand: sp.Demand, limited: sp.Limited,
+			programmed: sp.programmed, asks: sp.asks, claims: claims[sp.UID]}
 		kp.load = LoadOf(kp.part.Identities)
 		p.services[sp.Key] = kp
 		p.held = p.held.plus(kp.load)
@@ -379,17 +373,13 @@ func (p *Planner) keep(gw string, plans []ServicePlan, svcs []corev1.Service) {
 		if kp.demand.Identities > 0 {
 			p.asking[sp.Key.Namespace]++
 		}
-		if sp.Limited {
-			p.limited++
-		}
+		p.room.add(sp.Key, kp)
 	}
 }
 
 func (p *Planner) forget(k types.NamespacedName) {
 	if kp := p.services[k]; kp != nil {
-		if kp.limited {
-			p.limited--
-		}
+		p.room.remove(k, kp)
 		p.held = p.held.minus(kp.load)
 		// Namespaces that hold and ask nothing are dropped: outside copies these maps.
 		if l := p.nsHeld[k.Namespace].minus(kp.load); l == (Load{}) {

@@ -80,6 +80,13 @@ type ServicePlan struct {
 	// Limited: the Service would be served, but its gateway has no room left for its identities
 	// (SPEC N4, --max-identities-per-gateway): nothing of it is served.
 	Limited bool
+
+	// programmed: its records say the gateway serves it, which puts it first in the budget order
+	// and out of its namespace's share (Compute sets it). asks: what it asks with its draining
+	// backends' kept flows, which the bounds drop first (Demand is without them when they do).
+	// The planner keeps both to plan a gateway where a Service waits partially (plannerroom.go).
+	programmed bool
+	asks       Load
 }
 
 // Event is one Kubernetes event to emit on the Service.
@@ -393,6 +400,7 @@ func (ix *Index) PlanService(svc *corev1.Service) ServicePlan {
 			}
 		}
 		ix.planIdentities(svc, b, &sp)
+		sp.asks = LoadOf(sp.Identities)
 		ix.takeLoad(svc, &sp)
 	}
 	if sp.Gateway == "" {
