@@ -10,8 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/vpcgw/vpcgw/internal/netlab"
 )
 
 // ClientImage names the VPC client's image; the lab node runs its command from the host's
@@ -41,26 +39,24 @@ func vpcClientObjects() []client.Object {
 	}
 }
 
-// startVPCClient creates the VPC client's Pod and waits until it runs and reaches its Subnet's
-// gateway (the Vpc router answers for it once ovn-controller has bound the port).
+// startVPCClient creates the VPC client's Pod and waits until it is Ready: the lab node starts
+// its container only once ovn-controller has installed its port and the Subnet's gateway
+// answered its ARP, as kube-ovn-cni waits.
 func (c *Cluster) startVPCClient(ctx context.Context, timeout time.Duration) error {
 	if err := createAll(ctx, c.Client, vpcClientObjects()...); err != nil {
 		return err
 	}
-	var last error
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		ns, ok := c.Node.PodNetns(VPCClientNamespace, VPCClientPod)
-		if !ok {
-			last = fmt.Errorf("pod %s/%s has no network namespace yet", VPCClientNamespace, VPCClientPod)
+	var pod corev1.Pod
+	key := client.ObjectKey{Namespace: VPCClientNamespace, Name: VPCClientPod}
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		if err := c.Client.Get(ctx, key, &pod); err != nil {
 			return false, nil
 		}
-		if _, last = netlab.Run("ip", "netns", "exec", ns, "ping", "-c", "1", "-W", "1", RouterClientIP); last != nil {
-			return false, nil
-		}
-		return true, nil
+		_, plugged := c.Node.PodNetns(VPCClientNamespace, VPCClientPod)
+		return plugged && podReady(&pod), nil
 	})
 	if err != nil {
-		return fmt.Errorf("the VPC client (pod %s/%s) did not reach its gateway %s: %v (%w)", VPCClientNamespace, VPCClientPod, RouterClientIP, last, err)
+		return fmt.Errorf("the VPC client (pod %s) is not ready (phase %q): %w", key, pod.Status.Phase, err)
 	}
 	return nil
 }
