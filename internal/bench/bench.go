@@ -275,10 +275,10 @@ func parseKubeProxy(v string) ([]string, error) {
 	var out []string
 	for _, p := range strings.Split(v, ",") {
 		p = strings.TrimSpace(p)
-		switch {
-		case p == "":
+		switch p {
+		case "":
 			continue
-		case p == KubeProxyDefault:
+		case KubeProxyDefault:
 		default:
 			d, err := time.ParseDuration(p)
 			if err != nil || d < 0 {
