@@ -234,15 +234,30 @@ func (k *kubeProxy) stats(ctx context.Context) (kubeProxyStats, error) {
 		return kubeProxyStats{}, fmt.Errorf("kube-proxy (--min-sync-period %s): %w", k.minSync, err)
 	}
 	m := samples(s)
-	lat, err := readHistogram(m, kpLatencyMetric, nil)
+	lat, err := optionalHistogram(m, kpLatencyMetric, kpIPv4)
 	if err != nil {
 		return kubeProxyStats{}, fmt.Errorf("kube-proxy: %w", err)
 	}
-	sync, err := readHistogram(m, kpSyncMetric, nil)
+	sync, err := optionalHistogram(m, kpSyncMetric, kpIPv4)
 	if err != nil {
 		return kubeProxyStats{}, fmt.Errorf("kube-proxy: %w", err)
 	}
 	return kubeProxyStats{latency: lat, sync: sync, pending: m.sum(kpEndpointsPending, nil) + m.sum(kpServicesPending, nil)}, nil
+}
+
+// kpIPv4 selects kube-proxy's IPv4 proxier: it runs one per family (dual-stack mode), and the
+// bench's Services and endpoints are IPv4.
+var kpIPv4 = map[string]string{"ip_family": "IPv4"}
+
+// optionalHistogram is readHistogram of a histogram kube-proxy exports only from its first
+// observation on (a vector, by ip_family): none yet is an empty histogram.
+func optionalHistogram(m samples, name string, want map[string]string) (histogram, error) {
+	for series := range m {
+		if n, labels, err := splitSeries(series); err == nil && n == name+"_bucket" && matches(labels, want) {
+			return readHistogram(m, name, want)
+		}
+	}
+	return histogram{}, nil
 }
 
 // pid is kube-proxy's PID while it runs (`ip netns exec` execs it), else 0.
