@@ -92,7 +92,9 @@ func kubeProxyArgs(bin, kubeconfig, minSync string) []string {
 		"--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0",
 		"--conntrack-udp-timeout=0", "--conntrack-udp-timeout-stream=0", "--v=1"}
 	if minSync != KubeProxyDefault {
-		args = append(args, "--min-sync-period", minSync)
+		// KubeProxyConfiguration's minSyncPeriod: v1.37 has no --min-sync-period flag, and
+		// --iptables-min-sync-period sets it in every mode but ipvs (nftables included).
+		args = append(args, "--iptables-min-sync-period", minSync)
 	}
 	return args
 }
