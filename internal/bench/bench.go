@@ -200,7 +200,7 @@ func Main(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.MinSyncInterval, "min-sync-interval", 0, "the controller's --min-sync-interval (0: its default)")
 	fs.IntVar(&cfg.GatewayWorkers, "gateway-workers", 0, "the controller's --gateway-workers (0: its default)")
 	fs.BoolVar(&cfg.Baseline, "baseline", true, "also apply the churn as one `nft -f` per changed identity")
-	kubeProxy := fs.String("kube-proxy", KubeProxyDefault, "run kube-proxy (nftables mode) beside vpcgw under the same churn, one per comma-separated --min-sync-period (\""+KubeProxyDefault+"\": its own, 1 s; e.g. \""+KubeProxyDefault+",0\"); empty: none")
+	kubeProxy := fs.String("kube-proxy", KubeProxyDefault, "run kube-proxy (nftables mode) beside vpcgw under the same churn, one per comma-separated minSyncPeriod, passed as --iptables-min-sync-period (\""+KubeProxyDefault+"\": its own, 1 s; e.g. \""+KubeProxyDefault+",0\"); empty: none")
 	fs.BoolVar(&cfg.ColdStart, "cold-start", true, "after the largest size, restart the controller over an emptied gateway against the Services in the API")
 	fs.BoolVar(&cfg.ColdOnly, "cold-only", false, "only the cold start, from nothing: write the largest -n of Services with the controller stopped (no records yet), then start it")
 	fs.DurationVar(&cfg.ColdTimeout, "cold-timeout", 20*time.Minute, "how long the cold start may take")
