@@ -28,6 +28,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vpcgw/vpcgw/internal/cluster"
 	"github.com/vpcgw/vpcgw/internal/netlab"
@@ -215,10 +217,17 @@ func createKubeProxyNode(ctx context.Context, c *cluster.Cluster) error {
 	if err := c.Client.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating Node %s: %w", kubeProxyNode, err)
 	}
-	now := metav1.Now()
-	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: kubeProxyNodeIP}, {Type: corev1.NodeHostName, Address: kubeProxyNode}}
-	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}
-	if err := c.Client.Status().Update(ctx, node); err != nil {
+	// kube-ovn-controller annotates a new Node at once: read it again on a conflict.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Client.Get(ctx, client.ObjectKey{Name: kubeProxyNode}, node); err != nil {
+			return err
+		}
+		now := metav1.Now()
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: kubeProxyNodeIP}, {Type: corev1.NodeHostName, Address: kubeProxyNode}}
+		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}
+		return c.Client.Status().Update(ctx, node)
+	})
+	if err != nil {
 		return fmt.Errorf("setting Node %s status: %w", kubeProxyNode, err)
 	}
 	return nil
