@@ -76,7 +76,9 @@ release: helm
 deps:
 	hack/install-deps.sh
 
-# kube-apiserver and etcd for envtest, built from the Go module proxy (~10 min the first time).
+# kube-apiserver and etcd for envtest, kube-controller-manager, kubectl and kube-proxy (the bench's
+# comparison), built from the Go module proxy (~10 min the first time; kube-proxy alone, over
+# that build cache, well under a minute of CPU).
 assets:
 	hack/tools/build-assets.sh "$(ASSETS)"
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the envtest control plane (kube-apiserver v1.37.2 and etcd v3.7.0), kube-controller-manager
-# v1.37.2 (its EndpointSlice controllers serve the lab and the tests) and kubectl v1.37.2 (the
-# install-script tests), from the Go module proxy into a cache directory, and does nothing when
-# the binaries there are already good.
+# v1.37.2 (its EndpointSlice controllers serve the lab and the tests), kubectl v1.37.2 (the
+# install-script tests) and kube-proxy v1.37.2 (the bench runs it beside vpcgw), from the Go
+# module proxy into a cache directory, and does nothing when the binaries there are already good.
 # Usage: hack/tools/build-assets.sh [OUTDIR]; prints the directory for KUBEBUILDER_ASSETS last.
 set -euo pipefail
 
@@ -24,6 +24,7 @@ have_apiserver() { have_version "$out/kube-apiserver" --version; }
 have_etcd() { [ -x "$out/etcd" ] && "$out/etcd" --version >/dev/null 2>&1; }
 have_kcm() { have_version "$out/kube-controller-manager" --version; }
 have_kubectl() { have_version "$out/kubectl" version --client; }
+have_kubeproxy() { have_version "$out/kube-proxy" --version; }
 
 # One fixed set of flags: changing anything but -ldflags invalidates the whole build cache (~10 min).
 ldflags="-s -w"
@@ -52,5 +53,10 @@ if ! have_kubectl; then
 	go -C "$here" build -ldflags "$ldflags" -o "$out/kubectl.tmp" k8s.io/kubernetes/cmd/kubectl
 	mv "$out/kubectl.tmp" "$out/kubectl"
 fi
-have_apiserver && have_etcd && have_kcm && have_kubectl
+if ! have_kubeproxy; then
+	echo "building kube-proxy into $out" >&2
+	go -C "$here" build -ldflags "$ldflags" -o "$out/kube-proxy.tmp" k8s.io/kubernetes/cmd/kube-proxy
+	mv "$out/kube-proxy.tmp" "$out/kube-proxy"
+fi
+have_apiserver && have_etcd && have_kcm && have_kubectl && have_kubeproxy
 echo "$out"

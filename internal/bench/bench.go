@@ -59,7 +59,10 @@ type Config struct {
 	// GatewayWorkers of the controller (0: its default).
 	GatewayWorkers int
 	Baseline       bool // run the per-identity `nft -f` baseline
-	ColdStart      bool // run the cold start after the largest size
+	// KubeProxy: one kube-proxy (nftables mode, a namespace of its own) per entry, with that
+	// --min-sync-period (KubeProxyDefault: its own); none when empty.
+	KubeProxy []string
+	ColdStart bool // run the cold start after the largest size
 	// ColdOnly: no churn; stop the controller, write Sizes' largest count of Services, and
 	// start the controller against them with an empty ledger (no records yet).
 	ColdOnly    bool
@@ -147,6 +150,8 @@ type SizeResult struct {
 	KubeOVN    Usage `json:"kube_ovn_controller"`
 	// Baseline: the same changes, one `nft -f` per changed identity.
 	Baseline *BaselineResult `json:"baseline,omitempty"`
+	// KubeProxy: what each kube-proxy beside vpcgw measured of the same churn.
+	KubeProxy []KubeProxyResult `json:"kube_proxy,omitempty"`
 }
 
 // BaselineResult is the per-identity `nft -f` baseline at one size.
@@ -195,6 +200,7 @@ func Main(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.MinSyncInterval, "min-sync-interval", 0, "the controller's --min-sync-interval (0: its default)")
 	fs.IntVar(&cfg.GatewayWorkers, "gateway-workers", 0, "the controller's --gateway-workers (0: its default)")
 	fs.BoolVar(&cfg.Baseline, "baseline", true, "also apply the churn as one `nft -f` per changed identity")
+	kubeProxy := fs.String("kube-proxy", KubeProxyDefault, "run kube-proxy (nftables mode) beside vpcgw under the same churn, one per comma-separated minSyncPeriod, passed as --iptables-min-sync-period (\""+KubeProxyDefault+"\": its own, 1 s; e.g. \""+KubeProxyDefault+",0\"); empty: none")
 	fs.BoolVar(&cfg.ColdStart, "cold-start", true, "after the largest size, restart the controller over an emptied gateway against the Services in the API")
 	fs.BoolVar(&cfg.ColdOnly, "cold-only", false, "only the cold start, from nothing: write the largest -n of Services with the controller stopped (no records yet), then start it")
 	fs.DurationVar(&cfg.ColdTimeout, "cold-timeout", 20*time.Minute, "how long the cold start may take")
@@ -213,10 +219,14 @@ func Main(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if err := lf.Check(); err != nil {
+	err := lf.Check()
+	if err != nil {
 		return err
 	}
 	cfg.Bins, cfg.AssetsDir, cfg.KubeOVNDir = lf.Bins, lf.Assets, lf.KubeOVN
+	if cfg.KubeProxy, err = parseKubeProxy(*kubeProxy); err != nil {
+		return err
+	}
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n <= 0 {
@@ -228,7 +238,7 @@ func Main(ctx context.Context, args []string) error {
 	defer stop()
 	cfg.Log = components
 	cfg.Out = os.Stdout
-	_, err := Run(ctx, cfg)
+	_, err = Run(ctx, cfg)
 	return err
 }
 
@@ -258,6 +268,27 @@ func (c *Config) validate() error {
 		c.Out = io.Discard
 	}
 	return nil
+}
+
+// parseKubeProxy reads -kube-proxy: comma-separated --min-sync-periods.
+func parseKubeProxy(v string) ([]string, error) {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		p = strings.TrimSpace(p)
+		switch p {
+		case "":
+			continue
+		case KubeProxyDefault:
+		default:
+			d, err := time.ParseDuration(p)
+			if err != nil || d < 0 {
+				return nil, fmt.Errorf("bad -kube-proxy %q: want %q or durations", v, KubeProxyDefault)
+			}
+			p = d.String()
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // controllerArgs are the vpcgw controller's flags in the bench: the EIP gate only, so each
@@ -311,6 +342,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	w, err := newWorkload(ctx, c, cfg, pprofAddr)
 	if err != nil {
 		return nil, err
+	}
+	if len(cfg.KubeProxy) > 0 {
+		if w.kp, err = startKubeProxies(ctx, c, cfg); err != nil {
+			return nil, err
+		}
+		defer w.kp.stop()
+		out.Printf("   kube-proxy (nftables mode) beside it, --min-sync-period %s, each in a namespace of its own (load %s)\n",
+			strings.Join(cfg.KubeProxy, ", "), loadAvg())
 	}
 	// What was measured is reported even when a later size fails.
 	err = measure(ctx, w, cfg, res)

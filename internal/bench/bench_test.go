@@ -20,9 +20,12 @@ func TestMain(m *testing.M) {
 }
 
 // TestBenchSmoke runs the whole bench small in the lab beside the real kube-ovn-controller: two
-// sizes, a few seconds of churn, the baseline and the cold start. It checks that the bench
-// produces sane output (every Service programmed, every change measured by the controller's
-// histogram, both controllers' usage read, plot and JSON written), never how fast anything is.
+// sizes, a few seconds of churn, the baseline, kube-proxy beside vpcgw (its default
+// --min-sync-period and 0) and the cold start. It checks that the bench produces sane output
+// (every Service programmed, every change measured by the controller's histogram, both
+// controllers' usage read, kube-proxy's figures there, plot and JSON written), never how fast
+// anything is.
+// covers: P2, P3
 func TestBenchSmoke(t *testing.T) {
 	opts, skip, err := clustertest.Options()
 	if skip != "" {
@@ -34,6 +37,9 @@ func TestBenchSmoke(t *testing.T) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		testutil.Skip(t, "skipping the bench smoke test: nft is not installed (apt-get install -y nftables)")
 	}
+	if _, missing := testutil.EnvtestAssets("kube-proxy"); missing != "" {
+		testutil.Skip(t, "skipping the bench smoke test: "+missing)
+	}
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
@@ -43,7 +49,7 @@ func TestBenchSmoke(t *testing.T) {
 		// 20 changes over 20 Services at the first size: each Service changes once, so no change
 		// is coalesced with another of its slice and every one is measured.
 		Sizes: []int{20, 40}, Endpoints: 3, EIPs: 2, Rate: 5, Duration: 4 * time.Second,
-		Baseline: true, ColdStart: true, Workers: 4,
+		Baseline: true, ColdStart: true, Workers: 4, KubeProxy: []string{KubeProxyDefault, "0s"},
 		Plot: filepath.Join(dir, "latency.png"), JSON: filepath.Join(dir, "result.json"), Out: &out,
 	}
 	res, err := Run(ctx, cfg)
@@ -74,6 +80,7 @@ func TestBenchSmoke(t *testing.T) {
 		if b := s.Baseline; b == nil || b.Latency.Count != s.Changes || b.Apply.Count != s.Changes {
 			t.Errorf("N=%d: baseline did not apply every change: %+v", s.Services, b)
 		}
+		checkKubeProxy(t, s, cfg.KubeProxy)
 	}
 	c := res.Cold
 	if c == nil || c.Services != 40 || c.ProgrammedS <= 0 || c.AgentApplyS <= 0 || c.HWMMiB <= 0 {
@@ -86,6 +93,33 @@ func TestBenchSmoke(t *testing.T) {
 	}
 	if !bytes.Contains(out.Bytes(), []byte("| 40 |")) {
 		t.Error("the summary table has no row for N=40")
+	}
+	if !bytes.Contains(out.Bytes(), []byte("| 40 | 0s |")) {
+		t.Error("the kube-proxy table has no row for N=40 with --min-sync-period 0s")
+	}
+}
+
+// checkKubeProxy checks that each kube-proxy's figures of the churn at one size are there: its
+// network programming and sync histograms moved, its CPU time and memory were read. Measurements,
+// never compared with a speed.
+func checkKubeProxy(t *testing.T, s SizeResult, minSync []string) {
+	t.Helper()
+	if len(s.KubeProxy) != len(minSync) {
+		t.Fatalf("N=%d: %d kube-proxy results, want %d", s.Services, len(s.KubeProxy), len(minSync))
+	}
+	for i, k := range s.KubeProxy {
+		if k.MinSyncPeriod != minSync[i] {
+			t.Errorf("N=%d: kube-proxy %d ran with --min-sync-period %q, want %q", s.Services, i, k.MinSyncPeriod, minSync[i])
+		}
+		if k.Latency.Count == 0 || k.Latency.Count > s.Changes || k.Latency.P50 <= 0 || k.Latency.P99 < k.Latency.P50 {
+			t.Errorf("N=%d: kube-proxy (%s) network programming not measured: %+v (%d changes)", s.Services, k.MinSyncPeriod, k.Latency, s.Changes)
+		}
+		if k.Sync.Count == 0 || k.Sync.P50 <= 0 || k.Sync.P99 < k.Sync.P50 {
+			t.Errorf("N=%d: kube-proxy (%s) syncs not measured: %+v", s.Services, k.MinSyncPeriod, k.Sync)
+		}
+		if k.Usage.CPUSeconds <= 0 || k.Usage.RSSMiB <= 0 || k.Usage.HWMMiB < k.Usage.RSSMiB {
+			t.Errorf("N=%d: kube-proxy (%s) usage not read: %+v", s.Services, k.MinSyncPeriod, k.Usage)
+		}
 	}
 }
 

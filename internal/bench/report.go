@@ -105,6 +105,10 @@ func printSize(out *labout.Writer, sr SizeResult) {
 		sr.Controller, sr.Reconciles, sr.ReconcileBusy, sr.ChurnSeconds, sr.SyncMeanMs, sr.RecordWrites)
 	out.Printf("   kube-ovn-controller during the churn: %s\n", sr.KubeOVN)
 	out.Printf("   the controller's API requests during the churn: %v\n", sr.APIRequests)
+	for _, k := range sr.KubeProxy {
+		out.Printf("   kube-proxy (--min-sync-period %s) during the churn: network programming %s; sync_proxy_rules %s; %s\n",
+			k.MinSyncPeriod, k.Latency, k.Sync, k.Usage)
+	}
 	if b := sr.Baseline; b != nil {
 		out.Printf("   baseline: table loaded in %.1f s; per transaction %s; latency at the same rate %s (load %s)\n",
 			b.InitS, b.Apply, b.Latency, b.LoadAvg)
@@ -156,8 +160,37 @@ func printSummary(out *labout.Writer, r *Result) {
 			s.Controller.CPUSeconds, s.ChurnSeconds, s.ReconcileBusy, s.SyncMeanMs, s.Controller.RSSMiB, s.Controller.HWMMiB,
 			s.KubeOVN.CPUSeconds, s.KubeOVN.RSSMiB, s.KubeOVN.HWMMiB)
 	}
+	printKubeProxySummary(out, r)
 	if c := r.Cold; c != nil {
 		out.Printf("\n- cold start (%s) %d × %d: %.1f s to programmed (controller sync %.1f s, CPU %.1f s; agent alone %.1f s, kernel %.1f s); controller VmHWM %.0f MiB, RSS %.0f MiB, heap %.0f MiB (load %s)\n",
 			c.ledger(), c.Services, c.Endpoints, c.ProgrammedS, c.FirstSyncS, c.CPUSeconds, c.AgentApplyS, c.AgentKernelS, c.HWMMiB, c.RSSMiB, c.HeapMiB, c.LoadAvg)
 	}
+}
+
+// printKubeProxySummary is the table of kube-proxy beside vpcgw: each kube-proxy's own figures of
+// the same churn, and the ratio of vpcgw's p99 to its p99 (below 1: vpcgw programs faster).
+// kube-proxy's network programming histogram has buckets of 250 ms, 500 ms, then 1 s and up:
+// a percentile below 250 ms is interpolated within that first bucket.
+func printKubeProxySummary(out *labout.Writer, r *Result) {
+	if !slices.ContainsFunc(r.Sizes, func(s SizeResult) bool { return len(s.KubeProxy) > 0 }) {
+		return
+	}
+	out.Println()
+	out.Println("| N | kube-proxy --min-sync-period | kube-proxy network programming p50 / p99 ms (count) | vpcgw p50 / p99 ms (count) | p99 ratio vpcgw / kube-proxy | kube-proxy sync_proxy_rules p50 / p99 ms (syncs) | kube-proxy in the churn: CPU, RSS (peak) |")
+	out.Println("|---:|---|---|---|---:|---|---|")
+	for _, s := range r.Sizes {
+		for _, k := range s.KubeProxy {
+			out.Printf("| %d | %s | %.1f / %.1f (%d) | %.1f / %.1f (%d) | %s | %.1f / %.1f (%d) | %.1f s, %.0f (%.0f) MiB |\n",
+				s.Services, k.MinSyncPeriod, k.Latency.P50, k.Latency.P99, k.Latency.Count, s.Latency.P50, s.Latency.P99, s.Latency.Count,
+				kpRatio(s.Latency.P99, k.Latency.P99), k.Sync.P50, k.Sync.P99, k.Sync.Count, k.Usage.CPUSeconds, k.Usage.RSSMiB, k.Usage.HWMMiB)
+		}
+	}
+}
+
+// kpRatio is a/b with two significant digits (vpcgw's p99 is far below kube-proxy's).
+func kpRatio(a, b float64) string {
+	if b <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2g×", a/b)
 }

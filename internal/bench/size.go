@@ -116,6 +116,10 @@ func (w *workload) runSize(ctx context.Context, n int, cpuProfile string) (SizeR
 		secs := strconv.Itoa(max(1, int(w.cfg.Duration.Seconds())))
 		go func() { profile <- fetch(ctx, "http://"+w.pprofAddr+"/debug/pprof/profile?seconds="+secs, cpuProfile) }()
 	}
+	kpBefore, err := w.kp.before(ctx, 5*time.Minute)
+	if err != nil {
+		return sr, err
+	}
 	before, err := w.stats(ctx)
 	if err != nil {
 		return sr, err
@@ -135,6 +139,9 @@ func (w *workload) runSize(ctx context.Context, n int, cpuProfile string) (SizeR
 		return sr, err
 	}
 	sr.Controller, sr.KubeOVN = ctrlNow.since(ctrlBefore), kovnNow.since(kovnBefore)
+	if sr.KubeProxy, err = w.kp.after(ctx, kpBefore, written, 5*time.Second, 5*time.Minute); err != nil {
+		return sr, err
+	}
 	lat, err := after.latency.sub(before.latency)
 	if err != nil {
 		return sr, err

@@ -44,8 +44,9 @@ type workload struct {
 	c         *cluster.Cluster
 	api       client.Client
 	cfg       Config
-	pprofAddr string   // the controller's pprof endpoint
-	eips      []string // addresses; EIP k is "bench-eip-<k>"
+	pprofAddr string       // the controller's pprof endpoint
+	eips      []string     // addresses; EIP k is "bench-eip-<k>"
+	kp        *kubeProxies // kube-proxy beside vpcgw (nil: none)
 
 	mu     []sync.Mutex // per Service, serializes its slice writes
 	slices []*discoveryv1.EndpointSlice

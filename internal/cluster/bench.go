@@ -1,5 +1,12 @@
 package cluster
 
+import (
+	"fmt"
+
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
 // What the bench (internal/bench) reads of the lab's own processes: it measures the vpcgw
 // controller and kube-ovn-controller from the outside, as an operator would (their /proc entries
 // and /metrics), never through a hook inside them.
@@ -30,4 +37,33 @@ func (p *process) pid() int {
 	default:
 		return p.cmd.Process.Pid
 	}
+}
+
+// UserKubeconfig is the kubeconfig of a new API server user name in groups. When server is not
+// empty it replaces the API server's address (the bench's kube-proxy runs in a network namespace
+// of its own and reaches the API server through a forwarder there).
+func (c *Cluster) UserKubeconfig(name, server string, groups ...string) ([]byte, error) {
+	u, err := c.env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("adding API server user %s: %w", name, err)
+	}
+	kc, err := u.KubeConfig()
+	if err != nil {
+		return nil, fmt.Errorf("the kubeconfig of user %s: %w", name, err)
+	}
+	if server == "" {
+		return kc, nil
+	}
+	cfg, err := clientcmd.Load(kc)
+	if err != nil {
+		return nil, fmt.Errorf("reading the kubeconfig of user %s: %w", name, err)
+	}
+	for _, cl := range cfg.Clusters {
+		cl.Server = server
+	}
+	out, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return nil, fmt.Errorf("writing the kubeconfig of user %s: %w", name, err)
+	}
+	return out, nil
 }

@@ -149,6 +149,16 @@ type Proc struct {
 // Wait waits for the process to exit and returns its exit error.
 func (p *Proc) Wait() error { <-p.done; return p.err }
 
+// Exited reports whether the process ended (Wait then returns at once).
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Stderr returns what the process wrote to stderr so far.
 func (p *Proc) Stderr() string { return p.stderr.String() }
 
