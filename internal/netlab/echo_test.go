@@ -3,6 +3,7 @@ package netlab
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,8 +13,9 @@ import (
 )
 
 // startEcho runs EchoMain on a free loopback port; it returns the address and the server's end.
-func startEcho(t *testing.T, ctx context.Context, args ...string) (string, <-chan error) {
+func startEcho(ctx context.Context, t *testing.T, args ...string) (string, <-chan error) {
 	t.Helper()
+	var last error
 	for range 20 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -23,23 +25,25 @@ func startEcho(t *testing.T, ctx context.Context, args ...string) (string, <-cha
 		_ = l.Close()
 		done := make(chan error, 1)
 		go func() { done <- EchoMain(ctx, append([]string{"--name", "be1", "--listen", addr}, args...)) }()
-		if waitServing(addr, done) {
+		last = waitServing(addr, done)
+		if last == nil {
 			return addr, done
 		}
 	}
-	t.Fatal("echo: no free loopback port after 20 tries")
+	t.Fatalf("echo: no free loopback port after 20 tries: %v", last)
 	return "", nil
 }
 
-// waitServing waits until the echo server answers /healthz, or reports false if it ended.
-func waitServing(addr string, done <-chan error) bool {
+// waitServing waits until the echo server answers /healthz, or says how it ended.
+func waitServing(addr string, done <-chan error) error {
 	for {
 		if code, _ := get(addr, "/healthz"); code == http.StatusOK {
-			return true
+			return nil
 		}
 		select {
-		case <-done:
-			return false
+		case err := <-done:
+			// It ended before it served (its port was taken meanwhile): the caller tries another.
+			return fmt.Errorf("echo on %s ended before it served: %v", addr, err)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -73,7 +77,7 @@ func udpAsk(addr string) (string, error) {
 
 func TestEchoDrainsAfterSIGTERM(t *testing.T) {
 	ctx, sigterm := context.WithCancel(context.Background())
-	addr, done := startEcho(t, ctx, "--drain", "2s")
+	addr, done := startEcho(ctx, t, "--drain", "2s")
 	if got, err := udpAsk(addr); err != nil || got != "be1\n" {
 		t.Fatalf("UDP before SIGTERM: %q, %v", got, err)
 	}
@@ -110,7 +114,7 @@ func TestEchoDrainsAfterSIGTERM(t *testing.T) {
 
 func TestEchoWithoutDrainStopsAtSIGTERM(t *testing.T) {
 	ctx, sigterm := context.WithCancel(context.Background())
-	addr, done := startEcho(t, ctx)
+	addr, done := startEcho(ctx, t)
 	sigterm()
 	select {
 	case err := <-done:
