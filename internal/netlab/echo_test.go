@@ -60,25 +60,15 @@ func get(addr, path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// udpAsk is one UDP request to addr, as the probe sends it.
 func udpAsk(addr string) (string, error) {
-	c, err := net.Dial("udp", addr)
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = c.Close() }()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("hi")); err != nil {
-		return "", err
-	}
-	buf := make([]byte, 64)
-	n, err := c.Read(buf)
-	return string(buf[:n]), err
+	return udpRequest(context.Background(), &net.Dialer{}, addr, "/", time.Second)
 }
 
 func TestEchoDrainsAfterSIGTERM(t *testing.T) {
 	ctx, sigterm := context.WithCancel(context.Background())
 	addr, done := startEcho(ctx, t, "--drain", "2s")
-	if got, err := udpAsk(addr); err != nil || got != "be1\n" {
+	if got, err := udpAsk(addr); err != nil || got != "be1" {
 		t.Fatalf("UDP before SIGTERM: %q, %v", got, err)
 	}
 	sigterm()
@@ -95,7 +85,7 @@ func TestEchoDrainsAfterSIGTERM(t *testing.T) {
 	if code, body := get(addr, "/"); code != http.StatusOK || body != "be1\n" {
 		t.Errorf("GET / while draining: %d %q, want 200 \"be1\\n\"", code, body)
 	}
-	if got, err := udpAsk(addr); err != nil || got != "be1\n" {
+	if got, err := udpAsk(addr); err != nil || got != "be1" {
 		t.Errorf("UDP while draining: %q, %v", got, err)
 	}
 	select {
