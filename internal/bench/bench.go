@@ -131,6 +131,9 @@ type SizeResult struct {
 	RateAch          float64 `json:"rate_achieved"`
 	// Latency: network programming latency of the churn, from the controller's histogram.
 	Latency Percentiles `json:"latency"`
+	// LatencyInKubeProxyBuckets: the same histogram read through kube-proxy's buckets only
+	// (0.25 s, 0.5 s, 1 s, ...), interpolated as kube-proxy's own figures are.
+	LatencyInKubeProxyBuckets Percentiles `json:"latency_in_kube_proxy_buckets"`
 	// Syncs acknowledged during the churn (coalescing: Changes/Syncs per sync).
 	Syncs int `json:"syncs"`
 	// Where the controller's time went during the churn (its own metrics): reconciles run

@@ -71,6 +71,9 @@ func TestBenchSmoke(t *testing.T) {
 		if s.Latency.P50 <= 0 || s.Latency.P50 > s.Latency.P99 || s.Latency.P99 > s.Latency.Max && !s.Latency.MaxAboveBuckets {
 			t.Errorf("N=%d: percentiles out of order: %+v", s.Services, s.Latency)
 		}
+		if kb := s.LatencyInKubeProxyBuckets; kb.Count != s.Latency.Count || kb.P99 < kb.P50 || kb.P50 <= 0 {
+			t.Errorf("N=%d: vpcgw's latency in kube-proxy's buckets not read: %+v", s.Services, kb)
+		}
 		if s.Syncs == 0 {
 			t.Errorf("N=%d: no acknowledged sync during the churn", s.Services)
 		}
@@ -184,6 +187,27 @@ func TestHistogramQuantileFromScrapes(t *testing.T) {
 	}
 	if _, err := readHistogram(samples{}, latencyMetric, nil); err == nil {
 		t.Error("a scrape without the histogram was read")
+	}
+}
+
+// vpcgw's latency read through kube-proxy's coarser buckets: the counts at the bounds both have,
+// interpolated within the wider buckets, as kube-proxy's own figures are.
+// covers: P3
+func TestHistogramWithinCoarserBuckets(t *testing.T) {
+	h := histogram{count: 100, sum: 1, buckets: []bucket{{0.001, 10}, {0.002, 70}, {0.004, 90}, {0.008, 100}, {math.Inf(1), 100}}}
+	c, err := h.within([]float64{0.002, 0.008})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.buckets) != 3 || c.buckets[0] != (bucket{0.002, 70}) || c.buckets[1] != (bucket{0.008, 100}) {
+		t.Fatalf("coarse buckets = %+v", c.buckets)
+	}
+	// p50: rank 50 of the 70 in (0, 2 ms]: 2·50/70 ms; in the fine histogram it is 1 + 40/60 ms.
+	if p := percentilesOf(c); math.Abs(p.P50-2*50.0/70) > 1e-9 || p.Count != 100 {
+		t.Errorf("coarse percentiles = %+v", p)
+	}
+	if _, err := h.within([]float64{0.002, 0.003}); err == nil {
+		t.Error("a bound the histogram does not have (3 ms) was accepted")
 	}
 }
 

@@ -228,6 +228,27 @@ func (h histogram) maxBound() (float64, bool) {
 	return h.buckets[highest].le, true
 }
 
+// within keeps only the buckets whose bounds are in bounds (and +Inf): the same observations
+// seen through a coarser histogram, such as vpcgw's latency in kube-proxy's buckets. Every bound
+// must be one of h's, since a count cannot be split inside a bucket.
+func (h histogram) within(bounds []float64) (histogram, error) {
+	out := histogram{count: h.count, sum: h.sum}
+	want := make(map[float64]bool, len(bounds))
+	for _, b := range bounds {
+		want[b] = true
+	}
+	for _, b := range h.buckets {
+		if want[b.le] || math.IsInf(b.le, 1) {
+			out.buckets = append(out.buckets, b)
+			delete(want, b.le)
+		}
+	}
+	if len(want) > 0 {
+		return histogram{}, fmt.Errorf("the histogram has no bucket at %d of the %d bounds asked", len(want), len(bounds))
+	}
+	return out, nil
+}
+
 // percentilesOf are the latency percentiles of a histogram of seconds, in milliseconds.
 func percentilesOf(h histogram) Percentiles {
 	ms := func(s float64) float64 {

@@ -176,12 +176,13 @@ func printKubeProxySummary(out *labout.Writer, r *Result) {
 		return
 	}
 	out.Println()
-	out.Println("| N | kube-proxy --min-sync-period | kube-proxy network programming p50 / p99 ms (count) | vpcgw p50 / p99 ms (count) | p99 ratio vpcgw / kube-proxy | kube-proxy sync_proxy_rules p50 / p99 ms (syncs) | kube-proxy in the churn: CPU, RSS (peak) |")
-	out.Println("|---:|---|---|---|---:|---|---|")
+	out.Println("| N | kube-proxy --min-sync-period | kube-proxy network programming p50 / p99 ms (count) | vpcgw p50 / p99 ms (count) | vpcgw in kube-proxy's buckets p50 / p99 ms | p99 ratio vpcgw / kube-proxy | kube-proxy sync_proxy_rules p50 / p99 ms (syncs) | kube-proxy in the churn: CPU, RSS (peak) |")
+	out.Println("|---:|---|---|---|---|---:|---|---|")
 	for _, s := range r.Sizes {
 		for _, k := range s.KubeProxy {
-			out.Printf("| %d | %s | %.1f / %.1f (%d) | %.1f / %.1f (%d) | %s | %.1f / %.1f (%d) | %.1f s, %.0f (%.0f) MiB |\n",
-				s.Services, k.MinSyncPeriod, k.Latency.P50, k.Latency.P99, k.Latency.Count, s.Latency.P50, s.Latency.P99, s.Latency.Count,
+			kb := s.LatencyInKubeProxyBuckets
+			out.Printf("| %d | %s | %.1f / %.1f (%d) | %.1f / %.1f (%d) | %.1f / %.1f | %s | %.1f / %.1f (%d) | %.1f s, %.0f (%.0f) MiB |\n",
+				s.Services, k.MinSyncPeriod, k.Latency.P50, k.Latency.P99, k.Latency.Count, s.Latency.P50, s.Latency.P99, s.Latency.Count, kb.P50, kb.P99,
 				kpRatio(s.Latency.P99, k.Latency.P99), k.Sync.P50, k.Sync.P99, k.Sync.Count, k.Usage.CPUSeconds, k.Usage.RSSMiB, k.Usage.HWMMiB)
 		}
 	}

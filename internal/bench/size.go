@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vpcgw/vpcgw/internal/cluster"
+	"github.com/vpcgw/vpcgw/internal/controller/latency"
 	"github.com/vpcgw/vpcgw/internal/netlab"
 )
 
@@ -147,6 +148,11 @@ func (w *workload) runSize(ctx context.Context, n int, cpuProfile string) (SizeR
 		return sr, err
 	}
 	sr.Latency = percentilesOf(lat)
+	coarse, err := lat.within(latency.KubeProxyBuckets())
+	if err != nil {
+		return sr, fmt.Errorf("vpcgw's latency in kube-proxy's buckets: %w", err)
+	}
+	sr.LatencyInKubeProxyBuckets = percentilesOf(coarse)
 	sr.Reconciles, sr.ReconcileBusy = int(after.reconciles-before.reconciles), after.reconcileSec-before.reconcileSec
 	sr.RecordWrites = int(after.recordWrites - before.recordWrites)
 	sr.Syncs = int(after.syncs - before.syncs)
@@ -198,6 +204,9 @@ func (w *workload) drain(ctx context.Context, before controllerStats, want int, 
 	last, lastChange := -1.0, time.Now()
 	for {
 		s, err := w.stats(ctx)
+		if ended := w.c.ControllerEnded(); ended != nil {
+			return s, ended
+		}
 		if err != nil {
 			return s, err
 		}

@@ -191,6 +191,9 @@ func (w *workload) waitProgrammed(ctx context.Context, n int, timeout time.Durat
 		if done >= n {
 			return nil
 		}
+		if err := w.c.ControllerEnded(); err != nil {
+			return fmt.Errorf("%d of %d Services programmed: %w", done, n, err)
+		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("only %d of %d Services programmed after %s", done, n, timeout)
 		}

@@ -24,6 +24,16 @@ func (c *Cluster) ControllerExited() bool {
 	return c.Controller == nil || c.Controller.exited()
 }
 
+// ControllerEnded is nil while the vpcgw controller process runs; once it ended by itself, an
+// error with how it ended and the last lines it printed (a bench run under heavy load once lost
+// its controller without saying why).
+func (c *Cluster) ControllerEnded() error {
+	if c.Controller == nil || !c.Controller.exited() {
+		return nil
+	}
+	return fmt.Errorf("the vpcgw controller process ended (%s); its last lines:\n%s", c.Controller.exitText(), tail(c.Controller.output(), 40))
+}
+
 // pid is the process's PID while it runs, else 0.
 func (p *process) pid() int {
 	p.mu.Lock()

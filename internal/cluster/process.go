@@ -20,6 +20,8 @@ type process struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	out  bytes.Buffer
+	// waitErr is how the process ended (nil: exit status 0), set before done is closed.
+	waitErr error
 }
 
 // maxOutput bounds the kept output of a process.
@@ -44,7 +46,13 @@ func (p *process) start() error {
 		return fmt.Errorf("starting %s: %w", p.name, err)
 	}
 	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
+	go func() {
+		err := cmd.Wait()
+		p.mu.Lock()
+		p.waitErr = err
+		p.mu.Unlock()
+		close(done)
+	}()
 	p.mu.Lock()
 	p.cmd, p.done = cmd, done
 	p.mu.Unlock()
@@ -94,6 +102,16 @@ func (p *process) exited() bool {
 	default:
 		return false
 	}
+}
+
+// exitText says how an ended process ended: its exit status or the signal that killed it.
+func (p *process) exitText() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.waitErr == nil {
+		return "exit status 0"
+	}
+	return p.waitErr.Error()
 }
 
 // output is what the process printed.
