@@ -25,7 +25,7 @@ export PATH := $(OVN_DIR)/bin:$(OVN_DIR)/sbin:$(PATH)
 GOLANGCI_LINT_DIR ?= $(HOME)/.cache/vpcgw/golangci-lint-v2.15.0
 GOLANGCI_LINT := $(GOLANGCI_LINT_DIR)/golangci-lint
 
-.PHONY: figures fuzz all build deps assets helm kubeovn ovn ovn-rebuild golangci-lint images release generate lab lab-stay soak test unit fmt-check vet lint
+.PHONY: bench figures fuzz all build deps assets helm kubeovn ovn ovn-rebuild golangci-lint images release generate lab lab-stay soak test unit fmt-check vet lint
 
 all: build
 
@@ -119,6 +119,14 @@ lab-stay: deps assets kubeovn ovn build
 # (test/kubeovn TestSoakWithFaultsShort).
 soak: deps assets kubeovn ovn build
 	./bin/vpcgw-lab soak $(SOAK_ARGS)
+
+# The end-to-end bench in the lab, beside kube-ovn-controller and kube-proxy (nftables mode) and
+# the `nft -f` baseline (docs/benchmarks.md). BENCH_ARGS replaces the defaults: 100, 1,000 and
+# 10,000 Services × 10 endpoints, kube-proxy with its default minimum sync period and with 0.
+# At 10,000 the run takes 20-30 minutes on two cores, most of it writing the Services.
+BENCH_ARGS ?= -n 100,1000,10000 -m 10 -rate 20 -duration 30s -kube-proxy default,0 -json bin/bench.json
+bench: deps assets kubeovn ovn build
+	./bin/vpcgw-lab bench $(BENCH_ARGS)
 
 # Every test: unit tests (race detector), integration tests against the real API server, real
 # nftables in network namespaces, and the end-to-end lab tests. VPCGW_REQUIRE_ALL=1 turns every
