@@ -134,6 +134,10 @@ type SizeResult struct {
 	// LatencyInKubeProxyBuckets: the same histogram read through kube-proxy's buckets only
 	// (0.25 s, 0.5 s, 1 s, ...), interpolated as kube-proxy's own figures are.
 	LatencyInKubeProxyBuckets Percentiles `json:"latency_in_kube_proxy_buckets"`
+	// AgentApply and AgentKernel: the agent's own time per state during the churn, and the
+	// kernel transactions in it (the floor under Latency), from its acknowledgements.
+	AgentApply  Percentiles `json:"agent_apply"`
+	AgentKernel Percentiles `json:"agent_kernel"`
 	// Syncs acknowledged during the churn (coalescing: Changes/Syncs per sync).
 	Syncs int `json:"syncs"`
 	// Where the controller's time went during the churn (its own metrics): reconciles run
@@ -177,7 +181,13 @@ type ColdResult struct {
 	HWMMiB       float64 `json:"controller_vmhwm_mib"`
 	RSSMiB       float64 `json:"controller_rss_mib"`
 	HeapMiB      float64 `json:"controller_heap_inuse_mib"`
-	CPUSeconds   float64 `json:"controller_cpu_s"` // the new process's CPU time until programmed
+	// AnonMiB and FileMiB split the RSS (the highest anonymous part seen, sampled every 100 ms
+	// until programmed and every second for 15 s after); LiveHeapMiB is the Go heap the
+	// controller keeps, read after a forced collection at the end.
+	AnonMiB     float64 `json:"controller_rss_anon_peak_mib"`
+	FileMiB     float64 `json:"controller_rss_file_mib"`
+	LiveHeapMiB float64 `json:"controller_live_heap_mib"`
+	CPUSeconds  float64 `json:"controller_cpu_s"` // the new process's CPU time until programmed
 	// EmptyLedger: no records existed (the controller wrote them all before programming);
 	// otherwise the controller had programmed the same Services before its restart.
 	EmptyLedger bool `json:"empty_ledger"`

@@ -74,6 +74,9 @@ func TestBenchSmoke(t *testing.T) {
 		if kb := s.LatencyInKubeProxyBuckets; kb.Count != s.Latency.Count || kb.P99 < kb.P50 || kb.P50 <= 0 {
 			t.Errorf("N=%d: vpcgw's latency in kube-proxy's buckets not read: %+v", s.Services, kb)
 		}
+		if a, k := s.AgentApply, s.AgentKernel; a.Count == 0 || a.Count != k.Count || a.P50 <= 0 || k.P50 <= 0 || k.P99 > a.Max {
+			t.Errorf("N=%d: the agent's own time per state not read: apply %+v, kernel %+v", s.Services, a, k)
+		}
 		if s.Syncs == 0 {
 			t.Errorf("N=%d: no acknowledged sync during the churn", s.Services)
 		}
@@ -86,7 +89,7 @@ func TestBenchSmoke(t *testing.T) {
 		checkKubeProxy(t, s, cfg.KubeProxy)
 	}
 	c := res.Cold
-	if c == nil || c.Services != 40 || c.ProgrammedS <= 0 || c.AgentApplyS <= 0 || c.HWMMiB <= 0 {
+	if c == nil || c.Services != 40 || c.ProgrammedS <= 0 || c.AgentApplyS <= 0 || c.HWMMiB <= 0 || c.AnonMiB <= 0 || c.FileMiB <= 0 || c.LiveHeapMiB <= 0 || c.LiveHeapMiB > c.AnonMiB {
 		t.Errorf("cold start result not sane: %+v", c)
 	}
 	for _, f := range []string{cfg.Plot, cfg.JSON} {

@@ -67,6 +67,7 @@ func runColdStart(ctx context.Context, w *workload, cfg Config, emptyLedger bool
 			res.FirstSyncS = s.sum(syncMetric+"_sum", ok) / s.sum(syncMetric+"_count", ok)
 			break
 		}
+		res.sampleRSS(pid)
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("not programmed after %s", time.Since(start))
 		}
@@ -89,6 +90,7 @@ func runColdStart(ctx context.Context, w *workload, cfg Config, emptyLedger bool
 	for range 15 {
 		hwm, rss, _ := netlab.ProcMemory(pid)
 		res.HWMMiB, res.RSSMiB = max(res.HWMMiB, hwm), max(res.RSSMiB, rss)
+		res.sampleRSS(pid)
 		if m, err := c.ControllerMetrics(ctx); err == nil {
 			res.HeapMiB = max(res.HeapMiB, m[heapMetric]/(1<<20))
 		}
@@ -101,11 +103,20 @@ func runColdStart(ctx context.Context, w *workload, cfg Config, emptyLedger bool
 	if m, err := c.ControllerMetrics(ctx); err == nil {
 		out.Printf("   plans by the restarted controller: %.0f full, %.0f partial\n", m["vpcgw_full_plans_total"], m["vpcgw_partial_plans_total"])
 	}
+	// gc=1: the profile, and the heap read after it, show what the controller keeps, not the
+	// garbage of its last plan that no collection has freed yet.
+	profile := cfg.HeapProfile
+	if profile == "" {
+		profile = os.DevNull
+	}
+	if err := fetch(ctx, "http://"+w.pprofAddr+"/debug/pprof/heap?gc=1", profile); err != nil {
+		return nil, fmt.Errorf("controller heap profile: %w", err)
+	}
 	if cfg.HeapProfile != "" {
-		if err := fetch(ctx, "http://"+w.pprofAddr+"/debug/pprof/heap", cfg.HeapProfile); err != nil {
-			return nil, fmt.Errorf("controller heap profile: %w", err)
-		}
-		out.Printf("   controller heap profile: %s\n", cfg.HeapProfile)
+		out.Printf("   controller heap profile (after a collection): %s\n", cfg.HeapProfile)
+	}
+	if m, err := c.ControllerMetrics(ctx); err == nil {
+		res.LiveHeapMiB = m[heapAllocMetric] / (1 << 20)
 	}
 	out.Printf("   the same %d identities × %d backends applied by a new in-process agent (netlink) in an empty namespace (load %s)\n", n, cfg.Endpoints, loadAvg())
 	apply, kernel, err := agentColdApply(ctx, w.identities(n))
@@ -114,6 +125,13 @@ func runColdStart(ctx context.Context, w *workload, cfg Config, emptyLedger bool
 	}
 	res.AgentApplyS, res.AgentKernelS = apply.Seconds(), kernel.Seconds()
 	return res, nil
+}
+
+// sampleRSS keeps the highest anonymous RSS seen and the latest file-backed RSS of pid.
+func (c *ColdResult) sampleRSS(pid int) {
+	if anon, file, err := netlab.ProcRSSParts(pid); err == nil {
+		c.AnonMiB, c.FileMiB = max(c.AnonMiB, anon), file
+	}
 }
 
 // fetch writes the body of url to path.

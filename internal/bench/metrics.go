@@ -16,14 +16,16 @@ import (
 
 // Metric names the bench reads from the controller's /metrics.
 const (
-	latencyMetric   = "vpcgw_network_programming_latency_seconds"
-	syncMetric      = "vpcgw_gateway_sync_duration_seconds"
-	reconcileMetric = "controller_runtime_reconcile_time_seconds"
-	recordsMetric   = "vpcgw_records_written_total"
-	requestsMetric  = "rest_client_requests_total"
-	pendingMetric   = "vpcgw_gateway_pending_since_timestamp_seconds"
-	identityMetric  = "vpcgw_gateway_identities"
-	heapMetric      = "go_memstats_heap_inuse_bytes"
+	latencyMetric    = "vpcgw_network_programming_latency_seconds"
+	syncMetric       = "vpcgw_gateway_sync_duration_seconds"
+	reconcileMetric  = "controller_runtime_reconcile_time_seconds"
+	recordsMetric    = "vpcgw_records_written_total"
+	requestsMetric   = "rest_client_requests_total"
+	pendingMetric    = "vpcgw_gateway_pending_since_timestamp_seconds"
+	identityMetric   = "vpcgw_gateway_identities"
+	heapMetric       = "go_memstats_heap_inuse_bytes"
+	heapAllocMetric  = "go_memstats_heap_alloc_bytes"
+	agentApplyMetric = "vpcgw_agent_apply_duration_seconds"
 )
 
 // samples are one scrape: each sample by its name with its labels as printed.

@@ -53,6 +53,9 @@ type controllerStats struct {
 	recordWrites             float64 // vpcgw_records_written_total, every operation
 	requests                 map[string]float64
 	pending                  float64 // vpcgw_gateway_pending_since_timestamp_seconds of the lab's gateway
+	// agentApply and agentKernel: vpcgw_agent_apply_duration_seconds, the agent's own time per
+	// state and its kernel transactions (empty before the first acknowledgement that tells them).
+	agentApply, agentKernel histogram
 }
 
 func (w *workload) stats(ctx context.Context) (controllerStats, error) {
@@ -65,9 +68,18 @@ func (w *workload) stats(ctx context.Context) (controllerStats, error) {
 	if err != nil {
 		return controllerStats{}, err
 	}
+	agentApply, err := optionalHistogram(m, agentApplyMetric, map[string]string{"part": "apply"})
+	if err != nil {
+		return controllerStats{}, err
+	}
+	agentKernel, err := optionalHistogram(m, agentApplyMetric, map[string]string{"part": "kernel"})
+	if err != nil {
+		return controllerStats{}, err
+	}
 	gw := map[string]string{"controller": "vpcgw-gateway"}
 	ok := map[string]string{"result": "ok"}
 	return controllerStats{
+		agentApply: agentApply, agentKernel: agentKernel,
 		latency:      lat,
 		reconcileSec: m.sum(reconcileMetric+"_sum", gw), reconciles: m.sum(reconcileMetric+"_count", gw),
 		syncSec: m.sum(syncMetric+"_sum", ok), syncs: m.sum(syncMetric+"_count", ok),
@@ -75,6 +87,19 @@ func (w *workload) stats(ctx context.Context) (controllerStats, error) {
 		requests:     m.byLabels(requestsMetric, "method", "code"),
 		pending:      m.sum(pendingMetric, map[string]string{"gateway": cluster.GatewayName}),
 	}, nil
+}
+
+// churnPercentiles are the percentiles of the observations between two scrapes of a histogram
+// that may be missing from the first.
+func churnPercentiles(after, before histogram) (Percentiles, error) {
+	if len(after.buckets) == 0 {
+		return Percentiles{}, nil
+	}
+	d, err := after.sub(before)
+	if err != nil {
+		return Percentiles{}, err
+	}
+	return percentilesOf(d), nil
 }
 
 // runSize grows the workload to n Services, waits until they are programmed, and measures the
@@ -153,6 +178,12 @@ func (w *workload) runSize(ctx context.Context, n int, cpuProfile string) (SizeR
 		return sr, fmt.Errorf("vpcgw's latency in kube-proxy's buckets: %w", err)
 	}
 	sr.LatencyInKubeProxyBuckets = percentilesOf(coarse)
+	if sr.AgentApply, err = churnPercentiles(after.agentApply, before.agentApply); err != nil {
+		return sr, fmt.Errorf("the agent's apply time: %w", err)
+	}
+	if sr.AgentKernel, err = churnPercentiles(after.agentKernel, before.agentKernel); err != nil {
+		return sr, fmt.Errorf("the agent's kernel time: %w", err)
+	}
 	sr.Reconciles, sr.ReconcileBusy = int(after.reconciles-before.reconciles), after.reconcileSec-before.reconcileSec
 	sr.RecordWrites = int(after.recordWrites - before.recordWrites)
 	sr.Syncs = int(after.syncs - before.syncs)

@@ -43,6 +43,7 @@ import (
 	"github.com/vpcgw/vpcgw/internal/controller/objcache"
 	"github.com/vpcgw/vpcgw/internal/controller/readiness"
 	"github.com/vpcgw/vpcgw/internal/controller/refusedpods"
+	"github.com/vpcgw/vpcgw/internal/controller/routechecks"
 	"github.com/vpcgw/vpcgw/internal/controller/serviceevents"
 	"github.com/vpcgw/vpcgw/internal/controller/wake"
 	"github.com/vpcgw/vpcgw/internal/model"
@@ -109,7 +110,7 @@ type GatewayReconciler struct {
 	refused refusedpods.Memory
 	// routeChecks are each gateway's last check of its VIPs against its Vpc's routes (SPEC V3);
 	// routeQueue is the work queue once the controller runs, for the NB's route changes.
-	routeChecks routeChecks
+	routeChecks routechecks.Checks
 	routeQueue  atomic.Pointer[routeQueue]
 }
 
@@ -284,7 +285,7 @@ func (r *GatewayReconciler) forgetGateway(gw string) {
 	r.throttle.forget(gw)
 	r.health.Forget(gw)
 	r.sessions.closeGateway(gw, true)
-	r.routeChecks.forget(gw)
+	r.routeChecks.Forget(gw)
 	r.refused.Forget(gw)
 	deleteGatewaySeries(gw)
 }

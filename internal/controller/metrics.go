@@ -48,6 +48,13 @@ var (
 		Name: "vpcgw_conntrack_entries_deleted_total",
 		Help: "Conntrack entries the gateway agents deleted (stale UDP flows, removed identities).",
 	})
+	// agentApply is the agents' own time per state, told by their acknowledgements: beside
+	// vpcgw_gateway_sync_duration_seconds it separates the gateway's kernel from the way there.
+	agentApply = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "vpcgw_agent_apply_duration_seconds",
+		Help:    "Time an instance's agent took for one state, from the line read to its acknowledgement (part=apply), and the kernel transactions in it (part=kernel).",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
+	}, []string{"part"})
 )
 
 var (
@@ -101,7 +108,7 @@ var (
 
 // collectors are the controller's own metrics, registered with controller-runtime's registry.
 var collectors = []prometheus.Collector{
-	syncDuration, latency.Histogram, syncFailures, identities, backends, kubewrite.RecordsWritten, conntrackDeleted,
+	syncDuration, latency.Histogram, syncFailures, identities, backends, kubewrite.RecordsWritten, conntrackDeleted, agentApply,
 	fullSyncs, partialSyncs, planDuration, reconcileDuration,
 	buildInfo, lastSuccessfulSync, pendingSince, agentsConnected, gatewayInstances, quarantinedServices, waitingForRoom,
 	kubeOVNServes,

@@ -39,7 +39,7 @@ func (r *GatewayReconciler) report(p *pass) (reconcile.Result, error) {
 	}
 	r.sessions.publish(p.key)
 	if p.routes.written {
-		unrouted := r.routeChecks.unrouted(p.key)
+		unrouted := r.routeChecks.Unrouted(p.key)
 		if p.routes.checked {
 			unrouted = r.settleRouteCheck(p.key, p.routes)
 		}

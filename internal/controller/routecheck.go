@@ -6,7 +6,6 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,14 +27,6 @@ import (
 // the Vpc's spec.staticRoutes and deletes those with its mark that the Vpc does not list; one
 // without the mark would stay in the tenant's router where no Vpc object shows it).
 
-// routeCheck is the last check of one gateway's VIPs.
-type routeCheck struct {
-	// dropped are the gateway's VIPs OVN would drop, with why.
-	dropped map[netip.Addr]string
-	// warned are the Services given the Warning (and not yet told that it is over).
-	warned map[types.UID]types.NamespacedName
-}
-
 // routeQueue is the controller's work queue once it runs, for wakes from the NB.
 type routeQueue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 
@@ -47,10 +38,11 @@ type routeReport struct {
 	want    model.VIPRoutes
 	err     error
 	// checked: the router's routes were read; dropped are the VIPs OVN would drop, with why, and
-	// served the VIPs of the gateway's Services.
+	// served the VIPs of the gateway's Services, asked only when a Service is to be told (it
+	// walks every Service: at 10,000 it was a third of the controller's CPU in a churn).
 	checked bool
 	dropped map[netip.Addr]string
-	served  map[types.NamespacedName]model.ServiceVIPs
+	served  func() map[types.NamespacedName]model.ServiceVIPs
 }
 
 // writeRoutes writes the gateway's VIP routes (SPEC V1), then checks them against the router's
@@ -84,7 +76,7 @@ func (r *GatewayReconciler) checkRoutes(ctx context.Context, p *pass, rep *route
 		}
 		return
 	}
-	rep.checked, rep.dropped, rep.served = true, map[netip.Addr]string{}, p.planner.ServiceVIPs()
+	rep.checked, rep.dropped, rep.served = true, map[netip.Addr]string{}, p.planner.ServiceVIPs
 	for _, vip := range want.Addrs() {
 		if ok, why := ovn.Routed(routes, vip); !ok {
 			rep.dropped[vip] = why
@@ -92,61 +84,11 @@ func (r *GatewayReconciler) checkRoutes(ctx context.Context, p *pass, rep *route
 	}
 }
 
-// routeChecks holds each gateway's last check of its VIPs against its Vpc's routes (SPEC V3).
-type routeChecks struct {
-	mu   sync.Mutex
-	byGw map[string]*routeCheck
-}
-
-// unrouted is the count of gateway key's last route check (0: none yet).
-func (rc *routeChecks) unrouted(key string) int {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	if c := rc.byGw[key]; c != nil {
-		return len(c.dropped)
-	}
-	return 0
-}
-
-// record keeps the dropped VIPs of gateway key's check, and returns whether they changed and
-// the Services warned at the last check.
-func (rc *routeChecks) record(key string, dropped map[netip.Addr]string) (changed bool, warned map[types.UID]types.NamespacedName) {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	if rc.byGw == nil {
-		rc.byGw = map[string]*routeCheck{}
-	}
-	c := rc.byGw[key]
-	if c == nil {
-		c = &routeCheck{}
-		rc.byGw[key] = c
-	}
-	changed = !maps.Equal(c.dropped, dropped)
-	c.dropped = dropped
-	return changed, maps.Clone(c.warned)
-}
-
-// warn keeps the Services warned at gateway key's check.
-func (rc *routeChecks) warn(key string, warned map[types.UID]types.NamespacedName) {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	if c := rc.byGw[key]; c != nil {
-		c.warned = warned
-	}
-}
-
-// forget drops gateway gw's route check (the gateway is gone, SPEC N4).
-func (rc *routeChecks) forget(gw string) {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	delete(rc.byGw, gw)
-}
-
 // settleRouteCheck records the check of gateway key, gives the events model.NoticeVIPRoutes
 // decides, and returns how many VIPs OVN would drop. The log says when the dropped VIPs change
 // (the VIPs themselves are in the log, as in the writer's).
 func (r *GatewayReconciler) settleRouteCheck(key string, rep routeReport) int {
-	changed, warned := r.routeChecks.record(key, rep.dropped)
+	changed, warned := r.routeChecks.Record(key, rep.dropped)
 	if changed && len(rep.dropped) > 0 {
 		vips := make([]string, 0, len(rep.dropped))
 		for _, a := range slices.SortedFunc(maps.Keys(rep.dropped), netip.Addr.Compare) {
@@ -156,7 +98,11 @@ func (r *GatewayReconciler) settleRouteCheck(key string, rep routeReport) int {
 	} else if changed {
 		r.Log.Info("the Vpc's routes carry every VIP", "gateway", key, "router", rep.want.Router)
 	}
-	n := model.NoticeVIPRoutes(rep.served, rep.dropped, warned, rep.want)
+	var served map[types.NamespacedName]model.ServiceVIPs
+	if len(rep.dropped) > 0 || len(warned) > 0 { // else NoticeVIPRoutes tells nobody anything
+		served = rep.served()
+	}
+	n := model.NoticeVIPRoutes(served, rep.dropped, warned, rep.want)
 	for _, w := range n.Warn {
 		r.events.Emit(w.Key, w.UID, model.Event{Type: corev1.EventTypeWarning, Reason: model.ReasonVIPNotRouted, Message: w.Message})
 	}
@@ -167,7 +113,7 @@ func (r *GatewayReconciler) settleRouteCheck(key string, rep routeReport) int {
 		r.events.Emit(o.Key, o.UID, model.Event{Type: corev1.EventTypeNormal, Reason: model.ReasonVIPRouted, Message: o.Message})
 		r.events.Forget(o.UID, model.ReasonVIPRouted)
 	}
-	r.routeChecks.warn(key, n.Warned)
+	r.routeChecks.Warn(key, n.Warned)
 	return len(rep.dropped)
 }
 

@@ -159,6 +159,10 @@ func (s *sessions) conn(ctx context.Context, gw string, inst transport.Instance)
 	old := s.byGw[gw][inst.UID]
 	conn.OnAck(func(a gwstate.Ack) {
 		conntrackDeleted.Add(float64(a.ConntrackDeleted))
+		if a.ApplyMicros > 0 {
+			agentApply.WithLabelValues("apply").Observe(float64(a.ApplyMicros) / 1e6)
+			agentApply.WithLabelValues("kernel").Observe(float64(a.KernelMicros) / 1e6)
+		}
 		if a.AgentVersion != "" { // the first ack of a stream
 			log := s.log.WithValues("instance", inst.String(), "agentVersion", a.AgentVersion, "controllerVersion", version.Version)
 			if a.AgentVersion != version.Version {

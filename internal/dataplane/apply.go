@@ -215,7 +215,7 @@ func (a *Agent) commit(ctx context.Context, tx txn, stagedTx int) error {
 	}
 	start := time.Now()
 	err := a.be.commit(ctx, tx)
-	a.commitTime += time.Since(start)
+	a.noteKernel(time.Since(start))
 	if err == nil {
 		return nil
 	}

@@ -274,6 +274,15 @@ func DecodeStateLine(data []byte) (gwstate.State, error) {
 }
 
 func handleLine(ctx context.Context, agent *Agent, data []byte, log logr.Logger) gwstate.Ack {
+	start, kernel := time.Now(), agent.KernelTotal()
+	ack := answerLine(ctx, agent, data, log)
+	if ack.Generation > 0 {
+		ack.ApplyMicros, ack.KernelMicros = time.Since(start).Microseconds(), (agent.KernelTotal() - kernel).Microseconds()
+	}
+	return ack
+}
+
+func answerLine(ctx context.Context, agent *Agent, data []byte, log logr.Logger) gwstate.Ack {
 	st, err := DecodeStateLine(data)
 	if err != nil {
 		log.Error(err, "cannot decode state line")

@@ -144,6 +144,11 @@ type Ack struct {
 	// state: an identity refused before and still in the state is named again (the agent tries it
 	// again with every message). Sorted by key, at most MaxRefusals entries.
 	Refused []Refusal `json:"refused,omitempty"`
+	// ApplyMicros is how long the agent took for this message, decode to answer, and
+	// KernelMicros the part of it in kernel transactions (SPEC P3: the floor beside the
+	// end-to-end latency). Agents older than the fields leave them out.
+	ApplyMicros  int64 `json:"applyMicros,omitempty"`
+	KernelMicros int64 `json:"kernelMicros,omitempty"`
 }
 
 // ProtocolVersion is the version of the state/acknowledgement contract this package defines:

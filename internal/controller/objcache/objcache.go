@@ -3,18 +3,22 @@
 package objcache
 
 import (
+	"maps"
 	"unique"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
+	"github.com/vpcgw/vpcgw/internal/controller/latency"
 	"github.com/vpcgw/vpcgw/internal/model"
 )
 
@@ -31,7 +35,9 @@ func Options(kubeOVNNamespace, kubeOVNControllerDeployment string) cache.Options
 			// Only kube-ovn-controller's own Deployment, for its flags (SPEC K10).
 			&appsv1.Deployment{}: {Namespaces: map[string]cache.Config{kubeOVNNamespace: {}},
 				Field: fields.OneTermEqualSelector("metadata.name", kubeOVNControllerDeployment), Transform: trimDeployment},
-			&corev1.Pod{}: {Transform: trimPod},
+			&corev1.Pod{}:                {Transform: trimPod},
+			&discoveryv1.EndpointSlice{}: {Transform: trimSlice},
+			&corev1.Service{}:            {Transform: trimService},
 			// Only kube-ovn's gateway StatefulSets (its label), and of them what tells a gateway's
 			// instances from look-alikes (SPEC N5): their UID, labels, owners and replicas.
 			&appsv1.StatefulSet{}:          {Label: labels.SelectorFromSet(labels.Set{model.LabelGatewayPod: "true"}), Transform: trimStatefulSet},
@@ -89,6 +95,82 @@ func trimServiceRecord(obj any) (any, error) {
 		}
 	}
 	return r, nil
+}
+
+// trimSlice keeps of an EndpointSlice what the model and the latency tracker read (SPEC B1, O3):
+// its name, the Service label, the trigger time, its address type and ports, and of each
+// endpoint its addresses, conditions and Pod target. Addresses, namespaces and condition values
+// are shared: at 10,000 Services × 10 endpoints the slices were the cache's largest holder. The
+// controller never writes an EndpointSlice, so nothing dropped here can be written back.
+func trimSlice(obj any) (any, error) {
+	es, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return obj, nil
+	}
+	es.ObjectMeta = metav1.ObjectMeta{Name: es.Name, Namespace: intern(es.Namespace), UID: es.UID, ResourceVersion: es.ResourceVersion,
+		Generation: es.Generation, DeletionTimestamp: es.DeletionTimestamp,
+		Labels:      keep(es.Labels, discoveryv1.LabelServiceName, discoveryv1.LabelManagedBy),
+		Annotations: keep(es.Annotations, latency.TriggerAnnotation)}
+	for i := range es.Endpoints {
+		ep := &es.Endpoints[i]
+		for j := range ep.Addresses {
+			ep.Addresses[j] = intern(ep.Addresses[j])
+		}
+		c := &ep.Conditions
+		c.Ready, c.Serving, c.Terminating = sharedBool(c.Ready), sharedBool(c.Serving), sharedBool(c.Terminating)
+		if ref := ep.TargetRef; ref != nil {
+			ep.TargetRef = &corev1.ObjectReference{Kind: intern(ref.Kind), Namespace: intern(ref.Namespace), Name: ref.Name, UID: ref.UID}
+		}
+		ep.Hostname, ep.NodeName, ep.Zone, ep.Hints, ep.DeprecatedTopology = nil, nil, nil, nil, nil
+	}
+	for i := range es.Ports {
+		es.Ports[i].AppProtocol = nil
+	}
+	return es, nil
+}
+
+// trimService drops what no vpcgw code reads and can be large: managedFields and kubectl's
+// last-applied copy of the whole object. The controller writes Services only with patches
+// computed against the cached copy, so an annotation missing from it is never removed.
+func trimService(obj any) (any, error) {
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return obj, nil
+	}
+	svc.ManagedFields = nil
+	if _, ok := svc.Annotations[corev1.LastAppliedConfigAnnotation]; ok {
+		a := maps.Clone(svc.Annotations)
+		delete(a, corev1.LastAppliedConfigAnnotation)
+		svc.Annotations = a
+	}
+	return svc, nil
+}
+
+var sharedTrue, sharedFalse = ptr.To(true), ptr.To(false)
+
+// sharedBool points at one of two shared values: the cache hands out its objects read-only.
+func sharedBool(b *bool) *bool {
+	switch {
+	case b == nil:
+		return nil
+	case *b:
+		return sharedTrue
+	}
+	return sharedFalse
+}
+
+// keep is m with only the keys asked, interned (nil when none is there).
+func keep(m map[string]string, keys ...string) map[string]string {
+	var out map[string]string
+	for _, k := range keys {
+		if v, ok := m[k]; ok {
+			if out == nil {
+				out = make(map[string]string, len(keys))
+			}
+			out[intern(k)] = intern(v)
+		}
+	}
+	return out
 }
 
 func intern(s string) string {
