@@ -138,6 +138,9 @@ type SizeResult struct {
 	// kernel transactions in it (the floor under Latency), from its acknowledgements.
 	AgentApply  Percentiles `json:"agent_apply"`
 	AgentKernel Percentiles `json:"agent_kernel"`
+	// PhaseMeanMs: the mean time of each phase of a sync pass during the churn (plan,
+	// write-before, program, routes, write-after, report), where a pass spends its time.
+	PhaseMeanMs map[string]float64 `json:"phase_mean_ms"`
 	// Syncs acknowledged during the churn (coalescing: Changes/Syncs per sync).
 	Syncs int `json:"syncs"`
 	// Where the controller's time went during the churn (its own metrics): reconciles run

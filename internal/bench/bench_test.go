@@ -74,6 +74,9 @@ func TestBenchSmoke(t *testing.T) {
 		if kb := s.LatencyInKubeProxyBuckets; kb.Count != s.Latency.Count || kb.P99 < kb.P50 || kb.P50 <= 0 {
 			t.Errorf("N=%d: vpcgw's latency in kube-proxy's buckets not read: %+v", s.Services, kb)
 		}
+		if s.PhaseMeanMs["program"] <= 0 || s.PhaseMeanMs["plan"] <= 0 {
+			t.Errorf("N=%d: the sync phases not read: %v", s.Services, s.PhaseMeanMs)
+		}
 		if a, k := s.AgentApply, s.AgentKernel; a.Count == 0 || a.Count != k.Count || a.P50 <= 0 || k.P50 <= 0 || k.P99 > a.Max {
 			t.Errorf("N=%d: the agent's own time per state not read: apply %+v, kernel %+v", s.Services, a, k)
 		}

@@ -26,6 +26,7 @@ const (
 	heapMetric       = "go_memstats_heap_inuse_bytes"
 	heapAllocMetric  = "go_memstats_heap_alloc_bytes"
 	agentApplyMetric = "vpcgw_agent_apply_duration_seconds"
+	phaseMetric      = "vpcgw_sync_phase_duration_seconds"
 )
 
 // samples are one scrape: each sample by its name with its labels as printed.

@@ -104,6 +104,7 @@ func printSize(out *labout.Writer, sr SizeResult) {
 	out.Printf("   vpcgw controller during the churn: %s; %d reconciles, busy %.1f s of %.1f s, plan→ack %.1f ms per sync, %d record writes\n",
 		sr.Controller, sr.Reconciles, sr.ReconcileBusy, sr.ChurnSeconds, sr.SyncMeanMs, sr.RecordWrites)
 	out.Printf("   the gateway's agent per state during the churn: %s; of it, kernel transactions %s\n", sr.AgentApply, sr.AgentKernel)
+	out.Printf("   a sync pass's phases during the churn, mean ms: %s\n", phaseText(sr.PhaseMeanMs))
 	out.Printf("   kube-ovn-controller during the churn: %s\n", sr.KubeOVN)
 	out.Printf("   the controller's API requests during the churn: %v\n", sr.APIRequests)
 	for _, k := range sr.KubeProxy {
@@ -128,6 +129,17 @@ func printCold(out *labout.Writer, c *ColdResult) {
 	out.Printf("   cold start %d × %d: programmed %.1f s after the controller process started (its sync, plan to ack: %.1f s; CPU %.1f s); "+
 		"agent alone %.1f s (kernel transaction %.1f s); controller VmHWM %.0f MiB (anonymous at most %.0f, file %.0f), RSS %.0f MiB, Go heap in use %.0f MiB, live heap %.0f MiB (load %s)\n",
 		c.Services, c.Endpoints, c.ProgrammedS, c.FirstSyncS, c.CPUSeconds, c.AgentApplyS, c.AgentKernelS, c.HWMMiB, c.AnonMiB, c.FileMiB, c.RSSMiB, c.HeapMiB, c.LiveHeapMiB, c.LoadAvg)
+}
+
+// phaseText lists a pass's phases in the order they run.
+func phaseText(ms map[string]float64) string {
+	var parts []string
+	for _, ph := range []string{"plan", "write-before", "program", "routes", "write-after", "report"} {
+		if v, ok := ms[ph]; ok {
+			parts = append(parts, fmt.Sprintf("%s %.1f", ph, v))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func ratio(a, b float64) string {
@@ -162,11 +174,11 @@ func printSummary(out *labout.Writer, r *Result) {
 			s.KubeOVN.CPUSeconds, s.KubeOVN.RSSMiB, s.KubeOVN.HWMMiB)
 	}
 	out.Println()
-	out.Println("| N | vpcgw p50 / p99 ms, end to end | plan→ack per sync ms (mean) | agent per state p50 / p99 ms | of it kernel p50 / p99 ms |")
-	out.Println("|---:|---|---:|---|---|")
+	out.Println("| N | vpcgw p50 / p99 ms, end to end | plan→ack per sync ms (mean) | agent per state p50 / p99 ms | of it kernel p50 / p99 ms | a pass's phases, mean ms |")
+	out.Println("|---:|---|---:|---|---|---|")
 	for _, s := range r.Sizes {
-		out.Printf("| %d | %.1f / %.1f | %.1f | %.2f / %.2f | %.2f / %.2f |\n", s.Services, s.Latency.P50, s.Latency.P99, s.SyncMeanMs,
-			s.AgentApply.P50, s.AgentApply.P99, s.AgentKernel.P50, s.AgentKernel.P99)
+		out.Printf("| %d | %.1f / %.1f | %.1f | %.2f / %.2f | %.2f / %.2f | %s |\n", s.Services, s.Latency.P50, s.Latency.P99, s.SyncMeanMs,
+			s.AgentApply.P50, s.AgentApply.P99, s.AgentKernel.P50, s.AgentKernel.P99, phaseText(s.PhaseMeanMs))
 	}
 	printKubeProxySummary(out, r)
 	if c := r.Cold; c != nil {

@@ -56,6 +56,9 @@ type controllerStats struct {
 	// agentApply and agentKernel: vpcgw_agent_apply_duration_seconds, the agent's own time per
 	// state and its kernel transactions (empty before the first acknowledgement that tells them).
 	agentApply, agentKernel histogram
+	// phaseSec and phases: vpcgw_sync_phase_duration_seconds, the time of each phase of the
+	// sync passes, and how many passes each phase ended.
+	phaseSec, phases map[string]float64
 }
 
 func (w *workload) stats(ctx context.Context) (controllerStats, error) {
@@ -80,6 +83,7 @@ func (w *workload) stats(ctx context.Context) (controllerStats, error) {
 	ok := map[string]string{"result": "ok"}
 	return controllerStats{
 		agentApply: agentApply, agentKernel: agentKernel,
+		phaseSec: m.byLabels(phaseMetric+"_sum", "phase"), phases: m.byLabels(phaseMetric+"_count", "phase"),
 		latency:      lat,
 		reconcileSec: m.sum(reconcileMetric+"_sum", gw), reconciles: m.sum(reconcileMetric+"_count", gw),
 		syncSec: m.sum(syncMetric+"_sum", ok), syncs: m.sum(syncMetric+"_count", ok),
@@ -178,6 +182,12 @@ func (w *workload) runSize(ctx context.Context, n int, cpuProfile string) (SizeR
 		return sr, fmt.Errorf("vpcgw's latency in kube-proxy's buckets: %w", err)
 	}
 	sr.LatencyInKubeProxyBuckets = percentilesOf(coarse)
+	sr.PhaseMeanMs = map[string]float64{}
+	for ph, sec := range after.phaseSec {
+		if n := after.phases[ph] - before.phases[ph]; n > 0 {
+			sr.PhaseMeanMs[ph] = (sec - before.phaseSec[ph]) / n * 1000
+		}
+	}
 	if sr.AgentApply, err = churnPercentiles(after.agentApply, before.agentApply); err != nil {
 		return sr, fmt.Errorf("the agent's apply time: %w", err)
 	}

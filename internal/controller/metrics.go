@@ -84,6 +84,11 @@ var (
 		Help:    "Time of one sync pass of a gateway (plan, programming of every instance, VIP routes, records, Service status), by the kind of its plan (full, partial) and result (ok, error).",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 20),
 	}, []string{"kind", "result"})
+	phaseDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "vpcgw_sync_phase_duration_seconds",
+		Help:    "Time of each phase of a gateway's sync pass: plan, write-before (claims, finalizers, records), program (every instance acknowledged), routes (VIP routes and their check), write-after (records, ingress, releases), report (status, events).",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 20),
+	}, []string{"phase"})
 )
 
 // Operating metrics (SPEC O3): what the alerts and the dashboard read.
@@ -109,7 +114,7 @@ var (
 // collectors are the controller's own metrics, registered with controller-runtime's registry.
 var collectors = []prometheus.Collector{
 	syncDuration, latency.Histogram, syncFailures, identities, backends, kubewrite.RecordsWritten, conntrackDeleted, agentApply,
-	fullSyncs, partialSyncs, planDuration, reconcileDuration,
+	fullSyncs, partialSyncs, planDuration, reconcileDuration, phaseDuration,
 	buildInfo, lastSuccessfulSync, pendingSince, agentsConnected, gatewayInstances, quarantinedServices, waitingForRoom,
 	kubeOVNServes,
 }

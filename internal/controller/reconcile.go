@@ -119,6 +119,7 @@ func (r *GatewayReconciler) sync(ctx context.Context, key string) (_ reconcile.R
 		return res, false, err
 	}
 	p := &pass{key: key, planner: r.planners.of(key), writes: writeLog{failed: map[*model.ServicePlan]bool{}}}
+	phase := phaseClock(time.Now())
 	if err := r.plan(ctx, p); err != nil {
 		// The marks this pass consumed are lost: the next pass plans the whole gateway.
 		p.planner.Invalidate()
@@ -129,12 +130,28 @@ func (r *GatewayReconciler) sync(ctx context.Context, key string) (_ reconcile.R
 			r.changes.MarkOwner(key, sp.Key, sp.UID)
 		}
 	}()
+	phase("plan")
 	written := r.writeBefore(ctx, p)
+	phase("write-before")
 	p.prog = r.program(ctx, p)
+	phase("program")
 	p.routes = r.writeRoutes(ctx, p)
+	phase("routes")
 	r.writeAfter(ctx, p, written)
+	phase("write-after")
 	res, err := r.report(p)
+	phase("report")
 	return res, p.full, err
+}
+
+// phaseClock returns a function that observes, for each phase it is called with, the time since
+// the previous call (vpcgw_sync_phase_duration_seconds): where a pass spends its time.
+func phaseClock(start time.Time) func(string) {
+	return func(name string) {
+		now := time.Now()
+		phaseDuration.WithLabelValues(name).Observe(now.Sub(start).Seconds())
+		start = now
+	}
 }
 
 // plan asks the model what gateway key must serve: the planner says what to read (all of the
