@@ -410,6 +410,10 @@ func TestChartRenders(t *testing.T) {
 			if env, _, _ := unstructured.NestedSlice(c, "env"); !strings.Contains(fmt.Sprint(env), "name:POD_NAMESPACE valueFrom:map[fieldRef:map[fieldPath:metadata.namespace]]") {
 				t.Errorf("controller env = %v: want POD_NAMESPACE from the downward API (where it publishes its status)", env)
 			}
+			// SPEC P2: Go's soft memory limit follows the container's limit.
+			if env, _, _ := unstructured.NestedSlice(c, "env"); !strings.Contains(fmt.Sprint(env), "name:GOMEMLIMIT valueFrom:map[resourceFieldRef:map[resource:limits.memory]]") {
+				t.Errorf("controller env = %v: want GOMEMLIMIT from the container's memory limit", env)
+			}
 			// Leader election is on with one replica too: the uninstall's release Job takes the
 			// Lease so that the running controller stands by (SPEC O4).
 			if m.count("Role") != 4 || m.find("Role", m.installNS(), "vpcgw-controller-leader-election") == nil {
