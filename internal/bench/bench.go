@@ -58,7 +58,10 @@ type Config struct {
 	MinSyncInterval time.Duration
 	// GatewayWorkers of the controller (0: its default).
 	GatewayWorkers int
-	Baseline       bool // run the per-identity `nft -f` baseline
+	// ControllerMemLimit, when set, is the controller process's GOMEMLIMIT (the chart sets it
+	// to the container's memory limit).
+	ControllerMemLimit string
+	Baseline           bool // run the per-identity `nft -f` baseline
 	// KubeProxy: one kube-proxy (nftables mode, a namespace of its own) per entry, with that
 	// --min-sync-period (KubeProxyDefault: its own); none when empty.
 	KubeProxy []string
@@ -215,6 +218,7 @@ func Main(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.Duration, "duration", 30*time.Second, "churn duration at each size")
 	fs.DurationVar(&cfg.MinSyncInterval, "min-sync-interval", 0, "the controller's --min-sync-interval (0: its default)")
 	fs.IntVar(&cfg.GatewayWorkers, "gateway-workers", 0, "the controller's --gateway-workers (0: its default)")
+	fs.StringVar(&cfg.ControllerMemLimit, "controller-gomemlimit", "", "the controller process's GOMEMLIMIT, e.g. 160MiB (the chart sets it to the container's memory limit; empty: none)")
 	fs.BoolVar(&cfg.Baseline, "baseline", true, "also apply the churn as one `nft -f` per changed identity")
 	kubeProxy := fs.String("kube-proxy", KubeProxyDefault, "run kube-proxy (nftables mode) beside vpcgw under the same churn, one per comma-separated minSyncPeriod, passed as --iptables-min-sync-period (\""+KubeProxyDefault+"\": its own, 1 s; e.g. \""+KubeProxyDefault+",0\"); empty: none")
 	fs.BoolVar(&cfg.ColdStart, "cold-start", true, "after the largest size, restart the controller over an emptied gateway against the Services in the API")
@@ -322,6 +326,15 @@ func (c *Config) controllerArgs(pprofAddr string) []string {
 	return args
 }
 
+// controllerEnv is what the controller process adds to its environment: GOMEMLIMIT as the
+// chart sets it from the container's memory limit.
+func (c *Config) controllerEnv() []string {
+	if c.ControllerMemLimit == "" {
+		return nil
+	}
+	return []string{"GOMEMLIMIT=" + c.ControllerMemLimit}
+}
+
 // Run runs the whole bench and prints its report to cfg.Out.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.validate(); err != nil {
@@ -329,6 +342,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res := &Result{Machine: machine(), Config: fmt.Sprintf("N=%v M=%d EIPs=%d churn=%.0f/s for %s; beside kube-ovn-controller v1.16.2",
 		cfg.Sizes, cfg.Endpoints, cfg.EIPs, cfg.Rate, cfg.Duration)}
+	if cfg.ControllerMemLimit != "" {
+		res.Config += "; controller GOMEMLIMIT=" + cfg.ControllerMemLimit
+	}
 	cfg.report = labout.New(cfg.Out)
 	out := cfg.report
 	out.Printf("== vpcgw bench: %s\n== machine: %s\n", res.Config, res.Machine)
@@ -341,7 +357,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	started := time.Now()
 	c, err := cluster.Start(ctx, cluster.Options{
 		Bins: cfg.Bins, AssetsDir: cfg.AssetsDir, KubeOVNDir: cfg.KubeOVNDir, Log: cfg.Log,
-		NoDemo: true, ControllerArgs: cfg.controllerArgs(pprofAddr),
+		NoDemo: true, ControllerArgs: cfg.controllerArgs(pprofAddr), ControllerEnv: cfg.controllerEnv(),
 	})
 	if err != nil {
 		return nil, err

@@ -80,6 +80,9 @@ type Options struct {
 	// ControllerArgs replace the vpcgw controller's feature flags (default: both gates on,
 	// --enable-lb=false, as kube-ovn runs).
 	ControllerArgs []string
+	// ControllerEnv are added to the vpcgw controller's environment (e.g. GOMEMLIMIT, as the
+	// chart sets it from the container's memory limit).
+	ControllerEnv []string
 	// NoDemo leaves the demo objects (EIP, Deployment, Service) out.
 	NoDemo bool
 	// GatewayNamePrefix, when set, is kube-ovn's natGwNamePrefix (ConfigMap ovn-vpc-nat-config),
@@ -438,6 +441,9 @@ func (c *Cluster) StartController(ctx context.Context) error {
 		"--metrics-bind-address", c.metricsAddr, "--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(health),
 	}, append(slices.Clone(c.controllerArgs), c.extraControllerArgs...)...)
 	c.Controller = &process{name: "vpcgw controller", argv: argv}
+	if len(c.opts.ControllerEnv) > 0 {
+		c.Controller.env = append(os.Environ(), c.opts.ControllerEnv...)
+	}
 	if err := c.Controller.start(); err != nil {
 		return err
 	}
