@@ -107,6 +107,24 @@ func (p Percentiles) MarshalJSON() ([]byte, error) {
 	return json.Marshal(m)
 }
 
+// UnmarshalJSON reads what MarshalJSON wrote (-replot).
+func (p *Percentiles) UnmarshalJSON(data []byte) error {
+	var m struct {
+		Count            int     `json:"count"`
+		P50              float64 `json:"p50_ms"`
+		P90              float64 `json:"p90_ms"`
+		P99              float64 `json:"p99_ms"`
+		Max              float64 `json:"max_ms"`
+		MaxIsBucketBound bool    `json:"max_is_bucket_bound"`
+		MaxAboveBuckets  bool    `json:"max_above_buckets"`
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return err
+	}
+	*p = Percentiles{Count: m.Count, P50: m.P50, P90: m.P90, P99: m.P99, Max: m.Max, MaxIsBound: m.MaxIsBucketBound, MaxAboveBuckets: m.MaxAboveBuckets}
+	return nil
+}
+
 // Usage is what a process of the lab used during a phase: CPU seconds (from /proc/<pid>/stat)
 // and its memory at the phase's end (VmRSS, and VmHWM, the peak since it started).
 type Usage struct {
@@ -229,6 +247,7 @@ func Main(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.Workers, "workers", 8, "concurrent API writers when creating Services")
 	fs.StringVar(&cfg.Plot, "plot", "docs/bench-latency.png", "PNG plot of latency percentiles against N (empty: none)")
 	fs.StringVar(&cfg.JSON, "json", "", "write the results as JSON to this file")
+	replot := fs.String("replot", "", "only draw -plot from the JSON result (-json) of an earlier run")
 	lf := cluster.LabFlags{Make: "lab"}
 	if err := lf.Register(fs); err != nil {
 		return err
@@ -238,6 +257,9 @@ func Main(ctx context.Context, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *replot != "" {
+		return Replot(*replot, cfg.Plot)
 	}
 	err := lf.Check()
 	if err != nil {
@@ -260,6 +282,22 @@ func Main(ctx context.Context, args []string) error {
 	cfg.Out = os.Stdout
 	_, err = Run(ctx, cfg)
 	return err
+}
+
+// Replot draws the plot of an earlier run from its JSON result.
+func Replot(jsonPath, plotPath string) error {
+	data, err := os.ReadFile(jsonPath)
+	if err != nil {
+		return err
+	}
+	var r Result
+	if err := json.Unmarshal(data, &r); err != nil {
+		return fmt.Errorf("%s: %w", jsonPath, err)
+	}
+	if plotPath == "" {
+		return errors.New("-replot needs -plot")
+	}
+	return plotLatency(&r, plotPath)
 }
 
 func (c *Config) validate() error {

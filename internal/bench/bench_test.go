@@ -4,10 +4,13 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -234,5 +237,47 @@ func TestEndpointWindowMoves(t *testing.T) {
 	}
 	if common != 9 {
 		t.Errorf("one change must replace exactly one endpoint: %v -> %v", a, b)
+	}
+}
+
+// covers: P3
+// The plot is drawn again from a run's JSON: vpcgw, each kube-proxy and the baseline; a file
+// that is not a result is refused with its name.
+func TestReplotFromJSON(t *testing.T) {
+	dir := t.TempDir()
+	pc := func(p50, p99 float64) Percentiles { return Percentiles{Count: 10, P50: p50, P99: p99, Max: p99} }
+	r := Result{Config: "test", Sizes: []SizeResult{
+		{Services: 100, Latency: pc(10, 30), Baseline: &BaselineResult{Latency: pc(20, 40)},
+			KubeProxy: []KubeProxyResult{{MinSyncPeriod: KubeProxyDefault, Latency: pc(1000, 2000)}, {MinSyncPeriod: "0s", Latency: pc(300, 900)}}},
+		{Services: 1000, Latency: pc(12, 45), Baseline: &BaselineResult{Latency: pc(30, 90)},
+			KubeProxy: []KubeProxyResult{{MinSyncPeriod: KubeProxyDefault, Latency: pc(1500, 3000)}, {MinSyncPeriod: "0s", Latency: pc(500, 1500)}}},
+	}}
+	data, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, png := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.png")
+	if err := os.WriteFile(in, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Replot(in, png); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(png); err != nil || st.Size() < 1000 {
+		t.Fatalf("plot not written: %v", err)
+	}
+	var back Result
+	if err := json.Unmarshal(data, &back); err != nil || back.Sizes[1].KubeProxy[1].Latency != r.Sizes[1].KubeProxy[1].Latency || back.Sizes[0].Latency != r.Sizes[0].Latency {
+		t.Errorf("the JSON result does not read back: %v, %+v", err, back.Sizes)
+	}
+	if got := kubeProxyModes(&r); !slices.Equal(got, []string{KubeProxyDefault, "0s"}) {
+		t.Errorf("kube-proxy modes %v", got)
+	}
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte("not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Replot(bad, png); err == nil || !strings.Contains(err.Error(), "bad.json") {
+		t.Errorf("a file that is not a result: %v", err)
 	}
 }
