@@ -144,6 +144,9 @@ type SizeResult struct {
 	LoadAvg   string  `json:"loadavg"`
 	CreateSec float64 `json:"create_s"`  // writing the new Services and slices
 	ProgramS  float64 `json:"program_s"` // from the first write to every Service programmed
+	// CreateAPIWrites: the controller's write requests (POST, PUT, PATCH, DELETE) from the first
+	// write to every Service programmed (SPEC P6).
+	CreateAPIWrites int `json:"create_api_writes"`
 	// CreateController and CreateKubeOVN: the vpcgw controller's and kube-ovn-controller's CPU
 	// time from the first write until every Service was programmed, and their memory then.
 	CreateController Usage   `json:"create_controller"`

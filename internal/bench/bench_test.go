@@ -83,6 +83,9 @@ func TestBenchSmoke(t *testing.T) {
 		if a, k := s.AgentApply, s.AgentKernel; a.Count == 0 || a.Count != k.Count || a.P50 <= 0 || k.P50 <= 0 || k.P99 > a.Max {
 			t.Errorf("N=%d: the agent's own time per state not read: apply %+v, kernel %+v", s.Services, a, k)
 		}
+		if s.CreateAPIWrites <= 0 {
+			t.Errorf("N=%d: the controller's API writes while the Services were created not counted", s.Services)
+		}
 		if s.Syncs == 0 {
 			t.Errorf("N=%d: no acknowledged sync during the churn", s.Services)
 		}

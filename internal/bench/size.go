@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/vpcgw/vpcgw/internal/cluster"
@@ -93,6 +94,19 @@ func (w *workload) stats(ctx context.Context) (controllerStats, error) {
 	}, nil
 }
 
+// apiWrites counts the write requests (POST, PUT, PATCH, DELETE) of a controller's
+// rest_client_requests_total by method and code.
+func apiWrites(requests map[string]float64) int {
+	n := 0.0
+	for k, v := range requests {
+		switch strings.Fields(k)[0] {
+		case "POST", "PUT", "PATCH", "DELETE":
+			n += v
+		}
+	}
+	return int(n)
+}
+
 // churnPercentiles are the percentiles of the observations between two scrapes of a histogram
 // that may be missing from the first.
 func churnPercentiles(after, before histogram) (Percentiles, error) {
@@ -117,6 +131,11 @@ func (w *workload) runSize(ctx context.Context, n int, cpuProfile string) (SizeR
 	if err != nil {
 		return sr, err
 	}
+	growBefore, err := w.stats(ctx)
+	if err != nil {
+		return sr, err
+	}
+	added := n - len(w.slices)
 	start := time.Now()
 	if err := w.grow(ctx, n); err != nil {
 		return sr, err
@@ -126,6 +145,13 @@ func (w *workload) runSize(ctx context.Context, n int, cpuProfile string) (SizeR
 		return sr, err
 	}
 	sr.ProgramS = time.Since(start).Seconds()
+	growAfter, err := w.stats(ctx)
+	if err != nil {
+		return sr, err
+	}
+	sr.CreateAPIWrites = apiWrites(growAfter.requests) - apiWrites(growBefore.requests)
+	out.Printf("   the controller's API writes meanwhile: %d for %d new Services (%.2f each: records, ingress, finalizers, events)\n",
+		sr.CreateAPIWrites, added, float64(sr.CreateAPIWrites)/float64(max(1, added)))
 	ctrlNow, kovnNow, err := w.processes()
 	if err != nil {
 		return sr, err
