@@ -95,6 +95,8 @@ type Agent struct {
 	repairing bool
 	// commitTime is how long the last Apply's kernel transactions took (benchmarks, logs).
 	commitTime time.Duration
+	// readTime is how long the last full sync took to list the table (benchmarks, logs).
+	readTime time.Duration
 }
 
 // defaultStageChunk is the number of new identities created per staging transaction. A cold
