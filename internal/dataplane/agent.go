@@ -20,8 +20,9 @@ import (
 // (SPEC D1-D4), the ClusterIPs held on lo (D5) and stale conntrack entries (D6). It remembers
 // the state it last committed and sends only the difference to the kernel, as one atomic
 // transaction per Apply. The first Apply (and the first after a failed one or after drift was
-// found) lists the table once and reconciles it fully: it adopts what is there, rewrites the
-// rules of every desired identity and deletes stale objects it owns.
+// found) lists the table once and reconciles it fully: it adopts what is there, leaves alone
+// the identities whose objects already hold what it would write (read back on the netlink path,
+// SPEC P7: see nlcontent.go), rewrites the others and deletes stale objects it owns.
 //
 // An Apply that creates more than stageChunk new identity chains (a cold sync) first commits
 // their objects in staging transactions of stageChunk identities, while nothing references
