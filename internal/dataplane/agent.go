@@ -20,8 +20,9 @@ import (
 // (SPEC D1-D4), the ClusterIPs held on lo (D5) and stale conntrack entries (D6). It remembers
 // the state it last committed and sends only the difference to the kernel, as one atomic
 // transaction per Apply. The first Apply (and the first after a failed one or after drift was
-// found) lists the table once and reconciles it fully: it adopts what is there, rewrites the
-// rules of every desired identity and deletes stale objects it owns.
+// found) lists the table once and reconciles it fully: it adopts what is there, leaves alone
+// the identities whose objects already hold what it would write (read back on the netlink path,
+// SPEC P7: see nlcontent.go), rewrites the others and deletes stale objects it owns.
 //
 // An Apply that creates more than stageChunk new identity chains (a cold sync) first commits
 // their objects in staging transactions of stageChunk identities, while nothing references
@@ -97,6 +98,8 @@ type Agent struct {
 	// kernelTotal is the sum over the agent's life (each message's acknowledgement tells its
 	// part of it, SPEC P3).
 	commitTime, kernelTotal time.Duration
+	// readTime is how long the last full sync took to list the table (benchmarks, logs).
+	readTime time.Duration
 }
 
 // noteKernel counts a kernel transaction's time. Callers hold a.mu.
@@ -397,7 +400,9 @@ func (a *Agent) unappliedIdentities(ids []gwstate.Identity) []gwstate.Identity {
 
 // planFromTable plans a full sync from the listed table: identities whose chain is missing (or
 // that a drift repair restores) are staged; those staged already with the same content, present
-// whole and referenced by no element, are ready.
+// whole and referenced by no element, are ready; so are those whose objects the table holds as
+// the agent would write them (adopted, SPEC P7: a restart over an unchanged table rewrites
+// nothing).
 func (a *Agent) planFromTable(inv *inventory, ids []gwstate.Identity) (ready map[gwstate.IdentityKey]bool, stage []gwstate.Identity) {
 	ready = map[gwstate.IdentityKey]bool{}
 	chains, sets := nameSet(inv.chains), nameSet(inv.sets)
@@ -416,7 +421,13 @@ func (a *Agent) planFromTable(inv *inventory, ids []gwstate.Identity) (ready map
 			stage = append(stage, id)
 			continue
 		}
-		if old, ok := a.staged[id.Key()]; ok && identityEqual(old, id) && !referenced[idc] && present(id, chains, sets) {
+		if old, ok := a.staged[id.Key()]; ok {
+			if identityEqual(old, id) && !referenced[idc] && present(id, chains, sets) {
+				ready[id.Key()] = true
+			}
+			continue // staged with other content: rewritten from it (writeDesired)
+		}
+		if inv.content != nil && inv.content.identityMatches(id) {
 			ready[id.Key()] = true
 		}
 	}
@@ -511,13 +522,17 @@ func (a *Agent) stage(ctx context.Context, stage []gwstate.Identity, ready map[g
 
 // fullSync writes a transaction that makes the listed table exactly desired, as far as the
 // agent's objects go. Desired identities are rewritten in place (add, flush and re-add in the
-// same transaction), so traffic sees no gap (SPEC L7); those in ready (written by stage) only
-// get their element. An identity is the agent's when its key is in OwnedSet (or staged, or
+// same transaction), so traffic sees no gap (SPEC L7); those in ready (written by stage, found
+// whole by a drift check, or adopted: see planFromTable) only get their element and OwnedSet key
+// if the table lacks them. The base (writeBase) is written unless the table holds it as written
+// (SPEC P7). An identity is the agent's when its key is in OwnedSet (or staged, or
 // desired): other elements and their dnat-, ep- and aff- objects are kube-ovn's share DNAT
 // identities (or someone else's) and stay as they are (SPEC D8, K8). A table of an agent from
 // before OwnedSet (legacyHairpinChain present) is adopted by object names, as it did.
 func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired map[gwstate.IdentityKey]gwstate.Identity, ready map[gwstate.IdentityKey]bool) {
-	writeBase(tx, a.iface)
+	if inv.content == nil || !inv.content.baseMatches(a.iface) {
+		writeBase(tx, a.iface)
+	}
 	own := a.ownership(inv, desired)
 	if own.legacy {
 		tx.flushChain(legacyHairpinChain)
@@ -526,7 +541,7 @@ func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired
 	}
 	removeStaleElements(tx, inv, desired, own)
 	syncVIPs(tx, inv, desired)
-	keep := a.writeDesired(tx, inv, ids, ready)
+	keep := a.writeDesired(tx, inv, ids, ready, own)
 	a.removeStaleObjects(tx, inv, own, keep)
 }
 
@@ -592,20 +607,22 @@ func removeStaleElements(tx txn, inv *inventory, desired map[gwstate.IdentityKey
 	}
 }
 
-// syncVIPs makes VIPSet exactly the desired identities' VIPs.
+// syncVIPs makes VIPSet exactly the desired identities' VIPs, adding only those it lacks.
 func syncVIPs(tx txn, inv *inventory, desired map[gwstate.IdentityKey]gwstate.Identity) {
 	wantVIPs := make(map[netip.Addr]bool, len(desired))
 	for k := range desired {
 		wantVIPs[k.VIP] = true
 	}
 	for _, v := range inv.vips {
-		if !wantVIPs[v] {
+		if wantVIPs[v] {
+			delete(wantVIPs, v)
+		} else {
 			tx.deleteVIP(v)
 		}
 	}
 	vips := slices.SortedFunc(maps.Keys(wantVIPs), netip.Addr.Compare)
 	for _, v := range vips {
-		tx.addVIP(v) // a no-op for those present
+		tx.addVIP(v)
 	}
 }
 
@@ -643,14 +660,18 @@ func (k keptObjects) markRewritten(old, id gwstate.Identity) {
 	}
 }
 
-// writeDesired writes every desired identity that has backends: the element only for those in
-// ready, a rewrite from the staged content for a leftover of a failed staged sync, all of it
-// for the others. It returns the objects to keep.
-func (a *Agent) writeDesired(tx txn, inv *inventory, ids []gwstate.Identity, ready map[gwstate.IdentityKey]bool) keptObjects {
+// writeDesired writes every desired identity that has backends: for those in ready, the element
+// and OwnedSet key if the table lacks them (addMissing); a rewrite from the staged content for a
+// leftover of a failed staged sync; all of it for the others. It returns the objects to keep.
+func (a *Agent) writeDesired(tx txn, inv *inventory, ids []gwstate.Identity, ready map[gwstate.IdentityKey]bool, own ownership) keptObjects {
 	keep := keptObjects{chains: map[string]bool{}, sets: map[string]bool{}, deleted: map[string]bool{}}
 	var chains, sets map[string]bool
 	if len(a.staged) > 0 {
 		chains, sets = nameSet(inv.chains), nameSet(inv.sets)
+	}
+	elems := make(map[string]string, len(inv.elements))
+	for _, e := range inv.elements {
+		elems[strings.Join(e.key, " . ")] = e.value
 	}
 	for _, id := range ids {
 		if len(id.Backends) == 0 {
@@ -659,7 +680,8 @@ func (a *Agent) writeDesired(tx txn, inv *inventory, ids []gwstate.Identity, rea
 		old, staged := a.staged[id.Key()]
 		switch {
 		case ready[id.Key()]:
-			addReadyElement(tx, id)
+			// A staged identity's key went into OwnedSet with its objects.
+			addMissing(tx, id, elems, staged || own.ownedKeys[strings.Join(elementKey(id), " . ")])
 		case staged && present(old, chains, sets):
 			// A leftover of a failed staged sync with other content: rewrite it from what it
 			// is, so that affinity sets whose timeout changed are recreated (SPEC D3).
@@ -671,6 +693,25 @@ func (a *Agent) writeDesired(tx txn, inv *inventory, ids []gwstate.Identity, rea
 		keep.keepIdentity(id)
 	}
 	return keep
+}
+
+// addMissing adds the element and the OwnedSet key of an identity whose objects are in the table
+// already, unless the table has them (elems: service-ips' elements by joined key, as listed;
+// hasKey: the key is in OwnedSet). An element with another value was deleted by
+// removeStaleElements.
+func addMissing(tx txn, id gwstate.Identity, elems map[string]string, hasKey bool) {
+	hasElem := elems[strings.Join(elementKey(id), " . ")] == strings.Join(elementValue(id), " ")
+	if hasKey && hasElem {
+		return
+	}
+	tx.identity(&id)
+	if !hasKey {
+		tx.addOwnedKey(elementKey(id))
+	}
+	if !hasElem {
+		tx.addElement(id)
+	}
+	tx.identity(nil)
 }
 
 // removeStaleObjects deletes the agent's chains and sets that no desired identity keeps.

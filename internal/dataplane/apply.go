@@ -167,7 +167,9 @@ func (a *Agent) fullApply(ctx context.Context, st gwstate.State) error {
 			desired[id.Key()] = id
 		}
 	}
+	start := time.Now()
 	inv, err := a.be.inventory(ctx)
+	a.readTime = time.Since(start)
 	if err != nil {
 		return err
 	}
@@ -203,7 +205,7 @@ func (a *Agent) fullApply(ctx context.Context, st gwstate.State) error {
 	a.vipRefs = countVIPs(a.applied)
 	a.synced = true
 	a.log.V(1).Info("applied state", "generation", st.Generation, "identities", len(desired), "operations", tx.size()+stagedOps,
-		"stagingTransactions", stagedTx, "full", true, "kernelTime", a.commitTime.String())
+		"stagingTransactions", stagedTx, "full", true, "kernelTime", a.commitTime.String(), "readTime", a.readTime.String())
 	return a.finish(targets, st.ClusterIPs, true)
 }
 

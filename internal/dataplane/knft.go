@@ -37,6 +37,20 @@ type inventory struct {
 	// owned are the keys in OwnedSet (vip, proto, port); vips the elements of VIPSet.
 	owned [][]string
 	vips  []netip.Addr
+	// content, when the backend reads it (netlink), tells which identities and base objects
+	// already hold what the agent would write: a full sync leaves those alone (SPEC P7). nil:
+	// every live identity and the base are rewritten (the text path, a missing table).
+	content tableContent
+}
+
+// tableContent is a table's content as read for a full sync (SPEC P7, see nlContent).
+type tableContent interface {
+	// baseMatches reports whether service-ips, the ownership sets and the base chains with their
+	// rules are what writeBase writes for the VPC interface iface.
+	baseMatches(iface string) bool
+	// identityMatches reports whether id's chains and sets hold what writeObjects writes for it
+	// (not its element or OwnedSet key, which the full sync compares itself).
+	identityMatches(id gwstate.Identity) bool
 }
 
 type element struct {

@@ -544,8 +544,19 @@ func (t *nlTxn) addBaseChain(name, hook, priority string) {
 
 var serviceKeyType = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)
 
-func (t *nlTxn) serviceMap() *nftables.Set {
-	return &nftables.Set{Table: t.b.table, Name: ServiceMap, IsMap: true, KeyType: serviceKeyType, DataType: nftables.TypeVerdict}
+func (t *nlTxn) serviceMap() *nftables.Set { return serviceMapOf(t.b.table) }
+
+// serviceMapOf, ownedSetOf and vipSetOf are the agent's named sets as it writes them.
+func serviceMapOf(table *nftables.Table) *nftables.Set {
+	return &nftables.Set{Table: table, Name: ServiceMap, IsMap: true, KeyType: serviceKeyType, DataType: nftables.TypeVerdict}
+}
+
+func ownedSetOf(table *nftables.Table) *nftables.Set {
+	return &nftables.Set{Table: table, Name: OwnedSet, KeyType: serviceKeyType}
+}
+
+func vipSetOf(table *nftables.Table) *nftables.Set {
+	return &nftables.Set{Table: table, Name: VIPSet, KeyType: nftables.TypeIPAddr}
 }
 
 func (t *nlTxn) addServiceMap() {
@@ -553,13 +564,9 @@ func (t *nlTxn) addServiceMap() {
 	t.fail(t.b.conn.AddSet(t.serviceMap(), nil))
 }
 
-func (t *nlTxn) ownedSet() *nftables.Set {
-	return &nftables.Set{Table: t.b.table, Name: OwnedSet, KeyType: serviceKeyType}
-}
+func (t *nlTxn) ownedSet() *nftables.Set { return ownedSetOf(t.b.table) }
 
-func (t *nlTxn) vipSet() *nftables.Set {
-	return &nftables.Set{Table: t.b.table, Name: VIPSet, KeyType: nftables.TypeIPAddr}
-}
+func (t *nlTxn) vipSet() *nftables.Set { return vipSetOf(t.b.table) }
 
 func (t *nlTxn) addOwnershipSets() {
 	t.n += 2
@@ -635,41 +642,27 @@ func (t *nlTxn) parseKey(key []string) ([]byte, bool) {
 
 func (t *nlTxn) addAffinitySet(name string, timeout time.Duration) {
 	t.n++
-	t.fail(t.b.conn.AddSet(&nftables.Set{
-		Table: t.b.table, Name: name, KeyType: nftables.TypeIPAddr,
-		Dynamic: true, HasTimeout: true, Timeout: timeout,
-	}, nil))
+	t.fail(t.b.conn.AddSet(affinitySetOf(t.b.table, name, timeout), nil))
+}
+
+// affinitySetOf is an affinity set as the agent writes it (SPEC D3).
+func affinitySetOf(table *nftables.Table, name string, timeout time.Duration) *nftables.Set {
+	return &nftables.Set{Table: table, Name: name, KeyType: nftables.TypeIPAddr, Dynamic: true, HasTimeout: true, Timeout: timeout}
+}
+
+// sourceSetOf is a source set as the agent writes it (SPEC N7).
+func sourceSetOf(table *nftables.Table, name string) *nftables.Set {
+	return &nftables.Set{Table: table, Name: name, KeyType: nftables.TypeIPAddr, Interval: true}
 }
 
 // setSourceRanges writes the set as nft writes a named interval set of ipv4_addr (the
-// real-kernel test compares both listings): each prefix is a start element and an end element
-// (the address after its last, flagged NFT_SET_ELEM_INTERVAL_END); an end element at 0.0.0.0
-// marks the gap below the first prefix when it does not start at 0.0.0.0; a prefix that ends at
-// 255.255.255.255 has no end element and says so in its user data (open interval).
+// real-kernel test compares both listings), with the elements of sourceElements.
 func (t *nlTxn) setSourceRanges(name string, prefixes []netip.Prefix) {
 	t.n += 2 + len(prefixes)
-	set := &nftables.Set{Table: t.b.table, Name: name, KeyType: nftables.TypeIPAddr, Interval: true}
+	set := sourceSetOf(t.b.table, name)
 	t.fail(t.b.conn.AddSet(set, nil))
 	t.b.conn.FlushSet(set)
-	var elems []nftables.SetElement
-	if len(prefixes) > 0 && prefixes[0].Addr() != netip.IPv4Unspecified() {
-		elems = append(elems, nftables.SetElement{Key: make([]byte, 4), IntervalEnd: true})
-	}
-	open := false
-	for _, p := range prefixes {
-		start := p.Addr().As4()
-		last := binary.BigEndian.Uint32(start[:]) | (1<<(32-p.Bits()) - 1) // /0: 1<<32 is 0
-		if last == 1<<32-1 {
-			// The open flag travels as element user data, which google/nftables writes only
-			// for a comment: a 3-byte comment is the 4 bytes of the flags value (1, little
-			// endian, then the comment's NUL), and openIntervalUserdata patches its type.
-			elems = append(elems, nftables.SetElement{Key: start[:], Comment: "\x01\x00\x00"})
-			open = true
-			continue
-		}
-		elems = append(elems, nftables.SetElement{Key: start[:]},
-			nftables.SetElement{Key: binary.BigEndian.AppendUint32(nil, last+1), IntervalEnd: true})
-	}
+	elems, open := sourceElements(prefixes)
 	if len(elems) == 0 {
 		return
 	}
@@ -677,6 +670,32 @@ func (t *nlTxn) setSourceRanges(name string, prefixes []netip.Prefix) {
 	if open {
 		t.fail(patchOpenInterval(t.b.conn))
 	}
+}
+
+// sourceElements are the elements of a source set of prefixes: each prefix is a start element
+// and an end element (the address after its last, flagged NFT_SET_ELEM_INTERVAL_END); an end
+// element at 0.0.0.0 marks the gap below the first prefix when it does not start at 0.0.0.0; a
+// prefix that ends at 255.255.255.255 has no end element and says so in its user data (open
+// interval, see patchOpenInterval): open reports whether there is one.
+func sourceElements(prefixes []netip.Prefix) (elems []nftables.SetElement, open bool) {
+	if len(prefixes) > 0 && prefixes[0].Addr() != netip.IPv4Unspecified() {
+		elems = append(elems, nftables.SetElement{Key: make([]byte, 4), IntervalEnd: true})
+	}
+	for _, p := range prefixes {
+		start := p.Addr().As4()
+		last := binary.BigEndian.Uint32(start[:]) | (1<<(32-p.Bits()) - 1) // /0: 1<<32 is 0
+		if last == 1<<32-1 {
+			// The open flag travels as element user data, which google/nftables writes only
+			// for a comment: a 3-byte comment is the 4 bytes of the flags value (1, little
+			// endian, then the comment's NUL), and patchOpenInterval patches its type.
+			elems = append(elems, nftables.SetElement{Key: start[:], Comment: "\x01\x00\x00"})
+			open = true
+			continue
+		}
+		elems = append(elems, nftables.SetElement{Key: start[:]},
+			nftables.SetElement{Key: binary.BigEndian.AppendUint32(nil, last+1), IntervalEnd: true})
+	}
+	return elems, open
 }
 
 // patchOpenInterval turns the comment "\x01\x00\x00" of the last queued message's element into
@@ -768,51 +787,83 @@ func ifname(name string) []byte {
 
 func (t *nlTxn) addRule(chain string, r rule) {
 	t.n++
-	exprs, err := t.ruleExprs(r)
+	rr, err := renderRule(t.b.table, r)
 	if err != nil {
 		t.fail(err)
 		return
 	}
-	nr := &nftables.Rule{Table: t.b.table, Chain: t.chain(chain), Exprs: exprs}
-	if r.marked() {
-		nr.UserData = ruleCommentData
+	if m := rr.anon; m != nil {
+		if err := t.addAnonymousMap(m.set, m.elems); err != nil {
+			t.fail(err)
+			return
+		}
+		m.lookup.SetName, m.lookup.SetID = m.set.Name, m.set.ID
 	}
-	t.b.conn.AddRule(nr)
+	t.b.conn.AddRule(&nftables.Rule{Table: t.b.table, Chain: t.chain(chain), Exprs: rr.exprs, UserData: rr.udata})
 	if r.kind == ruleHairpin {
 		t.fail(patchCtDstIP(t.b.conn))
 	}
 }
 
-// ruleExprs are the expressions of r; a rule that needs an anonymous map adds it first.
-func (t *nlTxn) ruleExprs(r rule) ([]expr.Any, error) {
+// renderedRule is one rule as the netlink writer sends it: its expressions, its user data and
+// the anonymous map it looks up (nil for none).
+type renderedRule struct {
+	exprs []expr.Any
+	udata []byte
+	anon  *anonMap
+}
+
+// anonMap is the anonymous map of a rendered rule: the set without name and ID (addAnonymousMap
+// gives both), its elements, and the rule's lookup, which names the map once it has them.
+type anonMap struct {
+	set    *nftables.Set
+	elems  []nftables.SetElement
+	lookup *expr.Lookup
+}
+
+// renderRule renders r for the table without queuing anything: addRule sends the result, and a
+// full sync compares the rules it reads back with it (nlContent, SPEC P7), so both use the same
+// rendering. A marked rule's user data is RuleComment and, for a rule with an anonymous map,
+// the digest of the map's elements (mapDigestData).
+func renderRule(table *nftables.Table, r rule) (renderedRule, error) {
+	var rr renderedRule
+	var err error
 	switch r.kind {
 	case ruleDispatch:
-		return dispatchExprs(), nil
+		rr.exprs = dispatchExprs()
 	case ruleHairpin:
-		return hairpinExprs(r.iface), nil
+		rr.exprs = hairpinExprs(r.iface)
 	case ruleDNAT:
-		return t.dnatExprs(r.proto, r.backends)
+		rr.exprs, rr.anon = dnatExprs(table, r.proto, r.backends)
 	case ruleAffinityCheck:
-		return []expr.Any{
+		rr.exprs = []expr.Any{
 			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
 			&expr.Lookup{SourceRegister: reg1, SetName: r.set},
 			&expr.Verdict{Kind: expr.VerdictGoto, Chain: r.chains[0]},
-		}, nil
+		}
 	case ruleAffinityPick:
-		return t.affinityPickExprs(r.chains)
+		rr.exprs, rr.anon = affinityPickExprs(table, r.chains)
 	case ruleAffinityUpdate:
-		return []expr.Any{
+		rr.exprs = []expr.Any{
 			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
 			&expr.Dynset{SrcRegKey: reg1, SetName: r.set, Operation: unix.NFT_DYNSET_OP_UPDATE},
-		}, nil
+		}
 	case ruleFirewall:
-		return []expr.Any{
+		rr.exprs = []expr.Any{
 			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
 			&expr.Lookup{SourceRegister: reg1, SetName: r.set, Invert: true},
 			&expr.Verdict{Kind: expr.VerdictDrop},
-		}, nil
+		}
+	default:
+		err = fmt.Errorf("unknown rule kind %d", r.kind)
 	}
-	return nil, fmt.Errorf("unknown rule kind %d", r.kind)
+	if r.marked() {
+		rr.udata = ruleCommentData
+		if rr.anon != nil {
+			rr.udata = append(slices.Clip(ruleCommentData), mapDigestData(rr.anon.elems)...)
+		}
+	}
+	return rr, err
 }
 
 // dispatchExprs look the packet's daddr . l4proto . dport up in the service map, whose verdict
@@ -847,7 +898,7 @@ func hairpinExprs(iface string) []expr.Any {
 
 // dnatExprs DNAT packets of proto to one of backends: directly to a single one, through an
 // anonymous map picked by numgen among several.
-func (t *nlTxn) dnatExprs(proto gwstate.Protocol, backends []gwstate.Backend) ([]expr.Any, error) {
+func dnatExprs(table *nftables.Table, proto gwstate.Protocol, backends []gwstate.Backend) ([]expr.Any, *anonMap) {
 	exprs := []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{protoNumber(proto)}},
@@ -860,7 +911,7 @@ func (t *nlTxn) dnatExprs(proto gwstate.Protocol, backends []gwstate.Backend) ([
 			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg1, RegProtoMin: reg2, Specified: true},
 		), nil
 	}
-	set := &nftables.Set{Table: t.b.table, Anonymous: true, Constant: true, IsMap: true,
+	set := &nftables.Set{Table: table, Anonymous: true, Constant: true, IsMap: true,
 		KeyType:  nftables.TypeInteger,
 		DataType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)}
 	elems := make([]nftables.SetElement, len(backends))
@@ -871,32 +922,28 @@ func (t *nlTxn) dnatExprs(proto gwstate.Protocol, backends []gwstate.Backend) ([
 		binary.BigEndian.PutUint16(v[4:], uint16(be.Port))
 		elems[i] = nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)), Val: v}
 	}
-	if err := t.addAnonymousMap(set, elems); err != nil {
-		return nil, err
-	}
+	lookup := &expr.Lookup{SourceRegister: reg1, DestRegister: reg1, IsDestRegSet: true}
 	return append(exprs,
 		&expr.Numgen{Register: reg1, Modulus: uint32(len(backends)), Type: unix.NFT_NG_RANDOM},
-		&expr.Lookup{SourceRegister: reg1, DestRegister: reg1, IsDestRegSet: true, SetName: set.Name, SetID: set.ID},
+		lookup,
 		&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg1, RegProtoMin: reg32_01},
-	), nil
+	), &anonMap{set: set, elems: elems, lookup: lookup}
 }
 
 // affinityPickExprs go to one of chains, picked by numgen through an anonymous verdict map.
-func (t *nlTxn) affinityPickExprs(chains []string) ([]expr.Any, error) {
-	set := &nftables.Set{Table: t.b.table, Anonymous: true, Constant: true, IsMap: true,
+func affinityPickExprs(table *nftables.Table, chains []string) ([]expr.Any, *anonMap) {
+	set := &nftables.Set{Table: table, Anonymous: true, Constant: true, IsMap: true,
 		KeyType: nftables.TypeInteger, DataType: nftables.TypeVerdict}
 	elems := make([]nftables.SetElement, len(chains))
 	for i, c := range chains {
 		elems[i] = nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)),
 			VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: c}}
 	}
-	if err := t.addAnonymousMap(set, elems); err != nil {
-		return nil, err
-	}
+	lookup := &expr.Lookup{SourceRegister: reg1, DestRegister: regVerdict, IsDestRegSet: true}
 	return []expr.Any{
 		&expr.Numgen{Register: reg1, Modulus: uint32(len(chains)), Type: unix.NFT_NG_RANDOM},
-		&expr.Lookup{SourceRegister: reg1, DestRegister: regVerdict, IsDestRegSet: true, SetName: set.Name, SetID: set.ID},
-	}, nil
+		lookup,
+	}, &anonMap{set: set, elems: elems, lookup: lookup}
 }
 
 // ruleCommentData is RuleComment as nft stores a rule's comment (NFTNL_UDATA_RULE_COMMENT, a
@@ -1018,21 +1065,6 @@ func isNotFound(err error) bool {
 	return errors.Is(err, syscall.ENOENT) || errors.Is(err, os.ErrNotExist)
 }
 
-// chainNames lists the chains of the table (nil when the table is missing).
-func (b *nlBackend) chainNames() ([]string, error) {
-	chains, err := b.conn.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
-	if err != nil {
-		return nil, fmt.Errorf("listing chains: %w", err)
-	}
-	var names []string
-	for _, c := range chains {
-		if c.Table != nil && c.Table.Name == TableName {
-			names = append(names, c.Name)
-		}
-	}
-	return names, nil
-}
-
 func (b *nlBackend) tableExists() (bool, error) {
 	_, err := b.conn.ListTableOfFamily(TableName, nftables.TableFamilyIPv4)
 	if err != nil {
@@ -1044,55 +1076,67 @@ func (b *nlBackend) tableExists() (bool, error) {
 	return true, nil
 }
 
+// inventory lists the table with its content (rules, set properties): a full sync adopts the
+// identities whose content is what it would write (SPEC P7).
 func (b *nlBackend) inventory(context.Context) (*inventory, error) {
+	return b.listTable(true)
+}
+
+// listTable lists the table's chains and sets, the elements of service-ips and of the ownership
+// sets, and with content every rule of the table (one dump each, see nlContent).
+func (b *nlBackend) listTable(content bool) (*inventory, error) {
 	inv := &inventory{}
 	ok, err := b.tableExists()
 	if err != nil || !ok {
 		return inv, err
 	}
-	if inv.chains, err = b.chainNames(); err != nil {
+	c := &nlContent{b: b}
+	if inv.chains, c.chains, err = b.listChains(); err != nil {
 		return nil, err
 	}
-	svc, err := b.readSets(inv)
-	if err != nil {
+	if c.sets, err = b.readSets(inv); err != nil {
 		return nil, err
 	}
-	if svc == nil {
-		return inv, nil
+	if s, ok := c.sets[ServiceMap]; ok && s.flags&unix.NFT_SET_MAP != 0 {
+		if err := b.readServiceMap(inv, ServiceMap); err != nil {
+			return nil, err
+		}
 	}
-	if err := b.readServiceMap(inv, svc.Name); err != nil {
-		return nil, err
+	if content {
+		if c.rules, err = b.listRules(); err != nil {
+			return nil, err
+		}
+		inv.content = c
 	}
 	return inv, nil
 }
 
 // readSets lists the table's sets into inv: the ownership sets' elements, the other named sets'
-// names. It returns the service map (nil when the table has none) and moves b.anon past the
-// anonymous names in use.
-func (b *nlBackend) readSets(inv *inventory) (svc *nftables.Set, err error) {
-	sets, err := b.conn.GetSets(b.table)
+// names. It returns every set's properties by name and moves b.anon past the anonymous names in
+// use.
+func (b *nlBackend) readSets(inv *inventory) (map[string]setInfo, error) {
+	sets, err := b.listSets()
 	if err != nil {
-		return nil, fmt.Errorf("listing sets: %w", err)
+		return nil, err
 	}
+	out := make(map[string]setInfo, len(sets))
 	for _, s := range sets {
-		if n, ok := anonNumber(s.Name); ok && n >= b.anon {
+		out[s.name] = s.setInfo
+		if n, ok := anonNumber(s.name); ok && n >= b.anon {
 			b.anon = n + 1 // never reuse a name that is in the table (a previous agent's maps)
 		}
-		if s.Anonymous {
-			continue
-		}
 		switch {
-		case s.Name == ServiceMap && s.IsMap:
-			svc = s
-		case s.Name == OwnedSet || s.Name == VIPSet:
-			if err := b.readOwnershipSet(inv, s.Name); err != nil {
+		case s.flags&unix.NFT_SET_ANONYMOUS != 0:
+		case s.name == ServiceMap && s.flags&unix.NFT_SET_MAP != 0: // its elements: readServiceMap
+		case s.name == OwnedSet || s.name == VIPSet:
+			if err := b.readOwnershipSet(inv, s.name); err != nil {
 				return nil, err
 			}
 		default:
-			inv.sets = append(inv.sets, s.Name)
+			inv.sets = append(inv.sets, s.name)
 		}
 	}
-	return svc, nil
+	return out, nil
 }
 
 // readOwnershipSet reads the elements of OwnedSet (into inv.owned) or VIPSet (into inv.vips).
@@ -1129,6 +1173,8 @@ func (b *nlBackend) readServiceMap(inv *inventory, name string) error {
 type listedElement struct {
 	Key   []byte
 	value string // a verdict map's "goto <chain>" (or "jump <chain>", "verdict <n>")
+	flags uint32 // NFTA_SET_ELEM_FLAGS (NFT_SET_ELEM_INTERVAL_END)
+	udata []byte
 }
 
 // setElements lists the elements of a named set or map of the table in one dump on the batch
@@ -1158,31 +1204,7 @@ func (b *nlBackend) setElements(name string) ([]listedElement, error) {
 			ad.Nested(func(list *netlink.AttributeDecoder) error {
 				for list.Next() {
 					var e listedElement
-					list.Nested(func(el *netlink.AttributeDecoder) error {
-						for el.Next() {
-							switch el.Type() {
-							case unix.NFTA_SET_ELEM_KEY:
-								el.Nested(func(d *netlink.AttributeDecoder) error {
-									for d.Next() {
-										if d.Type() == unix.NFTA_DATA_VALUE {
-											e.Key = d.Bytes()
-										}
-									}
-									return nil
-								})
-							case unix.NFTA_SET_ELEM_DATA:
-								el.Nested(func(d *netlink.AttributeDecoder) error {
-									for d.Next() {
-										if d.Type() == unix.NFTA_DATA_VERDICT {
-											e.value = decodeVerdict(d.Bytes())
-										}
-									}
-									return nil
-								})
-							}
-						}
-						return nil
-					})
+					list.Nested(e.decode)
 					out = append(out, e)
 				}
 				return nil
@@ -1194,6 +1216,39 @@ func (b *nlBackend) setElements(name string) ([]listedElement, error) {
 		return nil, fmt.Errorf("listing set %s: %w", name, err)
 	}
 	return out, nil
+}
+
+// decode fills e from the attributes of one NFTA_LIST_ELEM.
+func (e *listedElement) decode(el *netlink.AttributeDecoder) error {
+	for el.Next() {
+		switch el.Type() {
+		case unix.NFTA_SET_ELEM_KEY:
+			el.Nested(func(d *netlink.AttributeDecoder) error {
+				for d.Next() {
+					if d.Type() == unix.NFTA_DATA_VALUE {
+						e.Key = d.Bytes()
+					}
+				}
+				return nil
+			})
+		case unix.NFTA_SET_ELEM_DATA:
+			el.Nested(func(d *netlink.AttributeDecoder) error {
+				for d.Next() {
+					if d.Type() == unix.NFTA_DATA_VERDICT {
+						e.value = decodeVerdict(d.Bytes())
+					}
+				}
+				return nil
+			})
+		case unix.NFTA_SET_ELEM_FLAGS:
+			if f := el.Bytes(); len(f) == 4 {
+				e.flags = binary.BigEndian.Uint32(f)
+			}
+		case unix.NFTA_SET_ELEM_USERDATA:
+			e.udata = el.Bytes()
+		}
+	}
+	return nil
 }
 
 // decodeVerdict renders NFTA_DATA_VERDICT's attributes as the inventory names verdicts.
@@ -1234,7 +1289,7 @@ func listedKey(k []byte) ([]string, bool) {
 // generation: if it is still the one at which the table was last found whole (see
 // nlBackend.trusted), nothing is read. Otherwise it reads every rule of the table once (a
 // dump, O(table)) and lists the table.
-func (b *nlBackend) check(ctx context.Context, want expectation) (string, map[gwstate.IdentityKey]bool, error) {
+func (b *nlBackend) check(_ context.Context, want expectation) (string, map[gwstate.IdentityKey]bool, error) {
 	gen, err := b.genID()
 	if err != nil {
 		return "", nil, err
@@ -1259,7 +1314,7 @@ func (b *nlBackend) check(ctx context.Context, want expectation) (string, map[gw
 		return "", nil, fmt.Errorf("listing rules of %s: %w", BaseChain, err)
 	}
 	ts.dispatch = len(base) == 1 && isDispatch(base[0])
-	if ts.inv, err = b.inventory(ctx); err != nil {
+	if ts.inv, err = b.listTable(false); err != nil {
 		return "", nil, err
 	}
 	drift := compareTable(ts, want)

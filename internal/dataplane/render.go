@@ -423,17 +423,35 @@ func writeObjects(tx txn, old, next *gwstate.Identity) {
 	if old != nil && old.AffinityTimeoutSeconds > 0 {
 		removeOldEndpoints(tx, *old, next)
 	}
-	// The firewall (SPEC N7) is the identity chain's first rule: a packet from outside the
-	// ranges is dropped before any affinity lookup or DNAT. The chain is reached only by the
-	// first packet of a connection (nat hook); flows already established from a source the
-	// ranges no longer allow are deleted from conntrack after the commit (flowTarget).
-	if len(next.SourceRanges) > 0 {
-		tx.addRule(idc, rule{kind: ruleFirewall, set: SourceSet(*next)})
-	}
 	if next.AffinityTimeoutSeconds > 0 {
-		writeAffinity(tx, idc, next)
-	} else {
-		tx.addRule(idc, dnatRule(next.Protocol, next.Backends))
+		writeEndpoints(tx, next)
+	}
+	for _, r := range identityRules(*next) {
+		tx.addRule(idc, r)
+	}
+}
+
+// identityRules are the rules of an identity's chain, in order. The firewall (SPEC N7) is the
+// first: a packet from outside the ranges is dropped before any affinity lookup or DNAT. The
+// chain is reached only by the first packet of a connection (nat hook); flows already
+// established from a source the ranges no longer allow are deleted from conntrack after the
+// commit (flowTarget). Then the affinity rules (SPEC D3) or the DNAT rule (D2).
+func identityRules(id gwstate.Identity) []rule {
+	var rules []rule
+	if len(id.SourceRanges) > 0 {
+		rules = append(rules, rule{kind: ruleFirewall, set: SourceSet(id)})
+	}
+	if id.AffinityTimeoutSeconds > 0 {
+		return append(rules, affinityRules(id)...)
+	}
+	return append(rules, dnatRule(id.Protocol, id.Backends))
+}
+
+// endpointRules are the rules of a backend's endpoint chain (SPEC D3): record the client, DNAT.
+func endpointRules(id gwstate.Identity, b gwstate.Backend) []rule {
+	return []rule{
+		{kind: ruleAffinityUpdate, set: AffinitySet(id, b)},
+		dnatRule(id.Protocol, []gwstate.Backend{b}),
 	}
 }
 
@@ -462,9 +480,9 @@ func removeOldEndpoints(tx txn, old gwstate.Identity, next *gwstate.Identity) {
 	}
 }
 
-// writeAffinity writes an identity with affinity: an affinity set and an endpoint chain per
-// backend, and the identity chain's affinity rules.
-func writeAffinity(tx txn, idc string, next *gwstate.Identity) {
+// writeEndpoints writes the affinity set and the endpoint chain of each backend of an identity
+// with affinity; the identity chain's affinity rules refer to them.
+func writeEndpoints(tx txn, next *gwstate.Identity) {
 	timeout := time.Duration(next.AffinityTimeoutSeconds) * time.Second
 	for _, b := range next.Backends {
 		ep := EndpointChain(*next, b)
@@ -473,11 +491,9 @@ func writeAffinity(tx txn, idc string, next *gwstate.Identity) {
 		tx.addAffinitySet(AffinitySet(*next, b), timeout)
 		tx.addChain(ep)
 		tx.flushChain(ep)
-		tx.addRule(ep, rule{kind: ruleAffinityUpdate, set: AffinitySet(*next, b)})
-		tx.addRule(ep, dnatRule(next.Protocol, []gwstate.Backend{b}))
-	}
-	for _, r := range affinityRules(*next) {
-		tx.addRule(idc, r)
+		for _, r := range endpointRules(*next, b) {
+			tx.addRule(ep, r)
+		}
 	}
 }
 

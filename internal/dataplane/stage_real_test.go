@@ -16,14 +16,15 @@ import (
 	"github.com/vpcgw/vpcgw/internal/gwstate"
 )
 
-// countingBackend counts the transactions an agent commits.
+// countingBackend counts the transactions an agent commits and their operations.
 type countingBackend struct {
 	backend
-	commits int
+	commits, ops int
 }
 
 func (c *countingBackend) commit(ctx context.Context, tx txn) error {
 	c.commits++
+	c.ops += tx.size()
 	return c.backend.commit(ctx, tx)
 }
 
