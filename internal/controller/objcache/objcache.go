@@ -4,6 +4,7 @@ package objcache
 
 import (
 	"maps"
+	"slices"
 	"unique"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -83,7 +84,8 @@ func trimServiceRecord(obj any) (any, error) {
 		return obj, nil
 	}
 	r.ManagedFields = nil
-	r.Labels = internMap(r.Labels)
+	// One ServiceRecord per Service: its name and UID labels are its own, not shared.
+	r.Labels = internMap(r.Labels, model.LabelRecordName, model.LabelRecordUID)
 	r.Annotations = internMap(r.Annotations)
 	sp := &r.Spec
 	sp.Service.Namespace, sp.Gateway, sp.EIP, sp.EIPAddress = intern(sp.Service.Namespace), intern(sp.Gateway), intern(sp.EIP), intern(sp.EIPAddress)
@@ -111,6 +113,9 @@ func trimSlice(obj any) (any, error) {
 		Generation: es.Generation, DeletionTimestamp: es.DeletionTimestamp,
 		Labels:      keep(es.Labels, discoveryv1.LabelServiceName, discoveryv1.LabelManagedBy),
 		Annotations: keep(es.Annotations, latency.TriggerAnnotation)}
+	if v, ok := es.Labels[discoveryv1.LabelManagedBy]; ok {
+		es.Labels[discoveryv1.LabelManagedBy] = intern(v) // the same for every slice
+	}
 	for i := range es.Endpoints {
 		ep := &es.Endpoints[i]
 		for j := range ep.Addresses {
@@ -159,7 +164,8 @@ func sharedBool(b *bool) *bool {
 	return sharedFalse
 }
 
-// keep is m with only the keys asked, interned (nil when none is there).
+// keep is m with only the keys asked, the keys interned (nil when none is there). The values
+// stay as decoded: a Service's name or a trigger time is the slice's own.
 func keep(m map[string]string, keys ...string) map[string]string {
 	var out map[string]string
 	for _, k := range keys {
@@ -167,7 +173,7 @@ func keep(m map[string]string, keys ...string) map[string]string {
 			if out == nil {
 				out = make(map[string]string, len(keys))
 			}
-			out[intern(k)] = intern(v)
+			out[intern(k)] = v
 		}
 	}
 	return out
@@ -180,13 +186,18 @@ func intern(s string) string {
 	return unique.Make(s).Value()
 }
 
-func internMap(m map[string]string) map[string]string {
+// internMap is m with its keys and the values of every key but own interned: a value of its
+// own (a name, a UID) would only add an entry to the intern table.
+func internMap(m map[string]string, own ...string) map[string]string {
 	if len(m) == 0 {
 		return m
 	}
 	out := make(map[string]string, len(m))
 	for k, v := range m {
-		out[intern(k)] = intern(v)
+		if !slices.Contains(own, k) {
+			v = intern(v)
+		}
+		out[intern(k)] = v
 	}
 	return out
 }
