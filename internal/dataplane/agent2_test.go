@@ -244,6 +244,27 @@ func TestAckCountsConntrackDeletions(t *testing.T) {
 	}
 }
 
+// covers: P3, O3
+// The acknowledgement of a state tells the agent's own time and its kernel transactions' (the
+// controller's vpcgw_agent_apply_duration_seconds): a change costs kernel time, a state that
+// changes nothing costs none, and a keepalive tells nothing.
+func TestAckTellsTheAgentsTime(t *testing.T) {
+	a := newAgent(&knftBackend{nft: newFake()}, logr.Discard(), "", nil, nil)
+	id := ident("10.0.0.1", 80, gwstate.TCP, be("10.0.1.1", 80))
+	line, _ := json.Marshal(state(1, id))
+	ack := handleLine(context.Background(), a, line, logr.Discard())
+	if ack.Error != "" || ack.ApplyMicros <= 0 || ack.KernelMicros <= 0 || ack.KernelMicros > ack.ApplyMicros {
+		t.Fatalf("first ack = %+v: want the agent's time, with a kernel part within it", ack)
+	}
+	line, _ = json.Marshal(state(2, id))
+	if ack := handleLine(context.Background(), a, line, logr.Discard()); ack.Error != "" || ack.ApplyMicros <= 0 || ack.KernelMicros != 0 {
+		t.Fatalf("ack of an unchanged state = %+v: want time, no kernel time", ack)
+	}
+	if ack := handleLine(context.Background(), a, []byte(`{"ping":7}`), logr.Discard()); ack.Pong != 7 || ack.ApplyMicros != 0 {
+		t.Fatalf("keepalive ack = %+v", ack)
+	}
+}
+
 // A table written by an agent from before the ownership set (hairpin chain "postrouting", no
 // vpcgw-identities) is adopted by object names, as that agent did: its stale identity goes, the
 // old unscoped hairpin chain goes, and the table ends as a fresh agent writes it.

@@ -3,6 +3,7 @@ package labnode
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"sort"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
@@ -54,7 +56,7 @@ func containerEnv(ctx context.Context, cs kubernetes.Interface, services corelis
 			set(e.Name, expand(e.Value, vars))
 			continue
 		}
-		v, err := envSource(ctx, cs, pod, e.ValueFrom, hostIP, podIP)
+		v, err := envSource(ctx, cs, pod, c, e.ValueFrom, hostIP, podIP)
 		if err != nil {
 			return nil, nil, fmt.Errorf("container %s env %s: %w", c.Name, e.Name, err)
 		}
@@ -67,10 +69,12 @@ func containerEnv(ctx context.Context, cs kubernetes.Interface, services corelis
 	return env, vars, nil
 }
 
-func envSource(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, src *corev1.EnvVarSource, hostIP, podIP string) (string, error) {
+func envSource(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, c *corev1.Container, src *corev1.EnvVarSource, hostIP, podIP string) (string, error) {
 	switch {
 	case src.FieldRef != nil:
 		return fieldValue(pod, src.FieldRef.FieldPath, hostIP, podIP)
+	case src.ResourceFieldRef != nil:
+		return resourceFieldValue(pod, c, src.ResourceFieldRef)
 	case src.ConfigMapKeyRef != nil:
 		ref := src.ConfigMapKeyRef
 		cm, err := cs.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
@@ -100,8 +104,53 @@ func envSource(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, sr
 		}
 		return string(v), nil
 	default:
-		return "", fmt.Errorf("unsupported value source (the lab node resolves fieldRef, configMapKeyRef and secretKeyRef)")
+		return "", fmt.Errorf("unsupported value source (the lab node resolves fieldRef, resourceFieldRef, configMapKeyRef and secretKeyRef)")
 	}
+}
+
+// resourceFieldValue is the downward API's resourceFieldRef as the kubelet resolves it: the named
+// container's (by default this one's) limit or request, divided by the divisor (default 1) and
+// rounded up; a limit the container does not set is the node's allocatable, a request it does
+// not set is 0.
+func resourceFieldValue(pod *corev1.Pod, c *corev1.Container, ref *corev1.ResourceFieldSelector) (string, error) {
+	target := c
+	if ref.ContainerName != "" && ref.ContainerName != c.Name {
+		target = nil
+		for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+			for i := range cs {
+				if cs[i].Name == ref.ContainerName {
+					target = &cs[i]
+				}
+			}
+		}
+		if target == nil {
+			return "", fmt.Errorf("resourceFieldRef %s: the pod has no container %q", ref.Resource, ref.ContainerName)
+		}
+	}
+	kind, name, _ := strings.Cut(ref.Resource, ".")
+	var q resource.Quantity
+	switch kind {
+	case "limits":
+		var set bool
+		if q, set = target.Resources.Limits[corev1.ResourceName(name)]; !set {
+			q = nodeResources()[corev1.ResourceName(name)]
+		}
+	case "requests":
+		q = target.Resources.Requests[corev1.ResourceName(name)]
+	default:
+		return "", fmt.Errorf("resourceFieldRef: unsupported resource %q", ref.Resource)
+	}
+	divisor := ref.Divisor
+	if divisor.IsZero() {
+		divisor = resource.MustParse("1")
+	}
+	switch corev1.ResourceName(name) {
+	case corev1.ResourceCPU:
+		return strconv.FormatInt(int64(math.Ceil(float64(q.MilliValue())/float64(divisor.MilliValue()))), 10), nil
+	case corev1.ResourceMemory, corev1.ResourceEphemeralStorage:
+		return strconv.FormatInt(int64(math.Ceil(float64(q.Value())/float64(divisor.Value()))), 10), nil
+	}
+	return "", fmt.Errorf("resourceFieldRef: unsupported resource %q", ref.Resource)
 }
 
 // fieldValue is the downward API for environment variables.

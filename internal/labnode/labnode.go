@@ -381,12 +381,7 @@ func (n *Node) updateNodeStatus(ctx context.Context) error {
 		n.labels = node.Labels
 		n.mu.Unlock()
 		now := metav1.Now()
-		res := corev1.ResourceList{
-			corev1.ResourceCPU:              *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
-			corev1.ResourceMemory:           resource.MustParse("8Gi"),
-			corev1.ResourcePods:             resource.MustParse("110"),
-			corev1.ResourceEphemeralStorage: resource.MustParse("20Gi"),
-		}
+		res := nodeResources()
 		node.Status.Capacity, node.Status.Allocatable = res, res.DeepCopy()
 		node.Status.Addresses = []corev1.NodeAddress{
 			{Type: corev1.NodeInternalIP, Address: n.cfg.InternalIP.String()},
@@ -548,4 +543,15 @@ func (n *Node) worker(pod *corev1.Pod) *podWorker {
 		n.mu.Unlock()
 	}()
 	return w
+}
+
+// nodeResources is what the lab node reports as its capacity and allocatable resources (and
+// what the downward API gives for a limit a container does not set).
+func nodeResources() corev1.ResourceList {
+	return corev1.ResourceList{
+		corev1.ResourceCPU:              *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
+		corev1.ResourceMemory:           resource.MustParse("8Gi"),
+		corev1.ResourcePods:             resource.MustParse("110"),
+		corev1.ResourceEphemeralStorage: resource.MustParse("20Gi"),
+	}
 }
