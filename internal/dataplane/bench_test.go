@@ -42,6 +42,16 @@ func benchLab(b *testing.B) *netlab.Lab {
 }
 
 // enter moves the calling goroutine, locked to its thread for good, into namespace ns.
+// enterBenchGateway runs the rest of the benchmark in a new lab's gateway namespace.
+func enterBenchGateway(b *testing.B) {
+	b.Helper()
+	ns, err := benchLab(b).AddNetns("gw")
+	if err != nil {
+		b.Fatal(err)
+	}
+	enter(b, ns)
+}
+
 func enter(b *testing.B, ns string) {
 	b.Helper()
 	runtime.LockOSThread()
@@ -200,12 +210,7 @@ func BenchmarkP2ColdSync(b *testing.B) {
 	}{{"netlink", 2500}, {"netlink", 5000}, {"netlink", 10000}, {"netlink+watch", 10000}, {"nft-text", 10000}} {
 		path, n := c.path, c.n
 		b.Run(fmt.Sprintf("%s/identities=%dx10", path, n), func(b *testing.B) {
-			l := benchLab(b)
-			ns, err := l.AddNetns("gw")
-			if err != nil {
-				b.Fatal(err)
-			}
-			enter(b, ns)
+			enterBenchGateway(b)
 			st := scaleState(1, n, 10)
 			ctx := context.Background()
 			var heap uint64
@@ -249,12 +254,7 @@ func BenchmarkP2ColdSync(b *testing.B) {
 func BenchmarkP2StageChunk(b *testing.B) {
 	for _, k := range []int{0, 100, 250, 500, 1000} {
 		b.Run(fmt.Sprintf("netlink/identities=10000x10/K=%d", k), func(b *testing.B) {
-			l := benchLab(b)
-			ns, err := l.AddNetns("gw")
-			if err != nil {
-				b.Fatal(err)
-			}
-			enter(b, ns)
+			enterBenchGateway(b)
 			st := scaleState(1, 10000, 10)
 			var kernel time.Duration
 			for range b.N {
@@ -283,12 +283,7 @@ func BenchmarkP2StageChunk(b *testing.B) {
 func BenchmarkP2Restart(b *testing.B) {
 	for _, variant := range []string{"unchanged", "one-differs"} {
 		b.Run("netlink/identities=10000x10/"+variant, func(b *testing.B) {
-			l := benchLab(b)
-			ns, err := l.AddNetns("gw")
-			if err != nil {
-				b.Fatal(err)
-			}
-			enter(b, ns)
+			enterBenchGateway(b)
 			st := scaleState(1, 10000, 10)
 			ctx := context.Background()
 			b.StopTimer()
