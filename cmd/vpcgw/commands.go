@@ -120,6 +120,7 @@ type controllerFlags struct {
 	agentContainer string
 	agentCommand   string
 	agentBinaries  string
+	backendPick    string
 	tlsFiles       ovn.TLSFiles
 	logging        cli.Logging
 }
@@ -134,6 +135,8 @@ func (cf *controllerFlags) register(fs *flag.FlagSet, opts *controller.Options) 
 		"the agent's command (the vpcgw-agent binary and its flags), words separated by spaces, no shell: with --transport exec run in that container; with --transport local run under 'ip netns exec' (default there: vpcgw-agent beside this binary)")
 	fs.StringVar(&cf.agentBinaries, "agent-binaries", transport.AgentBinariesDir,
 		"with --transport exec: directory of the agent builds (vpcgw-agent-linux-<GOARCH>) the controller copies into each gateway container, verified by SHA-256, before it starts the agent there; the first word of --agent-command is then replaced by the copy's path. Empty: no copy, --agent-command must name an agent the gateway image has")
+	fs.StringVar(&cf.backendPick, "backend-pick", "hash",
+		"how the gateways pick a backend for a new connection: hash (a hash of its addresses and ports: the same backend on every gateway instance and after a gateway restart, so that established connections survive the loss of the gateway's conntrack, SPEC D2) or random (numgen random, kube-ovn's own ruleset); passed to the agents as --pick")
 	fs.DurationVar(&opts.AgentKeepalive, "agent-keepalive", controller.DefaultAgentKeepalive,
 		"ping an agent stream idle this long, and break it when the agent does not answer within as long (idle timeouts of the kubelet and proxies never cut a live stream; a dead one is noticed within twice this); 0: off")
 	fs.StringVar(&opts.MetricsAddr, "metrics-bind-address", controller.DefaultMetricsAddr,
@@ -195,13 +198,29 @@ func (cf *controllerFlags) dialer(fs *flag.FlagSet, cfg *rest.Config, log logr.L
 	if len(argv) == 0 {
 		return nil, errors.New("--agent-command is empty")
 	}
+	agentArgs, err := cf.agentArgs()
+	if err != nil {
+		return nil, err
+	}
 	switch cf.transport {
 	case "exec":
-		return cf.execDialer(cfg, argv, log)
+		return cf.execDialer(cfg, append(argv, agentArgs...), log)
 	case "local":
-		return localDialer(fs, cfg, argv, log)
+		return localDialer(fs, cfg, argv, agentArgs, log)
 	}
 	return nil, fmt.Errorf("unknown --transport %q (supported: exec, local)", cf.transport)
+}
+
+// agentArgs are the agent flags that controller flags set. The default pick adds none, so that
+// an agent the gateway image has (empty --agent-binaries) need not know --pick.
+func (cf *controllerFlags) agentArgs() ([]string, error) {
+	switch cf.backendPick {
+	case "hash":
+		return nil, nil
+	case "random":
+		return []string{"--pick=random"}, nil
+	}
+	return nil, fmt.Errorf("--backend-pick=%q: want hash or random", cf.backendPick)
 }
 
 // execDialer runs argv in the gateway pods' agent container through the exec API, after copying
@@ -223,9 +242,9 @@ func (cf *controllerFlags) execDialer(cfg *rest.Config, argv []string, log logr.
 	return d, nil
 }
 
-// localDialer runs argv under 'ip netns exec' in the gateway pods' network namespaces; without
-// --agent-command, the agent beside this binary.
-func localDialer(fs *flag.FlagSet, cfg *rest.Config, argv []string, log logr.Logger) (transport.Dialer, error) {
+// localDialer runs argv and agentArgs under 'ip netns exec' in the gateway pods' network
+// namespaces; without --agent-command, the agent beside this binary.
+func localDialer(fs *flag.FlagSet, cfg *rest.Config, argv, agentArgs []string, log logr.Logger) (transport.Dialer, error) {
 	if !flagSet(fs, "agent-command") {
 		exe, err := os.Executable()
 		if err != nil {
@@ -233,6 +252,7 @@ func localDialer(fs *flag.FlagSet, cfg *rest.Config, argv []string, log logr.Log
 		}
 		argv = []string{filepath.Join(filepath.Dir(exe), transport.DefaultAgentBinary)}
 	}
+	argv = append(argv, agentArgs...)
 	sch, err := scheme.New()
 	if err != nil {
 		return nil, err

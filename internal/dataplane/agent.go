@@ -142,6 +142,8 @@ type Config struct {
 	VPCInterface string
 	// TextPath sends transactions through the nft binary (knftables) instead of netlink.
 	TextPath bool
+	// Pick is how identity chains choose among backends (SPEC D2); default PickHash.
+	Pick Pick
 	// NoLoopback and NoConntrack switch off lo VIPs (D5) and conntrack cleanup (D6).
 	NoLoopback, NoConntrack bool
 	// NoWatch leaves out the kernel's change notifications (SPEC L8): drift is then found by
@@ -191,12 +193,13 @@ func newKernelBackend(cfg Config) (backend, error) {
 		if err != nil {
 			return nil, fmt.Errorf("nftables is not usable: %w", err)
 		}
-		return &knftBackend{nft: nft}, nil
+		return &knftBackend{nft: nft, pick: cfg.Pick}, nil
 	}
 	nl, err := newNLBackend()
 	if err != nil {
 		return nil, err
 	}
+	nl.pick = cfg.Pick
 	return nl, nil
 }
 

@@ -27,7 +27,7 @@ add set ip kube-ovn vpcgw-identities { type ipv4_addr . inet_proto . inet_servic
 add set ip kube-ovn vpcgw-vips { type ipv4_addr ; }
 add map ip kube-ovn service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }
 add rule ip kube-ovn prerouting ip daddr . meta l4proto . th dport vmap @service-ips
-add rule ip kube-ovn vpcgw-hairpin iifname "eth0" oifname "eth0" ct status dnat ct original ip daddr @vpcgw-vips masquerade fully-random comment "vpcgw"
+add rule ip kube-ovn vpcgw-hairpin iifname "eth0" oifname "eth0" ct status dnat ct original ip daddr @vpcgw-vips masquerade comment "vpcgw"
 `
 
 func newFake() *knftables.Fake { return knftables.NewFake(knftables.IPv4Family, TableName) }
@@ -121,13 +121,13 @@ add set ip kube-ovn vpcgw-vips { type ipv4_addr ; }
 add map ip kube-ovn service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }
 add rule ip kube-ovn dnat-e1f1e9fbffa9 meta l4proto udp dnat ip to 10.0.1.2:5353 comment "vpcgw"
 add rule ip kube-ovn prerouting ip daddr . meta l4proto . th dport vmap @service-ips
-add rule ip kube-ovn vpcgw-hairpin iifname "eth0" oifname "eth0" ct status dnat ct original ip daddr @vpcgw-vips masquerade fully-random comment "vpcgw"
+add rule ip kube-ovn vpcgw-hairpin iifname "eth0" oifname "eth0" ct status dnat ct original ip daddr @vpcgw-vips masquerade comment "vpcgw"
 add element ip kube-ovn vpcgw-identities { 10.0.0.1 . udp . 53 }
 add element ip kube-ovn vpcgw-vips { 10.0.0.1 }
 add element ip kube-ovn service-ips { 10.0.0.1 . udp . 53 : goto dnat-e1f1e9fbffa9 }
 `,
 	}, {
-		name: "two backends: numgen map, sorted",
+		name: "two backends: jhash map, sorted",
 		st:   state(1, ident("10.0.0.1", 80, gwstate.TCP, be("10.0.1.2", 8080), be("10.0.1.1", 8080))),
 		want: `add table ip kube-ovn
 add chain ip kube-ovn dnat-f5227434ff40
@@ -136,9 +136,9 @@ add chain ip kube-ovn vpcgw-hairpin { type nat hook postrouting priority 99 ; po
 add set ip kube-ovn vpcgw-identities { type ipv4_addr . inet_proto . inet_service ; }
 add set ip kube-ovn vpcgw-vips { type ipv4_addr ; }
 add map ip kube-ovn service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }
-add rule ip kube-ovn dnat-f5227434ff40 meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.0.1.1 . 8080, 1 : 10.0.1.2 . 8080 } comment "vpcgw"
+add rule ip kube-ovn dnat-f5227434ff40 meta l4proto tcp dnat ip addr . port to jhash ip saddr . th sport . ip daddr . th dport mod 2 seed 0x76706367 map { 0 : 10.0.1.1 . 8080, 1 : 10.0.1.2 . 8080 } comment "vpcgw"
 add rule ip kube-ovn prerouting ip daddr . meta l4proto . th dport vmap @service-ips
-add rule ip kube-ovn vpcgw-hairpin iifname "eth0" oifname "eth0" ct status dnat ct original ip daddr @vpcgw-vips masquerade fully-random comment "vpcgw"
+add rule ip kube-ovn vpcgw-hairpin iifname "eth0" oifname "eth0" ct status dnat ct original ip daddr @vpcgw-vips masquerade comment "vpcgw"
 add element ip kube-ovn vpcgw-identities { 10.0.0.1 . tcp . 80 }
 add element ip kube-ovn vpcgw-vips { 10.0.0.1 }
 add element ip kube-ovn service-ips { 10.0.0.1 . tcp . 80 : goto dnat-f5227434ff40 }
@@ -154,9 +154,9 @@ add chain ip kube-ovn vpcgw-hairpin { type nat hook postrouting priority 99 ; po
 add set ip kube-ovn vpcgw-identities { type ipv4_addr . inet_proto . inet_service ; }
 add set ip kube-ovn vpcgw-vips { type ipv4_addr ; }
 add map ip kube-ovn service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }
-add rule ip kube-ovn dnat-f5227434ff40 meta l4proto tcp dnat ip addr . port to numgen random mod 3 map { 0 : 10.0.1.9 . 80, 1 : 10.0.1.9 . 8080, 2 : 10.0.1.10 . 8080 } comment "vpcgw"
+add rule ip kube-ovn dnat-f5227434ff40 meta l4proto tcp dnat ip addr . port to jhash ip saddr . th sport . ip daddr . th dport mod 3 seed 0x76706367 map { 0 : 10.0.1.9 . 80, 1 : 10.0.1.9 . 8080, 2 : 10.0.1.10 . 8080 } comment "vpcgw"
 add rule ip kube-ovn prerouting ip daddr . meta l4proto . th dport vmap @service-ips
-add rule ip kube-ovn vpcgw-hairpin iifname "eth0" oifname "eth0" ct status dnat ct original ip daddr @vpcgw-vips masquerade fully-random comment "vpcgw"
+add rule ip kube-ovn vpcgw-hairpin iifname "eth0" oifname "eth0" ct status dnat ct original ip daddr @vpcgw-vips masquerade comment "vpcgw"
 add element ip kube-ovn vpcgw-identities { 10.0.0.1 . tcp . 80 }
 add element ip kube-ovn vpcgw-vips { 10.0.0.1 }
 add element ip kube-ovn service-ips { 10.0.0.1 . tcp . 80 : goto dnat-f5227434ff40 }
@@ -178,13 +178,13 @@ add set ip kube-ovn vpcgw-vips { type ipv4_addr ; }
 add map ip kube-ovn service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }
 add rule ip kube-ovn dnat-cfeb8225efaf ip saddr @aff-cfeb8225efaf-9ce4ed06 goto ep-cfeb8225efaf-9ce4ed06 comment "vpcgw"
 add rule ip kube-ovn dnat-cfeb8225efaf ip saddr @aff-cfeb8225efaf-12583fe9 goto ep-cfeb8225efaf-12583fe9 comment "vpcgw"
-add rule ip kube-ovn dnat-cfeb8225efaf numgen random mod 2 vmap { 0 : goto ep-cfeb8225efaf-9ce4ed06 , 1 : goto ep-cfeb8225efaf-12583fe9 } comment "vpcgw"
+add rule ip kube-ovn dnat-cfeb8225efaf jhash ip saddr . th sport . ip daddr . th dport mod 2 seed 0x76706367 vmap { 0 : goto ep-cfeb8225efaf-9ce4ed06 , 1 : goto ep-cfeb8225efaf-12583fe9 } comment "vpcgw"
 add rule ip kube-ovn ep-cfeb8225efaf-12583fe9 update @aff-cfeb8225efaf-12583fe9 { ip saddr } comment "vpcgw"
 add rule ip kube-ovn ep-cfeb8225efaf-12583fe9 meta l4proto tcp dnat ip to 10.0.1.2:8080 comment "vpcgw"
 add rule ip kube-ovn ep-cfeb8225efaf-9ce4ed06 update @aff-cfeb8225efaf-9ce4ed06 { ip saddr } comment "vpcgw"
 add rule ip kube-ovn ep-cfeb8225efaf-9ce4ed06 meta l4proto tcp dnat ip to 10.0.1.1:8080 comment "vpcgw"
 add rule ip kube-ovn prerouting ip daddr . meta l4proto . th dport vmap @service-ips
-add rule ip kube-ovn vpcgw-hairpin iifname "eth0" oifname "eth0" ct status dnat ct original ip daddr @vpcgw-vips masquerade fully-random comment "vpcgw"
+add rule ip kube-ovn vpcgw-hairpin iifname "eth0" oifname "eth0" ct status dnat ct original ip daddr @vpcgw-vips masquerade comment "vpcgw"
 add element ip kube-ovn vpcgw-identities { 10.0.0.2 . tcp . 80 }
 add element ip kube-ovn vpcgw-vips { 10.0.0.2 }
 add element ip kube-ovn service-ips { 10.0.0.2 . tcp . 80 : goto dnat-cfeb8225efaf }

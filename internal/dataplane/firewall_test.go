@@ -46,9 +46,9 @@ add set ip kube-ovn vpcgw-identities { type ipv4_addr . inet_proto . inet_servic
 add set ip kube-ovn vpcgw-vips { type ipv4_addr ; }
 add map ip kube-ovn service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }
 add rule ip kube-ovn dnat-71a63d7e5e0d ip saddr != @src-71a63d7e5e0d drop comment "vpcgw"
-add rule ip kube-ovn dnat-71a63d7e5e0d meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.0.1.1 . 8080, 1 : 10.0.1.2 . 8080 } comment "vpcgw"
+add rule ip kube-ovn dnat-71a63d7e5e0d meta l4proto tcp dnat ip addr . port to jhash ip saddr . th sport . ip daddr . th dport mod 2 seed 0x76706367 map { 0 : 10.0.1.1 . 8080, 1 : 10.0.1.2 . 8080 } comment "vpcgw"
 add rule ip kube-ovn prerouting ip daddr . meta l4proto . th dport vmap @service-ips
-add rule ip kube-ovn vpcgw-hairpin iifname "eth0" oifname "eth0" ct status dnat ct original ip daddr @vpcgw-vips masquerade fully-random comment "vpcgw"
+add rule ip kube-ovn vpcgw-hairpin iifname "eth0" oifname "eth0" ct status dnat ct original ip daddr @vpcgw-vips masquerade comment "vpcgw"
 add element ip kube-ovn src-71a63d7e5e0d { 10.0.0.0/8 }
 add element ip kube-ovn src-71a63d7e5e0d { 192.0.2.7/32 }
 add element ip kube-ovn vpcgw-identities { 172.31.0.100 . tcp . 80 }

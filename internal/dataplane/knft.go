@@ -77,13 +77,17 @@ type tableState struct {
 
 // knftBackend runs transactions through knftables (the nft binary, or its Fake).
 type knftBackend struct {
-	nft knftables.Interface
+	nft  knftables.Interface
+	pick Pick
 }
 
-type knftTxn struct{ tx *knftables.Transaction }
+type knftTxn struct {
+	tx   *knftables.Transaction
+	pick Pick
+}
 
 func (b *knftBackend) name() string { return "nft" }
-func (b *knftBackend) begin() txn   { return &knftTxn{tx: b.nft.NewTransaction()} }
+func (b *knftBackend) begin() txn   { return &knftTxn{tx: b.nft.NewTransaction(), pick: b.pick} }
 func (t *knftTxn) size() int        { return t.tx.NumOperations() }
 func (t *knftTxn) addTable()        { t.tx.Add(&knftables.Table{}) }
 func (t *knftTxn) addServiceMap()   { t.tx.Add(&knftables.Map{Name: ServiceMap, Type: ServiceMapType}) }
@@ -138,7 +142,7 @@ func (t *knftTxn) setSourceRanges(name string, prefixes []netip.Prefix) {
 	}
 }
 func (t *knftTxn) addRule(chain string, r rule) {
-	kr := &knftables.Rule{Chain: chain, Rule: r.text()}
+	kr := &knftables.Rule{Chain: chain, Rule: r.withPick(t.pick).text()}
 	if r.marked() {
 		kr.Comment = knftables.PtrTo(RuleComment)
 	}

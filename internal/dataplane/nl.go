@@ -53,6 +53,8 @@ type nlBackend struct {
 	watch *changeWatcher
 	// whileMuted, if set, runs while the watcher is muted, before the batch is sent (tests).
 	whileMuted func()
+	// pick chooses among backends in the rules this backend writes and compares (SPEC D2).
+	pick Pick
 }
 
 // quietBatch is the size from which a transaction is sent with the agent's change
@@ -777,6 +779,11 @@ const (
 	reg2       = 2
 	reg32_01   = 9
 	reg32_02   = 10
+	// NFT_REG_2 spans NFT_REG32_04..07: a 16-byte concatenation loaded from reg2 on fills
+	// reg32_05..07 after it.
+	reg32_05 = 13
+	reg32_06 = 14
+	reg32_07 = 15
 )
 
 func ifname(name string) []byte {
@@ -787,7 +794,7 @@ func ifname(name string) []byte {
 
 func (t *nlTxn) addRule(chain string, r rule) {
 	t.n++
-	rr, err := renderRule(t.b.table, r)
+	rr, err := renderRule(t.b.table, r.withPick(t.b.pick))
 	if err != nil {
 		t.fail(err)
 		return
@@ -834,7 +841,7 @@ func renderRule(table *nftables.Table, r rule) (renderedRule, error) {
 	case ruleHairpin:
 		rr.exprs = hairpinExprs(r.iface)
 	case ruleDNAT:
-		rr.exprs, rr.anon = dnatExprs(table, r.proto, r.backends)
+		rr.exprs, rr.anon = dnatExprs(table, r.proto, r.backends, r.pick)
 	case ruleAffinityCheck:
 		rr.exprs = []expr.Any{
 			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
@@ -842,7 +849,7 @@ func renderRule(table *nftables.Table, r rule) (renderedRule, error) {
 			&expr.Verdict{Kind: expr.VerdictGoto, Chain: r.chains[0]},
 		}
 	case ruleAffinityPick:
-		rr.exprs, rr.anon = affinityPickExprs(table, r.chains)
+		rr.exprs, rr.anon = affinityPickExprs(table, r.chains, r.pick)
 	case ruleAffinityUpdate:
 		rr.exprs = []expr.Any{
 			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
@@ -892,13 +899,13 @@ func hairpinExprs(iface string) []expr.Any {
 		// for NFT_CT_DST, so the key is patched after the rule is queued (patchCtDstIP).
 		&expr.Ct{Key: expr.CtKeyDST, Direction: 0, Register: reg1},
 		&expr.Lookup{SourceRegister: reg1, SetName: VIPSet},
-		&expr.Masq{FullyRandom: true},
+		&expr.Masq{},
 	}
 }
 
 // dnatExprs DNAT packets of proto to one of backends: directly to a single one, through an
-// anonymous map picked by numgen among several.
-func dnatExprs(table *nftables.Table, proto gwstate.Protocol, backends []gwstate.Backend) ([]expr.Any, *anonMap) {
+// anonymous map keyed by the pick among several.
+func dnatExprs(table *nftables.Table, proto gwstate.Protocol, backends []gwstate.Backend, pick Pick) ([]expr.Any, *anonMap) {
 	exprs := []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{protoNumber(proto)}},
@@ -923,15 +930,15 @@ func dnatExprs(table *nftables.Table, proto gwstate.Protocol, backends []gwstate
 		elems[i] = nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)), Val: v}
 	}
 	lookup := &expr.Lookup{SourceRegister: reg1, DestRegister: reg1, IsDestRegSet: true}
+	exprs = append(exprs, pickExprs(pick, len(backends))...)
 	return append(exprs,
-		&expr.Numgen{Register: reg1, Modulus: uint32(len(backends)), Type: unix.NFT_NG_RANDOM},
 		lookup,
 		&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg1, RegProtoMin: reg32_01},
 	), &anonMap{set: set, elems: elems, lookup: lookup}
 }
 
-// affinityPickExprs go to one of chains, picked by numgen through an anonymous verdict map.
-func affinityPickExprs(table *nftables.Table, chains []string) ([]expr.Any, *anonMap) {
+// affinityPickExprs go to one of chains, chosen by the pick through an anonymous verdict map.
+func affinityPickExprs(table *nftables.Table, chains []string, pick Pick) ([]expr.Any, *anonMap) {
 	set := &nftables.Set{Table: table, Anonymous: true, Constant: true, IsMap: true,
 		KeyType: nftables.TypeInteger, DataType: nftables.TypeVerdict}
 	elems := make([]nftables.SetElement, len(chains))
@@ -940,10 +947,24 @@ func affinityPickExprs(table *nftables.Table, chains []string) ([]expr.Any, *ano
 			VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: c}}
 	}
 	lookup := &expr.Lookup{SourceRegister: reg1, DestRegister: regVerdict, IsDestRegSet: true}
+	return append(pickExprs(pick, len(chains)), lookup), &anonMap{set: set, elems: elems, lookup: lookup}
+}
+
+// pickExprs put the index of the pick among n into register 1. PickHash loads saddr, sport,
+// daddr and dport into four consecutive 32-bit registers (each field padded to 4 bytes, as nft
+// lays out a concatenation) and hashes those 16 bytes with PickSeed; nft lists it as
+// "jhash ip saddr . th sport . ip daddr . th dport mod n seed 0x76706367".
+func pickExprs(pick Pick, n int) []expr.Any {
+	if pick == PickRandom {
+		return []expr.Any{&expr.Numgen{Register: reg1, Modulus: uint32(n), Type: unix.NFT_NG_RANDOM}}
+	}
 	return []expr.Any{
-		&expr.Numgen{Register: reg1, Modulus: uint32(len(chains)), Type: unix.NFT_NG_RANDOM},
-		lookup,
-	}, &anonMap{set: set, elems: elems, lookup: lookup}
+		&expr.Payload{DestRegister: reg2, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Payload{DestRegister: reg32_05, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 2},
+		&expr.Payload{DestRegister: reg32_06, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Payload{DestRegister: reg32_07, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Hash{SourceRegister: reg2, DestRegister: reg1, Length: 16, Modulus: uint32(n), Seed: PickSeed, Type: expr.HashTypeJenkins},
+	}
 }
 
 // ruleCommentData is RuleComment as nft stores a rule's comment (NFTNL_UDATA_RULE_COMMENT, a

@@ -302,7 +302,7 @@ func (c *nlContent) rulesMatch(chain string, want []rule) bool {
 // of an anonymous map must name an anonymous, constant map of the rendered types (the digest
 // vouches for its elements).
 func (c *nlContent) ruleMatches(got listedRule, want rule) bool {
-	rr, err := renderRule(c.b.table, want)
+	rr, err := renderRule(c.b.table, want.withPick(c.b.pick))
 	if err != nil || !bytes.Equal(got.udata, rr.udata) {
 		return false
 	}
@@ -529,6 +529,8 @@ func newExpr(name string) expr.Any {
 		return &expr.NAT{}
 	case "numgen":
 		return &expr.Numgen{}
+	case "hash":
+		return &expr.Hash{}
 	case "lookup":
 		return &expr.Lookup{}
 	case "dynset":

@@ -99,7 +99,7 @@ func TestRealApplyAdoptAndForeignObjects(t *testing.T) {
 		"10.96.0.10 . tcp . 80 : goto "+webChain,
 		"10.96.0.10 . udp . 53 : goto "+dnsChain,
 		"10.96.0.11 . tcp . 443 : goto "+affChain,
-		"chain "+webChain+" {\n\t\tmeta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.0.1.11 . 8080, 1 : 10.0.1.12 . 8080 } comment \"vpcgw\"\n\t}",
+		"chain "+webChain+" {\n\t\tdnat ip to jhash ip saddr . tcp sport . ip daddr . tcp dport mod 2 seed 0x76706367 map { 0 : 10.0.1.11 . 8080, 1 : 10.0.1.12 . 8080 } comment \"vpcgw\"\n\t}",
 		"chain "+dnsChain+" {\n\t\tmeta l4proto udp dnat to 10.0.1.11:53 comment \"vpcgw\"\n\t}",
 		"set "+AffinitySet(aff, be("10.0.1.11", 443))+" {",
 		"timeout 10m",

@@ -20,7 +20,7 @@
 //	set   vpcgw-vips        ipv4_addr: the VIPs the agent serves (hairpin scope, SPEC D4, K8)
 //	chain vpcgw-hairpin     type nat hook postrouting priority srcnat - 1; one rule (SPEC D4):
 //	                        iifname "<vpc if>" oifname "<vpc if>" ct status dnat
-//	                        ct original ip daddr @vpcgw-vips masquerade fully-random
+//	                        ct original ip daddr @vpcgw-vips masquerade
 //
 // kube-ovn master writes into the same table with the same names (its share DNAT, #6858): the
 // base chain, the map and dnat-<idhash> chains of its own identities. So the agent owns an
@@ -213,8 +213,61 @@ func elementValue(id gwstate.Identity) []string {
 // kube-ovn's HAIRPIN_SNAT (K8). The scope is the VIP, not (vip, proto, port): nft 1.0.6 cannot
 // concatenate "ct original proto-dst", so a kube-ovn DNAT on another port of a VIP the agent
 // serves is masqueraded by the agent too.
+//
+// The masquerade keeps the client's source port where it is free (no fully-random): a
+// connection picked up again after the gateway lost its conntrack then reaches the backend
+// with the 4-tuple the backend knows (SPEC D4, D9).
 func HairpinRule(vpcInterface string) string {
-	return fmt.Sprintf("iifname %q oifname %q ct status dnat ct original ip daddr @%s masquerade fully-random", vpcInterface, vpcInterface, VIPSet)
+	return fmt.Sprintf("iifname %q oifname %q ct status dnat ct original ip daddr @%s masquerade", vpcInterface, vpcInterface, VIPSet)
+}
+
+// Pick is how an identity chain chooses among several backends (SPEC D2, D3).
+type Pick int
+
+const (
+	// PickHash is a pure function of the connection and the backend list: jhash over
+	// saddr . sport . daddr . dport with PickSeed, modulo the number of backends. Every gateway
+	// instance, and the same instance after any restart, sends a connection to the same
+	// backend, so that a connection whose conntrack entry was lost continues (SPEC D9).
+	PickHash Pick = iota
+	// PickRandom is numgen random: upstream kube-ovn's ruleset, for those who want it exactly.
+	PickRandom
+)
+
+// PickSeed is the jhash seed of PickHash. It is part of the data plane's contract: changing it
+// moves every connection that loses its conntrack entry to another backend, so it is the same
+// on every instance, across restarts and across versions. (The kernel draws a random seed
+// when none is given.)
+const PickSeed = 0x76706367 // "vpcg"
+
+// pickKey is the hashed part of PickHash in nft syntax.
+const pickKey = "jhash ip saddr . th sport . ip daddr . th dport"
+
+// ParsePick reads a pick by its flag name: "hash" or "random".
+func ParsePick(s string) (Pick, error) {
+	switch s {
+	case "hash":
+		return PickHash, nil
+	case "random":
+		return PickRandom, nil
+	}
+	return 0, fmt.Errorf("unknown pick %q (supported: hash, random)", s)
+}
+
+// String is the pick's flag name.
+func (p Pick) String() string {
+	if p == PickRandom {
+		return "random"
+	}
+	return "hash"
+}
+
+// expr is the pick among n in nft syntax, before "map" or "vmap".
+func (p Pick) expr(n int) string {
+	if p == PickRandom {
+		return fmt.Sprintf("numgen random mod %d", n)
+	}
+	return fmt.Sprintf("%s mod %d seed 0x%x", pickKey, n, PickSeed)
 }
 
 // ruleKind is the shape of one rule the agent writes.
@@ -223,9 +276,9 @@ type ruleKind int
 const (
 	ruleDispatch       ruleKind = iota // ip daddr . meta l4proto . th dport vmap @service-ips
 	ruleHairpin                        // HairpinRule(iface)
-	ruleDNAT                           // dnat to one backend, or numgen over several
+	ruleDNAT                           // dnat to one backend, or a pick among several
 	ruleAffinityCheck                  // ip saddr @<set> goto <chain>
-	ruleAffinityPick                   // numgen random mod N vmap { i : goto <chain i> }
+	ruleAffinityPick                   // <pick> mod N vmap { i : goto <chain i> }
 	ruleAffinityUpdate                 // update @<set> { ip saddr }
 	ruleFirewall                       // ip saddr != @<set> drop (SPEC N7)
 )
@@ -238,6 +291,17 @@ type rule struct {
 	backends []gwstate.Backend
 	set      string   // ruleAffinityCheck, ruleAffinityUpdate, ruleFirewall
 	chains   []string // ruleAffinityCheck (one), ruleAffinityPick
+	// pick chooses among several backends (ruleDNAT) or chains (ruleAffinityPick). The writers
+	// set it from the agent's configuration (withPick).
+	pick Pick
+}
+
+// withPick is r with the pick p where r picks.
+func (r rule) withPick(p Pick) rule {
+	if r.kind == ruleDNAT || r.kind == ruleAffinityPick {
+		r.pick = p
+	}
+	return r
 }
 
 // marked reports whether the rule carries RuleComment: all but the dispatch rule, which
@@ -269,7 +333,7 @@ func (r rule) text() string {
 			return fmt.Sprintf("meta l4proto %s dnat ip to %s:%d", r.proto, r.backends[0].IP, r.backends[0].Port)
 		}
 		var b strings.Builder
-		fmt.Fprintf(&b, "meta l4proto %s dnat ip addr . port to numgen random mod %d map { ", r.proto, len(r.backends))
+		fmt.Fprintf(&b, "meta l4proto %s dnat ip addr . port to %s map { ", r.proto, r.pick.expr(len(r.backends)))
 		for i, be := range r.backends {
 			if i > 0 {
 				b.WriteString(", ")
@@ -282,7 +346,7 @@ func (r rule) text() string {
 		return fmt.Sprintf("ip saddr @%s goto %s", r.set, r.chains[0])
 	case ruleAffinityPick:
 		var b strings.Builder
-		fmt.Fprintf(&b, "numgen random mod %d vmap { ", len(r.chains))
+		fmt.Fprintf(&b, "%s vmap { ", r.pick.expr(len(r.chains)))
 		for i, c := range r.chains {
 			if i > 0 {
 				b.WriteString(" , ") // spaced so that knftables' Fake can check the goto target
@@ -304,7 +368,7 @@ func dnatRule(proto gwstate.Protocol, backends []gwstate.Backend) rule {
 }
 
 // affinityRules are the identity chain's rules in ClientIP mode: a known client goes to its
-// backend, everyone else is spread at random over the endpoint chains.
+// backend, everyone else is spread over the endpoint chains by the pick (SPEC D3).
 func affinityRules(id gwstate.Identity) []rule {
 	rules := make([]rule, 0, len(id.Backends)+1)
 	chains := make([]string, 0, len(id.Backends))

@@ -355,6 +355,7 @@ func MainWithArgs(ctx context.Context, args []string, in io.Reader, out io.Write
 	verify := fs.Duration("verify-interval", 10*time.Second, "how often to look for drift and repair it (0: never)")
 	retryMax := fs.Duration("retry-max", 30*time.Second, "longest backoff between retries of a rejected state")
 	fs.BoolVar(&cfg.TextPath, "text-path", false, "program nftables through the nft binary instead of netlink")
+	pick := fs.String("pick", PickHash.String(), "how an identity chooses among its backends: hash (jhash of the connection's addresses and ports, the same backend on every gateway instance and after a restart, so that connections outlive conntrack) or random (numgen random, upstream kube-ovn's ruleset)")
 	watch := fs.Bool("watch-kernel", true, "repair foreign changes when the kernel reports them (false: periodic check only)")
 	verbosity := fs.Int("v", 0, "log verbosity")
 	showVersion := fs.Bool("version", false, "print the version and exit")
@@ -363,7 +364,8 @@ func MainWithArgs(ctx context.Context, args []string, in io.Reader, out io.Write
 	var usage bytes.Buffer
 	fs.SetOutput(&usage)
 	fs.Usage = func() { printUsage(fs) }
-	if err := fs.Parse(args); err != nil {
+	var err error
+	if err = fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			_, werr := usage.WriteTo(out)
 			return errors.Join(err, werr)
@@ -378,11 +380,14 @@ func MainWithArgs(ctx context.Context, args []string, in io.Reader, out io.Write
 		return err
 	}
 	cfg.NoWatch = !*watch
+	if cfg.Pick, err = ParsePick(*pick); err != nil {
+		return fmt.Errorf("--pick: %w", err)
+	}
 	log := NewLogger(os.Stderr, *verbosity)
 	agent, err := NewKernelAgent(cfg, log)
 	if err != nil {
 		return err
 	}
-	log.Info("agent started", "version", version.Version, "table", "ip "+TableName, "backend", agent.be.name(), "vpcInterface", agent.iface, "verifyInterval", verify.String(), "watchKernel", *watch)
+	log.Info("agent started", "version", version.Version, "table", "ip "+TableName, "backend", agent.be.name(), "pick", cfg.Pick.String(), "vpcInterface", agent.iface, "verifyInterval", verify.String(), "watchKernel", *watch)
 	return Serve(ctx, agent, in, out, ServeOptions{VerifyInterval: *verify, RetryMin: 200 * time.Millisecond, RetryMax: *retryMax, AgentVersion: version.Version}, log)
 }

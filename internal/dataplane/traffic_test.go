@@ -423,7 +423,15 @@ func TestRealAgentRestartDuringTransfer(t *testing.T) {
 // TestRealNetlinkMatchesText programs the same states through netlink and through the nft
 // binary in two namespaces: `nft list table` must be identical, so the hot path writes exactly
 // the ruleset the golden tests describe.
+//
+// Both picks (SPEC D2): jhash, the default, and upstream's numgen random.
 func TestRealNetlinkMatchesText(t *testing.T) {
+	for _, pick := range []Pick{PickHash, PickRandom} {
+		t.Run(pick.String(), func(t *testing.T) { netlinkMatchesText(t, pick) })
+	}
+}
+
+func netlinkMatchesText(t *testing.T, pick Pick) {
 	l := newLab(t)
 	nsNL, err := l.AddNetns("nl")
 	if err != nil {
@@ -451,8 +459,8 @@ func TestRealNetlinkMatchesText(t *testing.T) {
 			}()),
 		state(3, ident("10.96.0.12", 8443, gwstate.UDP, be("10.0.1.11", 53))),
 	}
-	nl := startAgentArgs(t, l, nsNL, "--vpc-interface", "vpc0")
-	text := startAgentArgs(t, l, nsText, "--vpc-interface", "vpc0", "--text-path")
+	nl := startAgentArgs(t, l, nsNL, "--vpc-interface", "vpc0", "--pick", pick.String())
+	text := startAgentArgs(t, l, nsText, "--vpc-interface", "vpc0", "--text-path", "--pick", pick.String())
 	for _, st := range states {
 		mustSend(t, nl, st)
 		mustSend(t, text, st)
@@ -461,8 +469,15 @@ func TestRealNetlinkMatchesText(t *testing.T) {
 		if gotNL != gotText {
 			t.Errorf("generation %d: netlink table:\n%s\ntext table:\n%s", st.Generation, gotNL, gotText)
 		}
+		if st.Generation == 2 { // the UDP identity's two backends
+			want := "dnat ip to jhash ip saddr . udp sport . ip daddr . udp dport mod 2 seed 0x76706367 map"
+			if pick == PickRandom {
+				want = "dnat ip to numgen random mod 2 map"
+			}
+			wantContains(t, "netlink table", gotNL, want)
+		}
 	}
-	wantContains(t, "netlink table", nftList(t, l, nsNL, "list", "table", "ip", "kube-ovn"), `iifname "vpc0" oifname "vpc0" ct status dnat ct original ip daddr @vpcgw-vips masquerade fully-random comment "vpcgw"`)
+	wantContains(t, "netlink table", nftList(t, l, nsNL, "list", "table", "ip", "kube-ovn"), `iifname "vpc0" oifname "vpc0" ct status dnat ct original ip daddr @vpcgw-vips masquerade comment "vpcgw"`)
 	for _, a := range []*netlab.AgentProc{nl, text} {
 		if err := a.Close(); err != nil {
 			t.Fatalf("agent at EOF: %v", err)

@@ -57,3 +57,17 @@ func TestAgentVersionFlag(t *testing.T) {
 		t.Errorf("--version printed %q, want %q", got, want)
 	}
 }
+
+// covers: D2
+func TestAgentRefusesAnUnknownPick(t *testing.T) {
+	var out bytes.Buffer
+	err := MainWithArgs(context.Background(), []string{"--pick", "maglev"}, strings.NewReader(""), &out)
+	if err == nil || !strings.Contains(err.Error(), `--pick: unknown pick "maglev" (supported: hash, random)`) {
+		t.Fatalf("--pick maglev: %v, want the supported picks named", err)
+	}
+	for _, s := range []string{"hash", "random"} {
+		if p, err := ParsePick(s); err != nil || p.String() != s {
+			t.Errorf("ParsePick(%q) = %v, %v", s, p, err)
+		}
+	}
+}
