@@ -48,6 +48,8 @@ var (
 		Name: "vpcgw_conntrack_entries_deleted_total",
 		Help: "Conntrack entries the gateway agents deleted (stale UDP flows, removed identities).",
 	})
+	agentWarnings = perGateway.counter("vpcgw_gateway_agent_warning_acks_total",
+		"Acknowledgements of a gateway's agents that carried a warning: the state is programmed, but the gateway cannot give all vpcgw promises (a nf_conntrack_tcp_loose the agent cannot set to 1: connections do not survive the loss of the gateway's conntrack, SPEC D9). The controller's log says which.")
 	// agentApply is the agents' own time per state, told by their acknowledgements: beside
 	// vpcgw_gateway_sync_duration_seconds it separates the gateway's kernel from the way there.
 	agentApply = prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -113,7 +115,7 @@ var (
 
 // collectors are the controller's own metrics, registered with controller-runtime's registry.
 var collectors = []prometheus.Collector{
-	syncDuration, latency.Histogram, syncFailures, identities, backends, kubewrite.RecordsWritten, conntrackDeleted, agentApply,
+	syncDuration, latency.Histogram, syncFailures, identities, backends, kubewrite.RecordsWritten, conntrackDeleted, agentApply, agentWarnings,
 	fullSyncs, partialSyncs, planDuration, reconcileDuration, phaseDuration,
 	buildInfo, lastSuccessfulSync, pendingSince, agentsConnected, gatewayInstances, quarantinedServices, waitingForRoom,
 	kubeOVNServes,

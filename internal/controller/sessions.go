@@ -157,8 +157,18 @@ func (s *sessions) conn(ctx context.Context, gw string, inst transport.Instance)
 		s.byGw[gw] = map[types.UID]*session{}
 	}
 	old := s.byGw[gw][inst.UID]
+	lastWarning := "" // the acks of one stream come one at a time
 	conn.OnAck(func(a gwstate.Ack) {
 		conntrackDeleted.Add(float64(a.ConntrackDeleted))
+		if a.Warning != "" {
+			agentWarnings.WithLabelValues(gw).Inc()
+		}
+		if a.Warning != lastWarning {
+			if a.Warning != "" {
+				s.log.Info("the gateway's agent warns", "gateway", gw, "instance", inst.String(), "warning", a.Warning)
+			}
+			lastWarning = a.Warning
+		}
 		if a.ApplyMicros > 0 {
 			agentApply.WithLabelValues("apply").Observe(float64(a.ApplyMicros) / 1e6)
 			agentApply.WithLabelValues("kernel").Observe(float64(a.KernelMicros) / 1e6)

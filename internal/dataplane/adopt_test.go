@@ -85,7 +85,8 @@ func TestFullSyncWritesOnlyWhatDiffers(t *testing.T) {
 		{"a VIP is missing", stubContent{base: true, match: all}, func(tx *knftables.Transaction) {
 			tx.Delete(&knftables.Element{Set: VIPSet, Key: []string{"10.96.0.11"}})
 		}, 1},
-		{"the base differs", stubContent{match: all}, nil, 10},
+		// The table, 5 sets and maps, 5 base chains (each added and flushed) and their 6 rules.
+		{"the base differs", stubContent{match: all}, nil, 22},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.edit != nil {
@@ -110,8 +111,10 @@ func TestFullSyncWritesOnlyWhatDiffers(t *testing.T) {
 			count.commits, count.ops = 0, 0
 			changed := state(2, ident("10.96.0.10", 80, gwstate.TCP, be("10.0.1.14", 8080)), multi, aff, fw)
 			mustApply(t, a, changed)
-			if count.commits != 1 || count.ops != 4 { // chain, flush, rule, element
-				t.Errorf("the change after the adoption: %d transactions of %d operations, want 1 of 4", count.commits, count.ops)
+			// chain, flush, rule, element; the guard's elements of the old backend out and of
+			// the new one in (endpoint, reply: SPEC D9)
+			if count.commits != 1 || count.ops != 8 {
+				t.Errorf("the change after the adoption: %d transactions of %d operations, want 1 of 8", count.commits, count.ops)
 			}
 			if got := sortElements(f.Dump()); got != sortElements(freshDump(t, changed)) {
 				t.Errorf("after the change:\n%s\nwant:\n%s", got, freshDump(t, changed))

@@ -55,6 +55,12 @@ type Agent struct {
 	present map[gwstate.IdentityKey]gwstate.Identity
 	// vipRefs counts the applied identities per VIP: VIPSet holds the VIPs counted here.
 	vipRefs map[netip.Addr]int
+	// guard indexes the applied identities' TCP endpoints: EndpointSet and ReplyMap hold what it
+	// says (SPEC D9).
+	guard guardIndex
+	// held caches heldSet(heldFrom): the ClusterIPs, whose identities are not external (D9).
+	held     map[netip.Addr]bool
+	heldFrom []netip.Addr
 	// last, with pending applied over it, is the last valid desired state, committed or not:
 	// what Retry and Verify converge to. Read it through desired(). A delta applied by the fast
 	// path (applyDelta) only records its identities in pending, lastGen and lastClusterIPs, so
@@ -100,6 +106,29 @@ type Agent struct {
 	commitTime, kernelTotal time.Duration
 	// readTime is how long the last full sync took to list the table (benchmarks, logs).
 	readTime time.Duration
+	// loose, when set, keeps nf_conntrack_tcp_loose at 1 (SPEC D9), checked at the start and
+	// with every drift check; warning is what the acknowledgements tell while it cannot.
+	loose   *tcpLooseKeeper
+	warning string
+}
+
+// keepTCPLoose checks nf_conntrack_tcp_loose and sets it to 1. Callers hold a.mu.
+func (a *Agent) keepTCPLoose() {
+	if a.loose == nil {
+		return
+	}
+	w := a.loose.keep()
+	if w != a.warning && w != "" {
+		a.log.Info("the gateway cannot keep connections across the loss of its conntrack", "warning", w)
+	}
+	a.warning = w
+}
+
+// Warning is what the agent's acknowledgements report about the gateway ("" when all is well).
+func (a *Agent) Warning() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.warning
 }
 
 // noteKernel counts a kernel transaction's time. Callers hold a.mu.
@@ -133,7 +162,7 @@ func newAgent(be backend, log logr.Logger, iface string, vips vipHolder, ct flow
 		iface = DefaultVPCInterface
 	}
 	return &Agent{be: be, log: log, iface: iface, vips: vips, ct: ct, stageChunk: defaultStageChunk, kernelRounds: defaultKernelRounds,
-		applied: map[gwstate.IdentityKey]gwstate.Identity{}, present: map[gwstate.IdentityKey]gwstate.Identity{}, vipRefs: map[netip.Addr]int{}}
+		applied: map[gwstate.IdentityKey]gwstate.Identity{}, present: map[gwstate.IdentityKey]gwstate.Identity{}, vipRefs: map[netip.Addr]int{}, guard: guardIndex{}}
 }
 
 // Config says how an agent reaches the kernel of the network namespace it runs in.
@@ -170,6 +199,8 @@ func NewKernelAgent(cfg Config, log logr.Logger) (*Agent, error) {
 	}
 	a := newAgent(be, log, cfg.VPCInterface, vips, ct)
 	a.own = own
+	a.loose = &tcpLooseKeeper{path: tcpLoosePath}
+	a.keepTCPLoose()
 	if !cfg.NoConntrack {
 		// The same switch as conntrack: both are the kernel state of flows to backends, which
 		// tests without a VPC interface leave alone.
@@ -298,6 +329,7 @@ func (a *Agent) Retry(ctx context.Context) (bool, error) {
 func (a *Agent) Verify(ctx context.Context) (string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.keepTCPLoose()
 	if a.last == nil || a.released {
 		return "", nil
 	}
@@ -336,7 +368,7 @@ func (a *Agent) Verify(ctx context.Context) (string, error) {
 }
 
 func (a *Agent) expectation() expectation {
-	return expectation{ids: a.applied, vips: a.vipRefs}
+	return expectation{ids: a.applied, vips: a.vipRefs, guard: a.guard}
 }
 
 // wantVIPs is the set lo must hold: ips sorted, without duplicates (a copy: ips is a state's).
@@ -497,11 +529,7 @@ func (a *Agent) stage(ctx context.Context, stage []gwstate.Identity, ready map[g
 			// Created first, as writeBase does, so that `nft list` shows the same order as
 			// a one-transaction sync. The base chains stay empty (policy accept) until the
 			// final transaction adds their rules; on a table that exists these are no-ops.
-			tx.addTable()
-			tx.addServiceMap()
-			tx.addOwnershipSets()
-			tx.addBaseChain(BaseChain, "prerouting", BaseChainPriority)
-			tx.addBaseChain(HairpinChain, "postrouting", HairpinPriority)
+			addBaseObjects(tx)
 		}
 		for j := range chunk {
 			writeObjects(tx, nil, &chunk[j])
@@ -532,7 +560,7 @@ func (a *Agent) stage(ctx context.Context, stage []gwstate.Identity, ready map[g
 // desired): other elements and their dnat-, ep- and aff- objects are kube-ovn's share DNAT
 // identities (or someone else's) and stay as they are (SPEC D8, K8). A table of an agent from
 // before OwnedSet (legacyHairpinChain present) is adopted by object names, as it did.
-func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired map[gwstate.IdentityKey]gwstate.Identity, ready map[gwstate.IdentityKey]bool) {
+func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired map[gwstate.IdentityKey]gwstate.Identity, ready map[gwstate.IdentityKey]bool, guard guardIndex) {
 	if inv.content == nil || !inv.content.baseMatches(a.iface) {
 		writeBase(tx, a.iface)
 	}
@@ -544,8 +572,65 @@ func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired
 	}
 	removeStaleElements(tx, inv, desired, own)
 	syncVIPs(tx, inv, desired)
+	syncGuard(tx, inv, guard)
 	keep := a.writeDesired(tx, inv, ids, ready, own)
 	a.removeStaleObjects(tx, inv, own, keep)
+}
+
+// heldVIPs is the set of clusterIPs, rebuilt only when they change (a delta carries the same
+// slice), and the addresses that entered or left it with this call.
+func (a *Agent) heldVIPs(clusterIPs []netip.Addr) (held map[netip.Addr]bool, flipped []netip.Addr) {
+	same := len(clusterIPs) == len(a.heldFrom) && a.held != nil &&
+		(len(clusterIPs) == 0 || &clusterIPs[0] == &a.heldFrom[0] || slices.Equal(clusterIPs, a.heldFrom))
+	if same {
+		return a.held, nil
+	}
+	next := heldSet(clusterIPs)
+	for ip := range next {
+		if !a.held[ip] {
+			flipped = append(flipped, ip)
+		}
+	}
+	for ip := range a.held {
+		if !next[ip] {
+			flipped = append(flipped, ip)
+		}
+	}
+	a.held, a.heldFrom = next, clusterIPs
+	return next, flipped
+}
+
+// guardChanges plans the guard's change for c: the committed versions of its identities leave,
+// the new ones with backends come in. A committed identity whose VIP became or stopped being a
+// held ClusterIP is planned again too, as its being external changed.
+func (a *Agent) guardChanges(c changes, clusterIPs []netip.Addr) *guardPlan {
+	held, flipped := a.heldVIPs(clusterIPs)
+	p := a.guard.plan()
+	touched := make(map[gwstate.IdentityKey]bool, len(c.upserts)+len(c.removed))
+	for _, old := range c.removed {
+		touched[old.Key()] = true
+		if was, ok := a.applied[old.Key()]; ok {
+			p.remove(was)
+		}
+	}
+	for _, id := range c.upserts {
+		touched[id.Key()] = true
+		if was, ok := a.applied[id.Key()]; ok {
+			p.remove(was)
+		}
+		if len(id.Backends) > 0 {
+			p.add(id, !held[id.VIP])
+		}
+	}
+	if slices.ContainsFunc(flipped, func(ip netip.Addr) bool { return a.vipRefs[ip] > 0 }) {
+		for k, id := range a.applied {
+			if !touched[k] && slices.Contains(flipped, k.VIP) {
+				p.remove(id)
+				p.add(id, !held[id.VIP])
+			}
+		}
+	}
+	return p
 }
 
 // ownership tells which of a table's objects are the agent's.

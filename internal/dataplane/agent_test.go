@@ -22,12 +22,21 @@ import (
 
 const baseDump = `add table ip kube-ovn
 add chain ip kube-ovn prerouting { type nat hook prerouting priority -150 ; policy accept ; }
+add chain ip kube-ovn vpcgw-guard { type filter hook forward priority -1 ; policy accept ; }
+add chain ip kube-ovn vpcgw-guard-local { type filter hook input priority -1 ; policy accept ; }
 add chain ip kube-ovn vpcgw-hairpin { type nat hook postrouting priority 99 ; policy accept ; }
+add chain ip kube-ovn vpcgw-reply { type nat hook postrouting priority 99 ; policy accept ; }
+add set ip kube-ovn vpcgw-endpoints { type ipv4_addr . inet_service ; }
 add set ip kube-ovn vpcgw-identities { type ipv4_addr . inet_proto . inet_service ; }
 add set ip kube-ovn vpcgw-vips { type ipv4_addr ; }
 add map ip kube-ovn service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }
+add map ip kube-ovn vpcgw-reply-vips { type ipv4_addr . inet_service : ipv4_addr . inet_service ; }
 add rule ip kube-ovn prerouting ip daddr . meta l4proto . th dport vmap @service-ips
+add rule ip kube-ovn vpcgw-guard ct state new tcp flags & syn == 0 oifname != "eth0" ip saddr . tcp sport @vpcgw-reply-vips accept comment "vpcgw"
+add rule ip kube-ovn vpcgw-guard ct state new tcp flags & syn == 0 ip saddr . tcp sport @vpcgw-endpoints drop comment "vpcgw"
+add rule ip kube-ovn vpcgw-guard-local ct state new tcp flags & syn == 0 ip saddr . tcp sport @vpcgw-endpoints drop comment "vpcgw"
 add rule ip kube-ovn vpcgw-hairpin iifname "eth0" oifname "eth0" ct status dnat ct original ip daddr @vpcgw-vips masquerade comment "vpcgw"
+add rule ip kube-ovn vpcgw-reply ct state new tcp flags & syn == 0 oifname != "eth0" snat ip to ip saddr . tcp sport map @vpcgw-reply-vips comment "vpcgw"
 `
 
 func newFake() *knftables.Fake { return knftables.NewFake(knftables.IPv4Family, TableName) }
@@ -115,13 +124,22 @@ func TestGoldenDumps(t *testing.T) {
 		want: `add table ip kube-ovn
 add chain ip kube-ovn dnat-e1f1e9fbffa9
 add chain ip kube-ovn prerouting { type nat hook prerouting priority -150 ; policy accept ; }
+add chain ip kube-ovn vpcgw-guard { type filter hook forward priority -1 ; policy accept ; }
+add chain ip kube-ovn vpcgw-guard-local { type filter hook input priority -1 ; policy accept ; }
 add chain ip kube-ovn vpcgw-hairpin { type nat hook postrouting priority 99 ; policy accept ; }
+add chain ip kube-ovn vpcgw-reply { type nat hook postrouting priority 99 ; policy accept ; }
+add set ip kube-ovn vpcgw-endpoints { type ipv4_addr . inet_service ; }
 add set ip kube-ovn vpcgw-identities { type ipv4_addr . inet_proto . inet_service ; }
 add set ip kube-ovn vpcgw-vips { type ipv4_addr ; }
 add map ip kube-ovn service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }
+add map ip kube-ovn vpcgw-reply-vips { type ipv4_addr . inet_service : ipv4_addr . inet_service ; }
 add rule ip kube-ovn dnat-e1f1e9fbffa9 meta l4proto udp dnat ip to 10.0.1.2:5353 comment "vpcgw"
 add rule ip kube-ovn prerouting ip daddr . meta l4proto . th dport vmap @service-ips
+add rule ip kube-ovn vpcgw-guard ct state new tcp flags & syn == 0 oifname != "eth0" ip saddr . tcp sport @vpcgw-reply-vips accept comment "vpcgw"
+add rule ip kube-ovn vpcgw-guard ct state new tcp flags & syn == 0 ip saddr . tcp sport @vpcgw-endpoints drop comment "vpcgw"
+add rule ip kube-ovn vpcgw-guard-local ct state new tcp flags & syn == 0 ip saddr . tcp sport @vpcgw-endpoints drop comment "vpcgw"
 add rule ip kube-ovn vpcgw-hairpin iifname "eth0" oifname "eth0" ct status dnat ct original ip daddr @vpcgw-vips masquerade comment "vpcgw"
+add rule ip kube-ovn vpcgw-reply ct state new tcp flags & syn == 0 oifname != "eth0" snat ip to ip saddr . tcp sport map @vpcgw-reply-vips comment "vpcgw"
 add element ip kube-ovn vpcgw-identities { 10.0.0.1 . udp . 53 }
 add element ip kube-ovn vpcgw-vips { 10.0.0.1 }
 add element ip kube-ovn service-ips { 10.0.0.1 . udp . 53 : goto dnat-e1f1e9fbffa9 }
@@ -132,16 +150,29 @@ add element ip kube-ovn service-ips { 10.0.0.1 . udp . 53 : goto dnat-e1f1e9fbff
 		want: `add table ip kube-ovn
 add chain ip kube-ovn dnat-f5227434ff40
 add chain ip kube-ovn prerouting { type nat hook prerouting priority -150 ; policy accept ; }
+add chain ip kube-ovn vpcgw-guard { type filter hook forward priority -1 ; policy accept ; }
+add chain ip kube-ovn vpcgw-guard-local { type filter hook input priority -1 ; policy accept ; }
 add chain ip kube-ovn vpcgw-hairpin { type nat hook postrouting priority 99 ; policy accept ; }
+add chain ip kube-ovn vpcgw-reply { type nat hook postrouting priority 99 ; policy accept ; }
+add set ip kube-ovn vpcgw-endpoints { type ipv4_addr . inet_service ; }
 add set ip kube-ovn vpcgw-identities { type ipv4_addr . inet_proto . inet_service ; }
 add set ip kube-ovn vpcgw-vips { type ipv4_addr ; }
 add map ip kube-ovn service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }
+add map ip kube-ovn vpcgw-reply-vips { type ipv4_addr . inet_service : ipv4_addr . inet_service ; }
 add rule ip kube-ovn dnat-f5227434ff40 meta l4proto tcp dnat ip addr . port to jhash ip saddr . th sport . ip daddr . th dport mod 2 seed 0x76706367 map { 0 : 10.0.1.1 . 8080, 1 : 10.0.1.2 . 8080 } comment "vpcgw"
 add rule ip kube-ovn prerouting ip daddr . meta l4proto . th dport vmap @service-ips
+add rule ip kube-ovn vpcgw-guard ct state new tcp flags & syn == 0 oifname != "eth0" ip saddr . tcp sport @vpcgw-reply-vips accept comment "vpcgw"
+add rule ip kube-ovn vpcgw-guard ct state new tcp flags & syn == 0 ip saddr . tcp sport @vpcgw-endpoints drop comment "vpcgw"
+add rule ip kube-ovn vpcgw-guard-local ct state new tcp flags & syn == 0 ip saddr . tcp sport @vpcgw-endpoints drop comment "vpcgw"
 add rule ip kube-ovn vpcgw-hairpin iifname "eth0" oifname "eth0" ct status dnat ct original ip daddr @vpcgw-vips masquerade comment "vpcgw"
+add rule ip kube-ovn vpcgw-reply ct state new tcp flags & syn == 0 oifname != "eth0" snat ip to ip saddr . tcp sport map @vpcgw-reply-vips comment "vpcgw"
+add element ip kube-ovn vpcgw-endpoints { 10.0.1.1 . 8080 }
+add element ip kube-ovn vpcgw-endpoints { 10.0.1.2 . 8080 }
 add element ip kube-ovn vpcgw-identities { 10.0.0.1 . tcp . 80 }
 add element ip kube-ovn vpcgw-vips { 10.0.0.1 }
 add element ip kube-ovn service-ips { 10.0.0.1 . tcp . 80 : goto dnat-f5227434ff40 }
+add element ip kube-ovn vpcgw-reply-vips { 10.0.1.1 . 8080 : 10.0.0.1 . 80 }
+add element ip kube-ovn vpcgw-reply-vips { 10.0.1.2 . 8080 : 10.0.0.1 . 80 }
 `,
 	}, {
 		name: "three backends, duplicates removed, numeric address order",
@@ -150,16 +181,31 @@ add element ip kube-ovn service-ips { 10.0.0.1 . tcp . 80 : goto dnat-f5227434ff
 		want: `add table ip kube-ovn
 add chain ip kube-ovn dnat-f5227434ff40
 add chain ip kube-ovn prerouting { type nat hook prerouting priority -150 ; policy accept ; }
+add chain ip kube-ovn vpcgw-guard { type filter hook forward priority -1 ; policy accept ; }
+add chain ip kube-ovn vpcgw-guard-local { type filter hook input priority -1 ; policy accept ; }
 add chain ip kube-ovn vpcgw-hairpin { type nat hook postrouting priority 99 ; policy accept ; }
+add chain ip kube-ovn vpcgw-reply { type nat hook postrouting priority 99 ; policy accept ; }
+add set ip kube-ovn vpcgw-endpoints { type ipv4_addr . inet_service ; }
 add set ip kube-ovn vpcgw-identities { type ipv4_addr . inet_proto . inet_service ; }
 add set ip kube-ovn vpcgw-vips { type ipv4_addr ; }
 add map ip kube-ovn service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }
+add map ip kube-ovn vpcgw-reply-vips { type ipv4_addr . inet_service : ipv4_addr . inet_service ; }
 add rule ip kube-ovn dnat-f5227434ff40 meta l4proto tcp dnat ip addr . port to jhash ip saddr . th sport . ip daddr . th dport mod 3 seed 0x76706367 map { 0 : 10.0.1.9 . 80, 1 : 10.0.1.9 . 8080, 2 : 10.0.1.10 . 8080 } comment "vpcgw"
 add rule ip kube-ovn prerouting ip daddr . meta l4proto . th dport vmap @service-ips
+add rule ip kube-ovn vpcgw-guard ct state new tcp flags & syn == 0 oifname != "eth0" ip saddr . tcp sport @vpcgw-reply-vips accept comment "vpcgw"
+add rule ip kube-ovn vpcgw-guard ct state new tcp flags & syn == 0 ip saddr . tcp sport @vpcgw-endpoints drop comment "vpcgw"
+add rule ip kube-ovn vpcgw-guard-local ct state new tcp flags & syn == 0 ip saddr . tcp sport @vpcgw-endpoints drop comment "vpcgw"
 add rule ip kube-ovn vpcgw-hairpin iifname "eth0" oifname "eth0" ct status dnat ct original ip daddr @vpcgw-vips masquerade comment "vpcgw"
+add rule ip kube-ovn vpcgw-reply ct state new tcp flags & syn == 0 oifname != "eth0" snat ip to ip saddr . tcp sport map @vpcgw-reply-vips comment "vpcgw"
+add element ip kube-ovn vpcgw-endpoints { 10.0.1.9 . 80 }
+add element ip kube-ovn vpcgw-endpoints { 10.0.1.9 . 8080 }
+add element ip kube-ovn vpcgw-endpoints { 10.0.1.10 . 8080 }
 add element ip kube-ovn vpcgw-identities { 10.0.0.1 . tcp . 80 }
 add element ip kube-ovn vpcgw-vips { 10.0.0.1 }
 add element ip kube-ovn service-ips { 10.0.0.1 . tcp . 80 : goto dnat-f5227434ff40 }
+add element ip kube-ovn vpcgw-reply-vips { 10.0.1.9 . 80 : 10.0.0.1 . 80 }
+add element ip kube-ovn vpcgw-reply-vips { 10.0.1.9 . 8080 : 10.0.0.1 . 80 }
+add element ip kube-ovn vpcgw-reply-vips { 10.0.1.10 . 8080 : 10.0.0.1 . 80 }
 `,
 	}, {
 		name: "client ip affinity",
@@ -170,12 +216,17 @@ add chain ip kube-ovn dnat-cfeb8225efaf
 add chain ip kube-ovn ep-cfeb8225efaf-12583fe9
 add chain ip kube-ovn ep-cfeb8225efaf-9ce4ed06
 add chain ip kube-ovn prerouting { type nat hook prerouting priority -150 ; policy accept ; }
+add chain ip kube-ovn vpcgw-guard { type filter hook forward priority -1 ; policy accept ; }
+add chain ip kube-ovn vpcgw-guard-local { type filter hook input priority -1 ; policy accept ; }
 add chain ip kube-ovn vpcgw-hairpin { type nat hook postrouting priority 99 ; policy accept ; }
+add chain ip kube-ovn vpcgw-reply { type nat hook postrouting priority 99 ; policy accept ; }
 add set ip kube-ovn aff-cfeb8225efaf-12583fe9 { type ipv4_addr ; flags dynamic,timeout ; timeout 300s ; }
 add set ip kube-ovn aff-cfeb8225efaf-9ce4ed06 { type ipv4_addr ; flags dynamic,timeout ; timeout 300s ; }
+add set ip kube-ovn vpcgw-endpoints { type ipv4_addr . inet_service ; }
 add set ip kube-ovn vpcgw-identities { type ipv4_addr . inet_proto . inet_service ; }
 add set ip kube-ovn vpcgw-vips { type ipv4_addr ; }
 add map ip kube-ovn service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }
+add map ip kube-ovn vpcgw-reply-vips { type ipv4_addr . inet_service : ipv4_addr . inet_service ; }
 add rule ip kube-ovn dnat-cfeb8225efaf ip saddr @aff-cfeb8225efaf-9ce4ed06 goto ep-cfeb8225efaf-9ce4ed06 comment "vpcgw"
 add rule ip kube-ovn dnat-cfeb8225efaf ip saddr @aff-cfeb8225efaf-12583fe9 goto ep-cfeb8225efaf-12583fe9 comment "vpcgw"
 add rule ip kube-ovn dnat-cfeb8225efaf jhash ip saddr . th sport . ip daddr . th dport mod 2 seed 0x76706367 vmap { 0 : goto ep-cfeb8225efaf-9ce4ed06 , 1 : goto ep-cfeb8225efaf-12583fe9 } comment "vpcgw"
@@ -184,10 +235,18 @@ add rule ip kube-ovn ep-cfeb8225efaf-12583fe9 meta l4proto tcp dnat ip to 10.0.1
 add rule ip kube-ovn ep-cfeb8225efaf-9ce4ed06 update @aff-cfeb8225efaf-9ce4ed06 { ip saddr } comment "vpcgw"
 add rule ip kube-ovn ep-cfeb8225efaf-9ce4ed06 meta l4proto tcp dnat ip to 10.0.1.1:8080 comment "vpcgw"
 add rule ip kube-ovn prerouting ip daddr . meta l4proto . th dport vmap @service-ips
+add rule ip kube-ovn vpcgw-guard ct state new tcp flags & syn == 0 oifname != "eth0" ip saddr . tcp sport @vpcgw-reply-vips accept comment "vpcgw"
+add rule ip kube-ovn vpcgw-guard ct state new tcp flags & syn == 0 ip saddr . tcp sport @vpcgw-endpoints drop comment "vpcgw"
+add rule ip kube-ovn vpcgw-guard-local ct state new tcp flags & syn == 0 ip saddr . tcp sport @vpcgw-endpoints drop comment "vpcgw"
 add rule ip kube-ovn vpcgw-hairpin iifname "eth0" oifname "eth0" ct status dnat ct original ip daddr @vpcgw-vips masquerade comment "vpcgw"
+add rule ip kube-ovn vpcgw-reply ct state new tcp flags & syn == 0 oifname != "eth0" snat ip to ip saddr . tcp sport map @vpcgw-reply-vips comment "vpcgw"
+add element ip kube-ovn vpcgw-endpoints { 10.0.1.1 . 8080 }
+add element ip kube-ovn vpcgw-endpoints { 10.0.1.2 . 8080 }
 add element ip kube-ovn vpcgw-identities { 10.0.0.2 . tcp . 80 }
 add element ip kube-ovn vpcgw-vips { 10.0.0.2 }
 add element ip kube-ovn service-ips { 10.0.0.2 . tcp . 80 : goto dnat-cfeb8225efaf }
+add element ip kube-ovn vpcgw-reply-vips { 10.0.1.1 . 8080 : 10.0.0.2 . 80 }
+add element ip kube-ovn vpcgw-reply-vips { 10.0.1.2 . 8080 : 10.0.0.2 . 80 }
 `,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -270,12 +329,14 @@ func TestRemovalDeletesElementAndChain(t *testing.T) {
 	mustApply(t, ag, state(2, a))
 	tx := f.LastTransaction.String()
 	// The identity's key leaves the ownership set and its VIP, served by nothing else, the
-	// hairpin set (SPEC K8, D4).
+	// hairpin set (SPEC K8, D4). The backend, shared by two external identities until now, has
+	// one left: the guard may now rewrite its segments to that one's VIP (D9).
 	want := "delete element ip kube-ovn service-ips { 10.0.0.2 . tcp . 80 }\n" +
 		"flush chain ip kube-ovn " + IdentityChain(key("10.0.0.2", 80, gwstate.TCP)) + "\n" +
 		"delete chain ip kube-ovn " + IdentityChain(key("10.0.0.2", 80, gwstate.TCP)) + "\n" +
 		"delete element ip kube-ovn vpcgw-identities { 10.0.0.2 . tcp . 80 }\n" +
-		"delete element ip kube-ovn vpcgw-vips { 10.0.0.2 }\n"
+		"delete element ip kube-ovn vpcgw-vips { 10.0.0.2 }\n" +
+		"add element ip kube-ovn vpcgw-reply-vips { 10.0.1.1 . 8080 : 10.0.0.1 . 80 }\n"
 	if tx != want {
 		t.Errorf("removal transaction:\n%s\nwant:\n%s", tx, want)
 	}

@@ -80,6 +80,9 @@ func (a *Agent) applyChanges(ctx context.Context, c changes, generation int64, c
 	}
 	a.writeUpserts(tx, c.upserts, ready)
 	vipDelta := vipChanges(tx, a.vipRefs, gone, added)
+	guard := a.guardChanges(c, clusterIPs)
+	tx.identity(nil)
+	guard.write(tx)
 	a.forgetNeighbors(a.newBackendAddrs(c.upserts))
 	if err := a.commit(ctx, tx, stagedTx); err != nil {
 		return err
@@ -87,6 +90,7 @@ func (a *Agent) applyChanges(ctx context.Context, c changes, generation int64, c
 
 	targets := a.targets(false, c)
 	applyVIPDelta(a.vipRefs, vipDelta)
+	guard.commit()
 	a.book(c)
 	a.log.V(1).Info("applied changes", "generation", generation, "changed", len(c.upserts), "removed", len(c.removed),
 		"identities", len(a.applied), "operations", tx.size()+stagedOps, "stagingTransactions", stagedTx, "kernelTime", a.commitTime.String())
@@ -187,8 +191,10 @@ func (a *Agent) fullApply(ctx context.Context, st gwstate.State) error {
 		a.synced = false
 		return err
 	}
+	held, _ := a.heldVIPs(st.ClusterIPs)
+	guard := buildGuard(desired, held)
 	tx := a.be.begin()
-	a.fullSync(tx, inv, st.Identities, desired, ready)
+	a.fullSync(tx, inv, st.Identities, desired, ready, guard)
 	if err := a.commit(ctx, tx, stagedTx); err != nil {
 		return err
 	}
@@ -203,6 +209,7 @@ func (a *Agent) fullApply(ctx context.Context, st gwstate.State) error {
 	targets := a.targets(true, c)
 	a.book(c) // staged chains are referenced now, or deleted by the full sync as stale
 	a.vipRefs = countVIPs(a.applied)
+	a.guard = guard
 	a.synced = true
 	a.log.V(1).Info("applied state", "generation", st.Generation, "identities", len(desired), "operations", tx.size()+stagedOps,
 		"stagingTransactions", stagedTx, "full", true, "kernelTime", a.commitTime.String(), "readTime", a.readTime.String())

@@ -63,8 +63,8 @@ func indexTable(ts tableState) tableIndex {
 	return tab
 }
 
-// baseDrift checks the base chain (the dispatch rule only), the hairpin chain (the hairpin rule
-// only) and the absence of the legacy hairpin chain.
+// baseDrift checks the base chain (the dispatch rule only), the other base chains (the agent's
+// rules only, by number) and the absence of the legacy hairpin chain.
 func (tab tableIndex) baseDrift() string {
 	if !tab.chains[BaseChain] {
 		return "chain " + BaseChain + " is missing"
@@ -72,11 +72,13 @@ func (tab tableIndex) baseDrift() string {
 	if m := tab.ts.rules[BaseChain]; m.rules != 1 || !tab.ts.dispatch {
 		return fmt.Sprintf("chain %s has %d rules, want the dispatch rule only", BaseChain, m.rules)
 	}
-	if !tab.chains[HairpinChain] {
-		return "chain " + HairpinChain + " is missing"
-	}
-	if m := tab.ts.rules[HairpinChain]; m.rules != 1 || m.marked != 1 {
-		return fmt.Sprintf("chain %s has %d rules (%d of the agent's), want the hairpin rule only", HairpinChain, m.rules, m.marked)
+	for _, bc := range baseChains(DefaultVPCInterface)[1:] {
+		if !tab.chains[bc.name] {
+			return "chain " + bc.name + " is missing"
+		}
+		if m := tab.ts.rules[bc.name]; m.rules != len(bc.rules) || m.marked != len(bc.rules) {
+			return fmt.Sprintf("chain %s has %d rules (%d of the agent's), want the agent's %d", bc.name, m.rules, m.marked, len(bc.rules))
+		}
 	}
 	if tab.chains[legacyHairpinChain] {
 		return "legacy chain " + legacyHairpinChain + " is present"
@@ -98,7 +100,7 @@ func ownedSetsDrift(inv *inventory, want expectation) string {
 			return fmt.Sprintf("set %s holds %s, which the agent does not serve", VIPSet, v)
 		}
 	}
-	return ""
+	return guardDrift(inv, want.guard)
 }
 
 // identityDrift checks one committed identity: its key in OwnedSet, its element, its chain, its

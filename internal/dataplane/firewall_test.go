@@ -40,20 +40,33 @@ func TestGoldenSourceRanges(t *testing.T) {
 	want := `add table ip kube-ovn
 add chain ip kube-ovn dnat-71a63d7e5e0d
 add chain ip kube-ovn prerouting { type nat hook prerouting priority -150 ; policy accept ; }
+add chain ip kube-ovn vpcgw-guard { type filter hook forward priority -1 ; policy accept ; }
+add chain ip kube-ovn vpcgw-guard-local { type filter hook input priority -1 ; policy accept ; }
 add chain ip kube-ovn vpcgw-hairpin { type nat hook postrouting priority 99 ; policy accept ; }
+add chain ip kube-ovn vpcgw-reply { type nat hook postrouting priority 99 ; policy accept ; }
 add set ip kube-ovn src-71a63d7e5e0d { type ipv4_addr ; flags interval ; }
+add set ip kube-ovn vpcgw-endpoints { type ipv4_addr . inet_service ; }
 add set ip kube-ovn vpcgw-identities { type ipv4_addr . inet_proto . inet_service ; }
 add set ip kube-ovn vpcgw-vips { type ipv4_addr ; }
 add map ip kube-ovn service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }
+add map ip kube-ovn vpcgw-reply-vips { type ipv4_addr . inet_service : ipv4_addr . inet_service ; }
 add rule ip kube-ovn dnat-71a63d7e5e0d ip saddr != @src-71a63d7e5e0d drop comment "vpcgw"
 add rule ip kube-ovn dnat-71a63d7e5e0d meta l4proto tcp dnat ip addr . port to jhash ip saddr . th sport . ip daddr . th dport mod 2 seed 0x76706367 map { 0 : 10.0.1.1 . 8080, 1 : 10.0.1.2 . 8080 } comment "vpcgw"
 add rule ip kube-ovn prerouting ip daddr . meta l4proto . th dport vmap @service-ips
+add rule ip kube-ovn vpcgw-guard ct state new tcp flags & syn == 0 oifname != "eth0" ip saddr . tcp sport @vpcgw-reply-vips accept comment "vpcgw"
+add rule ip kube-ovn vpcgw-guard ct state new tcp flags & syn == 0 ip saddr . tcp sport @vpcgw-endpoints drop comment "vpcgw"
+add rule ip kube-ovn vpcgw-guard-local ct state new tcp flags & syn == 0 ip saddr . tcp sport @vpcgw-endpoints drop comment "vpcgw"
 add rule ip kube-ovn vpcgw-hairpin iifname "eth0" oifname "eth0" ct status dnat ct original ip daddr @vpcgw-vips masquerade comment "vpcgw"
+add rule ip kube-ovn vpcgw-reply ct state new tcp flags & syn == 0 oifname != "eth0" snat ip to ip saddr . tcp sport map @vpcgw-reply-vips comment "vpcgw"
 add element ip kube-ovn src-71a63d7e5e0d { 10.0.0.0/8 }
 add element ip kube-ovn src-71a63d7e5e0d { 192.0.2.7/32 }
+add element ip kube-ovn vpcgw-endpoints { 10.0.1.1 . 8080 }
+add element ip kube-ovn vpcgw-endpoints { 10.0.1.2 . 8080 }
 add element ip kube-ovn vpcgw-identities { 172.31.0.100 . tcp . 80 }
 add element ip kube-ovn vpcgw-vips { 172.31.0.100 }
 add element ip kube-ovn service-ips { 172.31.0.100 . tcp . 80 : goto dnat-71a63d7e5e0d }
+add element ip kube-ovn vpcgw-reply-vips { 10.0.1.1 . 8080 : 172.31.0.100 . 80 }
+add element ip kube-ovn vpcgw-reply-vips { 10.0.1.2 . 8080 : 172.31.0.100 . 80 }
 `
 	if got := freshDump(t, state(1, id)); got != want {
 		t.Errorf("dump:\n%s\nwant:\n%s", got, want)

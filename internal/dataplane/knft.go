@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,11 +33,14 @@ type backend interface {
 // inventory is what a full sync needs to know about the table.
 type inventory struct {
 	chains   []string
-	sets     []string // named sets other than OwnedSet and VIPSet
+	sets     []string // named sets other than OwnedSet, VIPSet and EndpointSet
 	elements []element
 	// owned are the keys in OwnedSet (vip, proto, port); vips the elements of VIPSet.
 	owned [][]string
 	vips  []netip.Addr
+	// endpoints are the elements of EndpointSet, replies those of ReplyMap (SPEC D9).
+	endpoints []gwstate.Backend
+	replies   map[gwstate.Backend]gwstate.Backend
 	// content, when the backend reads it (netlink), tells which identities and base objects
 	// already hold what the agent would write: a full sync leaves those alone (SPEC P7). nil:
 	// every live identity and the base are rewritten (the text path, a missing table).
@@ -60,8 +64,9 @@ type element struct {
 
 // expectation is what the agent committed, for the drift check.
 type expectation struct {
-	ids  map[gwstate.IdentityKey]gwstate.Identity // applied: identities with backends
-	vips map[netip.Addr]int                       // identities per VIP
+	ids   map[gwstate.IdentityKey]gwstate.Identity // applied: identities with backends
+	vips  map[netip.Addr]int                       // identities per VIP
+	guard guardIndex                               // their TCP endpoints (SPEC D9)
 }
 
 // ruleMarks counts a chain's rules and those carrying RuleComment.
@@ -110,17 +115,61 @@ func (t *knftTxn) addVIP(vip netip.Addr) {
 func (t *knftTxn) deleteVIP(vip netip.Addr) {
 	t.tx.Delete(&knftables.Element{Set: VIPSet, Key: []string{vip.String()}})
 }
+func (t *knftTxn) addGuardSets() {
+	t.tx.Add(&knftables.Set{Name: EndpointSet, Type: EndpointSetType})
+	t.tx.Add(&knftables.Map{Name: ReplyMap, Type: ReplyMapType})
+}
+func (t *knftTxn) addEndpoint(ep gwstate.Backend) {
+	t.tx.Add(&knftables.Element{Set: EndpointSet, Key: endpointKey(ep)})
+}
+func (t *knftTxn) deleteEndpoint(ep gwstate.Backend) {
+	t.tx.Delete(&knftables.Element{Set: EndpointSet, Key: endpointKey(ep)})
+}
+func (t *knftTxn) addReply(ep, vip gwstate.Backend) {
+	t.tx.Add(&knftables.Element{Map: ReplyMap, Key: endpointKey(ep), Value: endpointKey(vip)})
+}
+func (t *knftTxn) deleteReply(ep gwstate.Backend) {
+	t.tx.Delete(&knftables.Element{Map: ReplyMap, Key: endpointKey(ep)})
+}
+
+// endpointKey is an address and port as an element's key or value.
+func endpointKey(ep gwstate.Backend) []string {
+	return []string{ep.IP.String(), strconv.Itoa(int(ep.Port))}
+}
+
+// parseEndpoint reads an endpointKey as nft lists it.
+func parseEndpoint(k []string) (gwstate.Backend, error) {
+	if len(k) != 2 {
+		return gwstate.Backend{}, fmt.Errorf("endpoint %q: want address . port", k)
+	}
+	ip, err := netip.ParseAddr(k[0])
+	if err != nil {
+		return gwstate.Backend{}, fmt.Errorf("endpoint %q: %w", k, err)
+	}
+	port, err := strconv.ParseUint(k[1], 10, 16)
+	if err != nil {
+		return gwstate.Backend{}, fmt.Errorf("endpoint %q: %w", k, err)
+	}
+	return gwstate.Backend{IP: ip, Port: int32(port)}, nil
+}
+
 func (t *knftTxn) addChain(n string) { t.tx.Add(&knftables.Chain{Name: n}) }
 func (t *knftTxn) flushChain(n string) {
 	t.tx.Flush(&knftables.Chain{Name: n})
 }
 func (t *knftTxn) deleteTable()         { t.tx.Delete(&knftables.Table{}) }
 func (t *knftTxn) deleteChain(n string) { t.tx.Delete(&knftables.Chain{Name: n}) }
-func (t *knftTxn) deleteSet(n string)   { t.tx.Delete(&knftables.Set{Name: n}) }
-func (t *knftTxn) addBaseChain(name, hook, priority string) {
+func (t *knftTxn) deleteSet(n string) {
+	if n == ReplyMap { // nft deletes a map as a set; knftables' Fake does not
+		t.tx.Delete(&knftables.Map{Name: n})
+		return
+	}
+	t.tx.Delete(&knftables.Set{Name: n})
+}
+func (t *knftTxn) addBaseChain(name, typ, hook, priority string) {
 	t.tx.Add(&knftables.Chain{
 		Name:     name,
-		Type:     knftables.PtrTo(knftables.NATType),
+		Type:     knftables.PtrTo(knftables.BaseChainType(typ)),
 		Hook:     knftables.PtrTo(knftables.BaseChainHook(hook)),
 		Priority: knftables.PtrTo(knftables.BaseChainPriority(priority)),
 		Policy:   knftables.PtrTo(knftables.AcceptPolicy),
@@ -192,6 +241,18 @@ func (b *knftBackend) inventory(ctx context.Context) (*inventory, error) {
 					inv.vips = append(inv.vips, vip)
 				}
 			}
+		case EndpointSet:
+			elems, err := b.elements(ctx, "set", s)
+			if err != nil {
+				return nil, err
+			}
+			for _, e := range elems {
+				ep, err := parseEndpoint(e.Key)
+				if err != nil {
+					return nil, fmt.Errorf("listing set %s: %w", EndpointSet, err)
+				}
+				inv.endpoints = append(inv.endpoints, ep)
+			}
 		default:
 			inv.sets = append(inv.sets, s)
 		}
@@ -199,6 +260,11 @@ func (b *knftBackend) inventory(ctx context.Context) (*inventory, error) {
 	maps, err := b.list(ctx, "map")
 	if err != nil {
 		return nil, err
+	}
+	if slices.Contains(maps, ReplyMap) {
+		if inv.replies, err = b.replies(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if slices.Contains(maps, ServiceMap) {
 		elems, err := b.elements(ctx, "map", ServiceMap)
@@ -210,6 +276,27 @@ func (b *knftBackend) inventory(ctx context.Context) (*inventory, error) {
 		}
 	}
 	return inv, nil
+}
+
+// replies reads ReplyMap's elements.
+func (b *knftBackend) replies(ctx context.Context) (map[gwstate.Backend]gwstate.Backend, error) {
+	elems, err := b.elements(ctx, "map", ReplyMap)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[gwstate.Backend]gwstate.Backend, len(elems))
+	for _, e := range elems {
+		ep, err := parseEndpoint(e.Key)
+		if err != nil {
+			return nil, fmt.Errorf("listing map %s: %w", ReplyMap, err)
+		}
+		vip, err := parseEndpoint(e.Value)
+		if err != nil {
+			return nil, fmt.Errorf("listing map %s: %w", ReplyMap, err)
+		}
+		out[ep] = vip
+	}
+	return out, nil
 }
 
 func (b *knftBackend) elements(ctx context.Context, objectType, name string) ([]*knftables.Element, error) {

@@ -526,20 +526,24 @@ func (t *nlTxn) deleteSet(n string) {
 	t.b.conn.DelSet(&nftables.Set{Table: t.b.table, Name: n})
 }
 
-func (t *nlTxn) addBaseChain(name, hook, priority string) {
+func (t *nlTxn) addBaseChain(name, typ, hook, priority string) {
 	t.n++
 	p, err := strconv.Atoi(priority)
 	if err != nil {
 		t.fail(fmt.Errorf("base chain %s: priority %q: %w", name, priority, err))
 		return
 	}
-	h := nftables.ChainHookPrerouting
-	if hook == "postrouting" {
-		h = nftables.ChainHookPostrouting
+	hooks := map[string]*nftables.ChainHook{"prerouting": nftables.ChainHookPrerouting, "postrouting": nftables.ChainHookPostrouting,
+		"forward": nftables.ChainHookForward, "input": nftables.ChainHookInput}
+	types := map[string]nftables.ChainType{"nat": nftables.ChainTypeNAT, "filter": nftables.ChainTypeFilter}
+	h, ty := hooks[hook], types[typ]
+	if h == nil || ty == "" {
+		t.fail(fmt.Errorf("base chain %s: unknown type %q or hook %q", name, typ, hook))
+		return
 	}
 	accept := nftables.ChainPolicyAccept
 	t.b.conn.AddChain(&nftables.Chain{
-		Name: name, Table: t.b.table, Type: nftables.ChainTypeNAT,
+		Name: name, Table: t.b.table, Type: ty,
 		Hooknum: h, Priority: nftables.ChainPriorityRef(nftables.ChainPriority(p)), Policy: &accept,
 	})
 }
@@ -559,6 +563,77 @@ func ownedSetOf(table *nftables.Table) *nftables.Set {
 
 func vipSetOf(table *nftables.Table) *nftables.Set {
 	return &nftables.Set{Table: table, Name: VIPSet, KeyType: nftables.TypeIPAddr}
+}
+
+// endpointType is the type of EndpointSet's keys and of ReplyMap's keys and values.
+var endpointType = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)
+
+func endpointSetOf(table *nftables.Table) *nftables.Set {
+	return &nftables.Set{Table: table, Name: EndpointSet, KeyType: endpointType}
+}
+
+func replyMapOf(table *nftables.Table) *nftables.Set {
+	return &nftables.Set{Table: table, Name: ReplyMap, IsMap: true, KeyType: endpointType, DataType: endpointType}
+}
+
+// endpointBytes is ep as a concatenation ipv4_addr . inet_service: the address, the port in
+// network order, padded to 8 bytes.
+func endpointBytes(ep gwstate.Backend) []byte {
+	v := make([]byte, 8)
+	a := ep.IP.As4()
+	copy(v, a[:])
+	binary.BigEndian.PutUint16(v[4:], uint16(ep.Port))
+	return v
+}
+
+// parseEndpointBytes reads endpointBytes.
+func parseEndpointBytes(b []byte) (gwstate.Backend, bool) {
+	if len(b) != 8 {
+		return gwstate.Backend{}, false
+	}
+	return gwstate.Backend{IP: netip.AddrFrom4([4]byte(b[:4])), Port: int32(binary.BigEndian.Uint16(b[4:6]))}, true
+}
+
+func (t *nlTxn) addGuardSets() {
+	t.n += 2
+	t.fail(t.b.conn.AddSet(endpointSetOf(t.b.table), nil))
+	t.fail(t.b.conn.AddSet(replyMapOf(t.b.table), nil))
+}
+
+func (t *nlTxn) endpointOK(ep gwstate.Backend) bool {
+	if !ep.IP.Is4() {
+		t.fail(fmt.Errorf("bad endpoint %s", ep))
+		return false
+	}
+	return true
+}
+
+func (t *nlTxn) addEndpoint(ep gwstate.Backend) {
+	t.n++
+	if t.endpointOK(ep) {
+		t.fail(t.b.conn.SetAddElements(endpointSetOf(t.b.table), []nftables.SetElement{{Key: endpointBytes(ep)}}))
+	}
+}
+
+func (t *nlTxn) deleteEndpoint(ep gwstate.Backend) {
+	t.n++
+	if t.endpointOK(ep) {
+		t.fail(t.b.conn.SetDeleteElements(endpointSetOf(t.b.table), []nftables.SetElement{{Key: endpointBytes(ep)}}))
+	}
+}
+
+func (t *nlTxn) addReply(ep, vip gwstate.Backend) {
+	t.n++
+	if t.endpointOK(ep) && t.endpointOK(vip) {
+		t.fail(t.b.conn.SetAddElements(replyMapOf(t.b.table), []nftables.SetElement{{Key: endpointBytes(ep), Val: endpointBytes(vip)}}))
+	}
+}
+
+func (t *nlTxn) deleteReply(ep gwstate.Backend) {
+	t.n++
+	if t.endpointOK(ep) {
+		t.fail(t.b.conn.SetDeleteElements(replyMapOf(t.b.table), []nftables.SetElement{{Key: endpointBytes(ep)}}))
+	}
 }
 
 func (t *nlTxn) addServiceMap() {
@@ -855,6 +930,15 @@ func renderRule(table *nftables.Table, r rule) (renderedRule, error) {
 			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
 			&expr.Dynset{SrcRegKey: reg1, SetName: r.set, Operation: unix.NFT_DYNSET_OP_UPDATE},
 		}
+	case ruleGuardReply:
+		rr.exprs = append(guardMatchExprs(r.iface), endpointLookup(ReplyMap, false)...)
+		rr.exprs = append(rr.exprs, &expr.Verdict{Kind: expr.VerdictAccept})
+	case ruleGuardDrop:
+		rr.exprs = append(guardMatchExprs(""), endpointLookup(EndpointSet, false)...)
+		rr.exprs = append(rr.exprs, &expr.Verdict{Kind: expr.VerdictDrop})
+	case ruleReplySNAT:
+		rr.exprs = append(guardMatchExprs(r.iface), endpointLookup(ReplyMap, true)...)
+		rr.exprs = append(rr.exprs, &expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: reg1, RegProtoMin: reg32_01})
 	case ruleFirewall:
 		rr.exprs = []expr.Any{
 			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
@@ -900,6 +984,43 @@ func hairpinExprs(iface string) []expr.Any {
 		&expr.Ct{Key: expr.CtKeyDST, Direction: 0, Register: reg1},
 		&expr.Lookup{SourceRegister: reg1, SetName: VIPSet},
 		&expr.Masq{},
+	}
+}
+
+// guardMatchExprs match a TCP segment that conntrack sees as new and that is not a SYN (SPEC D9,
+// "ct state new tcp flags & syn == 0") and, unless notOut is empty, that does not leave through
+// the interface notOut; in the order nft writes them.
+func guardMatchExprs(notOut string) []expr.Any {
+	exprs := []expr.Any{
+		&expr.Ct{Key: expr.CtKeySTATE, Register: reg1},
+		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitNEW), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: make([]byte, 4)},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{unix.IPPROTO_TCP}},
+		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: 13, Len: 1},
+		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 1, Mask: []byte{0x02}, Xor: []byte{0}}, // SYN
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{0}},
+	}
+	if notOut != "" {
+		exprs = append(exprs,
+			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: reg1},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: ifname(notOut)})
+	}
+	return exprs
+}
+
+// endpointLookup looks the packet's saddr . tcp sport up in the set or map name; with value,
+// the map's value (address, port) goes to registers 1 and 9.
+func endpointLookup(name string, value bool) []expr.Any {
+	l := &expr.Lookup{SourceRegister: reg1, SetName: name}
+	if value {
+		l.DestRegister, l.IsDestRegSet = reg1, true
+	}
+	return []expr.Any{
+		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Payload{DestRegister: reg32_01, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 2},
+		l,
 	}
 }
 
@@ -1153,6 +1274,10 @@ func (b *nlBackend) readSets(inv *inventory) (map[string]setInfo, error) {
 			if err := b.readOwnershipSet(inv, s.name); err != nil {
 				return nil, err
 			}
+		case s.name == EndpointSet || s.name == ReplyMap:
+			if err := b.readGuardSet(inv, s.name); err != nil {
+				return nil, err
+			}
 		default:
 			inv.sets = append(inv.sets, s.name)
 		}
@@ -1176,6 +1301,31 @@ func (b *nlBackend) readOwnershipSet(inv *inventory, name string) error {
 	return nil
 }
 
+// readGuardSet reads the elements of EndpointSet (into inv.endpoints) or ReplyMap (into
+// inv.replies). Elements of another form are not the agent's: listed as none, the drift check
+// and a full sync see the difference.
+func (b *nlBackend) readGuardSet(inv *inventory, name string) error {
+	elems, err := b.setElements(name)
+	if err != nil {
+		return err
+	}
+	for _, e := range elems {
+		ep, ok := parseEndpointBytes(e.Key)
+		if !ok {
+			continue
+		}
+		if name == EndpointSet {
+			inv.endpoints = append(inv.endpoints, ep)
+		} else if vip, ok := parseEndpointBytes(e.data); ok {
+			if inv.replies == nil {
+				inv.replies = map[gwstate.Backend]gwstate.Backend{}
+			}
+			inv.replies[ep] = vip
+		}
+	}
+	return nil
+}
+
 // readServiceMap reads the service map's elements into inv.elements.
 func (b *nlBackend) readServiceMap(inv *inventory, name string) error {
 	elems, err := b.setElements(name)
@@ -1194,6 +1344,7 @@ func (b *nlBackend) readServiceMap(inv *inventory, name string) error {
 type listedElement struct {
 	Key   []byte
 	value string // a verdict map's "goto <chain>" (or "jump <chain>", "verdict <n>")
+	data  []byte // a data map's value
 	flags uint32 // NFTA_SET_ELEM_FLAGS (NFT_SET_ELEM_INTERVAL_END)
 	udata []byte
 }
@@ -1255,8 +1406,11 @@ func (e *listedElement) decode(el *netlink.AttributeDecoder) error {
 		case unix.NFTA_SET_ELEM_DATA:
 			el.Nested(func(d *netlink.AttributeDecoder) error {
 				for d.Next() {
-					if d.Type() == unix.NFTA_DATA_VERDICT {
+					switch d.Type() {
+					case unix.NFTA_DATA_VERDICT:
 						e.value = decodeVerdict(d.Bytes())
+					case unix.NFTA_DATA_VALUE:
+						e.data = d.Bytes()
 					}
 				}
 				return nil

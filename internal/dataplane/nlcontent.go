@@ -238,21 +238,31 @@ func (b *nlBackend) listRules() (map[string][]listedRule, error) {
 	return out, nil
 }
 
-// baseMatches reports whether service-ips, the ownership sets and both base chains are what
-// writeBase writes for iface: the sets' types, each base chain's hook, priority and policy, and
-// its one rule. (kube-ovn's share DNAT writes the same dispatch rule: it matches too.)
+// baseMatches reports whether service-ips, the ownership and guard sets and the base chains are
+// what writeBase writes for iface: the sets' types, each base chain's type, hook, priority and
+// policy, and its rules. (kube-ovn's share DNAT writes the same dispatch rule: it matches too.)
 func (c *nlContent) baseMatches(iface string) bool {
 	t := c.b.table
-	return c.setMatches(ServiceMap, serviceMapOf(t)) && c.setMatches(OwnedSet, ownedSetOf(t)) && c.setMatches(VIPSet, vipSetOf(t)) &&
-		c.baseChainMatches(BaseChain, unix.NF_INET_PRE_ROUTING, BaseChainPriority, rule{kind: ruleDispatch}) &&
-		c.baseChainMatches(HairpinChain, unix.NF_INET_POST_ROUTING, HairpinPriority, rule{kind: ruleHairpin, iface: iface})
+	if !c.setMatches(ServiceMap, serviceMapOf(t)) || !c.setMatches(OwnedSet, ownedSetOf(t)) || !c.setMatches(VIPSet, vipSetOf(t)) ||
+		!c.setMatches(EndpointSet, endpointSetOf(t)) || !c.setMatches(ReplyMap, replyMapOf(t)) {
+		return false
+	}
+	for _, bc := range baseChains(iface) {
+		if !c.baseChainMatches(bc) {
+			return false
+		}
+	}
+	return true
 }
 
-func (c *nlContent) baseChainMatches(name string, hook uint32, priority string, r rule) bool {
-	ci, ok := c.chains[name]
-	p, err := strconv.Atoi(priority)
-	return ok && err == nil && ci.base && ci.typ == "nat" && ci.hook == hook && ci.priority == int32(p) &&
-		ci.policy == nfAccept && c.rulesMatch(name, []rule{r})
+var hookNumbers = map[string]uint32{"prerouting": unix.NF_INET_PRE_ROUTING, "postrouting": unix.NF_INET_POST_ROUTING,
+	"forward": unix.NF_INET_FORWARD, "input": unix.NF_INET_LOCAL_IN}
+
+func (c *nlContent) baseChainMatches(bc baseChain) bool {
+	ci, ok := c.chains[bc.name]
+	p, err := strconv.Atoi(bc.priority)
+	return ok && err == nil && ci.base && ci.typ == bc.typ && ci.hook == hookNumbers[bc.hook] && ci.priority == int32(p) &&
+		ci.policy == nfAccept && c.rulesMatch(bc.name, bc.rules)
 }
 
 // identityMatches reports whether id's objects hold what writeObjects writes for it: the

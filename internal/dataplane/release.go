@@ -24,18 +24,26 @@ func (a *Agent) release(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("release: listing the table: %w", err)
 	}
-	// Only the base is left when the table has no chain but the two base chains, no set but
-	// the ownership sets, and an empty service-ips map.
+	// Only the base is left when the table has no chain but the base chains, no set but the
+	// ownership and guard sets, and an empty service-ips map.
+	bases := baseChains(a.iface)
 	onlyBase := len(inv.sets) == 0 && len(inv.elements) == 0 &&
-		!slices.ContainsFunc(inv.chains, func(c string) bool { return c != BaseChain && c != HairpinChain })
+		!slices.ContainsFunc(inv.chains, func(c string) bool {
+			return !slices.ContainsFunc(bases, func(bc baseChain) bool { return bc.name == c })
+		})
 	tx := a.be.begin()
 	if onlyBase {
 		tx.deleteTable()
 	} else {
-		tx.flushChain(HairpinChain)
-		tx.deleteChain(HairpinChain)
+		// The dispatch chain stays: kube-ovn's share DNAT writes the same one.
+		for _, bc := range bases[1:] {
+			tx.flushChain(bc.name)
+			tx.deleteChain(bc.name)
+		}
 		tx.deleteSet(OwnedSet)
 		tx.deleteSet(VIPSet)
+		tx.deleteSet(EndpointSet)
+		tx.deleteSet(ReplyMap)
 	}
 	if err := a.commit(ctx, tx, 0); err != nil {
 		return fmt.Errorf("release: removing the agent's base objects: %w", err)

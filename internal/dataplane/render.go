@@ -281,6 +281,9 @@ const (
 	ruleAffinityPick                   // <pick> mod N vmap { i : goto <chain i> }
 	ruleAffinityUpdate                 // update @<set> { ip saddr }
 	ruleFirewall                       // ip saddr != @<set> drop (SPEC N7)
+	ruleGuardReply                     // GuardReplyRule(iface) (SPEC D9)
+	ruleGuardDrop                      // GuardDropRule
+	ruleReplySNAT                      // ReplySNATRule(iface)
 )
 
 // rule is one rule in a structured form that both writers (nft text and netlink) render.
@@ -359,6 +362,12 @@ func (r rule) text() string {
 		return "update @" + r.set + " { ip saddr }"
 	case ruleFirewall:
 		return "ip saddr != @" + r.set + " drop"
+	case ruleGuardReply:
+		return GuardReplyRule(r.iface)
+	case ruleGuardDrop:
+		return GuardDropRule
+	case ruleReplySNAT:
+		return ReplySNATRule(r.iface)
 	}
 	panic(fmt.Sprintf("unknown rule kind %d", r.kind))
 }
@@ -385,8 +394,9 @@ func affinityRules(id gwstate.Identity) []rule {
 // netlink writer sends the same operations as one netlink batch (the hot path).
 type txn interface {
 	addTable()
-	// addBaseChain adds a nat base chain (hook "prerouting" or "postrouting") with policy accept.
-	addBaseChain(name, hook, priority string)
+	// addBaseChain adds a base chain of type typ ("nat" or "filter") at hook ("prerouting",
+	// "postrouting", "forward" or "input") with policy accept.
+	addBaseChain(name, typ, hook, priority string)
 	addServiceMap()
 	// addOwnershipSets adds OwnedSet and VIPSet.
 	addOwnershipSets()
@@ -412,6 +422,15 @@ type txn interface {
 	// addVIP and deleteVIP add and delete an element of VIPSet.
 	addVIP(vip netip.Addr)
 	deleteVIP(vip netip.Addr)
+	// addGuardSets adds EndpointSet and ReplyMap (SPEC D9).
+	addGuardSets()
+	// addEndpoint and deleteEndpoint add and delete an element of EndpointSet.
+	addEndpoint(ep gwstate.Backend)
+	deleteEndpoint(ep gwstate.Backend)
+	// addReply and deleteReply add and delete ReplyMap's element for the endpoint ep, whose
+	// value is the VIP and port of its one external identity.
+	addReply(ep, vip gwstate.Backend)
+	deleteReply(ep gwstate.Backend)
 	// size is the number of operations so far.
 	size() int
 	// identity says that the operations that follow are id's (nil: shared objects), so that a
@@ -419,18 +438,47 @@ type txn interface {
 	identity(id *gwstate.Identity)
 }
 
-// writeBase adds the table, the map, the ownership sets, and the base chains with their single
-// rules.
+// writeBase adds the table, the map, the ownership and guard sets, and the base chains with
+// their rules.
 func writeBase(tx txn, vpcInterface string) {
+	addBaseObjects(tx)
+	for _, bc := range baseChains(vpcInterface) {
+		tx.flushChain(bc.name)
+		for _, r := range bc.rules {
+			tx.addRule(bc.name, r)
+		}
+	}
+}
+
+// addBaseObjects adds the table, its sets and maps and its base chains without their rules, in
+// the order writeBase creates them (a staged sync creates them first, with the same order in
+// `nft list`).
+func addBaseObjects(tx txn) {
 	tx.addTable()
 	tx.addServiceMap()
 	tx.addOwnershipSets()
-	tx.addBaseChain(BaseChain, "prerouting", BaseChainPriority)
-	tx.flushChain(BaseChain)
-	tx.addRule(BaseChain, rule{kind: ruleDispatch})
-	tx.addBaseChain(HairpinChain, "postrouting", HairpinPriority)
-	tx.flushChain(HairpinChain)
-	tx.addRule(HairpinChain, rule{kind: ruleHairpin, iface: vpcInterface})
+	tx.addGuardSets()
+	for _, bc := range baseChains(DefaultVPCInterface) {
+		tx.addBaseChain(bc.name, bc.typ, bc.hook, bc.priority)
+	}
+}
+
+// baseChain is one of the agent's base chains and its rules.
+type baseChain struct {
+	name, typ, hook, priority string
+	rules                     []rule
+}
+
+// baseChains are the agent's base chains: dispatch, hairpin SNAT (SPEC D1, D4) and the reply
+// guard (D9).
+func baseChains(vpcInterface string) []baseChain {
+	return []baseChain{
+		{BaseChain, "nat", "prerouting", BaseChainPriority, []rule{{kind: ruleDispatch}}},
+		{HairpinChain, "nat", "postrouting", HairpinPriority, []rule{{kind: ruleHairpin, iface: vpcInterface}}},
+		{GuardChain, "filter", "forward", GuardPriority, []rule{{kind: ruleGuardReply, iface: vpcInterface}, {kind: ruleGuardDrop}}},
+		{GuardLocalChain, "filter", "input", GuardPriority, []rule{{kind: ruleGuardDrop}}},
+		{ReplyChain, "nat", "postrouting", HairpinPriority, []rule{{kind: ruleReplySNAT, iface: vpcInterface}}},
+	}
 }
 
 // writeIdentity adds the operations that take the kernel from old to next for one identity. old

@@ -297,13 +297,15 @@ func answerLine(ctx context.Context, agent *Agent, data []byte, log logr.Logger)
 	// admitted one by one (admit.go), and the refused ones are named in the acknowledgement.
 	if err := agent.ApplyMessage(ctx, st); err != nil {
 		log.Error(err, "apply failed", "generation", st.Generation, "delta", st.IsDelta())
-		return gwstate.Ack{Generation: st.Generation, Error: err.Error(), ConntrackDeleted: agent.TakeConntrackDeleted(), Deltas: true, SameClusterIPs: true, Keepalive: true, Protocol: gwstate.ProtocolVersion}
+		return gwstate.Ack{Generation: st.Generation, Error: err.Error(), ConntrackDeleted: agent.TakeConntrackDeleted(), Deltas: true, SameClusterIPs: true, Keepalive: true, Protocol: gwstate.ProtocolVersion,
+			Warning: agent.Warning()}
 	}
 	refused := agent.Refusals()
 	if len(refused) > 0 {
 		log.Info("state applied without refused identities", "generation", st.Generation, "refused", len(refused), "first", refused[0].Reason)
 	}
-	return gwstate.Ack{Generation: st.Generation, ConntrackDeleted: agent.TakeConntrackDeleted(), Deltas: true, SameClusterIPs: true, Keepalive: true, Protocol: gwstate.ProtocolVersion, Refused: refused}
+	return gwstate.Ack{Generation: st.Generation, ConntrackDeleted: agent.TakeConntrackDeleted(), Deltas: true, SameClusterIPs: true, Keepalive: true, Protocol: gwstate.ProtocolVersion, Refused: refused,
+		Warning: agent.Warning()}
 }
 
 // NewLogger returns a logr.Logger writing one line per entry to w (stderr for the agent: stdout

@@ -96,7 +96,7 @@ func setCounts(t *testing.T, ns string) (named, anonymous int) {
 
 // wantSetCounts is how many named (affinity + service-ips) and anonymous sets st needs.
 func wantSetCounts(st gwstate.State) (named, anonymous int) {
-	named = 3 // service-ips, and the ownership sets vpcgw-identities and vpcgw-vips
+	named = 5 // service-ips, the ownership sets vpcgw-identities and vpcgw-vips, the guard's vpcgw-endpoints and vpcgw-reply-vips
 	for _, id := range st.Identities {
 		if len(id.SourceRanges) > 0 && len(id.Backends) > 0 {
 			named++ // src-<idhash> (SPEC N7)
@@ -104,9 +104,9 @@ func wantSetCounts(st gwstate.State) (named, anonymous int) {
 		switch {
 		case id.AffinityTimeoutSeconds > 0:
 			named += len(id.Backends)
-			anonymous++ // numgen vmap over the endpoint chains
+			anonymous++ // the pick's vmap over the endpoint chains
 		case len(id.Backends) > 1:
-			anonymous++ // numgen map over the backends
+			anonymous++ // the pick's map over the backends
 		}
 	}
 	return named, anonymous

@@ -149,6 +149,10 @@ type Ack struct {
 	// end-to-end latency). Agents older than the fields leave them out.
 	ApplyMicros  int64 `json:"applyMicros,omitempty"`
 	KernelMicros int64 `json:"kernelMicros,omitempty"`
+	// Warning says what in the gateway keeps the agent from giving all it promises, though the
+	// state is programmed: today a nf_conntrack_tcp_loose it cannot set to 1 (SPEC D9). Empty
+	// when all is well; agents older than the field leave it out.
+	Warning string `json:"warning,omitempty"`
 }
 
 // ProtocolVersion is the version of the state/acknowledgement contract this package defines:
