@@ -34,6 +34,7 @@ import (
 	"net"
 	"net/netip"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -699,12 +700,14 @@ func (s *surviveLab) checkTCPLoose(t *testing.T) {
 
 // replaceGateway simulates the gateway Pod's replacement while flows run: the gateway forwards
 // nothing for outageDuration, and meanwhile its agent is killed (SIGKILL), its table deleted,
-// its conntrack flushed and a new agent started with the same state. It returns the new agent.
-func (s *surviveLab) replaceGateway(t *testing.T) *netlab.AgentProc {
+// its conntrack flushed and a new agent started with the same state. When the gateway forwards
+// again, each hairpin download gets its client's next segment (nudge) only after its server's
+// next segment reached the gateway (the order in which the gateway must not reset the flow,
+// D9). It returns the new agent.
+func (s *surviveLab) replaceGateway(t *testing.T, flows []*flow) *netlab.AgentProc {
 	t.Helper()
 	start := time.Now()
-	mustExec(t, s.l, s.gw, "nft", "add table inet "+outageTable)
-	mustExec(t, s.l, s.gw, "nft", "add chain inet "+outageTable+" in { type filter hook prerouting priority -300; policy drop; }")
+	mustExec(t, s.l, s.gw, "nft", "add table inet "+outageTable+"; add chain inet "+outageTable+" dark { type filter hook prerouting priority -300; policy drop; }")
 	s.agent.Stop()
 	mustExec(t, s.l, s.gw, "nft", "delete", "table", "ip", TableName)
 	mustExec(t, s.l, s.gw, "conntrack", "-F")
@@ -713,13 +716,61 @@ func (s *surviveLab) replaceGateway(t *testing.T) *netlab.AgentProc {
 	}
 	a := startAgent(t, s.l, s.gw)
 	mustSend(t, a, s.state(1))
+	s.agent = a
 	// The outage itself: the gateway stays dark for outageDuration in all, as a replacement
 	// Pod would, so that every flow has segments to resend and the servers have data queued.
 	time.Sleep(time.Until(start.Add(outageDuration)))
-	mustExec(t, s.l, s.gw, "nft", "delete", "table", "inet", outageTable)
+	// In one transaction: the drop goes, and a counter per hairpin download sees its server's
+	// segments (to the address and port the server sees) from the first packet on.
+	script := "delete chain inet " + outageTable + " dark; add chain inet " + outageTable + " watch { type filter hook prerouting priority -300; policy accept; }"
+	watched := map[int]*flow{}
+	for i, f := range flows {
+		b, _ := f.result()
+		f.mu.Lock()
+		peer := f.peer
+		f.mu.Unlock()
+		ap, err := netip.ParseAddrPort(peer)
+		if f.kind != kindDown || !f.hairpin || f.finished() || err != nil {
+			continue
+		}
+		script += fmt.Sprintf("; add rule inet %s watch ip saddr %s ip daddr %s tcp sport %d tcp dport %d counter comment \"%d\"",
+			outageTable, s.backendIP(t, b), ap.Addr(), surviveBackendPort, ap.Port(), i)
+		watched[i] = f
+	}
+	mustExec(t, s.l, s.gw, "nft", script)
 	t.Logf("gateway replaced: dark for %s (agent killed, table deleted, conntrack flushed, new agent acked)", time.Since(start).Round(time.Millisecond))
-	s.agent = a
+	deadline := time.Now().Add(10 * time.Second)
+	for len(watched) > 0 {
+		out := nftList(t, s.l, s.gw, "list", "chain", "inet", outageTable, "watch")
+		for _, m := range watchCounter.FindAllStringSubmatch(out, -1) {
+			i, _ := strconv.Atoi(m[2])
+			if f := watched[i]; f != nil && m[1] != "0" {
+				f.nudge() // a hairpin download waits for its client's next segment (D9)
+				delete(watched, i)
+			}
+		}
+		if time.Now().After(deadline) {
+			for _, f := range watched {
+				t.Logf("%s: its server sent nothing within 10s after the outage; nudging anyway", f)
+				f.nudge()
+			}
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // polling the counters
+	}
 	return a
+}
+
+var watchCounter = regexp.MustCompile(`counter packets (\d+) bytes \d+ comment "(\d+)"`)
+
+// backendIP is the address of the backend named name ("be2").
+func (s *surviveLab) backendIP(t *testing.T, name string) string {
+	t.Helper()
+	i, err := strconv.Atoi(strings.TrimPrefix(name, "be"))
+	if err != nil || i < 1 || i > len(s.backendIPs) {
+		t.Fatalf("no backend %q", name)
+	}
+	return s.backendIPs[i-1]
 }
 
 // TestRealSurvive runs every kind of long-lived flow across faults of the gateway, each from a
@@ -730,12 +781,7 @@ func TestRealSurvive(t *testing.T) {
 		s.checkTCPLoose(t)
 		flows := startFlows(t, s.gwLab)
 		waitUnderWay(t, flows)
-		a := s.replaceGateway(t)
-		for _, f := range flows {
-			if f.kind == kindDown && f.hairpin {
-				f.nudge() // a hairpin download waits for its client's next segment (D9)
-			}
-		}
+		a := s.replaceGateway(t, flows)
 		finishFlows(t, s.gwLab, "conntrack lost", flows)
 		if err := a.Close(); err != nil {
 			t.Errorf("agent at EOF: %v", err)
