@@ -269,6 +269,7 @@ type flow struct {
 	done     chan struct{}
 
 	mu      sync.Mutex
+	elapsed time.Duration // from dial to the end, once finished
 	conn    net.Conn
 	backend string
 	peer    string // the client's address as the backend saw it
@@ -315,6 +316,12 @@ func (f *flow) setBackend(b, peer string) {
 
 func (f *flow) run() {
 	defer close(f.done)
+	start := time.Now()
+	defer func() {
+		f.mu.Lock()
+		f.elapsed = time.Since(start)
+		f.mu.Unlock()
+	}()
 	var err error
 	switch f.kind {
 	case kindRR:
@@ -642,12 +649,15 @@ func finishFlows(t *testing.T, g *gwLab, fault string, flows []*flow) {
 	broken := 0
 	for _, f := range flows {
 		b, err := f.result()
+		f.mu.Lock()
+		elapsed := f.elapsed.Round(100 * time.Millisecond)
+		f.mu.Unlock()
 		outcome := "intact"
 		if err != nil {
 			outcome = "BROKEN: " + err.Error()
 			broken++
 		}
-		fmt.Fprintf(&table, "\n  %-22s backend %-4s %s", f, b, outcome)
+		fmt.Fprintf(&table, "\n  %-22s backend %-4s %6s  %s", f, b, elapsed, outcome)
 	}
 	t.Logf("%s: %d of %d flows intact (nf_conntrack_tcp_loose=%s in the gateway):%s", fault, len(flows)-broken, len(flows), loose, table.String())
 	for _, f := range flows {
