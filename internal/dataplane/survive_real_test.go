@@ -672,6 +672,12 @@ func finishFlows(t *testing.T, g *gwLab, fault string, flows []*flow) {
 // surviveLab is a gateway with 4 backends (the identities start with the first 3), the
 // in-process servers on all of them, and an agent serving TCP and UDP port 90 on the EIP and
 // on the ClusterIP.
+//
+// Each backend endpoint thus belongs to two identities, as a Service's endpoints do when it
+// has a ClusterIP and an EIP: the EIP's is its one externally reachable identity, to whose
+// VIP:port D9 rewrites the endpoint's segments toward an external client (the issue's
+// wording; an implementation that rewrote only endpoints of exactly one identity of any kind
+// would leave the external download stalled here).
 type surviveLab struct {
 	*gwLab
 	agent *netlab.AgentProc
