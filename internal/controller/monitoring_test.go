@@ -135,9 +135,10 @@ func TestGatewaySeriesForgotten(t *testing.T) {
 		gatewayInstances.WithLabelValues(gw).Set(1)
 		quarantinedServices.WithLabelValues(gw).Set(0)
 		waitingForRoom.WithLabelValues(gw).Set(0)
+		agentWarnings.WithLabelValues(gw).Inc()
 	}
 	r.forgetGateway(gone)
-	for _, c := range []prometheus.Collector{syncFailures, identities, backends, lastSuccessfulSync, pendingSince, agentsConnected, gatewayInstances, quarantinedServices, waitingForRoom} {
+	for _, c := range []prometheus.Collector{syncFailures, identities, backends, lastSuccessfulSync, pendingSince, agentsConnected, gatewayInstances, quarantinedServices, waitingForRoom, agentWarnings} {
 		if n := seriesOf(t, c, gone); n != 0 {
 			t.Errorf("%d series of the gone gateway left in %v", n, c)
 		}
@@ -145,8 +146,8 @@ func TestGatewaySeriesForgotten(t *testing.T) {
 			t.Errorf("%d series of the kept gateway in %v, want 1", n, c)
 		}
 	}
-	if len(perGateway.vecs) != 9 {
-		t.Errorf("perGateway has %d metrics; this test sets 9: add the new one here", len(perGateway.vecs))
+	if len(perGateway.vecs) != 10 {
+		t.Errorf("perGateway has %d metrics; this test sets 10: add the new one here", len(perGateway.vecs))
 	}
 	deleteGatewaySeries(kept)
 }

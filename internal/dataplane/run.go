@@ -357,7 +357,7 @@ func MainWithArgs(ctx context.Context, args []string, in io.Reader, out io.Write
 	verify := fs.Duration("verify-interval", 10*time.Second, "how often to look for drift and repair it (0: never)")
 	retryMax := fs.Duration("retry-max", 30*time.Second, "longest backoff between retries of a rejected state")
 	fs.BoolVar(&cfg.TextPath, "text-path", false, "program nftables through the nft binary instead of netlink")
-	pick := fs.String("pick", PickHash.String(), "how an identity chooses among its backends: hash (jhash of the connection's addresses and ports, the same backend on every gateway instance and after a restart, so that connections outlive conntrack) or random (numgen random, upstream kube-ovn's ruleset)")
+	pick := fs.String("pick", PickHash.String(), "hash (a connection's backend is the same everywhere) or random (as kube-ovn)")
 	watch := fs.Bool("watch-kernel", true, "repair foreign changes when the kernel reports them (false: periodic check only)")
 	verbosity := fs.Int("v", 0, "log verbosity")
 	showVersion := fs.Bool("version", false, "print the version and exit")
