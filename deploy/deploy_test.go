@@ -355,6 +355,7 @@ func TestChartRenders(t *testing.T) {
 				"leader-election-namespace": m.installNS(), "metrics-bind-address": ":8443", "metrics-secure": "true",
 				"health-probe-bind-address": ":8081", "min-sync-interval": "20ms", "ovn-nb-addr": "<absent>",
 				"enable-nftable-lb-svc": "<absent>", "ledger": "service-record", "kube-ovn-namespace": "kube-system",
+				"backend-pick": "hash",
 			})
 			for probe, path := range map[string]string{"livenessProbe": "/healthz", "readinessProbe": "/readyz"} {
 				p, _, _ := unstructured.NestedMap(c, probe, "httpGet")
@@ -491,6 +492,15 @@ func TestChartRenders(t *testing.T) {
 		args: []string{"--set", "crds.install=false"},
 		check: func(t *testing.T, m manifest) {
 			checkNoKubeOVNCRDs(t, m, false)
+		},
+	}, {
+		// kube-ovn's own pick (SPEC D2): numgen random in the gateways.
+		name: "backend pick random",
+		args: []string{"--set", "backendPick=random"},
+		check: func(t *testing.T, m manifest) {
+			wantFlags(t, args(t, container(t, m.must(t, "Deployment", m.installNS(), "vpcgw-controller"), "controller")), map[string]string{
+				"backend-pick": "random",
+			})
 		},
 	}, {
 		name:       "the seed's ledger, kube-ovn in its own namespace",

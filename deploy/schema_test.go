@@ -129,6 +129,7 @@ func TestChartSchemaRejects(t *testing.T) {
 			[]string{"/monitoring/prometheusRule/labels/release", "want string"}},
 		{"bad enum: transport", []string{"--set", "transport=ssh"}, []string{"/transport", "'exec'", "'local'"}},
 		{"bad enum: ledger", []string{"--set", "ledger=configmap"}, []string{"/ledger", "'service-record'", "'iptables-dnat-rule'"}},
+		{"bad enum: backendPick", []string{"--set", "backendPick=maglev"}, []string{"/backendPick", "'hash'", "'random'"}},
 		{"bad enum: pullPolicy", []string{"--set", "image.pullPolicy=Sometimes"}, []string{"/image/pullPolicy", "'IfNotPresent'"}},
 		{"bad enum: a gate that is not true or false", []string{"--set-string", "features.enableGwNftableServiceClusterIp=yes"},
 			[]string{"/features/enableGwNftableServiceClusterIp", "'true'", "'false'"}},

@@ -114,6 +114,9 @@ SPEC O4); the ClusterIP gate stays opt-in (it needs kube-ovn's --enable-lb=false
 {{- if and .Values.webhook.enabled .Values.webhook.certs.existingSecret (not .Values.webhook.certManager.enabled) (not .Values.webhook.certs.caBundle) -}}
 {{- fail "webhook.certs.existingSecret needs webhook.certs.caBundle (base64 of the CA's PEM)" -}}
 {{- end -}}
+{{- if not (has .Values.backendPick (list "hash" "random")) -}}
+{{- fail (printf "backendPick must be hash or random, not %q" (toString .Values.backendPick)) -}}
+{{- end -}}
 {{- if not (has .Values.ledger (list "service-record" "iptables-dnat-rule")) -}}
 {{- fail (printf "ledger must be service-record or iptables-dnat-rule, not %q" (toString .Values.ledger)) -}}
 {{- end -}}
@@ -298,6 +301,7 @@ controller does).
 - --agent-binaries={{ .Values.agentBinaries }}
 {{- end }}
 - --ledger={{ .Values.ledger }}
+- --backend-pick={{ .Values.backendPick }}
 - --kube-ovn-namespace={{ .Values.kubeOvn.namespace }}
 - --kube-ovn-controller-deployment={{ .Values.kubeOvn.controllerDeployment | default "kube-ovn-controller" }}
 - --leader-elect={{ $leader }}
