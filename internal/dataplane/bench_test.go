@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,6 +80,18 @@ func scaleState(gen int64, n, backends int) gwstate.State {
 	return st
 }
 
+// uniqueScaleState is scaleState with every backend its own: 10.(16+j).(i/250).(i%250+1).
+func uniqueScaleState(gen int64, n, backends int) gwstate.State {
+	st := scaleState(gen, n, backends)
+	for i := range st.Identities {
+		for j := range st.Identities[i].Backends {
+			st.Identities[i].Backends[j] = be(fmt.Sprintf("10.%d.%d.%d", 16+j, i/250, i%250+1), 8080)
+		}
+	}
+	st.Normalize()
+	return st
+}
+
 // withChangedIdentity returns st with identity k's backends replaced (variant v: drop backend
 // v%len), sharing everything else.
 func withChangedIdentity(st gwstate.State, k, v int) gwstate.State {
@@ -112,6 +125,12 @@ var benchSizes = []int{10, 1000, 10000}
 // that has programmed n identities × 10 backends, and that state.
 func programmedAgent(b *testing.B, textPath bool, n int) (*Agent, gwstate.State) {
 	b.Helper()
+	return programmedAgentState(b, textPath, n, false)
+}
+
+// programmedAgentState is programmedAgent, with every backend its own when unique.
+func programmedAgentState(b *testing.B, textPath bool, n int, unique bool) (*Agent, gwstate.State) {
+	b.Helper()
 	ns, err := benchLab(b).AddNetns("gw")
 	if err != nil {
 		b.Fatal(err)
@@ -119,6 +138,9 @@ func programmedAgent(b *testing.B, textPath bool, n int) (*Agent, gwstate.State)
 	enter(b, ns)
 	a := newBenchAgent(b, textPath)
 	base := scaleState(1, n, 10)
+	if unique {
+		base = uniqueScaleState(1, n, 10)
+	}
 	if err := a.Apply(context.Background(), base); err != nil {
 		b.Fatal(err)
 	}
@@ -176,9 +198,15 @@ func BenchmarkP1DecodeAndApply(b *testing.B) {
 // original backends, each against the generation before it; they are encoded before the timer
 // starts (that is the controller's work).
 func BenchmarkP1DeltaDecodeAndApply(b *testing.B) {
-	for _, n := range benchSizes {
-		b.Run(fmt.Sprintf("netlink/identities=%d", n), func(b *testing.B) {
-			a, base := programmedAgent(b, false, n)
+	for _, n := range append(benchSizes, -10000) {
+		name, unique := fmt.Sprintf("netlink/identities=%d", n), n < 0
+		if unique {
+			// Every backend its own, so that the change moves the guard's elements too (SPEC D9).
+			n = -n
+			name = fmt.Sprintf("netlink/identities=%d-unique", n)
+		}
+		b.Run(name, func(b *testing.B) {
+			a, base := programmedAgentState(b, false, n, unique)
 			ctx := context.Background()
 			k := n / 2
 			variants := [2]gwstate.Identity{withChangedIdentity(base, k, 3).Identities[k], base.Identities[k]}
@@ -207,11 +235,21 @@ func BenchmarkP2ColdSync(b *testing.B) {
 	for _, c := range []struct {
 		path string
 		n    int
-	}{{"netlink", 2500}, {"netlink", 5000}, {"netlink", 10000}, {"netlink+watch", 10000}, {"nft-text", 10000}} {
+	}{{"netlink", 2500}, {"netlink", 5000}, {"netlink", 10000}, {"netlink+watch", 10000}, {"nft-text", 10000}, {"netlink", -10000}} {
 		path, n := c.path, c.n
-		b.Run(fmt.Sprintf("%s/identities=%dx10", path, n), func(b *testing.B) {
+		name := fmt.Sprintf("%s/identities=%dx10", path, n)
+		if n < 0 {
+			// Every backend its own: 100,000 endpoints (the guard's elements, SPEC D9), where
+			// scaleState shares each among 40 identities.
+			n = -n
+			name = fmt.Sprintf("%s/identities=%dx10-unique", path, n)
+		}
+		b.Run(name, func(b *testing.B) {
 			enterBenchGateway(b)
 			st := scaleState(1, n, 10)
+			if strings.HasSuffix(name, "-unique") {
+				st = uniqueScaleState(1, n, 10)
+			}
 			ctx := context.Background()
 			var heap uint64
 			var kernel time.Duration

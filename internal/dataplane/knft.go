@@ -223,38 +223,8 @@ func (b *knftBackend) inventory(ctx context.Context) (*inventory, error) {
 		return nil, err
 	}
 	for _, s := range sets {
-		switch s {
-		case OwnedSet, VIPSet:
-			elems, err := b.elements(ctx, "set", s)
-			if err != nil {
-				return nil, err
-			}
-			for _, e := range elems {
-				if s == OwnedSet {
-					inv.owned = append(inv.owned, e.Key)
-				} else if len(e.Key) == 1 {
-					// The set's type is ipv4_addr: nft lists only addresses.
-					vip, err := netip.ParseAddr(e.Key[0])
-					if err != nil {
-						return nil, fmt.Errorf("listing set %s: %w", VIPSet, err)
-					}
-					inv.vips = append(inv.vips, vip)
-				}
-			}
-		case EndpointSet:
-			elems, err := b.elements(ctx, "set", s)
-			if err != nil {
-				return nil, err
-			}
-			for _, e := range elems {
-				ep, err := parseEndpoint(e.Key)
-				if err != nil {
-					return nil, fmt.Errorf("listing set %s: %w", EndpointSet, err)
-				}
-				inv.endpoints = append(inv.endpoints, ep)
-			}
-		default:
-			inv.sets = append(inv.sets, s)
+		if err := b.readSet(ctx, inv, s); err != nil {
+			return nil, err
 		}
 	}
 	maps, err := b.list(ctx, "map")
@@ -276,6 +246,38 @@ func (b *knftBackend) inventory(ctx context.Context) (*inventory, error) {
 		}
 	}
 	return inv, nil
+}
+
+// readSet reads the elements of the agent's shared sets into inv, and the names of the others.
+func (b *knftBackend) readSet(ctx context.Context, inv *inventory, s string) error {
+	if s != OwnedSet && s != VIPSet && s != EndpointSet {
+		inv.sets = append(inv.sets, s)
+		return nil
+	}
+	elems, err := b.elements(ctx, "set", s)
+	if err != nil {
+		return err
+	}
+	for _, e := range elems {
+		switch {
+		case s == OwnedSet:
+			inv.owned = append(inv.owned, e.Key)
+		case s == EndpointSet:
+			ep, err := parseEndpoint(e.Key)
+			if err != nil {
+				return fmt.Errorf("listing set %s: %w", EndpointSet, err)
+			}
+			inv.endpoints = append(inv.endpoints, ep)
+		case len(e.Key) == 1:
+			// VIPSet's type is ipv4_addr: nft lists only addresses.
+			vip, err := netip.ParseAddr(e.Key[0])
+			if err != nil {
+				return fmt.Errorf("listing set %s: %w", VIPSet, err)
+			}
+			inv.vips = append(inv.vips, vip)
+		}
+	}
+	return nil
 }
 
 // replies reads ReplyMap's elements.

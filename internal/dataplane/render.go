@@ -362,6 +362,13 @@ func (r rule) text() string {
 		return "update @" + r.set + " { ip saddr }"
 	case ruleFirewall:
 		return "ip saddr != @" + r.set + " drop"
+	}
+	return r.guardText()
+}
+
+// guardText is the text of the guard's rules (SPEC D9).
+func (r rule) guardText() string {
+	switch r.kind {
 	case ruleGuardReply:
 		return GuardReplyRule(r.iface)
 	case ruleGuardDrop:
