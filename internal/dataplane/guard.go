@@ -72,14 +72,34 @@ func ReplySNATRule(vpcInterface string) string {
 
 // guardIndex is the guard's view of the committed identities: per TCP endpoint, the identities
 // that have it (as a backend or draining) and whether each is external. EndpointSet holds its
-// keys, ReplyMap those with exactly one external identity.
-type guardIndex map[gwstate.Backend][]guardRef
+// keys, ReplyMap those with exactly one external identity. It is compact (SPEC P2): 10,000
+// identities × 10 backends of their own are 100,000 endpoints.
+type guardIndex map[endpointKey][]guardRef
 
-// guardRef is one identity of an endpoint.
+// endpointKey is an IPv4 endpoint as one integer: the address, then the port.
+type endpointKey uint64
+
+func keyOf(ep gwstate.Backend) endpointKey {
+	a := ep.IP.As4()
+	return endpointKey(uint64(a[0])<<40 | uint64(a[1])<<32 | uint64(a[2])<<24 | uint64(a[3])<<16 | uint64(uint16(ep.Port)))
+}
+
+func (k endpointKey) backend() gwstate.Backend {
+	return gwstate.Backend{IP: netip.AddrFrom4([4]byte{byte(k >> 40), byte(k >> 32), byte(k >> 24), byte(k >> 16)}), Port: int32(uint16(k))}
+}
+
+// guardRef is one (TCP) identity of an endpoint: its VIP and port.
 type guardRef struct {
-	key      gwstate.IdentityKey
+	vip      [4]byte
+	port     uint16
 	external bool
 }
+
+func refOf(id gwstate.Identity, external bool) guardRef {
+	return guardRef{vip: id.VIP.As4(), port: uint16(id.Port), external: external}
+}
+
+func (r guardRef) same(o guardRef) bool { return r.vip == o.vip && r.port == o.port }
 
 // guardElems is what the kernel holds for one endpoint: whether EndpointSet has it, and its
 // ReplyMap value (valid when reply).
@@ -88,7 +108,7 @@ type guardElems struct {
 	vip          gwstate.Backend
 }
 
-// elems is what the kernel should hold for refs.
+// elemsOf is what the kernel should hold for refs.
 func elemsOf(refs []guardRef) guardElems {
 	e := guardElems{inSet: len(refs) > 0}
 	var ext *guardRef
@@ -101,7 +121,7 @@ func elemsOf(refs []guardRef) guardElems {
 		}
 	}
 	if ext != nil {
-		e.reply, e.vip = true, gwstate.Backend{IP: ext.key.VIP, Port: ext.key.Port}
+		e.reply, e.vip = true, gwstate.Backend{IP: netip.AddrFrom4(ext.vip), Port: int32(ext.port)}
 	}
 	return e
 }
@@ -119,50 +139,54 @@ func guardEndpoints(id gwstate.Identity) []gwstate.Backend {
 // it touches, and their elements before.
 type guardPlan struct {
 	index  guardIndex
-	next   map[gwstate.Backend][]guardRef
-	before map[gwstate.Backend]guardElems
+	next   map[endpointKey][]guardRef
+	before map[endpointKey]guardElems
 }
 
 func (g guardIndex) plan() *guardPlan {
-	return &guardPlan{index: g, next: map[gwstate.Backend][]guardRef{}, before: map[gwstate.Backend]guardElems{}}
+	return &guardPlan{index: g, next: map[endpointKey][]guardRef{}, before: map[endpointKey]guardElems{}}
 }
 
-func (p *guardPlan) refs(ep gwstate.Backend) []guardRef {
-	if r, ok := p.next[ep]; ok {
+func (p *guardPlan) refs(k endpointKey) []guardRef {
+	if r, ok := p.next[k]; ok {
 		return r
 	}
-	r := p.index[ep]
-	p.before[ep] = elemsOf(r)
+	r := p.index[k]
+	p.before[k] = elemsOf(r)
 	return r
 }
 
 // remove takes the committed identity id out of the plan.
 func (p *guardPlan) remove(id gwstate.Identity) {
+	ref := refOf(id, false)
 	for _, ep := range guardEndpoints(id) {
-		p.next[ep] = slices.DeleteFunc(slices.Clone(p.refs(ep)), func(r guardRef) bool { return r.key == id.Key() })
+		k := keyOf(ep)
+		p.next[k] = slices.DeleteFunc(slices.Clone(p.refs(k)), ref.same)
 	}
 }
 
 // add puts id into the plan; external says its VIP is reachable from outside the VPC.
 func (p *guardPlan) add(id gwstate.Identity, external bool) {
+	ref := refOf(id, external)
 	for _, ep := range guardEndpoints(id) {
-		refs := p.refs(ep)
-		if slices.ContainsFunc(refs, func(r guardRef) bool { return r.key == id.Key() }) {
+		k := keyOf(ep)
+		refs := p.refs(k)
+		if slices.ContainsFunc(refs, ref.same) {
 			continue // a backend that is also draining (never sent) counts once
 		}
-		p.next[ep] = append(slices.Clip(refs), guardRef{key: id.Key(), external: external})
+		p.next[k] = append(slices.Clip(refs), ref)
 	}
 }
 
 // write adds the operations that change the touched endpoints' elements, in endpoint order.
 func (p *guardPlan) write(tx txn) {
-	eps := make([]gwstate.Backend, 0, len(p.next))
-	for ep := range p.next {
-		eps = append(eps, ep)
+	keys := make([]endpointKey, 0, len(p.next))
+	for k := range p.next {
+		keys = append(keys, k)
 	}
-	slices.SortFunc(eps, gwstate.Backend.Compare)
-	for _, ep := range eps {
-		writeGuardElems(tx, ep, p.before[ep], elemsOf(p.next[ep]))
+	slices.Sort(keys)
+	for _, k := range keys {
+		writeGuardElems(tx, k.backend(), p.before[k], elemsOf(p.next[k]))
 	}
 }
 
@@ -184,11 +208,11 @@ func writeGuardElems(tx txn, ep gwstate.Backend, was, want guardElems) {
 
 // commit makes the plan the index's content.
 func (p *guardPlan) commit() {
-	for ep, refs := range p.next {
+	for k, refs := range p.next {
 		if len(refs) == 0 {
-			delete(p.index, ep)
+			delete(p.index, k)
 		} else {
-			p.index[ep] = refs
+			p.index[k] = refs
 		}
 	}
 }
@@ -215,27 +239,28 @@ func heldSet(clusterIPs []netip.Addr) map[netip.Addr]bool {
 
 // syncGuard makes EndpointSet and ReplyMap, as listed in inv, exactly what g says.
 func syncGuard(tx txn, inv *inventory, g guardIndex) {
-	listed := make(map[gwstate.Backend]guardElems, len(inv.endpoints))
+	listed := make(map[endpointKey]guardElems, len(inv.endpoints))
 	for _, ep := range inv.endpoints {
-		listed[ep] = guardElems{inSet: true}
+		listed[keyOf(ep)] = guardElems{inSet: true}
 	}
 	for ep, vip := range inv.replies {
-		e := listed[ep]
+		k := keyOf(ep)
+		e := listed[k]
 		e.reply, e.vip = true, vip
-		listed[ep] = e
+		listed[k] = e
 	}
-	eps := make([]gwstate.Backend, 0, len(listed)+len(g))
-	for ep := range listed {
-		eps = append(eps, ep)
+	keys := make([]endpointKey, 0, len(listed)+len(g))
+	for k := range listed {
+		keys = append(keys, k)
 	}
-	for ep := range g {
-		if _, ok := listed[ep]; !ok {
-			eps = append(eps, ep)
+	for k := range g {
+		if _, ok := listed[k]; !ok {
+			keys = append(keys, k)
 		}
 	}
-	slices.SortFunc(eps, gwstate.Backend.Compare)
-	for _, ep := range eps {
-		writeGuardElems(tx, ep, listed[ep], elemsOf(g[ep]))
+	slices.Sort(keys)
+	for _, k := range keys {
+		writeGuardElems(tx, k.backend(), listed[k], elemsOf(g[k]))
 	}
 }
 
@@ -245,19 +270,19 @@ func guardDrift(inv *inventory, g guardIndex) string {
 		return fmt.Sprintf("set %s has %d endpoints, want %d", EndpointSet, len(inv.endpoints), len(g))
 	}
 	for _, ep := range inv.endpoints {
-		if _, ok := g[ep]; !ok {
+		if _, ok := g[keyOf(ep)]; !ok {
 			return fmt.Sprintf("set %s holds %s, which no served identity has", EndpointSet, ep)
 		}
 	}
 	replies := 0
-	for ep, refs := range g {
+	for k, refs := range g {
 		want := elemsOf(refs)
-		got, ok := inv.replies[ep]
-		if want.reply {
-			replies++
-			if !ok || got != want.vip {
-				return fmt.Sprintf("map %s: element %s is %v, want %s", ReplyMap, ep, got, want.vip)
-			}
+		if !want.reply {
+			continue
+		}
+		replies++
+		if got, ok := inv.replies[k.backend()]; !ok || got != want.vip {
+			return fmt.Sprintf("map %s: element %s is %v, want %s", ReplyMap, k.backend(), got, want.vip)
 		}
 	}
 	if len(inv.replies) != replies {

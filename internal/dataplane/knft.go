@@ -120,24 +120,24 @@ func (t *knftTxn) addGuardSets() {
 	t.tx.Add(&knftables.Map{Name: ReplyMap, Type: ReplyMapType})
 }
 func (t *knftTxn) addEndpoint(ep gwstate.Backend) {
-	t.tx.Add(&knftables.Element{Set: EndpointSet, Key: endpointKey(ep)})
+	t.tx.Add(&knftables.Element{Set: EndpointSet, Key: endpointText(ep)})
 }
 func (t *knftTxn) deleteEndpoint(ep gwstate.Backend) {
-	t.tx.Delete(&knftables.Element{Set: EndpointSet, Key: endpointKey(ep)})
+	t.tx.Delete(&knftables.Element{Set: EndpointSet, Key: endpointText(ep)})
 }
 func (t *knftTxn) addReply(ep, vip gwstate.Backend) {
-	t.tx.Add(&knftables.Element{Map: ReplyMap, Key: endpointKey(ep), Value: endpointKey(vip)})
+	t.tx.Add(&knftables.Element{Map: ReplyMap, Key: endpointText(ep), Value: endpointText(vip)})
 }
 func (t *knftTxn) deleteReply(ep gwstate.Backend) {
-	t.tx.Delete(&knftables.Element{Map: ReplyMap, Key: endpointKey(ep)})
+	t.tx.Delete(&knftables.Element{Map: ReplyMap, Key: endpointText(ep)})
 }
 
-// endpointKey is an address and port as an element's key or value.
-func endpointKey(ep gwstate.Backend) []string {
+// endpointText is an address and port as an element's key or value.
+func endpointText(ep gwstate.Backend) []string {
 	return []string{ep.IP.String(), strconv.Itoa(int(ep.Port))}
 }
 
-// parseEndpoint reads an endpointKey as nft lists it.
+// parseEndpoint reads an endpointText as nft lists it.
 func parseEndpoint(k []string) (gwstate.Backend, error) {
 	if len(k) != 2 {
 		return gwstate.Backend{}, fmt.Errorf("endpoint %q: want address . port", k)
