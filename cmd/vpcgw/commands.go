@@ -165,6 +165,7 @@ func (cf *controllerFlags) register(fs *flag.FlagSet, opts *controller.Options) 
 // complete sets what the parsed flags imply in opts beyond their own fields.
 func (cf *controllerFlags) complete(opts *controller.Options) {
 	opts.StatusHolder = statusHolder()
+	opts.BackendPick = cf.backendPick
 	if opts.AgentKeepalive == 0 {
 		opts.AgentKeepalive = -1 // Options: negative is off, 0 the default
 	}

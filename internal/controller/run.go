@@ -52,6 +52,9 @@ type Options struct {
 	// AgentKeepalive is how long an agent stream may be idle before it is pinged, and how long
 	// the agent has to answer (0: DefaultAgentKeepalive; negative: no keepalives).
 	AgentKeepalive time.Duration
+	// BackendPick is --backend-pick, which the dialer passes to the agents (SPEC D2); the
+	// status ConfigMap tells it.
+	BackendPick string
 	// NB configures the VIP route writer; an empty address turns route writing off (SPEC V1).
 	NB             ovn.Config
 	MetricsAddr    string

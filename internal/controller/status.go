@@ -51,7 +51,7 @@ func statusPublisher(mgr ctrl.Manager, opts Options, rec *status.Recorder, route
 			MaxBackendsPerIdentity:  orDefault(f.MaxBackendsPerIdentity, model.DefaultMaxBackendsPerIdentity),
 			MaxIdentitiesPerGateway: orDefault(f.MaxIdentitiesPerGateway, model.DefaultMaxIdentitiesPerGateway),
 			AgentKeepalive:          keepalive.String(), MinSyncInterval: opts.MinSyncInterval.String(),
-			VIPRoutes: routes, LeaderElection: opts.LeaderElection,
+			VIPRoutes: routes, LeaderElection: opts.LeaderElection, BackendPick: opts.BackendPick,
 		},
 		Recorder: rec, MinInterval: opts.StatusMinInterval, Heartbeat: opts.StatusHeartbeat,
 		Log: log.WithName("status"),

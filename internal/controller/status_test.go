@@ -51,6 +51,7 @@ func TestStatusPublishedAndRateLimited(t *testing.T) {
 		o.StatusNamespace, o.StatusHolder = ns, "test-holder"
 		o.StatusMinInterval, o.StatusHeartbeat = minInterval, time.Hour // no heartbeat within the test
 		o.Flags.MaxPortsPerService = 7
+		o.BackendPick = "random"
 	})
 	f.eip("st-eip", "172.18.0.10", true)
 	f.service("web", "st-eip", 80, "10.0.1.10")
@@ -94,7 +95,7 @@ func TestStatusPublishedAndRateLimited(t *testing.T) {
 	if g := pub.Gates; !g.EnableGwNftableLbSvc || !g.EnableGwNftableSvcClusterIP || g.EnableLb || g.Ledger != "service-record" {
 		t.Errorf("published gates %+v", g)
 	}
-	if fl := pub.Flags; fl.MaxPortsPerService != 7 || fl.MaxBackendsPerIdentity != 512 || fl.KubeOVNNamespace != "kube-system" || fl.VIPRoutes || fl.AgentKeepalive != "5s" {
+	if fl := pub.Flags; fl.MaxPortsPerService != 7 || fl.MaxBackendsPerIdentity != 512 || fl.KubeOVNNamespace != "kube-system" || fl.VIPRoutes || fl.AgentKeepalive != "5s" || fl.BackendPick != "random" {
 		t.Errorf("published flags %+v", fl)
 	}
 	for _, in := range pub.Gateways[f.gw].Instances {

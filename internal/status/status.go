@@ -78,6 +78,9 @@ type Flags struct {
 	// VIPRoutes: the controller writes VIP routes (--ovn-nb-addr is set, SPEC V1).
 	VIPRoutes      bool `json:"vipRoutes"`
 	LeaderElection bool `json:"leaderElection"`
+	// BackendPick is --backend-pick: how the gateways pick a backend (SPEC D2); controllers
+	// older than the field leave it out.
+	BackendPick string `json:"backendPick,omitempty"`
 }
 
 // Gateway is what the controller knows of one gateway's programming.
