@@ -50,10 +50,11 @@ const (
 	FlowTick = 20 * time.Millisecond
 	// FlowExchangeInterval is how often a request/response flow asks and a UDP flow sends.
 	FlowExchangeInterval = 50 * time.Millisecond
-	// DefaultFlowBytes and DefaultFlowRate are a transfer's size and rate unless the flow sets
-	// its own: about 6.5 s.
+	// DefaultFlowBytes is a transfer's size unless the flow sets its own.
 	DefaultFlowBytes = 4 << 20
-	DefaultFlowRate  = 640 << 10
+	// DefaultFlowRate is a transfer's rate (bytes per second) unless the flow sets its own:
+	// DefaultFlowBytes in about 6.5 s.
+	DefaultFlowRate = 640 << 10
 	// DefaultFlowDeadline bounds a flow's connection unless the flow sets its own: a test ends a
 	// stalled flow well before.
 	DefaultFlowDeadline = time.Minute
@@ -330,8 +331,11 @@ func (f *Flow) UnderWay() bool {
 }
 
 // Fail records why the flow broke (the first reason stays) and closes its connection, which
-// ends the goroutine.
+// ends the goroutine. A flow that already finished keeps its outcome.
 func (f *Flow) Fail(err error) {
+	if f.Finished() {
+		return
+	}
 	f.mu.Lock()
 	if f.err == nil {
 		f.err = err
