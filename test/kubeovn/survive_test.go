@@ -52,6 +52,7 @@ func TestConnectionsOutliveTheGateway(t *testing.T) {
 		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: kubeovnrun.Namespace, Name: c.GatewayPodName()}, &old); err != nil {
 			t.Fatal(err)
 		}
+		countResets(t, c)
 		flows := startLabFlows(t, c)
 		waitLabFlowsUnderWay(t, flows)
 		stop := make(chan struct{})
@@ -227,5 +228,42 @@ func finishLabFlows(t *testing.T, c *cluster.Cluster, fault string, flows []*net
 			out, err := netlab.Run(append([]string{"ip", "netns", "exec", ns}, argv...)...)
 			t.Logf("%s in the gateway (%v):\n%s", strings.Join(argv, " "), err, out)
 		}
+	}
+}
+
+// resetCounters is the test's own nft table in each demo Pod's network namespace: it counts the
+// TCP resets the backend receives from the gateway's VPC address (the hairpin SNAT address: a
+// reset from there comes from the gateway's own stack, not from a client) and those it sends.
+const resetCounters = "vpcgw-test-resets"
+
+// countResets installs resetCounters in the demo Pods for the test and logs them at its end
+// when it failed, so that a broken hairpin flow says where its reset came from.
+func countResets(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	nss, err := c.Namespaces(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nss {
+		if !strings.HasPrefix(n.Pod, cluster.DemoNamespace+"/") {
+			continue
+		}
+		script := "add table inet " + resetCounters + "; " +
+			"add chain inet " + resetCounters + " in { type filter hook input priority -300; }; " +
+			"add chain inet " + resetCounters + " out { type filter hook output priority -300; }; " +
+			"add rule inet " + resetCounters + " in ip saddr " + cluster.GatewayLanIP + " tcp flags rst counter comment \"resets from the gateway\"; " +
+			"add rule inet " + resetCounters + " out tcp flags rst counter comment \"resets sent\""
+		if out, err := netlab.Run("ip", "netns", "exec", n.Name, "nft", script); err != nil {
+			t.Fatalf("the reset counters in %s: %v: %s", n.Pod, err, out)
+		}
+		ns, pod := n.Name, n.Pod
+		t.Cleanup(func() {
+			if t.Failed() {
+				out, err := netlab.Run("ip", "netns", "exec", ns, "nft", "list", "table", "inet", resetCounters)
+				t.Logf("backend %s: resets (%v):\n%s", pod, err, out)
+			}
+			// The Pod may be gone with its namespace.
+			_, _ = netlab.Run("ip", "netns", "exec", ns, "nft", "delete", "table", "inet", resetCounters)
+		})
 	}
 }
