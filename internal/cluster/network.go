@@ -31,6 +31,10 @@ const (
 	ExternalIP        = "172.31.100.100"
 	EIPAddress        = "172.31.100.10"
 	BackendPort       = 8080
+	// FlowsBackendPort is where the demo backends serve netlab's flow protocol (TCP and UDP),
+	// FlowsPort the demo Service's port for it (DemoFlowsPortName, DemoFlowsUDPPortName).
+	FlowsBackendPort = 8090
+	FlowsPort        = 90
 	// VPCClientNamespace and VPCClientPod name the VPC client: a Pod on the client Subnet, with
 	// its address fixed by kube-ovn's annotation.
 	VPCClientNamespace = "vpc-clients"

@@ -27,6 +27,10 @@ const (
 	DemoNamespace      = "demo"
 	DemoService        = "web"
 	DemoDeployment     = "web"
+	// DemoFlowsPortName and DemoFlowsUDPPortName name the demo Service's ports of the flow
+	// protocol (long-lived flows, SPEC D9), which the request probes of DemoStreams leave alone.
+	DemoFlowsPortName    = "flows"
+	DemoFlowsUDPPortName = "flows-udp"
 	// EchoImage names the backend containers' image; the lab node runs their command from the
 	// host's filesystem, so the name only says what they are.
 	EchoImage = "vpcgw.io/lab-echo:latest"
@@ -71,7 +75,8 @@ func EIP(name, ip string) *kubeovnv1.IptablesEIP {
 }
 
 // EchoDeployment is a Deployment of echo servers answering with their Pod's name on BackendPort
-// (TCP and UDP), labelled app=<name>.
+// (TCP and UDP) and serving netlab's flow protocol on FlowsBackendPort (TCP and UDP), labelled
+// app=<name>.
 func EchoDeployment(exe, namespace, name string, replicas int32) *appsv1.Deployment {
 	labels := map[string]string{"app": name}
 	return &appsv1.Deployment{
@@ -92,12 +97,13 @@ func EchoDeployment(exe, namespace, name string, replicas int32) *appsv1.Deploym
 					Containers: []corev1.Container{{
 						Name: "echo", Image: EchoImage,
 						Command: []string{exe, "echo", "--name", "$(POD_NAME)", "--listen", "$(POD_IP):" + strconv.Itoa(BackendPort),
-							"--drain", strconv.Itoa(DemoServeOnSeconds) + "s"},
+							"--drain", strconv.Itoa(DemoServeOnSeconds) + "s", "--flows", "$(POD_IP):" + strconv.Itoa(FlowsBackendPort)},
 						Env: []corev1.EnvVar{
 							{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 							{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 						},
-						Ports:     []corev1.ContainerPort{{ContainerPort: BackendPort, Protocol: corev1.ProtocolTCP}, {ContainerPort: BackendPort, Protocol: corev1.ProtocolUDP}},
+						Ports: []corev1.ContainerPort{{ContainerPort: BackendPort, Protocol: corev1.ProtocolTCP}, {ContainerPort: BackendPort, Protocol: corev1.ProtocolUDP},
+							{ContainerPort: FlowsBackendPort, Protocol: corev1.ProtocolTCP}, {ContainerPort: FlowsBackendPort, Protocol: corev1.ProtocolUDP}},
 						Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: DemoDrainSeconds}}},
 						// Ready once it serves (it opens its UDP socket before HTTP), so that a new
 						// replica gets traffic only when it can answer, as an operator deploys it;
@@ -112,7 +118,8 @@ func EchoDeployment(exe, namespace, name string, replicas int32) *appsv1.Deploym
 }
 
 // DemoServiceObject is the LoadBalancer Service the lab serves through the EIP: HTTP on 80 and
-// UDP on 5353, both to the backends' echo server.
+// UDP on 5353, both to the backends' echo server, and the flow protocol on FlowsPort, TCP and
+// UDP, to the echo server's flows port.
 func DemoServiceObject() *corev1.Service {
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: DemoService, Namespace: DemoNamespace, Annotations: map[string]string{
@@ -126,6 +133,8 @@ func DemoServiceObject() *corev1.Service {
 			Ports: []corev1.ServicePort{
 				{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(BackendPort)},
 				{Name: "udp", Port: 5353, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(BackendPort)},
+				{Name: DemoFlowsPortName, Port: FlowsPort, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(FlowsBackendPort)},
+				{Name: DemoFlowsUDPPortName, Port: FlowsPort, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(FlowsBackendPort)},
 			},
 		},
 	}

@@ -21,12 +21,13 @@ type TrafficStream struct {
 
 // DemoStreams are the four ways a user reaches a served Service: TCP and UDP from the external
 // client through the EIP (its first ingress) and from the VPC client to the ClusterIP, for each
-// of svc's TCP and UDP ports.
+// of svc's TCP and UDP ports but the flow protocol's (DemoFlowsPortName, DemoFlowsUDPPortName),
+// which speaks no HTTP.
 func (c *Cluster) DemoStreams(svc *corev1.Service) []TrafficStream {
 	var out []TrafficStream
 	for _, p := range svc.Spec.Ports {
 		proto := map[corev1.Protocol]string{corev1.ProtocolTCP: "tcp", corev1.ProtocolUDP: "udp"}[p.Protocol]
-		if proto == "" {
+		if proto == "" || p.Name == DemoFlowsPortName || p.Name == DemoFlowsUDPPortName {
 			continue
 		}
 		port := strconv.Itoa(int(p.Port))
@@ -120,4 +121,37 @@ func (t *Traffic) Snapshot() []TrafficCount {
 		out[i].Answers = maps.Clone(tc.Answers)
 	}
 	return out
+}
+
+// DemoFlows are long-lived flows of every kind (netlab's flow protocol: request/response,
+// upload, download, UDP session) on the demo Service's flows port: from the external client to
+// its EIP (its first ingress) and from the VPC client to its ClusterIP and to its EIP (hairpin,
+// SPEC D4). Transfers move bytes at rate; deadline bounds each connection. The flows are not
+// started.
+func (c *Cluster) DemoFlows(svc *corev1.Service, bytes, rate int64, deadline time.Duration) []*netlab.Flow {
+	port := strconv.Itoa(FlowsPort)
+	type client struct {
+		name, ns, via, target string
+		hairpin               bool
+	}
+	var clients []client
+	eip := ""
+	if ing := svc.Status.LoadBalancer.Ingress; len(ing) > 0 && ing[0].IP != "" {
+		eip = net.JoinHostPort(ing[0].IP, port)
+		clients = append(clients, client{"ext", c.ExternalClient(), "EIP", eip, false})
+	}
+	if svc.Spec.ClusterIP != "" && svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		clients = append(clients, client{"vcli", c.VPCClient(), "ClusterIP", net.JoinHostPort(svc.Spec.ClusterIP, port), true})
+	}
+	if eip != "" {
+		clients = append(clients, client{"vcli", c.VPCClient(), "EIP", eip, true})
+	}
+	var flows []*netlab.Flow
+	for _, cl := range clients {
+		for _, kind := range netlab.FlowKinds {
+			flows = append(flows, &netlab.Flow{Kind: kind, Client: cl.name, Via: cl.via, Netns: cl.ns, Target: cl.target,
+				Hairpin: cl.hairpin, Seed: uint64(len(flows) + 1), Bytes: bytes, Rate: rate, Deadline: deadline})
+		}
+	}
+	return flows
 }

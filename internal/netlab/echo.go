@@ -30,11 +30,15 @@ import (
 // Two more answers help tests: GET /whoami (or a datagram "whoami") is answered with
 // "<name> <client ip>", the source address the backend sees (hairpin SNAT); GET /stream?ms=N
 // streams "<name>\n" every 10 ms for N milliseconds (a long transfer), then "<name> done\n".
+//
+// With --flows ADDR it also serves netlab's flow protocol (flows.go: long-lived request/response,
+// upload, download and UDP sessions, each answer naming the backend) on ADDR, TCP and UDP.
 func EchoMain(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("echo", flag.ContinueOnError)
 	name := fs.String("name", "", "name to answer with")
 	listen := fs.String("listen", "", "host:port to listen on (TCP and UDP)")
 	drain := fs.Duration("drain", 0, "after SIGTERM, fail GET /healthz and answer on for this long before shutting down")
+	flows := fs.String("flows", "", "host:port to serve the flow protocol on (TCP and UDP: rr, up, down, who; datagrams)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -51,6 +55,20 @@ func EchoMain(ctx context.Context, args []string) error {
 	ul, err := net.ListenPacket("udp", *listen)
 	if err != nil {
 		return fmt.Errorf("echo: %w", err)
+	}
+	if *flows != "" {
+		fl, err := net.Listen("tcp", *flows)
+		if err != nil {
+			return fmt.Errorf("echo: flows: %w", err)
+		}
+		fp, err := net.ListenPacket("udp", *flows)
+		if err != nil {
+			_ = fl.Close() // the server does not start
+			return fmt.Errorf("echo: flows: %w", err)
+		}
+		flowSrv := NewFlowServer(*name)
+		flowSrv.Serve(fl, fp)
+		defer flowSrv.Close() // with the server: its flows end with it
 	}
 	body := []byte(*name + "\n")
 	var draining atomic.Bool

@@ -75,12 +75,13 @@ func Main(ctx context.Context, args []string) (err error) {
 func WriteReport(w io.Writer, r *Report) error {
 	out := labout.New(w)
 	out.Printf("\n== soak report: %d steps in %s\n\n", len(r.Steps), r.Duration.Round(time.Second))
-	out.Println("| step | kind | runs | converged (median / max) | failed in the window | failed after |")
-	out.Println("|---|---|---|---|---|---|")
+	out.Println("| step | kind | runs | converged (median / max) | failed in the window | failed after | long-lived flows broken |")
+	out.Println("|---|---|---|---|---|---|---|")
 	type agg struct {
 		kind          Kind
 		times         []time.Duration
 		window, after Count
+		flows         FlowCount
 		errs          int
 	}
 	var order []string
@@ -97,6 +98,7 @@ func WriteReport(w io.Writer, r *Report) error {
 		a.window.Failed += s.Window.Failed
 		a.after.Sent += s.After.Sent
 		a.after.Failed += s.After.Failed
+		a.flows.add(s.Flows)
 		if s.Err != nil {
 			a.errs++
 		}
@@ -104,8 +106,17 @@ func WriteReport(w io.Writer, r *Report) error {
 	for _, name := range order {
 		a := by[name]
 		med, mx := medianMax(a.times)
-		out.Printf("| %s | %s | %d | %s / %s | %d of %d | %d of %d |\n", name, a.kind, len(a.times),
-			med.Round(10*time.Millisecond), mx.Round(10*time.Millisecond), a.window.Failed, a.window.Sent, a.after.Failed, a.after.Sent)
+		flows := "-"
+		if a.flows.Run > 0 {
+			flows = fmt.Sprintf("%d of %d", a.flows.Broken, a.flows.Run)
+		}
+		out.Printf("| %s | %s | %d | %s / %s | %d of %d | %d of %d | %s |\n", name, a.kind, len(a.times),
+			med.Round(10*time.Millisecond), mx.Round(10*time.Millisecond), a.window.Failed, a.window.Sent, a.after.Failed, a.after.Sent, flows)
+	}
+	out.Printf("\nlong-lived flows (rr, upload, download, UDP; external and hairpin) across the gateway's replacements: %d of %d broken\n",
+		r.Flows.Broken, r.Flows.Run)
+	if r.Flows.LastBroken != "" {
+		out.Printf("last broken: %s\n", r.Flows.LastBroken)
 	}
 	if r.LeaksChecked {
 		out.Printf("\nstart: %s\nend:   %s\n", r.Baseline, r.End)

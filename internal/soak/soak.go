@@ -89,6 +89,9 @@ const (
 type Step struct {
 	Name string
 	Kind Kind
+	// Flows says that long-lived flows of every D9 kind run across the step: started before
+	// it, they must all end intact after it converged (SPEC D9).
+	Flows bool
 	// Inject causes the fault or the churn and returns at once; convergence is waited for after.
 	Inject func(ctx context.Context, s *Soak) error
 }
@@ -102,7 +105,24 @@ type StepResult struct {
 	// Window counts the requests sent from the injection until convergence; After those sent
 	// after convergence until the next step.
 	Window, After Count
-	Err           error
+	// Flows are the long-lived flows that ran across the step (Step.Flows).
+	Flows FlowCount
+	Err   error
+}
+
+// FlowCount is long-lived flows run and broken.
+type FlowCount struct {
+	Run, Broken int
+	// LastBroken says how the last broken flow broke.
+	LastBroken string
+}
+
+func (c *FlowCount) add(o FlowCount) {
+	c.Run += o.Run
+	c.Broken += o.Broken
+	if o.LastBroken != "" {
+		c.LastBroken = o.LastBroken
+	}
 }
 
 // Count is requests sent and failed.
@@ -132,6 +152,8 @@ type Report struct {
 	LeaksChecked bool
 	// Lifetimes are the controller's goroutines and memory, per process lifetime.
 	Lifetimes []Lifetime
+	// Flows are the long-lived flows of every step that ran them, with the broken ones.
+	Flows FlowCount
 }
 
 // Soak is a running soak: the lab, its traffic and the state the steps share.
@@ -199,6 +221,7 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (*Report, error) {
 		step := schedule[i%len(schedule)]
 		res := s.runStep(ctx, step, &rep.Baseline)
 		rep.Steps = append(rep.Steps, res)
+		rep.Flows.add(res.Flows)
 		if res.Err != nil {
 			failed = append(failed, fmt.Errorf("%s: %w", step.Name, res.Err))
 			if !diagnosed {
@@ -210,8 +233,12 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (*Report, error) {
 				}
 			}
 		}
-		s.progressf("   %-34s converged in %6s; failed %d/%d in the window, %d/%d after%s\n",
-			step.Name, res.Converged.Round(10*time.Millisecond), res.Window.Failed, res.Window.Sent, res.After.Failed, res.After.Sent, errSuffix(res.Err))
+		flows := ""
+		if step.Flows {
+			flows = fmt.Sprintf("; long-lived flows broken %d/%d", res.Flows.Broken, res.Flows.Run)
+		}
+		s.progressf("   %-34s converged in %6s; failed %d/%d in the window, %d/%d after%s%s\n",
+			step.Name, res.Converged.Round(10*time.Millisecond), res.Window.Failed, res.Window.Sent, res.After.Failed, res.After.Sent, flows, errSuffix(res.Err))
 		if res.Err != nil && (errors.Is(res.Err, errNotConverged) || errors.Is(res.Err, errInject)) {
 			// The lab is not in a state the next step may start from, nor one to compare with
 			// the baseline.
@@ -298,8 +325,24 @@ func errSuffix(err error) string {
 }
 
 // runStep injects a step, waits until everything converged, and lets traffic flow for the gap.
-func (s *Soak) runStep(ctx context.Context, step Step, baseline *Snapshot) StepResult {
-	res := StepResult{Name: step.Name, Kind: step.Kind}
+// A step with Flows runs long-lived flows across it: started and under way before the step is
+// injected, finished after it converged.
+func (s *Soak) runStep(ctx context.Context, step Step, baseline *Snapshot) (res StepResult) {
+	res = StepResult{Name: step.Name, Kind: step.Kind}
+	var lf *longFlows
+	if step.Flows {
+		lf = s.startFlows()
+		defer func() {
+			res.Flows = lf.end()
+			if res.Err == nil && res.Flows.Broken > 0 {
+				res.Err = fmt.Errorf("%d of %d long-lived flows broke (%s)", res.Flows.Broken, res.Flows.Run, res.Flows.LastBroken)
+			}
+		}()
+		if err := lf.waitUnderWay(ctx); err != nil {
+			res.Err = fmt.Errorf("%w: %w", errInject, err)
+			return res
+		}
+	}
 	start := time.Now()
 	if err := step.Inject(ctx, s); err != nil {
 		res.Err = fmt.Errorf("%w: %w", errInject, err)
@@ -312,6 +355,9 @@ func (s *Soak) runStep(ctx context.Context, step Step, baseline *Snapshot) StepR
 	converged := time.Now()
 	res.Converged = converged.Sub(start)
 	s.sampleLifetime(ctx)
+	if lf != nil {
+		lf.finish()
+	}
 	select {
 	case <-ctx.Done():
 	case <-time.After(s.cfg.Gap):

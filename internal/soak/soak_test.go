@@ -25,6 +25,9 @@ func TestReportClaimsNoLeakOnlyWhenChecked(t *testing.T) {
 		if got := strings.Contains(out, "no leak"); got != tc.noLeak {
 			t.Errorf("%s: report says \"no leak\": %v, want %v\n%s", tc.name, got, tc.noLeak, out)
 		}
+		if !strings.Contains(out, "long-lived flows (rr, upload, download, UDP; external and hairpin) across the gateway's replacements: 0 of 0 broken") {
+			t.Errorf("%s: report does not count the long-lived flows:\n%s", tc.name, out)
+		}
 		if got := strings.Contains(out, "the leak check did not run"); got != tc.early {
 			t.Errorf("%s: report says the check did not run: %v, want %v\n%s", tc.name, got, tc.early, out)
 		}

@@ -147,14 +147,21 @@ func TestKubectlPluginInTheLab(t *testing.T) {
 		if len(id.Backends) == 0 {
 			t.Errorf("identity %+v has no backend", id)
 		}
+		port := uint16(cluster.BackendPort)
+		if id.Port == cluster.FlowsPort {
+			port = cluster.FlowsBackendPort // the flow protocol's port of the echo server
+		}
 		for _, b := range id.Backends {
-			if ap, err := netip.ParseAddrPort(b); err != nil || !vpc.Contains(ap.Addr()) || ap.Port() != cluster.BackendPort {
-				t.Errorf("backend %q of %s:%d is not a VPC address on the echo port", b, id.VIP, id.Port)
+			if ap, err := netip.ParseAddrPort(b); err != nil || !vpc.Contains(ap.Addr()) || ap.Port() != port {
+				t.Errorf("backend %q of %s:%d is not a VPC address on the echo port %d", b, id.VIP, id.Port, port)
 			}
 		}
 	}
+	flows := ":" + strconv.Itoa(cluster.FlowsPort)
 	for _, want := range []string{"EIP " + cluster.EIPAddress + ":80/tcp", "EIP " + cluster.EIPAddress + ":5353/udp",
-		"ClusterIP " + svc.Spec.ClusterIP + ":80/tcp", "ClusterIP " + svc.Spec.ClusterIP + ":5353/udp"} {
+		"ClusterIP " + svc.Spec.ClusterIP + ":80/tcp", "ClusterIP " + svc.Spec.ClusterIP + ":5353/udp",
+		"EIP " + cluster.EIPAddress + flows + "/tcp", "EIP " + cluster.EIPAddress + flows + "/udp",
+		"ClusterIP " + svc.Spec.ClusterIP + flows + "/tcp", "ClusterIP " + svc.Spec.ClusterIP + flows + "/udp"} {
 		if !got[want] {
 			t.Errorf("no identity %s in %v", want, got)
 		}
