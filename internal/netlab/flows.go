@@ -270,6 +270,15 @@ type Flow struct {
 
 func (f *Flow) String() string { return fmt.Sprintf("%-4s %s→%s", f.Kind, f.Client, f.Via) }
 
+// ServerSendsToGateway reports whether the flow's backend sends data to the gateway's own
+// address: a hairpin request/response or download, whose backend segments go to the hairpin
+// SNAT address. A gateway Pod that kube-ovn just recreated answers such a segment with a reset
+// when it comes before vpcgw's agent programmed the Pod (the open gap of SPEC D9 that
+// docs/connections.md describes).
+func (f *Flow) ServerSendsToGateway() bool {
+	return f.Hairpin && (f.Kind == FlowRR || f.Kind == FlowDown)
+}
+
 // Start runs the flow in a goroutine of its own.
 func (f *Flow) Start() {
 	f.stop, f.done = make(chan struct{}), make(chan struct{})

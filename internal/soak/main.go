@@ -109,12 +109,18 @@ func WriteReport(w io.Writer, r *Report) error {
 		flows := "-"
 		if a.flows.Run > 0 {
 			flows = fmt.Sprintf("%d of %d", a.flows.Broken, a.flows.Run)
+			if a.flows.Gap > 0 {
+				flows += fmt.Sprintf(" (+%d hairpin, gap)", a.flows.Gap)
+			}
 		}
 		out.Printf("| %s | %s | %d | %s / %s | %d of %d | %d of %d | %s |\n", name, a.kind, len(a.times),
 			med.Round(10*time.Millisecond), mx.Round(10*time.Millisecond), a.window.Failed, a.window.Sent, a.after.Failed, a.after.Sent, flows)
 	}
 	out.Printf("\nlong-lived flows (rr, upload, download, UDP; external and hairpin) across the gateway's replacements: %d of %d broken\n",
 		r.Flows.Broken, r.Flows.Run)
+	if r.Flows.Gap > 0 {
+		out.Printf("and %d hairpin flows whose backend sent data were reset by a new gateway Pod before its agent ran (the open gap of SPEC D9, docs/connections.md)\n", r.Flows.Gap)
+	}
 	if r.Flows.LastBroken != "" {
 		out.Printf("last broken: %s\n", r.Flows.LastBroken)
 	}

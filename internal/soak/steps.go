@@ -23,45 +23,45 @@ var vpcEditRoute = kubeovnv1.PolicyRoute{Priority: 31000, Match: "ip4.src == 198
 // the gateway Pod deleted (kube-ovn's whole re-initialisation) and its table flushed.
 func Schedule() []Step {
 	faults := []Step{
-		{"the agent killed", Harmless, true, func(_ context.Context, s *Soak) error {
+		{"the agent killed", Harmless, FlowsSurvive, func(_ context.Context, s *Soak) error {
 			n, err := s.C.KillAgents()
 			if err == nil && n == 0 {
 				err = errors.New("no agent runs in the gateway Pod")
 			}
 			return err
 		}},
-		{"the gateway Pod deleted", RemovesDataPath, true, func(ctx context.Context, s *Soak) error {
+		{"the gateway Pod deleted", RemovesDataPath, FlowsNewGateway, func(ctx context.Context, s *Soak) error {
 			return s.C.DeleteGatewayPod(ctx)
 		}},
-		{"the vpcgw controller killed", Harmless, false, func(ctx context.Context, s *Soak) error {
+		{"the vpcgw controller killed", Harmless, NoFlows, func(ctx context.Context, s *Soak) error {
 			s.C.KillController()
 			s.life.restarted()
 			return s.C.StartController(ctx)
 		}},
-		{"kube-ovn-controller restarted", Harmless, false, func(ctx context.Context, s *Soak) error {
+		{"kube-ovn-controller restarted", Harmless, NoFlows, func(ctx context.Context, s *Soak) error {
 			if err := s.C.KubeOVN.Restart(); err != nil {
 				return err
 			}
 			return s.C.KubeOVN.WaitReady(ctx, s.C.Client, s.C.OVN)
 		}},
-		{"the API server restarted", Harmless, false, func(ctx context.Context, s *Soak) error {
+		{"the API server restarted", Harmless, NoFlows, func(ctx context.Context, s *Soak) error {
 			return s.C.RestartAPIServer(ctx)
 		}},
-		{"OVN NB restarted", Harmless, false, func(_ context.Context, s *Soak) error {
+		{"OVN NB restarted", Harmless, NoFlows, func(_ context.Context, s *Soak) error {
 			return s.C.OVN.RestartNB()
 		}},
 		// OVN's data path (the lab node's chassis and OVN central): the Vpc's packets cross
 		// ovs-vswitchd by ovn-controller's flows, which northd computes.
-		{"ovn-controller restarted", Harmless, false, func(ctx context.Context, s *Soak) error {
+		{"ovn-controller restarted", Harmless, NoFlows, func(ctx context.Context, s *Soak) error {
 			return s.C.Chassis.RestartOVNController(ctx)
 		}},
-		{"ovs-vswitchd restarted", RemovesDataPath, false, func(ctx context.Context, s *Soak) error {
+		{"ovs-vswitchd restarted", RemovesDataPath, NoFlows, func(ctx context.Context, s *Soak) error {
 			return s.C.Chassis.RestartVswitchd(ctx)
 		}},
-		{"ovn-northd restarted", Harmless, false, func(_ context.Context, s *Soak) error {
+		{"ovn-northd restarted", Harmless, NoFlows, func(_ context.Context, s *Soak) error {
 			return s.C.OVN.RestartNorthd()
 		}},
-		{"the gateway's table flushed", RemovesDataPath, true, func(_ context.Context, s *Soak) error {
+		{"the gateway's table flushed", RemovesDataPath, FlowsSurvive, func(_ context.Context, s *Soak) error {
 			ns, ok := s.C.GatewayNetns()
 			if !ok {
 				return errors.New("the gateway Pod has no network namespace")
@@ -69,7 +69,7 @@ func Schedule() []Step {
 			_, err := netlab.Run("ip", "netns", "exec", ns, "nft", "flush", "table", "ip", "kube-ovn")
 			return err
 		}},
-		{"the Vpc edited", Harmless, false, editVpc},
+		{"the Vpc edited", Harmless, NoFlows, editVpc},
 	}
 	var out []Step
 	for i, f := range faults {
@@ -82,7 +82,7 @@ func Schedule() []Step {
 // scale changes the demo's scale. Its Pods drain as Kubernetes asks (SPEC L11: a preStop sleep,
 // then not ready and answering on after SIGTERM), so a scale-down may lose nothing either.
 func scale(replicas int32) Step {
-	return Step{fmt.Sprintf("the Deployment scaled to %d", replicas), Harmless, false, func(ctx context.Context, s *Soak) error {
+	return Step{fmt.Sprintf("the Deployment scaled to %d", replicas), Harmless, NoFlows, func(ctx context.Context, s *Soak) error {
 		s.replicas = replicas
 		return s.C.ScaleDeployment(ctx, cluster.DemoNamespace, cluster.DemoDeployment, replicas)
 	}}

@@ -57,6 +57,9 @@ func TestSoakWithFaultsShort(t *testing.T) {
 			if st.Flows.Run < 12 || st.Flows.Broken != 0 {
 				t.Errorf("%s: %d of %d long-lived flows broke (%s), want 0 of at least 12", st.Name, st.Flows.Broken, st.Flows.Run, st.Flows.LastBroken)
 			}
+			if st.Flows.Gap > 0 {
+				t.Logf("%s: %d hairpin flows whose backend sent data were reset by the new gateway Pod before its agent ran (the open gap of D9)", st.Name, st.Flows.Gap)
+			}
 		}
 		if replaced != 3 {
 			t.Errorf("%d steps replaced the gateway's state, want 3 (agent killed, gateway Pod deleted, table flushed)", replaced)
