@@ -46,7 +46,9 @@ func TestRealHairpinSNATPortClashes(t *testing.T) {
 	a := startAgent(t, g.l, g.gw)
 	mustSend(t, a, withClusterIPs(state(1, ident(clusterIP, 91, gwstate.TCP, be(g.backendIPs[0], 9100))), clusterIP))
 
-	seen := func(from string) (netip.AddrPort, error) {
+	// dial connects from the VPC client's address from, port `port`, to the identity, and
+	// returns the connection and the address the backend saw.
+	dial := func(from string) (net.Conn, netip.AddrPort, error) {
 		var conn net.Conn
 		err := netlab.InNetns(g.vcli, func() error {
 			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from), Port: port}, Timeout: 3 * time.Second}
@@ -55,19 +57,22 @@ func TestRealHairpinSNATPortClashes(t *testing.T) {
 			return err
 		})
 		if err != nil {
-			return netip.AddrPort{}, err
+			return nil, netip.AddrPort{}, fmt.Errorf("client %s:%d: %w", from, port, err)
 		}
-		defer func() { _ = conn.Close() }()
 		_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
 		line, err := bufio.NewReader(conn).ReadString('\n')
 		if err != nil {
-			return netip.AddrPort{}, err
+			return conn, netip.AddrPort{}, fmt.Errorf("client %s:%d: %w", from, port, err)
 		}
-		return netip.ParseAddrPort(strings.TrimSpace(line))
+		ap, err := netip.ParseAddrPort(strings.TrimSpace(line))
+		return conn, ap, err
 	}
 
 	// A lone client keeps its port.
-	got, err := seen(vpcCliIP)
+	conn, got, err := dial(vpcCliIP)
+	if conn != nil {
+		_ = conn.Close()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,24 +88,10 @@ func TestRealHairpinSNATPortClashes(t *testing.T) {
 	})
 	kept, moved := 0, map[uint16]bool{}
 	for i := range clients {
-		from := fmt.Sprintf("10.77.1.%d", 100+i)
-		var conn net.Conn
-		err := netlab.InNetns(g.vcli, func() error {
-			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from), Port: port}, Timeout: 3 * time.Second}
-			var err error
-			conn, err = d.DialContext(context.Background(), "tcp", clusterIP+":91")
-			return err
-		})
-		if err != nil {
-			t.Fatalf("client %s:%d: %v", from, port, err)
+		conn, ap, err := dial(fmt.Sprintf("10.77.1.%d", 100+i))
+		if conn != nil {
+			conns = append(conns, conn)
 		}
-		conns = append(conns, conn)
-		_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
-		line, err := bufio.NewReader(conn).ReadString('\n')
-		if err != nil {
-			t.Fatalf("client %s:%d: %v", from, port, err)
-		}
-		ap, err := netip.ParseAddrPort(strings.TrimSpace(line))
 		if err != nil {
 			t.Fatal(err)
 		}

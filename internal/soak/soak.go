@@ -131,13 +131,14 @@ func (c *FlowCount) add(o FlowCount) {
 type FlowMode int
 
 const (
+	// NoFlows runs no long-lived flow across the step.
 	NoFlows FlowMode = iota
-	// FlowsSurvive: every flow must end intact (SPEC D9).
+	// FlowsSurvive runs them, and every one must end intact (SPEC D9).
 	FlowsSurvive
-	// FlowsNewGateway: the step replaces the gateway Pod. A hairpin TCP flow whose backend
-	// sends data can be reset by the new Pod's own stack before its agent programs it (the gap
-	// of D9 that docs/connections.md describes): such a broken flow is counted as Gap, not
-	// Broken. Every other flow must end intact.
+	// FlowsNewGateway runs them across a step that replaces the gateway Pod. A hairpin TCP flow
+	// whose backend sends data can be reset by the new Pod's own stack before its agent
+	// programs it (the gap of D9 that docs/connections.md describes): such a broken flow is
+	// counted as Gap, not Broken. Every other flow must end intact.
 	FlowsNewGateway
 )
 

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -95,16 +96,7 @@ func TestGatewayPodReplaced(t *testing.T) {
 	if err := c.Client.Delete(ctx, &old); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 90*time.Second, "kube-ovn's new gateway Pod initialised", func(ctx context.Context) (bool, error) {
-		var p corev1.Pod
-		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: kubeovnrun.Namespace, Name: c.GatewayPodName()}, &p); err != nil {
-			return false, client.IgnoreNotFound(err)
-		}
-		return p.UID != old.UID && p.Status.Phase == corev1.PodRunning && p.Annotations["ovn.kubernetes.io/vpc_nat_gw_init"] == "true", nil
-	})
-	if err := c.EIPReady(ctx, cluster.EIPName, 60*time.Second); err != nil {
-		t.Fatalf("kube-ovn's redo of the EIP: %v", err)
-	}
+	waitGatewayReplaced(t, c, old.UID)
 	if err := c.WaitReachable(ctx, c.ExternalClient(), "tcp", cluster.EIPAddress+":80", 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -118,6 +110,22 @@ func TestGatewayPodReplaced(t *testing.T) {
 	}
 	if len(c.KubeOVN.LogLines("redo eip")) <= redos {
 		t.Log("kube-ovn logged no EIP redo for the new Pod (the redo may have been folded into init)")
+	}
+}
+
+// waitGatewayReplaced waits until kube-ovn's new gateway Pod (not of UID old) runs and is
+// initialised, and the EIP is Ready again (kube-ovn's redo on the new Pod).
+func waitGatewayReplaced(t *testing.T, c *cluster.Cluster, old types.UID) {
+	t.Helper()
+	eventually(t, 90*time.Second, "kube-ovn's new gateway Pod initialised", func(ctx context.Context) (bool, error) {
+		var p corev1.Pod
+		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: kubeovnrun.Namespace, Name: c.GatewayPodName()}, &p); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return p.UID != old && p.Status.Phase == corev1.PodRunning && p.Annotations["ovn.kubernetes.io/vpc_nat_gw_init"] == "true", nil
+	})
+	if err := c.EIPReady(context.Background(), cluster.EIPName, 60*time.Second); err != nil {
+		t.Fatalf("kube-ovn's redo of the EIP: %v", err)
 	}
 }
 

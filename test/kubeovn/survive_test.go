@@ -63,16 +63,7 @@ func TestConnectionsOutliveTheGateway(t *testing.T) {
 		if err := c.DeleteGatewayPod(ctx); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 90*time.Second, "kube-ovn's new gateway Pod initialised", func(ctx context.Context) (bool, error) {
-			var p corev1.Pod
-			if err := c.Client.Get(ctx, client.ObjectKey{Namespace: kubeovnrun.Namespace, Name: c.GatewayPodName()}, &p); err != nil {
-				return false, client.IgnoreNotFound(err)
-			}
-			return p.UID != old.UID && p.Status.Phase == corev1.PodRunning && p.Annotations["ovn.kubernetes.io/vpc_nat_gw_init"] == "true", nil
-		})
-		if err := c.EIPReady(ctx, cluster.EIPName, 60*time.Second); err != nil {
-			t.Fatalf("kube-ovn's redo of the EIP: %v", err)
-		}
+		waitGatewayReplaced(t, c, old.UID)
 		gatewayBack(t, c, start)
 		// The open gap of D9 (docs/connections.md): the new Pod's own stack answers a backend's
 		// segment to the hairpin SNAT address with a reset when it comes before vpcgw's agent
