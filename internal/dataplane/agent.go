@@ -58,7 +58,8 @@ type Agent struct {
 	// guard indexes the applied identities' TCP endpoints: EndpointSet and ReplyMap hold what it
 	// says (SPEC D9).
 	guard guardIndex
-	// held caches heldSet(heldFrom): the ClusterIPs, whose identities are not external (D9).
+	// held caches heldSet(heldFrom): the ClusterIPs of the last committed guard, whose
+	// identities are not external (D9).
 	held     map[netip.Addr]bool
 	heldFrom []netip.Addr
 	// last, with pending applied over it, is the last valid desired state, committed or not:
@@ -577,8 +578,9 @@ func (a *Agent) fullSync(tx txn, inv *inventory, ids []gwstate.Identity, desired
 	a.removeStaleObjects(tx, inv, own, keep)
 }
 
-// heldVIPs is the set of clusterIPs, rebuilt only when they change (a delta carries the same
-// slice), and the addresses that entered or left it with this call.
+// heldVIPs is the set of clusterIPs (the cached one when they did not change: a delta carries
+// the same slice), and the addresses that entered or left it since the set the last commit
+// used. It changes nothing: the commit records the set (guardPlan.commit).
 func (a *Agent) heldVIPs(clusterIPs []netip.Addr) (held map[netip.Addr]bool, flipped []netip.Addr) {
 	same := len(clusterIPs) == len(a.heldFrom) && a.held != nil &&
 		(len(clusterIPs) == 0 || &clusterIPs[0] == &a.heldFrom[0] || slices.Equal(clusterIPs, a.heldFrom))
@@ -596,7 +598,6 @@ func (a *Agent) heldVIPs(clusterIPs []netip.Addr) (held map[netip.Addr]bool, fli
 			flipped = append(flipped, ip)
 		}
 	}
-	a.held, a.heldFrom = next, clusterIPs
 	return next, flipped
 }
 
@@ -606,6 +607,7 @@ func (a *Agent) heldVIPs(clusterIPs []netip.Addr) (held map[netip.Addr]bool, fli
 func (a *Agent) guardChanges(c changes, clusterIPs []netip.Addr) *guardPlan {
 	held, flipped := a.heldVIPs(clusterIPs)
 	p := a.guard.plan()
+	p.held, p.heldFrom = held, clusterIPs
 	touched := make(map[gwstate.IdentityKey]bool, len(c.upserts)+len(c.removed))
 	for _, old := range c.removed {
 		touched[old.Key()] = true

@@ -91,6 +91,7 @@ func (a *Agent) applyChanges(ctx context.Context, c changes, generation int64, c
 	targets := a.targets(false, c)
 	applyVIPDelta(a.vipRefs, vipDelta)
 	guard.commit()
+	a.held, a.heldFrom = guard.held, guard.heldFrom
 	a.book(c)
 	a.log.V(1).Info("applied changes", "generation", generation, "changed", len(c.upserts), "removed", len(c.removed),
 		"identities", len(a.applied), "operations", tx.size()+stagedOps, "stagingTransactions", stagedTx, "kernelTime", a.commitTime.String())
@@ -209,7 +210,7 @@ func (a *Agent) fullApply(ctx context.Context, st gwstate.State) error {
 	targets := a.targets(true, c)
 	a.book(c) // staged chains are referenced now, or deleted by the full sync as stale
 	a.vipRefs = countVIPs(a.applied)
-	a.guard = guard
+	a.guard, a.held, a.heldFrom = guard, held, st.ClusterIPs
 	a.synced = true
 	a.log.V(1).Info("applied state", "generation", st.Generation, "identities", len(desired), "operations", tx.size()+stagedOps,
 		"stagingTransactions", stagedTx, "full", true, "kernelTime", a.commitTime.String(), "readTime", a.readTime.String())

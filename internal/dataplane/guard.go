@@ -141,6 +141,10 @@ type guardPlan struct {
 	index  guardIndex
 	next   map[endpointKey][]guardRef
 	before map[endpointKey]guardElems
+	// held is the set of ClusterIPs the plan was made with, of heldFrom; the agent records it
+	// with the commit.
+	held     map[netip.Addr]bool
+	heldFrom []netip.Addr
 }
 
 func (g guardIndex) plan() *guardPlan {
