@@ -1,5 +1,5 @@
 // Package dataplane is the gateway agent: it converges the nftables table "ip kube-ovn" of one
-// gateway instance to a desired gwstate.State (SPEC D1, D2, D3, D4, D8, K8).
+// gateway instance to a desired gwstate.State (SPEC D1, D2, D3, D4, D8, D9, K8).
 //
 // Object names are part of the API (SPEC D1-D3):
 //
@@ -21,6 +21,9 @@
 //	chain vpcgw-hairpin     type nat hook postrouting priority srcnat - 1; one rule (SPEC D4):
 //	                        iifname "<vpc if>" oifname "<vpc if>" ct status dnat
 //	                        ct original ip daddr @vpcgw-vips masquerade
+//
+// The reply guard's objects (vpcgw-endpoints, vpcgw-reply-vips and the chains vpcgw-guard,
+// vpcgw-guard-local and vpcgw-reply, SPEC D9) are described in guard.go.
 //
 // kube-ovn master writes into the same table with the same names (its share DNAT, #6858): the
 // base chain, the map and dnat-<idhash> chains of its own identities. So the agent owns an
