@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/vpcgw/vpcgw/internal/gwstate"
+	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
 // stubContent is a table content that matches the base when base is set, and the identities in
@@ -101,7 +102,7 @@ func TestFullSyncWritesOnlyWhatDiffers(t *testing.T) {
 			if count.ops != c.ops || count.commits != min(c.ops, 1) {
 				t.Errorf("committed %d transactions of %d operations, want %d operations", count.commits, count.ops, c.ops)
 			}
-			if got := sortElements(f.Dump()); got != sortElements(want) {
+			if got := testutil.SortElements(f.Dump()); got != testutil.SortElements(want) {
 				t.Errorf("table:\n%s\nwant:\n%s", got, want)
 			}
 			if len(a.Applied()) != len(st.Identities) || !a.synced {
@@ -116,7 +117,7 @@ func TestFullSyncWritesOnlyWhatDiffers(t *testing.T) {
 			if count.commits != 1 || count.ops != 8 {
 				t.Errorf("the change after the adoption: %d transactions of %d operations, want 1 of 8", count.commits, count.ops)
 			}
-			if got := sortElements(f.Dump()); got != sortElements(freshDump(t, changed)) {
+			if got := testutil.SortElements(f.Dump()); got != testutil.SortElements(freshDump(t, changed)) {
 				t.Errorf("after the change:\n%s\nwant:\n%s", got, freshDump(t, changed))
 			}
 			mustApply(t, a, state(3, st.Identities...))

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/vpcgw/vpcgw/internal/gwstate"
+	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
 func TestGoldenHairpinInterface(t *testing.T) {
@@ -152,7 +153,7 @@ func TestVerifyFindsAndRepairsDrift(t *testing.T) {
 		if drift == "" || err != nil {
 			t.Errorf("%s: drift %q, err %v", name, drift, err)
 		}
-		if got := f.Dump(); sortElements(got) != sortElements(want) {
+		if got := f.Dump(); testutil.SortElements(got) != testutil.SortElements(want) {
 			t.Errorf("%s: not repaired:\n%s\nwant:\n%s", name, got, want)
 		}
 	}
@@ -184,7 +185,7 @@ func TestRetryAfterRejectedTransaction(t *testing.T) {
 	if did, err := a.Retry(ctx); !did || err != nil {
 		t.Errorf("retry after recovery: %v %v", did, err)
 	}
-	if got, want := sortElements(f.Dump()), sortElements(freshDump(t, s1)); got != want {
+	if got, want := testutil.SortElements(f.Dump()), testutil.SortElements(freshDump(t, s1)); got != want {
 		t.Errorf("after retry:\n%s\nwant:\n%s", got, want)
 	}
 	if did, _ := a.Retry(ctx); did {
@@ -291,7 +292,7 @@ func TestAdoptsTableOfOlderAgent(t *testing.T) {
 	}
 	a := NewAgent(f, logr.Discard())
 	mustApply(t, a, state(1, keep))
-	if got, want := sortElements(f.Dump()), sortElements(freshDump(t, state(1, keep))); got != want {
+	if got, want := testutil.SortElements(f.Dump()), testutil.SortElements(freshDump(t, state(1, keep))); got != want {
 		t.Errorf("adopted table of an older agent:\n%s\nwant (fresh agent):\n%s", got, want)
 	}
 	if drift, err := a.Verify(context.Background()); drift != "" || err != nil {

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/vpcgw/vpcgw/internal/gwstate"
+	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
 const baseDump = `add table ip kube-ovn
@@ -307,7 +307,7 @@ func TestIncrementalMatchesFresh(t *testing.T) {
 	ag := NewAgent(f, logr.Discard())
 	for _, st := range steps {
 		mustApply(t, ag, st)
-		if got, want := sortElements(f.Dump()), sortElements(freshDump(t, st)); got != want {
+		if got, want := testutil.SortElements(f.Dump()), testutil.SortElements(freshDump(t, st)); got != want {
 			t.Fatalf("generation %d: incremental dump:\n%s\nfresh dump:\n%s\ntransaction:\n%s", st.Generation, got, want, f.LastTransaction)
 		}
 		last := f.LastTransaction
@@ -418,7 +418,7 @@ func TestFailedApplyKeepsPreviousState(t *testing.T) {
 	// The kernel accepts again: the next apply converges (after a full re-list).
 	f.fail = nil
 	mustApply(t, ag, s2)
-	if got, want := sortElements(f.Dump()), sortElements(freshDump(t, s2)); got != want {
+	if got, want := testutil.SortElements(f.Dump()), testutil.SortElements(freshDump(t, s2)); got != want {
 		t.Errorf("after recovery:\n%s\nwant:\n%s", got, want)
 	}
 }
@@ -592,21 +592,6 @@ func TestConcurrentApply(t *testing.T) {
 	if d, want := f.Dump(), freshDump(t, state(1, got[0])); d != want {
 		t.Errorf("table does not match the last applied state:\n%s\nwant:\n%s", d, want)
 	}
-}
-
-// sortElements sorts the element lines of a dump: map elements have no order in the kernel, but
-// the Fake keeps insertion order.
-func sortElements(dump string) string {
-	var other, elems []string
-	for _, l := range strings.Split(dump, "\n") {
-		if strings.HasPrefix(l, "add element ") {
-			elems = append(elems, l)
-		} else {
-			other = append(other, l)
-		}
-	}
-	slices.Sort(elems)
-	return strings.Join(append(other, elems...), "\n")
 }
 
 func ioPipe() (*io.PipeReader, *io.PipeWriter) { return io.Pipe() }

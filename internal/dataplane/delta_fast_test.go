@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/vpcgw/vpcgw/internal/gwstate"
+	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
 // randomStates returns steps complete, normalized states (generations 1..steps) over a
@@ -105,7 +106,7 @@ func TestDeltaFastPathRandomMatchesFresh(t *testing.T) {
 				mustApply(t, ref, st)
 				// The same objects and rules as a fresh agent (the Fake lists elements in the
 				// order they were added), and exactly the full path's dump.
-				if got, want := sortElements(f.Dump()), sortElements(freshDump(t, st)); got != want {
+				if got, want := testutil.SortElements(f.Dump()), testutil.SortElements(freshDump(t, st)); got != want {
 					t.Fatalf("after the delta to generation %d the table is\n%s\nwant (fresh agent, complete state)\n%s", st.Generation, got, want)
 				}
 				if got, want := f.Dump(), refF.Dump(); got != want {
@@ -245,7 +246,7 @@ func TestDeltaFastPathFailedTransaction(t *testing.T) {
 					t.Fatalf("retry: %v, %v", did, err)
 				}
 			}
-			if got, w := sortElements(f.Dump()), sortElements(freshDump(t, want)); got != w {
+			if got, w := testutil.SortElements(f.Dump()), testutil.SortElements(freshDump(t, want)); got != w {
 				t.Fatalf("after recovery:\n%s\nwant:\n%s", got, w)
 			}
 			if d, err := a.desired(); err != nil || d.Generation != want.Generation || !reflect.DeepEqual(normIDs(d.Identities), normIDs(want.Identities)) {
@@ -262,7 +263,7 @@ func TestDeltaFastPathFailedTransaction(t *testing.T) {
 			if a.last.Generation == s4.Generation {
 				t.Fatal("the delta after recovery did not take the fast path")
 			}
-			if got, w := sortElements(f.Dump()), sortElements(freshDump(t, s4)); got != w {
+			if got, w := testutil.SortElements(f.Dump()), testutil.SortElements(freshDump(t, s4)); got != w {
 				t.Fatalf("after the next delta:\n%s\nwant:\n%s", got, w)
 			}
 		})
@@ -286,7 +287,7 @@ func TestDeltaStagesManyNewIdentities(t *testing.T) {
 	if got := len(f.runs) - runs; got != 5 { // 35 new identities: 4 staging + 1 final
 		t.Errorf("%d transactions, want 4 staging and 1 final", got)
 	}
-	if got, want := sortElements(f.Dump()), sortElements(freshDump(t, s2)); got != want {
+	if got, want := testutil.SortElements(f.Dump()), testutil.SortElements(freshDump(t, s2)); got != want {
 		t.Errorf("table:\n%s\nwant:\n%s", got, want)
 	}
 

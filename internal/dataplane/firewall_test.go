@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/vpcgw/vpcgw/internal/gwstate"
+	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
 // sourceRangeVariants are the shapes of loadBalancerSourceRanges the tests cycle through: none,
@@ -147,7 +148,7 @@ func TestSourceRangesChangeRerenders(t *testing.T) {
 						t.Fatalf("delta to generation %d did not take the fast path", st.Generation)
 					}
 				}
-				if got, want := sortElements(f.Dump()), sortElements(freshDump(t, st)); got != want {
+				if got, want := testutil.SortElements(f.Dump()), testutil.SortElements(freshDump(t, st)); got != want {
 					t.Fatalf("generation %d:\n%s\nwant (fresh agent):\n%s", st.Generation, got, want)
 				}
 				if drift, err := a.Verify(ctx); drift != "" || err != nil {
@@ -205,7 +206,7 @@ func TestSourceRangesDriftIsRepaired(t *testing.T) {
 		if drift == "" || err != nil {
 			t.Errorf("%s: drift %q, err %v", name, drift, err)
 		}
-		if got := f.Dump(); sortElements(got) != sortElements(want) {
+		if got := f.Dump(); testutil.SortElements(got) != testutil.SortElements(want) {
 			t.Errorf("%s: not repaired:\n%s\nwant:\n%s", name, got, want)
 		}
 	}
@@ -232,12 +233,12 @@ func TestSourceRangesAdoptionAndStaging(t *testing.T) {
 	mustApply(t, NewAgent(f, logr.Discard()), state(1, web))
 	want := f.Dump()
 	mustApply(t, NewAgent(f, logr.Discard()), state(1, web))
-	if got := f.Dump(); sortElements(got) != sortElements(want) {
+	if got := f.Dump(); testutil.SortElements(got) != testutil.SortElements(want) {
 		t.Errorf("adoption of the same state changed the table:\n%s\nwant:\n%s", got, want)
 	}
 	open := state(2, ident("172.31.0.100", 80, gwstate.TCP, be("10.0.1.1", 8080)))
 	mustApply(t, NewAgent(f, logr.Discard()), open)
-	if got, want := sortElements(f.Dump()), sortElements(freshDump(t, open)); got != want {
+	if got, want := testutil.SortElements(f.Dump()), testutil.SortElements(freshDump(t, open)); got != want {
 		t.Errorf("adoption without the ranges:\n%s\nwant:\n%s", got, want)
 	}
 
@@ -251,7 +252,7 @@ func TestSourceRangesAdoptionAndStaging(t *testing.T) {
 	sf := newFake()
 	a := stagedAgent(sf, 4)
 	mustApply(t, a, st)
-	if got, want := sortElements(sf.Dump()), sortElements(freshDump(t, st)); got != want {
+	if got, want := testutil.SortElements(sf.Dump()), testutil.SortElements(freshDump(t, st)); got != want {
 		t.Errorf("staged cold sync:\n%s\nwant:\n%s", got, want)
 	}
 }
@@ -346,7 +347,7 @@ func TestOwnAddressBackendRefused(t *testing.T) {
 		t.Errorf("addresses read for an unchanged state (%d reads)", own.reads)
 	}
 	// What the gateway must hold after each refusal: web as committed before, other gone, late new.
-	want := sortElements(freshDump(t, state(1, web, late)))
+	want := testutil.SortElements(freshDump(t, state(1, web, late)))
 	gen := int64(2)
 	for _, bad := range []string{"10.77.1.254", "172.31.0.100", "10.96.0.10"} {
 		evil := ident("172.31.0.100", 80, gwstate.TCP, be("10.77.1.11", 8080), be(bad, 8080))
@@ -355,7 +356,7 @@ func TestOwnAddressBackendRefused(t *testing.T) {
 			if len(refused) != 1 || refused[0].IdentityKey != evil.Key() || !strings.Contains(refused[0].Reason, "backend "+bad+":8080 is an address of the gateway itself") {
 				t.Errorf("backend %s (%s): refused %+v, want %s refused for the gateway's own address", bad, how, refused, evil.Key())
 			}
-			if got := sortElements(f.Dump()); got != want {
+			if got := testutil.SortElements(f.Dump()); got != want {
 				t.Errorf("backend %s (%s): table\n%s\nwant the previous web beside the new identity:\n%s", bad, how, got, want)
 			}
 			if d, err := a.desired(); err != nil || d.Generation != gen || len(d.Identities) != 2 || !d.Identities[0].Equal(evil) {

@@ -10,12 +10,13 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/vpcgw/vpcgw/internal/gwstate"
+	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
 // guardElements are the guard's elements in a Fake dump, sorted.
 func guardElements(dump string) []string {
 	var out []string
-	for _, l := range strings.Split(sortElements(dump), "\n") {
+	for _, l := range strings.Split(testutil.SortElements(dump), "\n") {
 		if strings.HasPrefix(l, "add element ip kube-ovn "+EndpointSet+" ") || strings.HasPrefix(l, "add element ip kube-ovn "+ReplyMap+" ") {
 			out = append(out, strings.TrimPrefix(l, "add element ip kube-ovn "))
 		}

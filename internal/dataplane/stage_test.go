@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/vpcgw/vpcgw/internal/gwstate"
+	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
 // scriptedNFT is a Fake that counts transactions and rejects those failIf names, as the kernel
@@ -98,7 +99,7 @@ func TestStagedColdSyncMatchesOneTransaction(t *testing.T) {
 			t.Errorf("staging transaction %d makes something reachable:\n%s", i+1, tx)
 		}
 	}
-	if want := freshDump(t, st); sortElements(f.Dump()) != sortElements(want) {
+	if want := freshDump(t, st); testutil.SortElements(f.Dump()) != testutil.SortElements(want) {
 		t.Fatalf("staged cold sync:\n%s\none transaction:\n%s", f.Dump(), want)
 	}
 	if len(a.staged) != 0 {
@@ -112,7 +113,7 @@ func TestStagedColdSyncMatchesOneTransaction(t *testing.T) {
 	if len(f.runs) != 5 {
 		t.Errorf("adding 17 identities: %d transactions, want 4 staging + 1 final", len(f.runs))
 	}
-	if want := freshDump(t, more); sortElements(f.Dump()) != sortElements(want) {
+	if want := freshDump(t, more); testutil.SortElements(f.Dump()) != testutil.SortElements(want) {
 		t.Fatalf("staged incremental:\n%s\nwant:\n%s", f.Dump(), want)
 	}
 
@@ -125,7 +126,7 @@ func TestStagedColdSyncMatchesOneTransaction(t *testing.T) {
 	if len(f.runs) != 1 {
 		t.Errorf("small change: %d transactions, want 1", len(f.runs))
 	}
-	if want := freshDump(t, state(3, small...)); sortElements(f.Dump()) != sortElements(want) {
+	if want := freshDump(t, state(3, small...)); testutil.SortElements(f.Dump()) != testutil.SortElements(want) {
 		t.Fatalf("after a small change:\n%s\nwant:\n%s", f.Dump(), want)
 	}
 }
@@ -178,7 +179,7 @@ func TestStagedFinalFailureKeepsPreviousAndConverges(t *testing.T) {
 			t.Errorf("staged chain %s written again instead of reused", c)
 		}
 	}
-	if want := freshDump(t, s2); sortElements(f.Dump()) != sortElements(want) {
+	if want := freshDump(t, s2); testutil.SortElements(f.Dump()) != testutil.SortElements(want) {
 		t.Fatalf("after recovery:\n%s\nwant:\n%s", f.Dump(), want)
 	}
 	if len(a.staged) != 0 {
@@ -233,7 +234,7 @@ func TestStagedLeftoversFollowTheNextState(t *testing.T) {
 	s4 := state(4, next...)
 	f.failIf = nil
 	mustApply(t, a, s4)
-	if want := freshDump(t, s4); sortElements(f.Dump()) != sortElements(want) {
+	if want := freshDump(t, s4); testutil.SortElements(f.Dump()) != testutil.SortElements(want) {
 		t.Fatalf("after the leftovers were reconciled:\n%s\nwant:\n%s", f.Dump(), want)
 	}
 	if len(a.staged) != 0 {

@@ -94,12 +94,7 @@ func startFlows(t *testing.T, g *gwLab) []*netlab.Flow {
 			f.Start()
 		}
 	}
-	t.Cleanup(func() {
-		for _, f := range flows {
-			f.Fail(errors.New("ended with the test"))
-			<-f.Done()
-		}
-	})
+	t.Cleanup(func() { netlab.EndFlows(flows, errors.New("ended with the test")) })
 	return flows
 }
 

@@ -356,6 +356,14 @@ func (f *Flow) Fail(err error) {
 	}
 }
 
+// EndFlows ends every flow still running, as broken with why, and waits until each has ended.
+func EndFlows(flows []*Flow, why error) {
+	for _, f := range flows {
+		f.Fail(why)
+		<-f.Done()
+	}
+}
+
 // Result is the backend that served the flow and why it broke (nil: intact so far).
 func (f *Flow) Result() (backend string, err error) {
 	f.mu.Lock()

@@ -10,24 +10,7 @@ import (
 // An in-process UDP server in one namespace answers an in-process client in another, and a
 // sysctl set in a namespace reads back there.
 func TestListenPacketInNetnsAndSysctlValue(t *testing.T) {
-	l := newLab(t)
-	a, err := l.AddNetns("a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := l.AddNetns("b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Veth(a, "a0", b, "b0"); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.AddAddr(a, "a0", "10.250.1.1/24"); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.AddAddr(b, "b0", "10.250.1.2/24"); err != nil {
-		t.Fatal(err)
-	}
+	l, a, b := pairLab(t, "10.250.1")
 	pc, err := ListenPacketInNetns(b, "udp", "10.250.1.2:5353")
 	if err != nil {
 		t.Fatal(err)

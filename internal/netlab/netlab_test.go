@@ -60,25 +60,32 @@ func newLab(t *testing.T) *Lab {
 	return l
 }
 
-func TestEchoAndProbeAcrossNamespaces(t *testing.T) {
-	l := newLab(t)
-	a, err := l.AddNetns("a")
-	if err != nil {
+// pairLab is a lab of two namespaces, a and b, joined by a veth (a0, b0) with the addresses
+// <net>.1/24 and <net>.2/24.
+func pairLab(t *testing.T, net string) (l *Lab, a, b string) {
+	t.Helper()
+	l = newLab(t)
+	var err error
+	if a, err = l.AddNetns("a"); err != nil {
 		t.Fatal(err)
 	}
-	b, err := l.AddNetns("b")
-	if err != nil {
+	if b, err = l.AddNetns("b"); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Veth(a, "a0", b, "b0"); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.AddAddr(a, "a0", "10.250.0.1/24"); err != nil {
+	if err := l.AddAddr(a, "a0", net+".1/24"); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.AddAddr(b, "b0", "10.250.0.2/24"); err != nil {
+	if err := l.AddAddr(b, "b0", net+".2/24"); err != nil {
 		t.Fatal(err)
 	}
+	return l, a, b
+}
+
+func TestEchoAndProbeAcrossNamespaces(t *testing.T) {
+	l, a, b := pairLab(t, "10.250.0")
 	if _, err := l.StartEcho(b, helperCmd(t, "echo"), "be-b", "10.250.0.2:8080"); err != nil {
 		t.Fatal(err)
 	}

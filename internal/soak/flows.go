@@ -104,9 +104,9 @@ func (lf *longFlows) finish() {
 // (netlab.Flow.ServerSendsToGateway) counts as Gap.
 func (lf *longFlows) end(newGateway bool) FlowCount {
 	var n FlowCount
-	for _, f := range append(lf.ended, lf.flows...) {
-		f.Fail(errors.New("the step ended before the flow finished"))
-		<-f.Done()
+	all := append(lf.ended, lf.flows...)
+	netlab.EndFlows(all, errors.New("the step ended before the flow finished"))
+	for _, f := range all {
 		n.Run++
 		b, err := f.Result()
 		switch {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/vpcgw/vpcgw/internal/dataplane"
 	"github.com/vpcgw/vpcgw/internal/gwstate"
+	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
 const (
@@ -77,21 +78,6 @@ func wantDump(t *testing.T, st gwstate.State) string {
 		t.Fatalf("reference apply of generation %d: %v", st.Generation, err)
 	}
 	return f.Dump()
-}
-
-// sortedElements is a Fake dump with its element lines sorted, after the other lines in their
-// order.
-func sortedElements(dump string) string {
-	var other, elems []string
-	for _, l := range strings.Split(dump, "\n") {
-		if strings.HasPrefix(l, "add element ") {
-			elems = append(elems, l)
-		} else {
-			other = append(other, l)
-		}
-	}
-	slices.Sort(elems)
-	return strings.Join(append(other, elems...), "\n")
 }
 
 // testState has n identities starting at port base, each with backends backends.
@@ -170,7 +156,7 @@ func (e *execEnv) wantTable(t *testing.T, st gwstate.State) {
 	t.Helper()
 	// knftables' Fake lists a set's elements in the order they were added, which differs
 	// between a fresh agent and one that got there by changes (the guard's elements, SPEC D9).
-	if got, want := sortedElements(e.pods.table(testNS+"/"+testPod).Dump()), sortedElements(wantDump(t, st)); got != want {
+	if got, want := testutil.SortElements(e.pods.table(testNS+"/"+testPod).Dump()), testutil.SortElements(wantDump(t, st)); got != want {
 		t.Fatalf("gateway table after generation %d:\n%s\nwant:\n%s", st.Generation, got, want)
 	}
 }

@@ -150,12 +150,7 @@ func startLabFlows(t *testing.T, c *cluster.Cluster) []*netlab.Flow {
 	for _, f := range flows {
 		f.Start()
 	}
-	t.Cleanup(func() {
-		for _, f := range flows {
-			f.Fail(errors.New("ended with the test"))
-			<-f.Done()
-		}
-	})
+	t.Cleanup(func() { netlab.EndFlows(flows, errors.New("ended with the test")) })
 	return flows
 }
 
