@@ -111,8 +111,10 @@ lab: deps assets kubeovn ovn build
 	./bin/vpcgw-lab lab $(LAB_ARGS)
 
 # The same lab, left running for your own Services (prints a KUBECONFIG; Ctrl-C ends it).
-lab-stay: deps assets kubeovn ovn build
-	./bin/vpcgw-lab lab --stay $(LAB_ARGS)
+# NO_VPCGW=1 leaves vpcgw out, to install it from the release as the user guide says (the release
+# is built first; the lab node runs its images from bin/release, no registry needed).
+lab-stay: deps assets kubeovn ovn build $(if $(NO_VPCGW),images release)
+	./bin/vpcgw-lab lab --stay $(if $(NO_VPCGW),--no-vpcgw --release "$(VPCGW_RELEASE)") $(LAB_ARGS)
 
 # The soak with faults beside kube-ovn-controller: steady traffic, churn and faults for SOAK_ARGS
 # --duration (default 30m), then the leak check (docs/reliability.md). CI runs one round of it

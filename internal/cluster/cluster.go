@@ -568,10 +568,16 @@ func (c *Cluster) VPCClient() string {
 	return ns
 }
 
-// WaitIngress waits until the Service has an EXTERNAL-IP and returns it.
+// WaitIngress waits until the Service has an EXTERNAL-IP and returns it; a timeout of 0 waits until
+// ctx ends.
 func (c *Cluster) WaitIngress(ctx context.Context, ns, name string, timeout time.Duration) (string, error) {
 	var ip string
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		var svc corev1.Service
 		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &svc); err != nil {
 			return false, client.IgnoreNotFound(err)

@@ -1,12 +1,14 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -29,14 +31,29 @@ func Main(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	requests := fs.Int("requests", 20, "requests per probe")
+	noVpcgw := fs.Bool("no-vpcgw", false, "leave vpcgw out, to install it from --release as the user guide says (helm or install.sh); "+
+		"implies --stay, and the demo waits until vpcgw serves its Service")
+	releaseDir := fs.String("release", defaultReleaseDir(), "with --no-vpcgw: the release directory (make release) whose OCI archives the lab node runs vpcgw's Pods from")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	var rel Release
+	if *noVpcgw {
+		r, err := OpenRelease(*releaseDir)
+		if err != nil {
+			return fmt.Errorf("--no-vpcgw: %w", err)
+		}
+		rel, *stay = r, true
+	}
 	if err := lf.Check(); err != nil {
 		return err
+	}
+	opts := Options{Bins: lf.Bins, AssetsDir: lf.Assets, KubeOVNDir: lf.KubeOVN, NoVpcgw: *noVpcgw}
+	if *noVpcgw {
+		opts.Images = rel.Images()
 	}
 	if *requests < 1 {
 		return fmt.Errorf("--requests %d: must be at least 1", *requests)
@@ -55,9 +72,14 @@ func Main(ctx context.Context, args []string) (err error) {
 	log := logr.New(&progressSink{out: os.Stdout, start: started, inner: components.GetSink(), mu: &sync.Mutex{}})
 
 	out.Println("== vpcgw-lab lab: starting kube-apiserver and etcd, kube-controller-manager, OVN NB/SB and ovn-northd,")
-	out.Println("   kube-ovn-controller, the lab node (the kubelet), the vpcgw webhook and controller;")
+	if *noVpcgw {
+		out.Println("   kube-ovn-controller and the lab node (the kubelet), without vpcgw (--no-vpcgw);")
+	} else {
+		out.Println("   kube-ovn-controller, the lab node (the kubelet), the vpcgw webhook and controller;")
+	}
 	out.Printf("   then Vpc %s, its Subnets, the external Subnet and VpcNatGateway %s, created as a kube-ovn user would\n", VpcName, GatewayName)
-	c, err := Start(ctx, Options{Bins: lf.Bins, AssetsDir: lf.Assets, KubeOVNDir: lf.KubeOVN, Log: log})
+	opts.Log = log
+	c, err := Start(ctx, opts)
 	if err != nil {
 		if ctx.Err() != nil {
 			// Start has stopped what it started; its error would only add the components' logs.
@@ -82,6 +104,11 @@ func Main(ctx context.Context, args []string) (err error) {
 		out.Printf("   lab description: %s (kept up to date while the lab stays up)\n", path)
 	}
 
+	if *noVpcgw {
+		if err := awaitInstall(ctx, c, rel, out); err != nil {
+			return err
+		}
+	}
 	demo := &Demo{C: c, Out: out, Requests: *requests}
 	failed := runDemo(ctx, demo, out)
 	if errs := c.Errors(); len(errs) > 0 {
@@ -111,6 +138,44 @@ func Main(ctx context.Context, args []string) (err error) {
 		out.Printf("  # %s\n  %s\n", cmd.What, strings.Join(cmd.Argv, " "))
 	}
 	c.KeepDescription(ctx, 2*time.Second, func(err error) { fmt.Fprintf(os.Stderr, "lab.json not refreshed: %v\n", err) })
+	return nil
+}
+
+// defaultReleaseDir is $VPCGW_RELEASE, or the release `make release` writes beside this binary
+// (bin/release).
+func defaultReleaseDir() string {
+	if d := os.Getenv("VPCGW_RELEASE"); d != "" {
+		return d
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return filepath.Join("bin", "release")
+	}
+	return filepath.Join(filepath.Dir(self), "release")
+}
+
+// awaitInstall tells how to install vpcgw from the release into the lab, as the user guide's
+// walkthrough does, and waits (until ctx ends) for the demo Service to be served: then the demo
+// runs as in a lab with vpcgw of its own.
+func awaitInstall(ctx context.Context, c *Cluster, rel Release, out *labout.Writer) error {
+	helm := cmp.Or(os.Getenv("VPCGW_HELM"), "helm")
+	kubectl := kubectlCmd(c.opts.AssetsDir, "")
+	out.Printf("\n== vpcgw is not installed (--no-vpcgw): install release %s as the user guide says\n", rel.Version)
+	out.Printf("   (Installing, Installing from a release); the lab node runs its images from %s, no registry needed:\n", rel.Dir)
+	out.Printf("export KUBECONFIG=%s\n", c.Kubeconfig)
+	out.Printf("%s install vpcgw %s --namespace %s --create-namespace\n", helm, rel.Chart(), InstallNamespace)
+	out.Printf("   or: HELM=%s KUBECTL=%s %s\n", helm, kubectl, rel.Path("install.sh"))
+	out.Printf("   The demo (Service %s/%s, EIP %s on gateway %s of Vpc %s) runs once vpcgw serves it; Ctrl-C ends the lab.\n",
+		DemoNamespace, DemoService, EIPName, GatewayName, VpcName)
+	started := time.Now()
+	ip, err := c.WaitIngress(ctx, DemoNamespace, DemoService, 0)
+	if err != nil {
+		if ctx.Err() != nil {
+			return errors.New("interrupted while waiting for vpcgw to be installed")
+		}
+		return err
+	}
+	out.Printf("== vpcgw serves Service %s/%s through %s, %s after the lab was up\n", DemoNamespace, DemoService, ip, since(started))
 	return nil
 }
 

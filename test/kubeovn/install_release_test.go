@@ -4,7 +4,6 @@ package kubeovn
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -32,22 +31,9 @@ import (
 	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
-// The release's images are pulled by the names the chart gives them (values.yaml image.repository,
-// the agent image's name beside it).
-const (
-	releaseImageRepo = "ghcr.io/vpcgw/vpcgw"
-	releaseAgentRepo = "ghcr.io/vpcgw/vpcgw-agent"
-	installNamespace = "vpcgw-system"
-)
+const installNamespace = cluster.InstallNamespace
 
-// releaseFiles is what the test takes from `make release` (bin/release, VPCGW_RELEASE).
-type releaseFiles struct {
-	dir, version string
-}
-
-func (r releaseFiles) path(name string) string { return filepath.Join(r.dir, name) }
-
-func loadRelease(t *testing.T) releaseFiles {
+func loadRelease(t *testing.T) cluster.Release {
 	t.Helper()
 	dir := os.Getenv("VPCGW_RELEASE")
 	if dir == "" {
@@ -56,19 +42,9 @@ func loadRelease(t *testing.T) releaseFiles {
 	if _, err := os.Stat(filepath.Join(dir, "SHA256SUMS")); err != nil {
 		testutil.Skip(t, "no release in "+dir+" (run `make release`): "+err.Error())
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "images.json"))
+	r, err := cluster.OpenRelease(dir)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var images map[string]struct {
-		Tag string `json:"tag"`
-	}
-	if err := json.Unmarshal(b, &images); err != nil {
-		t.Fatalf("images.json: %v", err)
-	}
-	r := releaseFiles{dir: dir, version: images["vpcgw"].Tag}
-	if r.version == "" {
-		t.Fatalf("images.json has no vpcgw tag: %s", b)
 	}
 	return r
 }
@@ -91,10 +67,7 @@ func TestReleaseInstallServesAndUninstallLeavesNothing(t *testing.T) {
 	helm := testutil.ToolFromEnv(t, "VPCGW_HELM", "make helm")
 	kubectl := testutil.ToolFromEnv(t, "VPCGW_KUBECTL", "make assets")
 	opts.NoVpcgw = true
-	opts.Images = map[string]string{
-		releaseImageRepo: rel.path("vpcgw-" + rel.version + ".oci.tar"),
-		releaseAgentRepo: rel.path("vpcgw-agent-" + rel.version + ".oci.tar"),
-	}
+	opts.Images = rel.Images()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	c, err := cluster.Start(ctx, opts)
 	cancel()
@@ -115,7 +88,7 @@ func TestReleaseInstallServesAndUninstallLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nb.Close()
-	chart := rel.path("vpcgw-" + strings.TrimPrefix(rel.version, "v") + ".tgz")
+	chart := rel.Chart()
 	kc := []string{"--kubeconfig", c.Kubeconfig}
 
 	// helm install, no value set.
@@ -146,9 +119,9 @@ func TestReleaseInstallServesAndUninstallLeavesNothing(t *testing.T) {
 	// (for 10 minutes, so that the uninstalled controller stood by) and serves within the
 	// assertion's 3 minutes.
 	env := append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "HELM="+helm, "KUBECTL="+kubectl)
-	run(t, env, rel.path("install.sh"))
+	run(t, env, rel.Path("install.sh"))
 	assertDemoServed(t, c)
-	run(t, env, rel.path("install.sh"), "uninstall")
+	run(t, env, rel.Path("install.sh"), "uninstall")
 	assertUninstalled(ctx, t, c, nb)
 	// The namespace is the operator's to delete (helm's --create-namespace, or install.sh's):
 	// with it go the Lease and the published status.
