@@ -25,12 +25,15 @@ export PATH := $(OVN_DIR)/bin:$(OVN_DIR)/sbin:$(PATH)
 GOLANGCI_LINT_DIR ?= $(HOME)/.cache/vpcgw/golangci-lint-v2.15.0
 GOLANGCI_LINT := $(GOLANGCI_LINT_DIR)/golangci-lint
 
-.PHONY: bench figures fuzz all build deps assets helm kubeovn ovn ovn-rebuild golangci-lint images release generate lab lab-stay soak test unit fmt-check vet lint
+.PHONY: bench figures fuzz all build deps assets helm kubeovn ovn ovn-rebuild golangci-lint images release release-tag generate lab lab-stay soak test unit fmt-check vet lint
 
 all: build
 
 # The version the binaries print (vpcgw version, vpcgw-agent --version) and the agent reports to
-# the controller.
+# the controller. `make release TAG=v0.3.0` cuts that release tag first, and it is the VERSION.
+ifneq ($(TAG),)
+VERSION := $(TAG)
+endif
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/vpcgw/vpcgw/internal/version.Version=$(VERSION)
 
@@ -67,10 +70,16 @@ images:
 # Reproducible as the images are. test/release reads it back (make test builds it first: about a
 # minute with a warm Go build cache, a quarter of an hour the first time on two cores, when the
 # plugin's dependencies are compiled for darwin and arm64).
+# TAG=v0.3.0 cuts the release tag at HEAD first (hack/tools/release/tag.go: a clean tree, the
+# source chart's version 0.3.0 and appVersion v0.3.0, the tag not on another commit), then builds
+# the images and the release of that version.
 RELEASE_DIR ?= bin/release
 export VPCGW_RELEASE := $(abspath $(RELEASE_DIR))
-release: helm
+release: helm $(if $(TAG),release-tag images)
 	$(GO) -C hack/tools/release run . --repo "$(CURDIR)" --out "$(VPCGW_RELEASE)" --version "$(VERSION)" --source-date-epoch "$(or $(SOURCE_DATE_EPOCH),0)" --helm "$(VPCGW_HELM)" --go "$(GO)"
+
+release-tag:
+	$(GO) -C hack/tools/release run . tag --repo "$(CURDIR)" "$(TAG)"
 
 # Debian packages (nftables, iproute2, conntrack, ...: hack/install-deps.sh).
 deps:

@@ -29,10 +29,16 @@ func chartAppVersion(t *testing.T) string {
 		t.Fatal(err)
 	}
 	var c struct {
+		Version    string `json:"version"`
 		AppVersion string `json:"appVersion"`
 	}
 	if err := yaml.Unmarshal(b, &c); err != nil {
 		t.Fatal(err)
+	}
+	// One version: the release tag (make release TAG=) requires it, and the source chart then
+	// renders the image that tag builds.
+	if c.AppVersion != "v"+c.Version {
+		t.Errorf("Chart.yaml: version %q and appVersion %q; want appVersion v<version>, the release tag", c.Version, c.AppVersion)
 	}
 	return c.AppVersion
 }

@@ -27,6 +27,7 @@
 //	go -C hack/tools/release run . --repo ../../.. --out bin/release --helm /path/to/helm [--version v0.3.0]
 //	go -C hack/tools/release run . krew --out bin/krew      the krew archives alone (deploy/krew/build.sh)
 //	go -C hack/tools/release run . version [VERSION...]     the release version of each VERSION (default: git describe's)
+//	go -C hack/tools/release run . tag --repo ../../.. v0.3.0   cut the release tag at HEAD (tag.go)
 package main
 
 import (
@@ -55,6 +56,8 @@ func run(args []string) error {
 		switch args[0] {
 		case "krew":
 			return runKrew(args[1:])
+		case "tag":
+			return runTag(args[1:])
 		case "version":
 			// One line per VERSION: its release version, or "error: ..." (test/release reads them).
 			for _, a := range args[1:] {
