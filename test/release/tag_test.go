@@ -22,6 +22,10 @@ func gitRepo(t *testing.T, version string) string {
 		gitIn(t, dir, args...)
 	}
 	writeChart(t, dir, version)
+	changelog := "# Changelog\n\n## Unreleased\n\n- next\n\n## " + version + "\n\n- what it brings\n"
+	if err := os.WriteFile(filepath.Join(dir, "CHANGELOG.md"), []byte(changelog), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	gitIn(t, dir, "add", "-A")
 	gitIn(t, dir, "commit", "-q", "-m", "chart "+version)
 	return dir
@@ -77,6 +81,16 @@ func TestReleaseTagIsCutOnlyWhereItNamesTheChartsVersion(t *testing.T) {
 	}
 	if tags := gitIn(t, repo, "tag"); tags != "" {
 		t.Fatalf("refused tags made tags: %q", tags)
+	}
+
+	// A version the CHANGELOG says nothing of: Unreleased is no release's notes.
+	other := gitRepo(t, "v0.5.0")
+	if err := os.WriteFile(filepath.Join(other, "CHANGELOG.md"), []byte("# Changelog\n\n## Unreleased\n\n- next\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gitIn(t, other, "commit", "-q", "-a", "-m", "no section")
+	if out, err := tag(t, other, "v0.5.0"); err == nil || !strings.Contains(out, `CHANGELOG.md has no section "## v0.5.0"`) {
+		t.Errorf("a version without its CHANGELOG section: %v\n%s", err, out)
 	}
 
 	// Uncommitted changes: a tag names a commit.

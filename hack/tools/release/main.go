@@ -17,7 +17,7 @@
 //	                                   packaged chart: the release's image, pinned)
 //	install.sh                         deploy/install.sh, which installs the chart beside it
 //	LICENSE                            Apache-2.0
-//	RELEASE-NOTES.md                   the changes since the previous release tag
+//	RELEASE-NOTES.md                   CHANGELOG.md's section of the version, the commit count
 //	SHA256SUMS                         of every other file (sha256sum -c SHA256SUMS)
 //
 // The version is VERSION (default: git describe) made a semantic version (version.go): v0.3.0 on
@@ -383,7 +383,15 @@ func (r release) notes(stage string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(stage, "RELEASE-NOTES.md"), releaseNotes(r, prev, commits, images), 0o644)
+	changelog, err := os.ReadFile(filepath.Join(r.repo, "CHANGELOG.md"))
+	if err != nil {
+		return err
+	}
+	title, body, err := changelogSection(changelog, r.version)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(stage, "RELEASE-NOTES.md"), releaseNotes(r, prev, commits, images, title, body), 0o644)
 }
 
 // checksums writes SHA256SUMS over every file, as sha256sum writes it.

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"os/exec"
-	"regexp"
-	"slices"
 	"strings"
 )
 
@@ -35,24 +33,39 @@ func changes(repo, revision string) (prev string, commits []commit, err error) {
 	return prev, commits, nil
 }
 
-// The groups of the notes, in their order, and what puts a commit in each (the first that
-// matches; the rest are Changes). Subjects here begin with what they touch ("docs/sync-path:",
-// "User guide:", "test/kubeovn:") or the SPEC ids they serve ("N5, issue 21:").
-var groups = []struct {
-	title string
-	match *regexp.Regexp
-}{
-	{"Changes", nil},
-	{"Tests", regexp.MustCompile(`^(test/[^:]*|[^:]*\btests?|Test[A-Z][A-Za-z0-9_]*\b.*)(:|$)`)},
-	{"Documentation", regexp.MustCompile(`(?i)^(readme|user guide|docs?\b|benchmarks?\b)[^:]*:`)},
-	{"Maintenance", regexp.MustCompile(`(?i)^(gofmt|go mod|go vet|review|hygiene|back out|revert)\b`)},
-	{"Merges", regexp.MustCompile(`^Merge\b`)},
+// changelogSection is the section of CHANGELOG.md for version: "## <version>", or, for a version
+// that no section names (a build between releases), "## Unreleased". What an operator reads
+// about a release is written for them there, not derived from commit subjects.
+func changelogSection(changelog []byte, version string) (title, body string, err error) {
+	sections := map[string]string{}
+	var cur string
+	var b strings.Builder
+	flush := func() {
+		if cur != "" {
+			sections[cur] = strings.TrimSpace(b.String())
+		}
+		b.Reset()
+	}
+	for line := range strings.Lines(string(changelog)) {
+		if h, ok := strings.CutPrefix(line, "## "); ok {
+			flush()
+			cur = strings.TrimSpace(h)
+			continue
+		}
+		b.WriteString(line)
+	}
+	flush()
+	for _, title := range []string{version, "Unreleased"} {
+		if body, ok := sections[title]; ok && body != "" {
+			return title, body, nil
+		}
+	}
+	return "", "", fmt.Errorf("CHANGELOG.md has no section \"## %s\" (nor \"## Unreleased\"): write what the release brings there", version)
 }
 
-var specID = regexp.MustCompile(`\b[A-Z][0-9]{1,2}\b`)
-
-// releaseNotes are the notes' Markdown: what is released, and the changes grouped.
-func releaseNotes(r release, prev string, commits []commit, images map[string]imageSummary) []byte {
+// releaseNotes are the notes' Markdown: what is released, the CHANGELOG's section for it, and how
+// many commits it holds since the previous release.
+func releaseNotes(r release, prev string, commits []commit, images map[string]imageSummary, title, changelog string) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# vpcgw %s\n\n", r.version)
 	fmt.Fprintf(&b, "Built from commit %s (%s)", r.revision, r.epoch.Format("2006-01-02"))
@@ -69,48 +82,18 @@ func releaseNotes(r release, prev string, commits []commit, images map[string]im
 	fmt.Fprintf(&b, "- kubectl plugin: `kubectl-vpcgw_<os>_<arch>.tar.gz` for %s, krew manifest `%s`\n", strings.Join(defaultPlatforms, ", "), krewManifestName)
 	b.WriteString("- Plain manifests `vpcgw.yaml`, install script `install.sh`, `LICENSE` (Apache-2.0), `SHA256SUMS`\n\n")
 
+	heading := "What it brings"
+	if title == "Unreleased" {
+		heading = "What it brings (unreleased: a build between releases)"
+	}
+	fmt.Fprintf(&b, "## %s\n\n%s\n\n", heading, changelog)
 	if prev != "" {
-		fmt.Fprintf(&b, "## Changes since %s (%d commits)\n\n", prev, len(commits))
+		fmt.Fprintf(&b, "%d commits since %s (`git log %s..%s`).\n", len(commits), prev, prev, r.revision)
 	} else {
-		fmt.Fprintf(&b, "## Changes (%d commits: the first release)\n\n", len(commits))
-	}
-	byGroup := map[string][]commit{}
-	ids := map[string]bool{}
-	for _, c := range commits {
-		g := groups[0].title
-		for _, gr := range groups[1:] {
-			if gr.match.MatchString(c.subject) {
-				g = gr.title
-				break
-			}
-		}
-		byGroup[g] = append(byGroup[g], c)
-		for _, id := range specID.FindAllString(c.subject, -1) {
-			ids[id] = true
-		}
-	}
-	if len(ids) > 0 {
-		keys := make([]string, 0, len(ids))
-		for id := range ids {
-			keys = append(keys, id)
-		}
-		slices.Sort(keys)
-		fmt.Fprintf(&b, "Requirements named (SPEC ids): %s.\n\n", strings.Join(keys, ", "))
-	}
-	for _, g := range groups {
-		cs := byGroup[g.title]
-		if len(cs) == 0 {
-			continue
-		}
-		fmt.Fprintf(&b, "### %s\n\n", g.title)
-		for _, c := range cs {
-			fmt.Fprintf(&b, "- %s (%s)\n", c.subject, c.hash)
-		}
-		b.WriteString("\n")
+		fmt.Fprintf(&b, "%d commits: the first release (`git log %s`).\n", len(commits), r.revision)
 	}
 	return b.Bytes()
 }
-
 func git(repo string, args ...string) (string, error) {
 	var stderr bytes.Buffer
 	c := exec.Command("git", append([]string{"-C", repo}, args...)...)

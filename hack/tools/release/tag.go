@@ -16,7 +16,7 @@ const chartFile = "deploy/helm/vpcgw/Chart.yaml"
 
 // runTag cuts the release tag VERSION at HEAD (`make release TAG=v0.3.0`): the tag is what
 // `git describe` then gives, so the images, the chart's default image tag (its appVersion) and the
-// release all carry the one version. It refuses a VERSION that is not a release's (a v-prefixed
+// release all carry the one version. It refuses a version without its section in CHANGELOG.md, a VERSION that is not a release's (a v-prefixed
 // semantic version without build metadata, such as v0.3.0 or v0.3.0-rc.1), a tree with
 // uncommitted changes, a source chart whose version and appVersion are not VERSION's, and a tag
 // that exists on another commit. A tag already on HEAD is kept (the command can be run again).
@@ -42,6 +42,13 @@ func runTag(args []string) error {
 	}
 	if err := checkChartVersion(filepath.Join(*repo, chartFile), v); err != nil {
 		return fmt.Errorf("TAG %s: %w", v, err)
+	}
+	changelog, err := os.ReadFile(filepath.Join(*repo, "CHANGELOG.md"))
+	if err != nil {
+		return fmt.Errorf("TAG %s: %w", v, err)
+	}
+	if title, _, err := changelogSection(changelog, v); err != nil || title != v {
+		return fmt.Errorf("TAG %s: CHANGELOG.md has no section \"## %s\": say what the release brings there, commit, then tag", v, v)
 	}
 	head, err := git(*repo, "rev-parse", "HEAD")
 	if err != nil {
