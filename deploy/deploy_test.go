@@ -570,15 +570,20 @@ func TestChartRenders(t *testing.T) {
 		},
 	}, {
 		name: "metrics on the pod's loopback only",
-		args: []string{"--set", "controller.metricsSecure=false", "--set", "controller.metricsPort=9090"},
+		args: []string{"--set", "controller.metricsSecure=false", "--set", "controller.metricsPort=9090",
+			"--set", "webhook.metricsSecure=false", "--set", "webhook.metricsPort=9091"},
 		check: func(t *testing.T, m manifest) {
-			c := container(t, m.must(t, "Deployment", m.installNS(), "vpcgw-controller"), "controller")
-			wantFlags(t, args(t, c), map[string]string{"metrics-bind-address": "127.0.0.1:9090", "metrics-secure": "<absent>"})
-			if ports, _, _ := unstructured.NestedSlice(c, "ports"); strings.Contains(fmt.Sprint(ports), "metrics") {
-				t.Errorf("a metrics port is declared for loopback-only metrics: %v", ports)
+			for _, d := range []struct{ deployment, container, addr string }{
+				{"vpcgw-controller", "controller", "127.0.0.1:9090"}, {"vpcgw-webhook", "webhook", "127.0.0.1:9091"}} {
+				c := container(t, m.must(t, "Deployment", m.installNS(), d.deployment), d.container)
+				wantFlags(t, args(t, c), map[string]string{"metrics-bind-address": d.addr, "metrics-secure": "<absent>"})
+				if ports, _, _ := unstructured.NestedSlice(c, "ports"); strings.Contains(fmt.Sprint(ports), "metrics") {
+					t.Errorf("a metrics port is declared for loopback-only metrics of %s: %v", d.container, ports)
+				}
 			}
 			for _, o := range []struct{ kind, ns, name string }{{"Service", "kube-system", "vpcgw-controller-metrics"},
-				{"ClusterRole", "", "vpcgw-controller-metrics-auth"}, {"ClusterRole", "", "vpcgw-metrics-reader"}} {
+				{"ClusterRole", "", "vpcgw-controller-metrics-auth"}, {"ClusterRole", "", "vpcgw-metrics-reader"},
+				{"Service", "kube-system", "vpcgw-webhook-metrics"}, {"ClusterRole", "", "vpcgw-webhook-metrics-auth"}} {
 				if m.find(o.kind, o.ns, o.name) != nil {
 					t.Errorf("%s %s rendered for loopback-only metrics", o.kind, o.name)
 				}
@@ -625,8 +630,9 @@ func TestChartRenders(t *testing.T) {
 				t.Errorf("the policy must select the webhook's Pods only: %v", sel)
 			}
 			ingress, _, _ := unstructured.NestedSlice(np.Object, "spec", "ingress")
+			// The metrics port is open too: each scrape is authenticated and authorized by the API server.
 			if got := fmt.Sprint(ingress); len(ingress) != 2 ||
-				got != "[map[from:[map[ipBlock:map[cidr:192.0.2.10/32]]] ports:[map[port:9443 protocol:TCP]]] map[ports:[map[port:8081 protocol:TCP]]]]" {
+				got != "[map[from:[map[ipBlock:map[cidr:192.0.2.10/32]]] ports:[map[port:9443 protocol:TCP]]] map[ports:[map[port:8081 protocol:TCP] map[port:8443 protocol:TCP]]]]" {
 				t.Errorf("ingress %s", got)
 			}
 		},
@@ -765,8 +771,10 @@ func checkWebhook(t *testing.T, m manifest, mode string) {
 	ns := m.installNS()
 	user := "system:serviceaccount:" + ns + ":vpcgw-controller"
 	wantFlags(t, as, map[string]string{"controller-user": user, "port": "9443", "cert-dir": "/var/run/vpcgw/webhook-certs", "health-probe-bind-address": ":8081",
-		"kube-ovn-user": "system:serviceaccount:kube-system:ovn"})
+		"kube-ovn-user": "system:serviceaccount:kube-system:ovn", "metrics-bind-address": ":8443", "metrics-secure": "true"})
 	m.must(t, "Service", m.installNS(), "vpcgw-webhook")
+	m.must(t, "Service", m.installNS(), "vpcgw-webhook-metrics")
+	m.must(t, "PodDisruptionBudget", m.installNS(), "vpcgw-webhook")
 	wantRules(t, m.must(t, "ClusterRole", "", "vpcgw-webhook"), map[string][]string{
 		"/services": {"list", "watch"}, "kubeovn.io/iptables-eips": {"list", "watch"}, "kubeovn.io/iptables-dnat-rules": {"list", "watch"},
 		"vpcgw.io/servicerecords": {"list", "watch"}, "kubeovn.io/subnets": {"list", "watch"},

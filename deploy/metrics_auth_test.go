@@ -1,5 +1,5 @@
-// covers: N6, O3 (the controller's /metrics: HTTPS, each scrape authenticated and authorized by
-// the real API server with exactly the chart's RBAC)
+// covers: N6, O3 (the controller's and the webhook's /metrics: HTTPS, each scrape authenticated
+// and authorized by the real API server with exactly the chart's RBAC)
 package deploy
 
 import (
@@ -27,15 +27,20 @@ import (
 	"github.com/vpcgw/vpcgw/internal/controller"
 )
 
-// covers: N6
+// covers: N6, O3
+// The controller's and the webhook's /metrics, each served as the chart runs it (--metrics-secure)
+// as its own service account with exactly the chart's RBAC: anonymous, malformed and unauthorized
+// scrapes are refused, a service account of controller.metricsReaders reads the metrics, and plain
+// HTTP serves nothing.
 func TestMetricsNeedAuthorization(t *testing.T) {
 	helmBin(t)
 	needAPIServer(t)
 	ctx := context.Background()
 	const ns = "metrics-test"
 	createNamespace(t, ns)
-	// The chart's metrics RBAC, for real: the controller may review tokens and access; the service
-	// account "scraper" is bound to the reader ClusterRole through controller.metricsReaders.
+	// The chart's metrics RBAC, for real: the controller and the webhook may review tokens and
+	// access; the service account "scraper" is bound to the reader ClusterRole through
+	// controller.metricsReaders.
 	m := manifest(render(t, "--set", "controller.metricsReaders[0].name=scraper", "--set", "controller.metricsReaders[0].namespace="+ns))
 	var rbac []*unstructured.Unstructured
 	for _, o := range m {
@@ -43,8 +48,8 @@ func TestMetricsNeedAuthorization(t *testing.T) {
 			rbac = append(rbac, o)
 		}
 	}
-	if len(rbac) != 4 {
-		t.Fatalf("metrics RBAC objects %d, want 2 ClusterRoles and 2 ClusterRoleBindings: %v", len(rbac), m.names())
+	if len(rbac) != 6 {
+		t.Fatalf("metrics RBAC objects %d, want 3 ClusterRoles and 3 ClusterRoleBindings (the controller's and the webhook's reviews, the reader): %v", len(rbac), m.names())
 	}
 	apply(t, rbac, false)
 
@@ -60,9 +65,23 @@ func TestMetricsNeedAuthorization(t *testing.T) {
 		return tr.Status.Token
 	}
 	reader, other := token("scraper"), token("someone")
+	for _, part := range []struct{ name, user, body string }{
+		// The controller's own metrics; the webhook's process registers controller-runtime's.
+		{"controller", controllerUser, "vpcgw_full_plans_total"},
+		{"webhook", "system:serviceaccount:kube-system:vpcgw-webhook", ""},
+	} {
+		t.Run(part.name, func(t *testing.T) {
+			addr := serveMetricsAs(t, part.user)
+			checkScrapes(t, addr, reader, other, part.body)
+		})
+	}
+}
 
-	// The metrics server as the controller runs it, as the controller's service account: the
-	// reviews it makes are allowed by the chart's RBAC alone.
+// serveMetricsAs runs the metrics server as the chart's processes run it (metricsserve.Options,
+// HTTPS, each scrape reviewed) in a manager that authenticates as user, and returns its address:
+// the reviews it makes are allowed by the chart's RBAC alone.
+func serveMetricsAs(t *testing.T, user string) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	must(t, err)
 	addr := l.Addr().String()
@@ -70,42 +89,50 @@ func TestMetricsNeedAuthorization(t *testing.T) {
 	opts, err := controller.MetricsServerOptions(addr, true, "")
 	must(t, err)
 	as := rest.CopyConfig(cfg)
-	as.Impersonate = rest.ImpersonationConfig{UserName: controllerUser, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}}
+	as.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}}
 	scheme, err := controller.Scheme()
 	must(t, err)
 	mgr, err := ctrl.NewManager(as, ctrl.Options{Scheme: scheme, Metrics: opts, HealthProbeBindAddress: "0", Logger: zap.New(zap.WriteTo(io.Discard))})
 	must(t, err)
-	runCtx, stop := context.WithCancel(ctx)
+	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(runCtx) }()
-	defer func() {
+	t.Cleanup(func() {
 		stop()
 		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 			t.Errorf("manager: %v", err)
 		}
-	}()
+	})
+	eventually(t, "the secure metrics server answers", func() bool { _, _, err := scrape(addr, ""); return err == nil })
+	return addr
+}
 
+// scrape is what the chart's ServiceMonitors do: GET /metrics over HTTPS with a bearer token (none
+// when empty), the self-signed certificate unverified.
+func scrape(addr, bearer string) (int, string, error) {
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // self-signed serving certificate; authentication is what is under test
 	}}
-	scrape := func(bearer string) (int, string, error) {
-		req, err := http.NewRequest(http.MethodGet, "https://"+addr+"/metrics", nil)
-		if err != nil {
-			return 0, "", err
-		}
-		if bearer != "" {
-			req.Header.Set("Authorization", "Bearer "+bearer)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, "", err
-		}
-		defer func() { _ = resp.Body.Close() }() // read to the end (or failed) already
-		b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-		return resp.StatusCode, string(b), err
+	req, err := http.NewRequest(http.MethodGet, "https://"+addr+"/metrics", nil)
+	if err != nil {
+		return 0, "", err
 	}
-	eventually(t, "the secure metrics server answers", func() bool { _, _, err := scrape(""); return err == nil })
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer func() { _ = resp.Body.Close() }() // read to the end (or failed) already
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	return resp.StatusCode, string(b), err
+}
 
+// checkScrapes: only the reader's token reads the metrics at addr (with body in them, when given),
+// and plain HTTP serves none.
+func checkScrapes(t *testing.T, addr, reader, other, body string) {
+	t.Helper()
 	for _, tc := range []struct {
 		who, token string
 		want       []int
@@ -117,16 +144,15 @@ func TestMetricsNeedAuthorization(t *testing.T) {
 		{"a service account without the reader role", other, []int{http.StatusForbidden}},
 		{"the reader", reader, []int{http.StatusOK}},
 	} {
-		code, body, err := scrape(tc.token)
+		code, got, err := scrape(addr, tc.token)
 		if err != nil || !slices.Contains(tc.want, code) {
-			t.Errorf("scrape as %s: %d %v (%.200s), want %d", tc.who, code, err, body, tc.want)
+			t.Errorf("scrape as %s: %d %v (%.200s), want %d", tc.who, code, err, got, tc.want)
 			continue
 		}
-		// What the chart's ServiceMonitor scrapes (bearer token, the self-signed certificate unverified).
-		if code == http.StatusOK && (!strings.Contains(body, "vpcgw_full_plans_total") || !strings.Contains(body, "vpcgw_build_info{")) {
-			t.Errorf("the reader's scrape has no vpcgw metrics: %.300s", body)
+		if code == http.StatusOK && (!strings.Contains(got, body) || !strings.Contains(got, "# TYPE ")) {
+			t.Errorf("the reader's scrape has no metrics (want %q): %.300s", body, got)
 		}
-		if code != http.StatusOK && strings.Contains(body, "vpcgw_") {
+		if code != http.StatusOK && strings.Contains(got, "# TYPE ") {
 			t.Errorf("scrape as %s (%d) revealed metrics", tc.who, code)
 		}
 	}
@@ -134,7 +160,7 @@ func TestMetricsNeedAuthorization(t *testing.T) {
 	if resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + addr + "/metrics"); err == nil {
 		b, _ := io.ReadAll(resp.Body)
 		_ = resp.Body.Close() // read to the end already
-		if strings.Contains(string(b), "vpcgw_") {
+		if strings.Contains(string(b), "# TYPE ") {
 			t.Errorf("plain HTTP scrape served metrics")
 		}
 	}

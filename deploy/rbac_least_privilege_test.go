@@ -94,6 +94,10 @@ var leastPrivilege = map[string]map[grant]string{
 		"authentication.k8s.io/tokenreviews create":        "metrics filters: TokenReview of a scrape (SPEC N6)",
 		"authorization.k8s.io/subjectaccessreviews create": "metrics filters: SubjectAccessReview of a scrape (SPEC N6)",
 	},
+	"ClusterRole webhook-metrics-auth": {
+		"authentication.k8s.io/tokenreviews create":        "webhook metrics filters: TokenReview of a scrape (SPEC N6)",
+		"authorization.k8s.io/subjectaccessreviews create": "webhook metrics filters: SubjectAccessReview of a scrape (SPEC N6)",
+	},
 	"ClusterRole metrics-reader": {
 		"url:/metrics get": "what a scraper needs, nothing more",
 	},
@@ -163,7 +167,7 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		{"defaults", nil, []string{"kube-system"}, []string{"kube-system"}},
 		{"leader election, a kube-ovn master gateway namespace", []string{"--set", "controller.replicas=2", "--set", "extraGatewayNamespaces={gw-a,kube-system}"}, []string{"kube-system", "gw-a"}, []string{"kube-system"}},
 		{"kube-ovn in its own namespace, the seed's ledger", []string{"--set", "kubeOvn.namespace=kube-ovn", "--set", "ledger=iptables-dnat-rule", "--set", "controller.leaderElect=true"}, []string{"kube-ovn"}, []string{"kube-system"}},
-		{"metrics on loopback, cert-manager", []string{"--set", "controller.metricsSecure=false", "--set", "webhook.certManager.enabled=true"}, []string{"kube-system"}, []string{"kube-system"}},
+		{"metrics on loopback, cert-manager", []string{"--set", "controller.metricsSecure=false", "--set", "webhook.metricsSecure=false", "--set", "webhook.certManager.enabled=true"}, []string{"kube-system"}, []string{"kube-system"}},
 		{"metrics readers", []string{"--set", "controller.metricsReaders[0].name=prom", "--set", "controller.metricsReaders[0].namespace=monitoring"}, []string{"kube-system"}, []string{"kube-system", "monitoring"}},
 		{"local transport", []string{"--set", "transport=local"}, nil, []string{"kube-system"}},
 		{"status readers: everyone authenticated", []string{"--set", "controller.statusReaders={system:authenticated}"}, []string{"kube-system"}, []string{"kube-system"}},

@@ -59,6 +59,11 @@ type env struct {
 	cancel     context.CancelFunc
 	done       chan error
 	healthAddr string
+	// metricsAddr serves /metrics as the chart runs the webhook: HTTPS, each scrape reviewed by
+	// the API server (--metrics-secure).
+	metricsAddr string
+	// cfg is envtest's admin configuration.
+	cfg *rest.Config
 	// admin is envtest's system:masters user; alice is another system:masters user (not the
 	// controller); ctrl authenticates as the controller's service account user name.
 	admin, alice, ctrl client.Client
@@ -153,6 +158,12 @@ func newEnv(assets, kubeOVN string) (*env, error) {
 		return fail(err)
 	}
 	e.healthAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(healthPort))
+	metricsPort, err := freePort()
+	if err != nil {
+		return fail(err)
+	}
+	e.metricsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(metricsPort))
+	e.cfg = cfg
 	wio := &te.WebhookInstallOptions
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
@@ -161,6 +172,7 @@ func newEnv(assets, kubeOVN string) (*env, error) {
 	e.mgr, err = webhook.NewManager(ctx, mgrCfg, webhook.Options{
 		Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir,
 		ControllerUser: controllerUser, KubeOVNUser: webhook.DefaultKubeOVNUser, HealthAddr: e.healthAddr,
+		MetricsAddr: e.metricsAddr, MetricsSecure: true,
 	}, testLogger())
 	if err != nil {
 		cancel()

@@ -19,12 +19,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	kubeovnv1 "github.com/vpcgw/vpcgw/api/kubeovn/v1"
 	vpcgwv1alpha1 "github.com/vpcgw/vpcgw/api/vpcgw/v1alpha1"
 	"github.com/vpcgw/vpcgw/internal/cli"
+	"github.com/vpcgw/vpcgw/internal/controller/metricsserve"
 	"github.com/vpcgw/vpcgw/internal/model"
 	"github.com/vpcgw/vpcgw/internal/scheme"
 )
@@ -51,6 +51,11 @@ type Options struct {
 	// HealthAddr and MetricsAddr are listen addresses; "0" or "" turns the server off.
 	HealthAddr  string
 	MetricsAddr string
+	// MetricsSecure and MetricsCertDir serve /metrics as the controller does (metricsserve.Options,
+	// SPEC N6): HTTPS, each scrape authenticated and authorized by the API server; without
+	// MetricsSecure, MetricsAddr must be a loopback address.
+	MetricsSecure  bool
+	MetricsCertDir string
 	// MaxPortsPerService is the controller's --max-ports-per-service (0: the model's default).
 	MaxPortsPerService int
 	// ClientCAName, when set, names a CA bundle file in CertDir: the server then requires a client
@@ -74,6 +79,10 @@ func NewManager(ctx context.Context, cfg *rest.Config, opts Options, log logr.Lo
 	if opts.ControllerUser == "" {
 		return nil, errors.New("the controller's user name is required (--controller-user): without it nobody could write Service records")
 	}
+	metrics, err := metricsserve.Options(opts.MetricsAddr, opts.MetricsSecure, opts.MetricsCertDir)
+	if err != nil {
+		return nil, fmt.Errorf("webhook metrics: %w", err)
+	}
 	sch, err := scheme.New()
 	if err != nil {
 		return nil, fmt.Errorf("building scheme: %w", err)
@@ -84,7 +93,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, opts Options, log logr.Lo
 		Logger:                 log,
 		Cache:                  CacheOptions(),
 		WebhookServer:          srv,
-		Metrics:                metricsserver.Options{BindAddress: orOff(opts.MetricsAddr)},
+		Metrics:                metrics,
 		HealthProbeBindAddress: orOff(opts.HealthAddr),
 	})
 	if err != nil {
@@ -176,7 +185,11 @@ func Main(ctx context.Context, args []string) error {
 	fs.StringVar(&opts.ClientCAName, "client-ca-name", "",
 		"file in --cert-dir with the CA bundle of the API server's client certificate: when set, every caller must present a certificate it signs (SPEC N8); empty: any caller")
 	fs.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", `health probe listen address ("0" turns it off)`)
-	fs.StringVar(&opts.MetricsAddr, "metrics-bind-address", "0", `metrics listen address ("0" turns it off)`)
+	fs.StringVar(&opts.MetricsAddr, "metrics-bind-address", "0",
+		`metrics listen address ("0" turns it off); without --metrics-secure a loopback address only`)
+	fs.BoolVar(&opts.MetricsSecure, "metrics-secure", false,
+		"serve metrics over HTTPS, each request authenticated and authorized by the API server (get on /metrics); required on a non-loopback address")
+	fs.StringVar(&opts.MetricsCertDir, "metrics-cert-dir", "", "directory with tls.crt and tls.key for --metrics-secure (reloaded when they change; empty: a self-signed certificate)")
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: in-cluster or $KUBECONFIG)")
 	var logging cli.Logging
 	logging.Register(fs)

@@ -1,5 +1,6 @@
-// Package metricsserve says how the controller serves /metrics (SPEC N6) and describes the
-// metrics it serves (SPEC O3), so that docs, alerts and the dashboard can be checked against them.
+// Package metricsserve says how the controller and the webhook serve /metrics (SPEC N6) and
+// describes the metrics the controller serves (SPEC O3), so that docs, alerts and the dashboard can
+// be checked against them.
 package metricsserve
 
 import (

@@ -333,3 +333,38 @@ controller does).
 - {{ . | quote }}
 {{- end }}
 {{- end }}
+
+{{/*
+vpcgw.availabilityAlerts renders the two alerts on one part's scrape job (a dict: name as in the
+alert's name, what as in the text, job, ns, release, base the runbook base URL, kinds what to list
+beside its pods, impact and next sentences): Vpcgw<name>Down, a replica Prometheus has not scraped
+for 5 minutes (up == 0; a warning, others may answer), and Vpcgw<name>Absent, no replica up at all
+(absent of any up == 1: the targets are gone, or every one is down; critical).
+*/}}
+{{- define "vpcgw.availabilityAlerts" -}}
+{{- $sel := printf "{job=%q, namespace=%q}" .job .ns -}}
+{{- $list := printf "kubectl -n %s get %s -l app.kubernetes.io/instance=%s,app.kubernetes.io/component=%s" .ns .kinds .release .what -}}
+{{- $deployment := trimSuffix "-metrics" .job -}}
+- alert: Vpcgw{{ .name }}Down
+  expr: |-
+    up{{ $sel }} == 0
+  for: 5m
+  labels:
+    severity: warning
+  annotations:
+    summary: {{ printf "%q" (printf "vpcgw's %s pod {{ $labels.pod }} is down" .what) }}
+    description: {{ printf "%q" (printf "Prometheus has failed to scrape the %s's /metrics on pod {{ $labels.pod }} for 5 minutes: the pod does not run (crashes, restarts) or refuses the scrape (the Prometheus' service account is not bound to the metrics reader role). When no other replica answers, Vpcgw%sAbsent fires too." .what .name) }}
+    runbook: {{ printf "%q" (printf "%s; kubectl -n %s describe pod {{ $labels.pod }} (events, restarts); kubectl -n %s logs {{ $labels.pod }} --previous; %s" $list .ns .ns .next) }}
+    runbook_url: {{ printf "%s#vpcgw%sdown" .base .what | quote }}
+- alert: Vpcgw{{ .name }}Absent
+  expr: |-
+    absent(up{{ $sel }} == 1)
+  for: 5m
+  labels:
+    severity: critical
+  annotations:
+    summary: {{ printf "%q" (printf "no vpcgw %s is up" .what) }}
+    description: {{ printf "%q" (printf "For 5 minutes no pod of Deployment %s/%s has answered Prometheus' scrape (job %s): none runs, or every one fails. %s" .ns $deployment .job .impact) }}
+    runbook: {{ printf "%q" (printf "%s; kubectl -n %s describe deployment %s (replicas, conditions, events); %s" $list .ns $deployment .next) }}
+    runbook_url: {{ printf "%s#vpcgw%sabsent" .base .what | quote }}
+{{- end -}}
