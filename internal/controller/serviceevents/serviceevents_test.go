@@ -78,7 +78,7 @@ type recorded struct{ typ, reason, action, note string }
 // recorder keeps what it is given, with the action (events.FakeRecorder drops it).
 type recorder struct{ got []recorded }
 
-func (r *recorder) Eventf(_ runtime.Object, _ runtime.Object, eventtype, reason, action, note string, args ...interface{}) {
+func (r *recorder) Eventf(_ runtime.Object, _ runtime.Object, eventtype, reason, action, note string, args ...any) {
 	r.got = append(r.got, recorded{eventtype, reason, action, fmt.Sprintf(note, args...)})
 }
 
