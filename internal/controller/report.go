@@ -16,8 +16,8 @@ import (
 func (r *GatewayReconciler) report(p *pass) (reconcile.Result, error) {
 	for _, sp := range p.mine {
 		r.events.Plan(sp)
+		r.events.Serving(sp, p.prog.outcomeOf(sp.Key), !p.writes.failed[sp])
 	}
-	r.tellServing(p)
 	gp := p.gateway
 	if gp == nil {
 		r.noteGone(p.key)
@@ -93,27 +93,5 @@ func (r *GatewayReconciler) reportProgrammed(p *pass) {
 		r.events.Emit(k, h.uid, model.Event{Type: corev1.EventTypeWarning, Reason: model.ReasonQuarantined, Message: fmt.Sprintf(
 			"gateway %s refused this Service's change (%s): it is quarantined, the gateway keeps serving what it served for it before and the gateway's other Services are programmed; change the Service to try again (it is tried again every %s)",
 			p.key, h.reason, model.QuarantineRetry)})
-	}
-}
-
-// tellServing gives the pass's Services their Normal ReasonServed event when this pass is what
-// serves them: the gateway acknowledged their state and their writes (the ingress, the records)
-// succeeded; and notes the problems after which they are told again (model.Serving). Only the
-// Services this pass planned are looked at: a partial pass costs no more than it did.
-func (r *GatewayReconciler) tellServing(p *pass) {
-	for _, sp := range p.mine {
-		switch s := sp.Serving(p.prog.outcomeOf(sp.Key)); {
-		case s == model.ServingInterrupted:
-			r.events.Owe(sp.UID)
-		case s == model.ServingQuiet:
-		case p.writes.failed[sp]:
-			// Told once the writes that show it succeed; a write that failed after the ingress
-			// did leaves the API showing it served, so it is owed.
-			if s == model.ServingNewly {
-				r.events.Owe(sp.UID)
-			}
-		default:
-			r.events.Served(sp, s == model.ServingNewly)
-		}
 	}
 }

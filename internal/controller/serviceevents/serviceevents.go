@@ -28,7 +28,7 @@ type Once struct {
 // service is what is remembered of one Service's events.
 type service struct {
 	last map[string]string // reason -> note
-	// owed: a problem was told since the last ReasonServed event (Owe).
+	// owed: a problem was told since the last ReasonServed event (Serving).
 	owed bool
 	// served counts the ReasonServed events given: each starts a new episode, whose events are
 	// new series (Action), so that a cause that comes back after it is shown at once.
@@ -74,21 +74,35 @@ func (o *Once) record(key types.NamespacedName, uid types.UID, ev model.Event, e
 	o.Recorder.Eventf(ref, nil, ev.Type, ev.Reason, episodeAction(ev.Message, episode), "%s", ev.Message)
 }
 
-// Owe notes that Service uid was told of a problem (model.ServingInterrupted), or became served
-// in a sync whose writes did not all succeed: its next ReasonServed event is given, whatever the
-// last one said.
-func (o *Once) Owe(uid types.UID) {
+// Serving tells Service sp, planned by a sync whose programming ended as outcome, that it is
+// served (ReasonServed) when that sync is what serves it (model.ServicePlan.Serving) and its
+// writes (the ingress, the records) succeeded; it notes the problems after which it is told
+// again. Only the Services a sync planned are looked at: a partial sync costs no more than it did.
+func (o *Once) Serving(sp *model.ServicePlan, outcome model.Outcome, written bool) {
+	switch s := sp.Serving(outcome); {
+	// Newly served with a write failed: told once the writes succeed, even if those before the
+	// failure already show it served.
+	case s == model.ServingInterrupted, s == model.ServingNewly && !written:
+		o.owe(sp.UID)
+	case s == model.ServingQuiet, !written:
+	default:
+		o.served(sp, s == model.ServingNewly)
+	}
+}
+
+// owe notes that Service uid's next ReasonServed event is given, whatever the last one said.
+func (o *Once) owe(uid types.UID) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.of(uid).owed = true
 }
 
-// Served gives Service sp its ReasonServed event (model.ServicePlan.ServedEvent) when that is
+// served gives Service sp its ReasonServed event (model.ServicePlan.ServedEvent) when that is
 // news: owed, or newly served (the API did not show it served before this sync) with another
 // note than the last. Once given, nothing is owed, and the problems (model.ServingProblems) sp's
 // plan no longer carries are forgotten, so that one that comes back is told again rather than
 // hidden behind the Normal event.
-func (o *Once) Served(sp *model.ServicePlan, newly bool) {
+func (o *Once) served(sp *model.ServicePlan, newly bool) {
 	ev := sp.ServedEvent()
 	o.mu.Lock()
 	s := o.of(sp.UID)
