@@ -18,16 +18,16 @@ import (
 type Serving int
 
 const (
-	// ServingQuiet: nothing to tell. The Service is not served, or programming did not confirm
+	// ServingQuiet is nothing to tell: the Service is not served, or programming did not confirm
 	// it (no instance, the gateway gone), and no Warning says it was interrupted.
 	ServingQuiet Serving = iota
-	// ServingShown: served, as the API showed before this sync. Told only when a problem was
+	// ServingShown is served, as the API showed before this sync. Told only when a problem was
 	// told since the last ReasonServed event.
 	ServingShown
-	// ServingNewly: served, and this sync's writes are what show it (the ingress published, or
+	// ServingNewly is served, and this sync's writes are what show it (the ingress published, or
 	// the records confirmed): told once they succeeded.
 	ServingNewly
-	// ServingInterrupted: a Warning tells that the Service, or a part of it, is not served, or
+	// ServingInterrupted is a Warning telling that the Service, or a part of it, is not served, or
 	// that its change was not programmed (failed, quarantined): the next ReasonServed is owed.
 	ServingInterrupted
 )
