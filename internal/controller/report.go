@@ -11,11 +11,13 @@ import (
 )
 
 // report turns what a pass's phases found into what the controller tells: the plan's events,
-// the gateway's metrics and published status, the quarantine and programming failure events,
-// the VIP route check, OnSynced, and the pass's result. It writes nothing to the API but events.
+// the Services now served, the gateway's metrics and published status, the quarantine and
+// programming failure events, the VIP route check, OnSynced, and the pass's result. It writes
+// nothing to the API but events.
 func (r *GatewayReconciler) report(p *pass) (reconcile.Result, error) {
 	for _, sp := range p.mine {
 		r.events.Plan(sp)
+		r.events.Serving(sp, p.prog.outcomeOf(sp.Key), !p.writes.failed[sp])
 	}
 	gp := p.gateway
 	if gp == nil {

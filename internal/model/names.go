@@ -124,6 +124,10 @@ const (
 	// ReasonVIPRouted (Normal): that is over.
 	ReasonVIPNotRouted = "NftableLbSvcVIPNotRouted"
 	ReasonVIPRouted    = "NftableLbSvcVIPRouted"
+	// ReasonServed (Normal): the gateway now serves the Service, at the addresses and ports the
+	// message names; given when it becomes served and when it is served again after a problem
+	// (ServicePlan.Serving).
+	ReasonServed = "NftableLbSvcServed"
 	// ReasonNotAGatewayInstance (Warning, on a Pod): the Pod carries a gateway's labels in its
 	// namespace, but kube-ovn's workload did not make it, so it is not an instance (SPEC N5).
 	ReasonNotAGatewayInstance = "NftableLbSvcNotAGatewayInstance"
