@@ -965,7 +965,7 @@ func TestPlainManifestsUpToDate(t *testing.T) {
 func TestRBACJustified(t *testing.T) {
 	verbsRe := regexp.MustCompile(`^\s*verbs:\s*\[(.*)\]`)
 	justRe := regexp.MustCompile(`^\s*#\s*([a-z]+(?:,\s*[a-z]+)*):`)
-	for _, f := range []string{"rbac-controller.yaml", "webhook.yaml"} {
+	for _, f := range []string{"rbac-controller.yaml", "rbac-view.yaml", "webhook.yaml"} {
 		data, err := os.ReadFile(filepath.Join(chartDir, "templates", f))
 		if err != nil {
 			t.Fatal(err)
