@@ -60,8 +60,8 @@ func eventTime(ev *corev1.Event) time.Time {
 	return t
 }
 
-// RulesUnknown: the controller's rules cannot be applied, because no running controller
-// published its gates or the user may not read what the rules read.
+// RulesUnknown reports whether the controller's rules cannot be applied: no running controller
+// published its gates, or the user may not read what the rules read.
 func (v *View) RulesUnknown() bool { return !v.Controller.Running || len(v.Read.Unknown) > 0 }
 
 // Unknown is what the plugin could not read for the rules, each with what is missing.

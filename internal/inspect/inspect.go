@@ -236,12 +236,12 @@ func (rd *Read) listKubeOVN(ctx context.Context, c client.Reader) error {
 	return nil
 }
 
-// GatewaysUnknown: the user may not list VpcNatGateways.
+// GatewaysUnknown reports whether the user may not list VpcNatGateways.
 func (rd *Read) GatewaysUnknown() bool {
 	return slices.Contains(rd.Unknown, "list vpc-nat-gateways.kubeovn.io")
 }
 
-// EIPsUnknown: the user may not list IptablesEIPs.
+// EIPsUnknown reports whether the user may not list IptablesEIPs.
 func (rd *Read) EIPsUnknown() bool {
 	return slices.Contains(rd.Unknown, "list iptables-eips.kubeovn.io")
 }
