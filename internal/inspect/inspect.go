@@ -3,7 +3,10 @@
 // and routes hold (SPEC O2). The rules are the controller's: internal/model.Compute on a snapshot
 // read through the API, with the gates the running controller publishes (internal/status). What
 // each gateway's plan reads, the model says: the snapshot is read through the model's Reader
-// (model.ReadScope over the lists read once), as the controller reads its cache.
+// (model.ReadScope over the lists read once), as the controller reads its cache. When the rules
+// cannot be applied (no running controller's status, or a read they need is refused), nothing is
+// assumed: a Service is shown as far as what the user may read of it tells (evidence.go), else
+// as Unknown, and what is missing is said.
 package inspect
 
 import (
