@@ -417,8 +417,8 @@ func TestChartRenders(t *testing.T) {
 			}
 			// Leader election is on with one replica too: the uninstall's release Job takes the
 			// Lease so that the running controller stands by (SPEC O4).
-			if m.count("Role") != 4 || m.find("Role", m.installNS(), "vpcgw-controller-leader-election") == nil {
-				t.Errorf("four Roles expected (pods/exec, kube-ovn's ConfigMap, the status ConfigMap, leader election; no readers by default): %v", m.names())
+			if m.count("Role") != 5 || m.find("Role", m.installNS(), "vpcgw-controller-leader-election") == nil {
+				t.Errorf("five Roles expected (pods/exec, kube-ovn's ConfigMap, the status ConfigMap, its reader (bound to nobody by default), leader election): %v", m.names())
 			}
 			if _, err := renderErr(t, "--set", "controller.leaderElect=false"); err == nil || !strings.Contains(err.Error(), "release.enabled needs leader election") {
 				t.Errorf("controller.leaderElect=false with the release hook: %v, want the render refused", err)
@@ -973,7 +973,7 @@ func TestPlainManifestsUpToDate(t *testing.T) {
 func TestRBACJustified(t *testing.T) {
 	verbsRe := regexp.MustCompile(`^\s*verbs:\s*\[(.*)\]`)
 	justRe := regexp.MustCompile(`^\s*#\s*([a-z]+(?:,\s*[a-z]+)*):`)
-	for _, f := range []string{"rbac-controller.yaml", "webhook.yaml"} {
+	for _, f := range []string{"rbac-controller.yaml", "rbac-view.yaml", "webhook.yaml"} {
 		data, err := os.ReadFile(filepath.Join(chartDir, "templates", f))
 		if err != nil {
 			t.Fatal(err)

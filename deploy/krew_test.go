@@ -56,7 +56,7 @@ type krewPlugin struct {
 // whose sha256 is the archive's, with no placeholder left; the same inputs give the same archive.
 // A VERSION that is no semantic version (an untagged repository's describe) gets one, as krew
 // requires.
-// covers: O2, O6
+// covers: O2, O4, O6
 func TestKrewManifest(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		testutil.Skip(t, "the go command is not on the PATH")
@@ -106,6 +106,18 @@ func TestKrewManifest(t *testing.T) {
 	if m.APIVersion != "krew.googlecontainertools.github.com/v1alpha2" || m.Kind != "Plugin" || m.Metadata.Name != "vpcgw" || m.Spec.Version != "v0.0.0-krewtest" ||
 		m.Spec.ShortDescription == "" || m.Spec.Homepage == "" || !strings.Contains(m.Spec.Description, "kubectl vpcgw explain svc/<name>") {
 		t.Errorf("manifest %+v", m)
+	}
+	// The caveats say what the chart really grants (SPEC O2, O4): the controller's namespace, who
+	// may read its status, the viewer roles.
+	for _, w := range []string{"vpcgw-system unless --controller-namespace", "controller.statusReaders", "vpcgw-status-reader", "vpcgw-view", "vpcgw-tenant-view", "exit code 4"} {
+		if !strings.Contains(m.Spec.Caveats, w) {
+			t.Errorf("caveats lack %q:\n%s", w, m.Spec.Caveats)
+		}
+	}
+	for _, w := range []string{"kube-system", "every authenticated user"} {
+		if strings.Contains(m.Spec.Caveats, w) {
+			t.Errorf("caveats say %q, which the chart does not do:\n%s", w, m.Spec.Caveats)
+		}
 	}
 	if len(m.Spec.Platforms) != 1 {
 		t.Fatalf("platforms %+v, want linux/amd64 only", m.Spec.Platforms)

@@ -23,7 +23,7 @@ func notes(t *testing.T, kubeconfig string, args ...string) string {
 // covers: O4
 // TestChartNotes: after install the chart says what is served and what is not with the values
 // given (each gate, VIP routes, webhook, ledger) and the next commands: binding the namespace to
-// the Vpc and `kubectl vpcgw explain`.
+// the Vpc, `kubectl vpcgw explain`, and binding the plugin's viewer roles (viewRoles.create).
 func TestChartNotes(t *testing.T) {
 	helmBin(t)
 	// helm template prints no NOTES, hence helm install --dry-run, which needs a cluster.
@@ -53,13 +53,15 @@ func TestChartNotes(t *testing.T) {
 			// Not vpcgw's own namespace, where the plugin looks by default: it must be told.
 			"kubectl vpcgw explain svc/<service> -n <namespace> --controller-namespace kube-system\n",
 			"controller.statusReaders grants it",
+			"3. Let users run kubectl vpcgw: bind ClusterRole vpcgw-view cluster-wide (operators), or\n   vpcgw-tenant-view in a tenant's namespace",
+			"kubectl create rolebinding vpcgw-tenant-view -n <namespace> --clusterrole=vpcgw-tenant-view --group=<tenant group>",
 		},
 		not: []string{"Nothing is served"},
 	}, {
 		name: "both gates, VIP routes, no webhook, the seed's ledger, its own namespace",
 		args: []string{"--namespace", "vpcgw-system", "--set", "features.enableGwNftableServiceClusterIp=true", "--set", "enableLb=false",
 			"--set", "ovn.nbAddr=tcp:10.96.0.10:6641", "--set", "webhook.enabled=false", "--set", "ledger=iptables-dnat-rule",
-			"--set", "controller.statusReaders={system:authenticated}"},
+			"--set", "controller.statusReaders={system:authenticated}", "--set", "viewRoles.create=false"},
 		want: []string{
 			"runs in namespace vpcgw-system.", "- LoadBalancer Services: served.",
 			"- ClusterIPs: held and served by the gateway inside the VPC",
@@ -68,7 +70,7 @@ func TestChartNotes(t *testing.T) {
 			"- Ledger: IptablesDnatRules labelled ovn.kubernetes.io/nftable-lb-svc-record=true",
 			"kubectl vpcgw explain svc/<service> -n <namespace>\n",
 		},
-		not: []string{"NOT", "Nothing is served", "statusReaders", "--controller-namespace"},
+		not: []string{"NOT", "Nothing is served", "statusReaders", "--controller-namespace", "Let users run kubectl vpcgw"},
 	}, {
 		name: "LoadBalancer gate off",
 		args: []string{"--set", "features.enableGwNftableLoadbalancerService=false", "--set", "ovn.nbAddr=tcp:10.96.0.10:6641"},

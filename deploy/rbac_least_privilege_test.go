@@ -90,6 +90,45 @@ var leastPrivilege = map[string]map[grant]string{
 		"/events create":                    "the leader election event",
 		"/events patch":                     "the leader election event series",
 	},
+	// The roles of kubectl vpcgw's users (rbac-view.yaml): reads only (TestViewRolesReadOnly).
+	"ClusterRole view": {
+		"/services get":                        "explain's get of the Service (cmd/kubectl-vpcgw)",
+		"/services list":                       "inspect.go:listWorkloads",
+		"/pods get":                            "read access as kubectl's to the backends the plugin names",
+		"/pods list":                           "inspect.go:listWorkloads (backends), listGatewayPods",
+		"/events get":                          "read access as kubectl's to the events the plugin names",
+		"/events list":                         "inspect.go:listEvents (the controller's events on Services, SPEC T3)",
+		"/namespaces list":                     "completion.go:completeNamespaces (-n)",
+		"discovery.k8s.io/endpointslices get":  "read access as kubectl's to the slices the plugin reads",
+		"discovery.k8s.io/endpointslices list": "inspect.go:listWorkloads",
+		"apps/statefulsets get":                "read access as kubectl's to the gateways' StatefulSets",
+		"apps/statefulsets list":               "inspect.go:listGatewayStatefulSets (SPEC N5)",
+		"kubeovn.io/vpc-nat-gateways get":      "read access as kubectl's (kubectl get vpc-nat-gateways)",
+		"kubeovn.io/vpc-nat-gateways list":     "inspect.go:listKubeOVN, completion of gw/",
+		"kubeovn.io/iptables-eips get":         "read access as kubectl's",
+		"kubeovn.io/iptables-eips list":        "inspect.go:listKubeOVN",
+		"kubeovn.io/subnets get":               "read access as kubectl's",
+		"kubeovn.io/subnets list":              "inspect.go:listKubeOVN",
+		"kubeovn.io/vpcs get":                  "read access as kubectl's",
+		"kubeovn.io/vpcs list":                 "inspect.go:listKubeOVN",
+		"kubeovn.io/ips get":                   "read access as kubectl's",
+		"kubeovn.io/ips list":                  "inspect.go:listAddresses (SPEC N2)",
+		"kubeovn.io/iptables-dnat-rules get":   "read access as kubectl's",
+		"kubeovn.io/iptables-dnat-rules list":  "inspect.go:listRecords (ledger iptables-dnat-rule)",
+		"vpcgw.io/servicerecords get":          "read access as kubectl's (kubectl get servicerecords)",
+		"vpcgw.io/servicerecords list":         "inspect.go:listRecords (SPEC R6)",
+		"/configmaps get":                      "controller.go:ReadController (vpcgw-controller) and inspect.go:placement (ovn-vpc-nat-config), by name",
+	},
+	"ClusterRole tenant-view": {
+		"/services get":                        "explain's get of the Service",
+		"/services list":                       "inspect.go:listWorkloads in the tenant's namespace",
+		"/pods get":                            "read access as kubectl's to the backends the plugin names",
+		"/pods list":                           "inspect.go:listWorkloads (backends)",
+		"/events get":                          "read access as kubectl's to the events the plugin names",
+		"/events list":                         "inspect.go:listEvents: the controller's events, a tenant's basis (SPEC T3)",
+		"discovery.k8s.io/endpointslices get":  "read access as kubectl's",
+		"discovery.k8s.io/endpointslices list": "inspect.go:listWorkloads",
+	},
 	"ClusterRole controller-metrics-auth": {
 		"authentication.k8s.io/tokenreviews create":        "metrics filters: TokenReview of a scrape (SPEC N6)",
 		"authorization.k8s.io/subjectaccessreviews create": "metrics filters: SubjectAccessReview of a scrape (SPEC N6)",
@@ -233,6 +272,10 @@ func TestRBACLeastPrivilege(t *testing.T) {
 					// create (which RBAC cannot restrict by name) only there.
 					switch {
 					case resource != "/configmaps":
+					case role == "ClusterRole view":
+						if !slices.Equal(names, []string{"vpcgw-controller", "ovn-vpc-nat-config"}) {
+							t.Errorf("%s grants %s on ConfigMaps %v; want resourceNames [vpcgw-controller ovn-vpc-nat-config]", role, verb, names)
+						}
 					case role == "Role controller-status" || role == "Role status-reader":
 						if o.GetNamespace() != "kube-system" {
 							t.Errorf("%s is in namespace %s, want the controller's", role, o.GetNamespace())
@@ -276,5 +319,56 @@ func TestRBACLeastPrivilege(t *testing.T) {
 				t.Errorf("pods/exec in namespaces %v, want exactly %v", execNS, want)
 			}
 		})
+	}
+}
+
+// readVerbs are the verbs of a role that writes nothing.
+var readVerbs = []string{"get", "list", "watch"}
+
+// The roles of kubectl vpcgw's users render by default, grant reads only, and vpcgw-tenant-view
+// only namespaced resources (so that aggregating it into the built-in view role, or binding it in
+// a namespace, grants nothing outside that namespace); viewRoles.create=false renders none.
+// covers: O2, O4, N5, N8
+func TestViewRolesReadOnly(t *testing.T) {
+	helmBin(t)
+	namespaced := []string{"/services", "/pods", "/events", "discovery.k8s.io/endpointslices"}
+	m := manifest(render(t))
+	for _, name := range []string{"vpcgw-view", "vpcgw-tenant-view"} {
+		o := m.must(t, "ClusterRole", "", name)
+		for g := range roleGrants(t, o) {
+			resource, verb, _ := strings.Cut(g, " ")
+			if !slices.Contains(readVerbs, verb) {
+				t.Errorf("%s grants %q: a write", name, g)
+			}
+			if name == "vpcgw-tenant-view" && !slices.Contains(namespaced, resource) {
+				t.Errorf("%s grants %q: not one of the namespaced resources %v", name, g, namespaced)
+			}
+		}
+	}
+	reader := m.must(t, "Role", "kube-system", "vpcgw-status-reader")
+	for g, names := range roleGrants(t, reader) {
+		if g != "/configmaps get" || !slices.Equal(names, []string{"vpcgw-controller"}) {
+			t.Errorf("vpcgw-status-reader grants %q on %v", g, names)
+		}
+	}
+	if rb := m.find("RoleBinding", "kube-system", "vpcgw-status-reader"); rb != nil {
+		t.Errorf("by default someone is bound to the status reader Role: %v", rb.Object["subjects"])
+	}
+	if l := m.must(t, "ClusterRole", "", "vpcgw-tenant-view").GetLabels(); l["rbac.authorization.k8s.io/aggregate-to-view"] != "true" {
+		t.Errorf("vpcgw-tenant-view labels %v: want it aggregated into view", l)
+	}
+	if l := manifest(render(t, "--set", "viewRoles.aggregateToView=false")).must(t, "ClusterRole", "", "vpcgw-tenant-view").GetLabels(); l["rbac.authorization.k8s.io/aggregate-to-view"] != "" {
+		t.Errorf("viewRoles.aggregateToView=false: labels %v", l)
+	}
+	off := manifest(render(t, "--set", "viewRoles.create=false"))
+	for _, o := range []struct{ kind, ns, name string }{{"ClusterRole", "", "vpcgw-view"}, {"ClusterRole", "", "vpcgw-tenant-view"}, {"Role", "kube-system", "vpcgw-status-reader"}} {
+		if off.find(o.kind, o.ns, o.name) != nil {
+			t.Errorf("viewRoles.create=false renders %s %s", o.kind, o.name)
+		}
+	}
+	// controller.statusReaders alone still makes the Role it binds.
+	if readers := manifest(render(t, "--set", "viewRoles.create=false", "--set", "controller.statusReaders={g}")); readers.find("Role", "kube-system", "vpcgw-status-reader") == nil ||
+		readers.find("RoleBinding", "kube-system", "vpcgw-status-reader") == nil {
+		t.Errorf("controller.statusReaders without viewRoles: the status reader Role or its binding is missing")
 	}
 }

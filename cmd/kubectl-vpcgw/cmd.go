@@ -34,6 +34,7 @@ const (
 	exitError     = 1
 	exitUsage     = 2
 	exitNotServed = 3
+	exitUnknown   = 4
 )
 
 // usageError is a mistake in the command line: exit code 2.
@@ -43,6 +44,10 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 
 // errNotServed: explain printed a Service that is not (fully) served: exit code 3.
 var errNotServed = errors.New("the Service is not served")
+
+// errUnknown: explain or status printed something whose state the plugin cannot tell (the
+// output says what it may not read): exit code 4.
+var errUnknown = errors.New("unknown")
 
 type options struct {
 	config              *genericclioptions.ConfigFlags
@@ -67,6 +72,8 @@ func run(ctx context.Context, args []string, streams genericiooptions.IOStreams)
 		return exitOK
 	case errors.Is(err, errNotServed):
 		return exitNotServed
+	case errors.Is(err, errUnknown):
+		return exitUnknown
 	}
 	// The exit code carries the outcome; a failed write of its explanation to stderr changes nothing.
 	var ue usageError
@@ -80,9 +87,16 @@ func run(ctx context.Context, args []string, streams genericiooptions.IOStreams)
 
 const rootLong = `kubectl vpcgw shows what vpcgw serves from kube-ovn VPC NAT gateways and why, with the
 controller's own rules and the gates and flags the running controller publishes in ConfigMap
-<controller-namespace>/vpcgw-controller. When no controller is running it says so, and explains
-with the gates it last published (or, when nothing was published, the defaults: both off),
-marked as assumed.
+<controller-namespace>/vpcgw-controller (default namespace vpcgw-system).
+
+It never guesses. When it cannot apply the rules (that ConfigMap is missing, stale or forbidden,
+or you may not list what the rules read, such as kube-ovn's gateways and EIPs), it says what it
+may not read and the permission or flag that is missing, and shows each Service as far as what
+you may read of it tells: its ingress holding its EIP's address, the controller's latest event
+on it (NftableLbSvcServed, or a Warning that a part is not served), its claim stamp; the BASIS
+column and the basis field say which. Otherwise the state is Unknown. The chart's ClusterRoles
+vpcgw-view (bind cluster-wide: everything the plugin reads) and vpcgw-tenant-view (bind in a
+namespace) grant the reads.
 
 It follows kubectl's conventions: kubectl's global flags (-n, --context, --kubeconfig, --as, ...)
 go anywhere on the command line and a verb's own flags (-A, -o) after the verb; the namespace is
@@ -95,9 +109,12 @@ with status -l <selector> on the Services' labels and --no-headers.
 
 Exit codes:
   0  success (explain: the Service is served)
-  1  an error: kubeconfig, API or permission errors, a Service or gateway that does not exist
+  1  an error: kubeconfig or API errors, a Service or gateway that does not exist, no permission
+     to list the Services at all
   2  a usage error: unknown command or flag, wrong arguments, an unsupported -o value
-  3  explain: the Service is not (fully) served; the output says why and what to do`
+  3  explain: the Service is not (fully) served; the output says why and what to do
+  4  explain: whether the Service is served is unknown; status: a Service (or the gateway) is
+     Unknown. The output says what the plugin may not read and which permission is missing`
 
 func newRootCommand(o *options) *cobra.Command {
 	root := &cobra.Command{
@@ -164,7 +181,7 @@ func (o *options) view(ctx context.Context, c client.Client, ns string, include 
 	if info.Flags != nil {
 		kubeOVN = info.Flags.KubeOVNNamespace
 	}
-	rd, err := inspect.Snapshot(ctx, c, inspect.SnapshotOptions{Namespace: ns, KubeOVNNamespace: kubeOVN, Include: include})
+	rd, err := inspect.Snapshot(ctx, c, inspect.SnapshotOptions{Namespace: ns, KubeOVNNamespace: kubeOVN, Include: include, Events: !info.Running})
 	if err != nil {
 		return nil, err
 	}
@@ -196,11 +213,13 @@ func (o *options) statusCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status [gw/<gateway>]",
 		Short: "Show the Services that name a gateway, or one gateway, as the controller serves them",
-		Long: `Without an argument: one line per Service of the namespace (-n, default the context's; -A: all)
-that names a VpcNatGateway or holds something of vpcgw's: gateway, EIP, ingress, identities,
-backends, affinity, whether the controller has confirmed it (READY) and why a part is not served.
--o wide adds the type, ClusterIP, state and record; -l selects Services by label, as kubectl
-get's -l does.
+		Long: `Without an argument: one line per Service of the namespace (-n, default the context's; -A: all,
+with a NAMESPACE column) that names a VpcNatGateway or holds something of vpcgw's: gateway, EIP,
+ingress, identities, backends, affinity, whether the controller has confirmed it (READY: True,
+False, or Unknown when the plugin cannot tell) and why a part is not served. When the controller's
+rules cannot be applied, a BASIS column says what each READY is based on. -o wide adds the type,
+ClusterIP, state and record; -l selects Services by label, as kubectl get's -l does. Exit code 4
+when a Service shown is Unknown.
 
 With gw/<gateway> (or gateway/<gateway>): the gateway, its instances with the state generation
 each acknowledged and its agent's version, its VIP routes, and its Services in every namespace
@@ -259,18 +278,33 @@ func (o *options) runStatus(ctx context.Context, out *output, args []string) err
 	return o.printServicesStatus(out, v, ns, sel)
 }
 
+// anyUnknown is errUnknown when a Service's readiness is Unknown.
+func anyUnknown(items []inspect.ServiceStatus) error {
+	if slices.ContainsFunc(items, func(st inspect.ServiceStatus) bool { return st.ReadyStatus == inspect.ReadyUnknown }) {
+		return errUnknown
+	}
+	return nil
+}
+
 func (o *options) printGatewayStatus(out *output, v *inspect.View, name string, sel labels.Selector) error {
 	now := o.now()
 	gs := v.Gateway(name)
-	if !gs.Exists && gs.Programmed == nil {
+	if !gs.Exists && !gs.ExistsUnknown && gs.Programmed == nil {
 		return fmt.Errorf("VpcNatGateway %q not found", name)
 	}
 	gs.Services = v.Select(gs.Services, sel)
 	table := inspect.TableOptions{Wide: out.wide(), NoHeaders: out.noHeaders}
-	return out.print(o.streams.Out, gs, func(w io.Writer) error { return inspect.PrintGateway(w, gs, table, now) },
+	err := out.print(o.streams.Out, gs, func(w io.Writer) error { return inspect.PrintGateway(w, gs, table, now) },
 		func() runtime.Object {
 			return refList(ref(kubeovnv1.GroupVersion.String(), "VpcNatGateway", "", gs.Name))
 		})
+	if err != nil {
+		return err
+	}
+	if gs.ExistsUnknown && !gs.Exists {
+		return errUnknown
+	}
+	return anyUnknown(gs.Services)
 }
 
 // printServicesStatus prints the Services of ns (every namespace when empty) that name a gateway;
@@ -285,7 +319,7 @@ func (o *options) printServicesStatus(out *output, v *inspect.View, ns string, s
 		}
 		return refList(refs...)
 	}
-	return out.print(o.streams.Out, list, func(w io.Writer) error {
+	err := out.print(o.streams.Out, list, func(w io.Writer) error {
 		if len(list.Items) == 0 {
 			match := ""
 			if !sel.Empty() {
@@ -298,8 +332,12 @@ func (o *options) printServicesStatus(out *output, v *inspect.View, ns string, s
 			_, err := fmt.Fprintf(o.streams.ErrOut, "No Services name a gateway%s in namespace %s.\n", match, ns)
 			return err
 		}
-		return inspect.PrintServices(w, list.Items, inspect.TableOptions{Wide: out.wide(), NoHeaders: out.noHeaders})
+		return inspect.PrintServices(w, list.Items, inspect.TableOptions{Wide: out.wide(), NoHeaders: out.noHeaders, Namespaces: ns == ""})
 	}, names)
+	if err != nil {
+		return err
+	}
+	return anyUnknown(list.Items)
 }
 
 func (o *options) explainCommand() *cobra.Command {
@@ -313,9 +351,14 @@ the controller's own reason (its event text), the event reason and the fix. For 
 Service: its identities and backends, its record and whether it is Ready, the gateway's instances
 with the generation each acknowledged, and the routes of its VIPs.
 
+When the controller's rules cannot be applied (its status is missing, stale or forbidden, or
+you may not list what they read), it says what it may not read and which permission or flag is
+missing, and the Service's state comes from what you may read of it (its basis): its ingress
+holding the EIP's address, the controller's latest event on it; else it is Unknown.
+
 Exit code 0 when the Service is served (state Served), 3 when it is not (NotServed,
-PartiallyServed, or Pending: not yet confirmed by the controller), 1 on an error (the Service
-does not exist), 2 on a usage error.`,
+PartiallyServed, or Pending: not yet confirmed by the controller), 4 when that is unknown, 1 on
+an error (the Service does not exist), 2 on a usage error.`,
 		Example: `  kubectl vpcgw explain svc/web
   kubectl vpcgw explain svc/web -n demo -o json
   kubectl vpcgw explain svc/web -o jsonpath='{.service.state}'
@@ -361,10 +404,13 @@ does not exist), 2 on a usage error.`,
 			if err := out.print(o.streams.Out, ex, text, names); err != nil {
 				return err
 			}
-			if !ex.Served {
-				return errNotServed
+			switch {
+			case ex.Served:
+				return nil
+			case ex.Service.ReadyStatus == inspect.ReadyUnknown:
+				return errUnknown
 			}
-			return nil
+			return errNotServed
 		},
 	}
 	out = o.addOutputFlags(cmd, outputSpec{name: true, customColumns: true, wide: true, noHeaders: true})

@@ -686,7 +686,11 @@ func TestSelectorAndNoHeaders(t *testing.T) {
 		full := plugin(t, args...).want(t, exitOK).stdout
 		bare := plugin(t, append(args, "--no-headers")...).want(t, exitOK).stdout
 		header, rest, _ := strings.Cut(full, "\n")
-		if !strings.HasPrefix(header, "SERVICE ") || strings.Contains(bare, "SERVICE") || len(strings.Split(strings.TrimSpace(bare), "\n")) != len(strings.Split(strings.TrimSpace(rest), "\n")) {
+		first := "SERVICE " // -A: a NAMESPACE column first, as kubectl's
+		if slices.Contains(args, "-A") {
+			first = "NAMESPACE "
+		}
+		if !strings.HasPrefix(header, first) || strings.Contains(bare, "SERVICE") || len(strings.Split(strings.TrimSpace(bare), "\n")) != len(strings.Split(strings.TrimSpace(rest), "\n")) {
 			t.Errorf("%q --no-headers:\n%s\nwithout:\n%s", args, bare, full)
 		}
 		for _, line := range strings.Split(strings.TrimSpace(bare), "\n") {
@@ -695,7 +699,7 @@ func TestSelectorAndNoHeaders(t *testing.T) {
 			}
 		}
 	}
-	if r := plugin(t, "status", "gw/gw1", "--no-headers").want(t, exitOK); strings.Contains(r.stdout, "SERVICE ") || !strings.Contains(r.stdout, "demo/web ") {
+	if r := plugin(t, "status", "gw/gw1", "--no-headers").want(t, exitOK); strings.Contains(r.stdout, "SERVICE ") || !strings.Contains(singleSpaced(r.stdout), "\ndemo web ") {
 		t.Errorf("status gw/gw1 --no-headers:\n%s", r.stdout)
 	}
 }
@@ -754,42 +758,64 @@ func TestGatewayStatus(t *testing.T) {
 		t.Errorf("gateway's Services %v (every namespace, whatever -n)", svcs)
 	}
 	r := plugin(t, "status", "gateway/gw1").want(t, exitOK)
-	if !strings.Contains(r.stdout, "Gateway gw1 (Vpc vpc1, lanIp "+lanIP+")") || !strings.Contains(r.stdout, "kube-system/"+gwPod) || !strings.Contains(r.stdout, "demo/web") {
+	if !strings.Contains(r.stdout, "Gateway gw1 (Vpc vpc1, lanIp "+lanIP+")") || !strings.Contains(r.stdout, "kube-system/"+gwPod) ||
+		!strings.Contains(singleSpaced(r.stdout), "\nNAMESPACE SERVICE GATEWAY ") || !strings.Contains(singleSpaced(r.stdout), "\ndemo web gw1 ") {
 		t.Errorf("status gateway/gw1:\n%s", r.stdout)
 	}
 	plugin(t, "status", "gw/nothere").want(t, exitError)
 }
 
-// Without a running controller the plugin says so, and explains with the gates marked assumed:
-// the last published ones (stale heartbeat), or the defaults when nothing was published.
-// covers: O2, F1
+// Without a running controller the plugin never guesses: the controller's rules are not applied,
+// a Service whose ingress holds its EIP's address is served (its basis says so), one that nothing
+// shows served is Unknown (exit code 4), and the plugin says what it lacks: a fresh heartbeat, or
+// the ConfigMap, which may be in another namespace (--controller-namespace).
+// covers: O2, F1, T1
 func TestNoControllerRunning(t *testing.T) {
-	r := plugin(t, "status", "-o", "json", "--controller-namespace", "stale").want(t, exitOK)
+	r := plugin(t, "status", "-o", "json", "--controller-namespace", "stale").want(t, exitUnknown)
 	l := decode[inspect.ServiceStatusList](t, r)
 	if l.Controller.Running || !l.Controller.GatesAssumed || l.Controller.GatesSource != "last-published" || l.Controller.Gates.EnableGwNftableSvcClusterIP {
 		t.Errorf("stale controller %+v", l.Controller)
 	}
 	want := "no vpcgw controller is running (ConfigMap stale/vpcgw-controller: its heartbeat is "
-	if !strings.Contains(r.stderr, "Warning: "+want) || !strings.Contains(l.Controller.Message, want) || len(l.Warnings) == 0 {
-		t.Errorf("stderr %q, message %q", r.stderr, l.Controller.Message)
+	if !strings.Contains(r.stderr, "Warning: "+want) || !strings.Contains(l.Controller.Message, want) || len(l.Warnings) == 0 ||
+		len(l.Unknown) != 1 || !strings.Contains(l.Unknown[0], want) {
+		t.Errorf("stderr %q, message %q, unknown %q", r.stderr, l.Controller.Message, l.Unknown)
 	}
-	// With the last published gates (EIP only) the ClusterIP part is off.
-	if web := item(t, l, "demo", "web"); web.ClusterIPPart.State != "Off" || web.EIPPart.State != "Served" {
-		t.Errorf("demo/web under the stale gates %+v", web)
+	// demo/web's ingress holds its EIP's address: served, the ClusterIP part unknown. demo/noeip:
+	// nothing shows it (envtest has no events of the controller): Unknown, not false.
+	if web := item(t, l, "demo", "web"); web.State != inspect.StateServed || web.ReadyStatus != "True" || !web.Ready || web.EIPPart.State != "Served" ||
+		web.EIPPart.VIP != eipAddr || web.ClusterIPPart.State != "Unknown" || !strings.Contains(web.Basis, "its ingress holds "+eipAddr+", the address of IptablesEIP "+eipName) {
+		t.Errorf("demo/web without a running controller %+v", web)
+	}
+	if noeip := item(t, l, "demo", "noeip"); noeip.State != inspect.StateUnknown || noeip.ReadyStatus != "Unknown" || noeip.Ready ||
+		noeip.EIPPart.State != "Unknown" || !strings.Contains(noeip.Basis, "nothing you may read shows whether it is served") {
+		t.Errorf("demo/noeip without a running controller %+v", noeip)
+	}
+	table := singleSpaced(plugin(t, "status", "--controller-namespace", "stale").want(t, exitUnknown).stdout)
+	if !strings.Contains(table, " READY WHY NOT BASIS\n") || !strings.Contains(table, "\nweb gw1 eip1 "+eipAddr+" ") || !strings.Contains(table, " True ") ||
+		!strings.Contains(table, "\nnoeip gw1 missing - ") || !strings.Contains(table, " Unknown EIP: the controller's status is unknown, and nothing you may read of the Service shows whether it is served ") {
+		t.Errorf("status table without a running controller:\n%s", table)
 	}
 	// The staleness threshold is a flag.
 	l = decode[inspect.ServiceStatusList](t, plugin(t, "status", "-o", "json", "--controller-namespace", "stale", "--stale-after", "1h").want(t, exitOK))
-	if !l.Controller.Running {
-		t.Errorf("with --stale-after 1h: %+v", l.Controller)
+	if !l.Controller.Running || len(l.Unknown) != 0 || item(t, l, "demo", "web").Basis != inspect.BasisRules {
+		t.Errorf("with --stale-after 1h: %+v", l)
 	}
-	// Nothing published: the defaults, both gates off, and nothing is served.
-	r = plugin(t, "explain", "svc/web", "--controller-namespace", "nowhere", "-o", "json").want(t, exitNotServed)
+	// Nothing published: the gates are unknown, not assumed off.
+	r = plugin(t, "explain", "svc/web", "--controller-namespace", "nowhere", "-o", "json").want(t, exitOK)
 	ex := decode[inspect.ServiceExplanation](t, r)
-	if ex.Controller.Running || ex.Controller.GatesSource != "defaults" || ex.Service.EIPPart.State != "Off" || ex.Service.ClusterIPPart.State != "Off" ||
-		!strings.Contains(ex.Controller.Message, "no vpcgw controller is running (ConfigMap nowhere/vpcgw-controller does not exist") {
+	wantMissing := "ConfigMap vpcgw-controller not found in namespace nowhere (no controller runs there; if it runs in another namespace, pass --controller-namespace <its namespace>)"
+	if ex.Controller.Running || ex.Controller.GatesSource != "unknown" || !ex.Served || ex.Service.EIPPart.State != "Served" ||
+		!strings.Contains(ex.Controller.Message, wantMissing) || !strings.Contains(ex.Summary, "Service demo/web is served through EIP "+eipAddr+": its ingress holds") {
 		t.Errorf("no status at all: %+v", ex)
 	}
-	if !strings.Contains(r.stderr, "explained with --enable-gw-nftable-lb-svc off, --enable-gw-nftable-svc-cluster-ip off, --ledger service-record (assumed: the controller's defaults)") {
+	r = plugin(t, "explain", "svc/noeip", "--controller-namespace", "nowhere").want(t, exitUnknown)
+	for _, s := range []string{"Whether Service demo/noeip is served is unknown", "State:      Unknown", "Ready:      Unknown", "Gates:      unknown", "Unknown:\n  - the vpcgw controller's status is unknown: " + wantMissing} {
+		if !strings.Contains(r.stdout, s) {
+			t.Errorf("explain svc/noeip without a controller lacks %q:\n%s", s, r.stdout)
+		}
+	}
+	if !strings.Contains(r.stderr, wantMissing) {
 		t.Errorf("stderr %q", r.stderr)
 	}
 	v := decode[inspect.VersionInfo](t, plugin(t, "version", "-o", "json", "--controller-namespace", "nowhere").want(t, exitOK))

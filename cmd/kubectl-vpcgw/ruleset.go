@@ -26,7 +26,10 @@ const gatewayContainer = "vpc-nat-gw"
 // nothing on the user's own machine (in the lab, the lab node plays the kubelet's exec API).
 func ruleset(ctx context.Context, cfg *rest.Config, v *inspect.View, gw string, out io.Writer) error {
 	gp := v.Plan.Gateway(gw)
-	if gp == nil {
+	switch {
+	case gp == nil && v.Read.GatewaysUnknown():
+		return fmt.Errorf("VpcNatGateway %q: unknown (you may not list vpc-nat-gateways.kubeovn.io; the ClusterRole %s grants it)", gw, inspect.ViewRole)
+	case gp == nil:
 		return fmt.Errorf("VpcNatGateway %q not found", gw)
 	}
 	if len(gp.Instances) == 0 {

@@ -18,33 +18,40 @@ import (
 const (
 	GatesFromController = "controller"     // a running controller published them
 	GatesLastPublished  = "last-published" // a controller that is not running published them
-	GatesDefaults       = "defaults"       // nothing published: the controller's defaults (SPEC F1)
+	GatesUnknown        = "unknown"        // the status could not be read: the gates are not assumed
 )
+
+// StatusReaderRole is the chart's Role, in the controller's namespace, that reads its status
+// ConfigMap (deploy/helm/vpcgw, with the default fullname vpcgw); controller.statusReaders binds
+// groups to it.
+const StatusReaderRole = "vpcgw-status-reader"
 
 // ReadController reads what the controller publishes in ConfigMap namespace/vpcgw-controller.
 // A missing, stale (heartbeat older than staleAfter), stopped or unreadable status is no error:
-// the ControllerInfo says so, and its gates are marked assumed. It returns the published status
+// the ControllerInfo says so and what is missing (Message), and its gates are marked assumed
+// (the last published ones) or unknown (nothing could be read). It returns the published status
 // (nil when there is none).
 func ReadController(ctx context.Context, c client.Reader, namespace string, staleAfter time.Duration, now time.Time) (ControllerInfo, *status.Published, error) {
 	where := namespace + "/" + status.ConfigMapName
-	info := ControllerInfo{ConfigMap: where, GatesAssumed: true, GatesSource: GatesDefaults, Gates: status.Gates{Ledger: string(model.LedgerServiceRecord)}}
+	info := ControllerInfo{ConfigMap: where, GatesAssumed: true, GatesSource: GatesUnknown}
 	var cm corev1.ConfigMap
 	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: status.ConfigMapName}, &cm)
 	switch {
 	case apierrors.IsNotFound(err):
-		info.Message = fmt.Sprintf("no vpcgw controller is running (ConfigMap %s does not exist: a running controller publishes it; "+
-			"if it runs in another namespace, pass --controller-namespace)", where)
+		info.Message = fmt.Sprintf("the vpcgw controller's status is unknown: ConfigMap %s not found in namespace %s "+
+			"(no controller runs there; if it runs in another namespace, pass --controller-namespace <its namespace>)", status.ConfigMapName, namespace)
 		return info, nil, nil
 	case apierrors.IsForbidden(err):
-		info.Message = fmt.Sprintf("whether a vpcgw controller is running is unknown (ConfigMap %s: you may not read it; "+
-			"the chart grants get on it to controller.statusReaders, by default every authenticated user)", where)
+		info.Message = fmt.Sprintf("the vpcgw controller's status is unknown: get configmaps %s in namespace %s: forbidden "+
+			"(the chart lets the groups of controller.statusReaders read it, by default none: ask a cluster administrator to bind Role %s there to you, "+
+			"or to add your group to controller.statusReaders)", status.ConfigMapName, namespace, StatusReaderRole)
 		return info, nil, nil
 	case err != nil:
 		return info, nil, fmt.Errorf("reading ConfigMap %s: %w", where, err)
 	}
 	pub, err := status.Decode(cm.Data)
 	if err != nil {
-		info.Message = fmt.Sprintf("no vpcgw controller is running (ConfigMap %s is not a vpcgw controller's status: %v)", where, err)
+		info.Message = fmt.Sprintf("the vpcgw controller's status is unknown: ConfigMap %s is not a vpcgw controller's status: %v", where, err)
 		return info, nil, nil
 	}
 	info.Version, info.Holder, info.Heartbeat, info.Stopped = pub.Version, pub.Holder, pub.Heartbeat, pub.Stopped
@@ -67,9 +74,14 @@ func ReadController(ctx context.Context, c client.Reader, namespace string, stal
 	return info, &pub, nil
 }
 
-// ModelGates are the gates the model applies for what the controller published.
+// ModelGates are the gates the model applies for what the controller published. Unknown gates
+// are both on: the plan then shows what the rules would give each Service, and whether it is
+// served comes from elsewhere (evidence.go), never from this plan.
 func ModelGates(info ControllerInfo) model.Gates {
 	g := model.Gates{LoadBalancer: info.Gates.EnableGwNftableLbSvc, ClusterIP: info.Gates.EnableGwNftableSvcClusterIP}
+	if info.GatesSource == GatesUnknown {
+		g.LoadBalancer, g.ClusterIP = true, true
+	}
 	g.Ledger, _ = model.ParseLedgerForm(info.Gates.Ledger) // unknown: the default form
 	if g.Ledger == "" {
 		g.Ledger = model.LedgerServiceRecord
@@ -89,8 +101,8 @@ func GatesText(info ControllerInfo) string {
 	switch info.GatesSource {
 	case GatesLastPublished:
 		s += " (assumed: as the controller last published them)"
-	case GatesDefaults:
-		s += " (assumed: the controller's defaults)"
+	case GatesUnknown:
+		return "unknown (the controller's status cannot be read)"
 	}
 	return s
 }

@@ -11,9 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 )
 
-// TableOptions say how to print a table: Wide adds columns, NoHeaders leaves the header out.
+// TableOptions say how to print a table: Wide adds columns, NoHeaders leaves the header out,
+// Namespaces gives the namespace a column of its own (-A and a gateway's Services, as kubectl's
+// NAMESPACE column).
 type TableOptions struct {
-	Wide, NoHeaders bool
+	Wide, NoHeaders, Namespaces bool
 }
 
 // errWriter keeps the first error of its writes, after which they write nothing: a printer writes
@@ -65,28 +67,56 @@ func (t *table) flush() error {
 }
 
 // PrintServices writes one line per Service: gateway, EIP, ingress, identities, backends,
-// affinity, ready and why not; wide adds type, ClusterIP, state and record.
+// affinity, ready and why not; wide adds type, ClusterIP, state and record. When the state of
+// some Service is not the controller's rules' (they cannot be applied), a BASIS column says what
+// it is based on.
 func PrintServices(w io.Writer, items []ServiceStatus, opts TableOptions) error {
+	basis := slices.ContainsFunc(items, func(st ServiceStatus) bool { return st.Basis != BasisRules })
 	t := newTable(w)
-	switch {
-	case opts.NoHeaders:
-	case opts.Wide:
-		t.println("SERVICE\tTYPE\tGATEWAY\tEIP\tINGRESS\tCLUSTER-IP\tIDENTITIES\tBACKENDS\tAFFINITY\tSTATE\tRECORD\tREADY\tWHY NOT")
-	default:
-		t.println("SERVICE\tGATEWAY\tEIP\tINGRESS\tIDENTITIES\tBACKENDS\tAFFINITY\tREADY\tWHY NOT")
+	if !opts.NoHeaders {
+		t.println(strings.Join(serviceRow(ServiceStatus{}, opts, basis, true), "\t"))
 	}
 	for _, st := range items {
-		ids, bs := identityTexts(st.Identities)
-		k := st.Namespace + "/" + st.Name
-		if opts.Wide {
-			t.printf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\n", k, st.Type, dash(st.Gateway), dash(st.EIP), dash(strings.Join(st.Ingress, ",")),
-				dash(st.ClusterIP), dash(strings.Join(ids, ",")), dash(strings.Join(bs, ",")), st.Affinity, st.State, recordText(st.Record), st.Ready, dash(WhyNot(st)))
-			continue
-		}
-		t.printf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\n", k, dash(st.Gateway), dash(st.EIP), dash(strings.Join(st.Ingress, ",")),
-			dash(strings.Join(ids, ",")), dash(strings.Join(bs, ",")), st.Affinity, st.Ready, dash(WhyNot(st)))
+		t.println(strings.Join(serviceRow(st, opts, basis, false), "\t"))
 	}
 	return t.flush()
+}
+
+// serviceRow is one line of PrintServices' table, or its header.
+func serviceRow(st ServiceStatus, opts TableOptions, basis, header bool) []string {
+	type col struct {
+		name, value string
+		shown       bool
+	}
+	ids, bs := identityTexts(st.Identities)
+	cols := []col{
+		{"NAMESPACE", st.Namespace, opts.Namespaces},
+		{"SERVICE", st.Name, true},
+		{"TYPE", st.Type, opts.Wide},
+		{"GATEWAY", dash(st.Gateway), true},
+		{"EIP", dash(st.EIP), true},
+		{"INGRESS", dash(strings.Join(st.Ingress, ",")), true},
+		{"CLUSTER-IP", dash(st.ClusterIP), opts.Wide},
+		{"IDENTITIES", dash(strings.Join(ids, ",")), true},
+		{"BACKENDS", dash(strings.Join(bs, ",")), true},
+		{"AFFINITY", st.Affinity, true},
+		{"STATE", st.State, opts.Wide},
+		{"RECORD", recordText(st.Record), opts.Wide},
+		{"READY", st.ReadyStatus, true},
+		{"WHY NOT", dash(WhyNot(st)), true},
+		{"BASIS", dash(st.Basis), basis},
+	}
+	out := make([]string, 0, len(cols))
+	for _, c := range cols {
+		switch {
+		case !c.shown:
+		case header:
+			out = append(out, c.name)
+		default:
+			out = append(out, c.value)
+		}
+	}
+	return out
 }
 
 // identityTexts are the identities as "vip:port/protocol" and their backends, each once, sorted.
@@ -107,13 +137,14 @@ func identityTexts(identities []Identity) (ids, backends []string) {
 	return ids, backends
 }
 
-// WhyNot is the reasons of the parts that are not served, in a line.
+// WhyNot is the reasons of the parts that are not served or unknown, in a line.
 func WhyNot(st ServiceStatus) string {
 	var parts []string
-	if st.EIPPart.State == PartNotServed || st.EIPPart.State == PartOff {
+	why := func(p Part) bool { return p.State == PartNotServed || p.State == PartOff || p.State == PartUnknown }
+	if why(st.EIPPart) {
 		parts = append(parts, "EIP: "+st.EIPPart.Reason)
 	}
-	if (st.ClusterIPPart.State == PartNotServed || st.ClusterIPPart.State == PartOff) && st.ClusterIPPart.Reason != st.EIPPart.Reason {
+	if why(st.ClusterIPPart) && st.ClusterIPPart.Reason != st.EIPPart.Reason {
 		parts = append(parts, "ClusterIP: "+st.ClusterIPPart.Reason)
 	}
 	return strings.Join(parts, "; ")
@@ -139,7 +170,7 @@ func PrintExplanation(w io.Writer, ex ServiceExplanation, now time.Time) error {
 	e.println("\nParts:")
 	printPart(e, "EIP", st.EIPPart, nil)
 	printPart(e, "ClusterIP", st.ClusterIPPart, &st.EIPPart)
-	printIdentities(e, st)
+	printIdentities(e, st, ex.Controller)
 	printIngressAndRecord(e, st)
 	if g := ex.Gateway; g != nil {
 		e.println()
@@ -156,6 +187,8 @@ func printServiceHead(e *errWriter, ex ServiceExplanation, now time.Time) {
 	e.println(ex.Summary)
 	e.printf("\nService:    %s/%s (%s)\n", st.Namespace, st.Name, st.Type)
 	e.printf("State:      %s\n", st.State)
+	e.printf("Ready:      %s\n", st.ReadyStatus)
+	e.printf("Basis:      %s\n", st.Basis)
 	e.printf("Controller: %s\n", controllerLine(ex.Controller, now))
 	e.printf("Gates:      %s\n", GatesText(ex.Controller))
 	if st.Gateway != "" {
@@ -164,6 +197,13 @@ func printServiceHead(e *errWriter, ex ServiceExplanation, now time.Time) {
 	if st.EIP != "" {
 		e.printf("EIP:        %s\n", st.EIP)
 	}
+	if len(ex.Unknown) > 0 {
+		// What the plugin could not read, each with the permission or flag that is missing.
+		e.println("Unknown:")
+		for _, u := range ex.Unknown {
+			e.printf("  - %s\n", u)
+		}
+	}
 }
 
 // printPart writes one part of a Service; a part not served for the same reason as the EIP part
@@ -171,7 +211,7 @@ func printServiceHead(e *errWriter, ex ServiceExplanation, now time.Time) {
 func printPart(e *errWriter, name string, p Part, eipPart *Part) {
 	switch p.State {
 	case PartServed:
-		e.printf("  %-10s Served on %s\n", name, p.VIP)
+		e.printf("  %-10s Served on %s\n", name, dash(p.VIP))
 		return
 	case PartNotApplicable:
 		e.printf("  %-10s not applicable (not a LoadBalancer Service)\n", name)
@@ -192,11 +232,17 @@ func printPart(e *errWriter, name string, p Part, eipPart *Part) {
 }
 
 // printIdentities writes the Service's identities as a table, if it has any.
-func printIdentities(e *errWriter, st ServiceStatus) {
-	if len(st.Identities) == 0 {
+func printIdentities(e *errWriter, st ServiceStatus, c ControllerInfo) {
+	switch {
+	case len(st.Identities) == 0:
 		return
+	case st.Basis == BasisRules:
+		e.printf("\nIdentities (affinity %s):\n", st.Affinity)
+	case c.GatesSource == GatesUnknown:
+		e.printf("\nIdentities the controller's rules would give it were both gates on (affinity %s):\n", st.Affinity)
+	default:
+		e.printf("\nIdentities the controller's rules would give it with the gates it last published (affinity %s):\n", st.Affinity)
 	}
-	e.printf("\nIdentities (affinity %s):\n", st.Affinity)
 	t := newTable(e)
 	for _, id := range st.Identities {
 		extra := ""
@@ -243,7 +289,11 @@ func printEvents(e *errWriter, events []Event) {
 	}
 	e.println("\nEvents the controller gives it:")
 	for _, ev := range events {
-		e.printf("  %s %s: %s\n", ev.Type, ev.Reason, ev.Message)
+		at := ""
+		if !ev.Time.IsZero() {
+			at = " (" + ev.Time.UTC().Format(time.RFC3339) + ")"
+		}
+		e.printf("  %s %s%s: %s\n", ev.Type, ev.Reason, at, ev.Message)
 	}
 }
 
@@ -251,7 +301,11 @@ func printEvents(e *errWriter, events []Event) {
 func PrintGateway(w io.Writer, gs GatewayStatus, opts TableOptions, now time.Time) error {
 	e := &errWriter{w: w}
 	e.printf("Controller: %s\n", controllerLine(gs.Controller, now))
-	e.printf("Gates:      %s\n\n", GatesText(gs.Controller))
+	e.printf("Gates:      %s\n", GatesText(gs.Controller))
+	for i, u := range gs.Unknown {
+		e.printf("%s - %s\n", map[bool]string{true: "Unknown:   ", false: "           "}[i == 0], u)
+	}
+	e.println()
 	printGatewayState(e, gs.GatewayState, now)
 	if gs.Routes.Router != "" || len(gs.Routes.VIPs) > 0 {
 		e.printf("Routes:     %s\n", routesText(gs.Routes, now))
@@ -260,10 +314,15 @@ func PrintGateway(w io.Writer, gs GatewayStatus, opts TableOptions, now time.Tim
 		}
 	}
 	e.printf("\nServices (%d):\n", len(gs.Services))
+	opts.Namespaces = true                     // a gateway's Services are of every namespace
 	return PrintServices(e, gs.Services, opts) // through e: an error so far is its answer
 }
 
 func printGatewayState(e *errWriter, g GatewayState, now time.Time) {
+	if g.ExistsUnknown && !g.Exists {
+		e.printf("Gateway %s: unknown (you may not list vpc-nat-gateways.kubeovn.io)\n", g.Name)
+		return
+	}
 	if !g.Exists {
 		e.printf("Gateway %s: VpcNatGateway %s does not exist\n", g.Name, g.Name)
 		return

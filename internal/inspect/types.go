@@ -31,7 +31,22 @@ const (
 	StatePartiallyServed = "PartiallyServed"
 	// StateNotServed: nothing of it is served.
 	StateNotServed = "NotServed"
+	// StateUnknown: the plugin cannot tell. The controller's rules cannot be applied (its status
+	// or what they read is out of the user's reach, Unknown says what) and nothing the user may
+	// read (the Service's ingress, the controller's events on it) shows it served or not.
+	StateUnknown = "Unknown"
 )
+
+// ReadyStatus values (ServiceStatus.ReadyStatus), as a Kubernetes condition's status.
+const (
+	ReadyTrue    = "True"
+	ReadyFalse   = "False"
+	ReadyUnknown = "Unknown"
+)
+
+// BasisRules is ServiceStatus.Basis when the answer is the controller's rules applied to what the
+// plugin read, with the gates a running controller publishes.
+const BasisRules = "the controller's rules"
 
 // Part states (Part.State).
 const (
@@ -39,6 +54,7 @@ const (
 	PartNotServed     = "NotServed"
 	PartOff           = "Off"           // the controller's gate for this part is off
 	PartNotApplicable = "NotApplicable" // an EIP part for a Service that is not a LoadBalancer
+	PartUnknown       = "Unknown"       // the plugin cannot tell (see ServiceStatus.Basis)
 )
 
 // Reason codes of parts that no Service event names (Part.EventReason); otherwise the event
@@ -66,11 +82,12 @@ type ControllerInfo struct {
 	Holder    string    `json:"holder,omitempty"`
 	Heartbeat time.Time `json:"heartbeat,omitzero"`
 	Stopped   time.Time `json:"stopped,omitzero"`
-	// Message says why the controller is not taken as running (empty while it runs).
+	// Message says why the controller is not taken as running (empty while it runs), and, when
+	// its status cannot be read, which permission or flag is missing.
 	Message string `json:"message,omitempty"`
 	// GatesAssumed: the gates are not what a running controller published: the last published
-	// ones of a controller that is not running, or the defaults (both off) when nothing was
-	// published. GatesSource says which.
+	// ones of a controller that is not running, or unknown when nothing could be read (Gates is
+	// then empty, not the defaults). GatesSource says which.
 	GatesAssumed bool         `json:"gatesAssumed"`
 	GatesSource  string       `json:"gatesSource"`
 	Gates        status.Gates `json:"gates"`
@@ -115,11 +132,13 @@ type Record struct {
 	Message string `json:"message,omitempty"`
 }
 
-// Event is one event the controller's rules give the Service.
+// Event is one event the controller's rules give the Service or, when the rules cannot be
+// applied, one the controller gave it (with its time).
 type Event struct {
-	Type    string `json:"type"`
-	Reason  string `json:"reason"`
-	Message string `json:"message"`
+	Type    string    `json:"type"`
+	Reason  string    `json:"reason"`
+	Message string    `json:"message"`
+	Time    time.Time `json:"time,omitzero"`
 }
 
 // ServiceStatus is one Service as the controller's rules see it.
@@ -134,7 +153,14 @@ type ServiceStatus struct {
 	Ingress   []string `json:"ingress"`
 	State     string   `json:"state"`
 	// Ready: something is served and the controller has written all it would for it.
-	Ready         bool       `json:"ready"`
+	Ready bool `json:"ready"`
+	// ReadyStatus is Ready as True or False, or Unknown when the plugin cannot tell (Ready is
+	// false then).
+	ReadyStatus string `json:"readyStatus"`
+	// Basis says what the state is based on: BasisRules, or what the user may read of the
+	// Service (its ingress, the controller's latest event on it, its claim stamp) when the rules
+	// cannot be applied.
+	Basis         string     `json:"basis"`
 	EIPPart       Part       `json:"eipPart"`
 	ClusterIPPart Part       `json:"clusterIPPart"`
 	Identities    []Identity `json:"identities"`
@@ -147,9 +173,12 @@ type ServiceStatus struct {
 // ServiceStatusList is `kubectl vpcgw status -o json`.
 type ServiceStatusList struct {
 	TypeMeta   `json:",inline"`
-	Controller ControllerInfo  `json:"controller"`
-	Warnings   []string        `json:"warnings,omitempty"`
-	Items      []ServiceStatus `json:"items"`
+	Controller ControllerInfo `json:"controller"`
+	Warnings   []string       `json:"warnings,omitempty"`
+	// Unknown is what the plugin could not read, each with the permission or flag it lacks: the
+	// controller's rules are applied only when it is empty.
+	Unknown []string        `json:"unknown,omitempty"`
+	Items   []ServiceStatus `json:"items"`
 }
 
 // Instance is one gateway instance: what the plugin reads of its pod, and what the controller
@@ -200,8 +229,11 @@ type Routes struct {
 type GatewayState struct {
 	Name   string `json:"name"`
 	Exists bool   `json:"exists"`
-	Vpc    string `json:"vpc,omitempty"`
-	LanIP  string `json:"lanIP,omitempty"`
+	// ExistsUnknown: the user may not list VpcNatGateways, so whether it exists is unknown
+	// (Exists is false then).
+	ExistsUnknown bool   `json:"existsUnknown,omitempty"`
+	Vpc           string `json:"vpc,omitempty"`
+	LanIP         string `json:"lanIP,omitempty"`
 	// Identities is how many identities the controller's rules give it.
 	Identities int        `json:"identities"`
 	Instances  []Instance `json:"instances"`
@@ -215,6 +247,7 @@ type GatewayStatus struct {
 	TypeMeta     `json:",inline"`
 	Controller   ControllerInfo `json:"controller"`
 	Warnings     []string       `json:"warnings,omitempty"`
+	Unknown      []string       `json:"unknown,omitempty"`
 	GatewayState `json:",inline"`
 	Services     []ServiceStatus `json:"services"`
 }
@@ -224,7 +257,9 @@ type ServiceExplanation struct {
 	TypeMeta   `json:",inline"`
 	Controller ControllerInfo `json:"controller"`
 	Warnings   []string       `json:"warnings,omitempty"`
-	// Served is State == Served (the exit code is 0 then, 3 otherwise).
+	Unknown    []string       `json:"unknown,omitempty"`
+	// Served is State == Served (the exit code is 0 then, 4 when the state is Unknown, 3
+	// otherwise).
 	Served  bool          `json:"served"`
 	Summary string        `json:"summary"`
 	Service ServiceStatus `json:"service"`

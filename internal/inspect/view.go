@@ -43,7 +43,8 @@ func NewView(rd Read, info ControllerInfo, pub *status.Published) *View {
 func (v *View) Warnings() []string {
 	var out []string
 	if v.Controller.Message != "" {
-		out = append(out, v.Controller.Message+"; the Services are explained with "+GatesText(v.Controller))
+		out = append(out, v.Controller.Message+"; the controller's rules are not applied: each Service is shown as far as its ingress "+
+			"and the controller's events on it tell, else as Unknown")
 	}
 	return append(out, v.Read.Warnings...)
 }
@@ -79,17 +80,31 @@ func (v *View) holdsSomething(sp *model.ServicePlan, svc *corev1.Service) bool {
 	return slices.Contains(svc.Finalizers, model.Finalizer) || v.recordOf(sp) != nil
 }
 
-// ServiceStatus describes one planned Service.
+// ServiceStatus describes one planned Service: by the controller's rules, or, when they cannot
+// be applied, by what the user may read of it (evidence.go).
 func (v *View) ServiceStatus(sp *model.ServicePlan) ServiceStatus {
 	svc := v.services[sp.Key]
 	st := ServiceStatus{Namespace: sp.Key.Namespace, Name: sp.Key.Name, Gateway: sp.Gateway, Ingress: []string{}, Identities: []Identity{}, Affinity: "None"}
 	if svc != nil {
 		describeService(&st, svc)
+		if st.Gateway == "" {
+			st.Gateway = svc.Annotations[model.AnnotationGateway]
+		}
+	}
+	if v.RulesUnknown() {
+		if len(v.Read.Unknown) == 0 {
+			addIdentities(&st, sp) // the rules' identities, whether served or not
+		}
+		st.Record = v.existingRecord(sp)
+		v.evidenceStatus(&st, sp, svc)
+		return st
 	}
 	addIdentities(&st, sp)
 	st.EIPPart, st.ClusterIPPart = v.parts(sp, svc)
 	st.Record = v.record(sp)
 	st.Ready = v.ready(sp)
+	st.ReadyStatus = map[bool]string{true: ReadyTrue, false: ReadyFalse}[st.Ready]
+	st.Basis = BasisRules
 	st.State = serviceState(st)
 	for _, ev := range sp.Events {
 		st.Events = append(st.Events, Event{Type: ev.Type, Reason: ev.Reason, Message: ev.Message})
@@ -301,6 +316,18 @@ func (v *View) recordOf(sp *model.ServicePlan) *Record {
 	return nil
 }
 
+// existingRecord is the Service's record as it is, without the rules' word on it.
+func (v *View) existingRecord(sp *model.ServicePlan) *Record {
+	if v.Read.RecordsUnknown {
+		return &Record{Kind: "ServiceRecord", Names: []string{}, Message: "unknown: you may not read the records"}
+	}
+	rec := v.recordOf(sp)
+	if rec != nil {
+		slices.Sort(rec.Names)
+	}
+	return rec
+}
+
 // record is the Service's record state: the existing record against what the controller would
 // write.
 func (v *View) record(sp *model.ServicePlan) *Record {
@@ -337,6 +364,7 @@ func (v *View) GatewayState(name string) GatewayState {
 		gs.Exists = g.DeletionTimestamp == nil
 		gs.Vpc, gs.LanIP = g.Spec.Vpc, g.Spec.LanIP
 	}
+	gs.ExistsUnknown = v.Read.GatewaysUnknown()
 	gp := v.Plan.Gateway(name)
 	var pub *status.Gateway
 	if v.Published != nil {
@@ -388,7 +416,7 @@ func (v *View) GatewayState(name string) GatewayState {
 // Gateway is the status of one gateway and the Services bound to it.
 func (v *View) Gateway(name string) GatewayStatus {
 	gs := GatewayStatus{TypeMeta: TypeMeta{APIVersion: APIVersion, Kind: KindGatewayStatus}, Controller: v.Controller, Warnings: v.Warnings(),
-		GatewayState: v.GatewayState(name), Services: []ServiceStatus{}}
+		Unknown: v.Unknown(), GatewayState: v.GatewayState(name), Services: []ServiceStatus{}}
 	for _, st := range v.Services("") {
 		if st.Gateway == name {
 			gs.Services = append(gs.Services, st)
@@ -405,11 +433,11 @@ func (v *View) Explain(namespace, name string) (ServiceExplanation, error) {
 	}
 	st := v.ServiceStatus(sp)
 	ex := ServiceExplanation{TypeMeta: TypeMeta{APIVersion: APIVersion, Kind: KindServiceExplanation}, Controller: v.Controller, Warnings: v.Warnings(),
-		Served: st.State == StateServed, Service: st}
-	if sp.Gateway != "" {
-		gs := v.GatewayState(sp.Gateway)
+		Unknown: v.Unknown(), Served: st.State == StateServed, Service: st}
+	if st.Gateway != "" {
+		gs := v.GatewayState(st.Gateway)
 		ex.Gateway = &gs
-		if sp.Served() {
+		if sp.Served() && !v.RulesUnknown() {
 			rt := gs.Routes
 			rt.VIPs = []string{}
 			for _, vip := range []netip.Addr{sp.EIP, sp.ClusterIP} {
@@ -420,7 +448,11 @@ func (v *View) Explain(namespace, name string) (ServiceExplanation, error) {
 			ex.Routes = &rt
 		}
 	}
-	ex.Summary = v.summary(sp, &st, ex.Gateway)
+	if v.RulesUnknown() {
+		ex.Summary = evidenceSummary(&st)
+	} else {
+		ex.Summary = v.summary(sp, &st, ex.Gateway)
+	}
 	return ex, nil
 }
 
@@ -512,7 +544,8 @@ func servedNotes(b *strings.Builder, sp *model.ServicePlan, gw *GatewayState) {
 
 // List is the ServiceStatusList of namespace ("": all).
 func (v *View) List(namespace string) ServiceStatusList {
-	return ServiceStatusList{TypeMeta: TypeMeta{APIVersion: APIVersion, Kind: KindServiceStatusList}, Controller: v.Controller, Warnings: v.Warnings(), Items: v.Services(namespace)}
+	return ServiceStatusList{TypeMeta: TypeMeta{APIVersion: APIVersion, Kind: KindServiceStatusList}, Controller: v.Controller, Warnings: v.Warnings(),
+		Unknown: v.Unknown(), Items: v.Services(namespace)}
 }
 
 // Select keeps the items whose Service's labels sel matches (kubectl's -l); a nil or empty sel

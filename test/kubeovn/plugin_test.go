@@ -264,7 +264,8 @@ func TestKubectlPluginInTheLab(t *testing.T) {
 	})
 
 	// With the controller stopped, the plugin says so (its clean stop is published at once) and
-	// explains with the gates it last published, marked assumed; the data plane still serves.
+	// does not apply the rules: the demo, whose ingress holds its EIP's address, is served on
+	// that basis (the data plane still serves); a Service nothing shows is Unknown (exit 4).
 	c.StopController()
 	restarted := false
 	t.Cleanup(func() {
@@ -278,15 +279,20 @@ func TestKubectlPluginInTheLab(t *testing.T) {
 			t.Errorf("the demo after the restart: %v", err)
 		}
 	})
-	r := plugin("status", "-A")
-	r.want(t, 0)
+	r := plugin("status", "-A", "-o", "json")
+	stopped := decodeRun[inspect.ServiceStatusList](t, r)
+	unknown := slices.ContainsFunc(stopped.Items, func(s inspect.ServiceStatus) bool { return s.ReadyStatus == inspect.ReadyUnknown })
+	if want := map[bool]int{true: 4, false: 0}[unknown]; r.code != want {
+		t.Errorf("status -A with the controller stopped: exit %d, want %d (a Service Unknown: %v)", r.code, want, unknown)
+	}
 	if !strings.Contains(r.stderr, "Warning: no vpcgw controller is running (ConfigMap vpcgw-system/vpcgw-controller: controller ") || !strings.Contains(r.stderr, "stopped at") ||
-		!strings.Contains(r.stderr, "(assumed: as the controller last published them)") {
+		!strings.Contains(r.stderr, "the controller's rules are not applied") {
 		t.Errorf("status with the controller stopped: stderr %q", r.stderr)
 	}
 	ex = decodeRun[inspect.ServiceExplanation](t, plugin("explain", "svc/"+cluster.DemoService, "-o", "json").want(t, 0))
-	if ex.Controller.Running || !ex.Controller.GatesAssumed || ex.Controller.GatesSource != inspect.GatesLastPublished || ex.Controller.Stopped.IsZero() {
-		t.Errorf("controller while stopped: %+v", ex.Controller)
+	if ex.Controller.Running || !ex.Controller.GatesAssumed || ex.Controller.GatesSource != inspect.GatesLastPublished || ex.Controller.Stopped.IsZero() ||
+		!strings.HasPrefix(ex.Service.Basis, "its ingress holds ") {
+		t.Errorf("controller while stopped: %+v, basis %q", ex.Controller, ex.Service.Basis)
 	}
 	v = decodeRun[inspect.VersionInfo](t, plugin("version", "-o", "json").want(t, 0))
 	if v.Controller.Running || !strings.HasPrefix(v.Controller.Message, "no vpcgw controller is running (ConfigMap vpcgw-system/vpcgw-controller") {
