@@ -95,6 +95,9 @@ type Options struct {
 	// Images are the lab node's images: repository to an OCI image layout or archive (the
 	// release's vpcgw-<version>.oci.tar). labnode.Config.Images.
 	Images map[string]string
+	// Agnhost adds Kubernetes' agnhost (AgnhostImage, built by make assets) to the lab node's
+	// images: the backend image of the user guide's walkthrough.
+	Agnhost bool
 }
 
 // Cluster is a running lab cluster.
@@ -193,9 +196,13 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
+	images, err := c.nodeImages()
+	if err != nil {
+		return nil, err
+	}
 	if c.Node, err = labnode.Start(runCtx, labnode.Config{
 		NodeName: NodeName, REST: nodeCfg, Network: c.network, InternalIP: netip.MustParseAddr("127.0.0.1"),
-		NetnsPrefix: "vp", Log: opts.Log.WithName("labnode"), Images: opts.Images,
+		NetnsPrefix: "vp", Log: opts.Log.WithName("labnode"), Images: images,
 	}); err != nil {
 		return nil, fmt.Errorf("starting the lab node: %w", err)
 	}

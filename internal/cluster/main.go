@@ -51,7 +51,7 @@ func Main(ctx context.Context, args []string) (err error) {
 	if err := lf.Check(); err != nil {
 		return err
 	}
-	opts := Options{Bins: lf.Bins, AssetsDir: lf.Assets, KubeOVNDir: lf.KubeOVN, NoVpcgw: *noVpcgw}
+	opts := Options{Bins: lf.Bins, AssetsDir: lf.Assets, KubeOVNDir: lf.KubeOVN, NoVpcgw: *noVpcgw, Agnhost: *noVpcgw}
 	if *noVpcgw {
 		opts.Images = rel.Images()
 	}
@@ -162,9 +162,16 @@ func awaitInstall(ctx context.Context, c *Cluster, rel Release, out *labout.Writ
 	kubectl := kubectlCmd(c.opts.AssetsDir, "")
 	out.Printf("\n== vpcgw is not installed (--no-vpcgw): install release %s as the user guide says\n", rel.Version)
 	out.Printf("   (Installing, Installing from a release); the lab node runs its images from %s, no registry needed:\n", rel.Dir)
+	nb, err := c.OVNNBClusterIP(ctx)
+	if err != nil {
+		return err
+	}
 	out.Printf("export KUBECONFIG=%s\n", c.Kubeconfig)
-	out.Printf("%s install vpcgw %s --namespace %s --create-namespace\n", helm, rel.Chart(), InstallNamespace)
-	out.Printf("   or: HELM=%s KUBECTL=%s %s\n", helm, kubectl, rel.Path("install.sh"))
+	out.Printf("%s install vpcgw %s --namespace %s --create-namespace --set ovn.nbAddr=tcp:%s:%d\n", helm, rel.Chart(), InstallNamespace, nb, OVNNBPort)
+	out.Printf("   or: HELM=%s KUBECTL=%s OVN_NB_ADDR=tcp:%s:%d %s\n", helm, kubectl, nb, OVNNBPort, rel.Path("install.sh"))
+	if img, err := AgnhostImage(c.opts.AssetsDir); err == nil {
+		out.Printf("   The lab node also runs %s, the walkthrough's backend (\"Your first Service\"; any Vpc but %s, whose namespace is %s).\n", img, VpcName, DemoNamespace)
+	}
 	out.Printf("   The demo (Service %s/%s, EIP %s on gateway %s of Vpc %s) runs once vpcgw serves it; Ctrl-C ends the lab.\n",
 		DemoNamespace, DemoService, EIPName, GatewayName, VpcName)
 	started := time.Now()

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -106,7 +107,48 @@ func (c *Cluster) startPodNetwork(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.router.serveHostService(vip, int(svc.Spec.Ports[0].Port), apiURL.Host)
+	if err := c.router.serveHostService(vip, int(svc.Spec.Ports[0].Port), apiURL.Host); err != nil {
+		return err
+	}
+	return c.serveOVNNB(ctx)
+}
+
+// OVNNBService is kube-ovn's Service of the OVN northbound database in its namespace, which its
+// install makes and the user guide reads for the chart's ovn.nbAddr (tcp:<its ClusterIP>:6641).
+const (
+	OVNNBService = "ovn-nb"
+	OVNNBPort    = 6641
+)
+
+// OVNNBClusterIP is the ClusterIP of kube-ovn's Service ovn-nb.
+func (c *Cluster) OVNNBClusterIP(ctx context.Context) (string, error) {
+	var svc corev1.Service
+	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: kubeovnrun.Namespace, Name: OVNNBService}, &svc); err != nil {
+		return "", fmt.Errorf("kube-ovn's Service %s/%s: %w", kubeovnrun.Namespace, OVNNBService, err)
+	}
+	return svc.Spec.ClusterIP, nil
+}
+
+// serveOVNNB makes kube-ovn's Service ovn-nb, as kube-ovn's install does, and serves it to the
+// default network from the lab's NB on the host, so that vpcgw installed from the chart in the
+// lab reaches OVN as it does in a cluster.
+func (c *Cluster) serveOVNNB(ctx context.Context) error {
+	target, ok := strings.CutPrefix(c.OVN.NBAddr(), "tcp:")
+	if !ok {
+		return fmt.Errorf("the lab's OVN NB listens on %q, not tcp:", c.OVN.NBAddr())
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: kubeovnrun.Namespace, Name: OVNNBService, Labels: map[string]string{"app": "ovn-central"}},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "ovn-nb", Protocol: corev1.ProtocolTCP, Port: OVNNBPort}}},
+	}
+	if err := c.Client.Create(ctx, svc); err != nil {
+		return fmt.Errorf("kube-ovn's Service %s/%s: %w", kubeovnrun.Namespace, OVNNBService, err)
+	}
+	vip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+	if err != nil {
+		return fmt.Errorf("kube-ovn's Service %s/%s has ClusterIP %q", kubeovnrun.Namespace, OVNNBService, svc.Spec.ClusterIP)
+	}
+	return c.router.serveHostService(vip, OVNNBPort, target)
 }
 
 // firstServiceIP is the ClusterIP the API server gives its own Service: the first address of

@@ -25,6 +25,10 @@ type Release struct {
 // OpenRelease reads the release in dir: its SHA256SUMS must be there (a release directory, not a
 // build in progress) and its images.json must name the vpcgw image's tag.
 func OpenRelease(dir string) (Release, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return Release{}, err
+	}
 	if _, err := os.Stat(filepath.Join(dir, "SHA256SUMS")); err != nil {
 		return Release{}, fmt.Errorf("no release in %s (`make release` writes one): %w", dir, err)
 	}

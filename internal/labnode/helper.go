@@ -36,6 +36,10 @@ type helperSpec struct {
 	// Busybox, when set, is the host's busybox: the base tools of kube-ovn's Alpine image
 	// (busyboxApplets) come from it, ahead of the host's on the PATH (/usr/local/bin).
 	Busybox string `json:"busybox,omitempty"`
+	// Hostname, when set, is the name the container's UTS namespace of its own gives it: the
+	// Pod's name, as a runtime sets a Pod sandbox's (uname, os.Hostname). "": the host's (a
+	// hostNetwork Pod, and the lab's host-filesystem containers).
+	Hostname string `json:"hostname,omitempty"`
 	// WorkingDir is the container's working directory ("" is /).
 	WorkingDir string `json:"workingDir,omitempty"`
 
@@ -118,6 +122,14 @@ func runHelper(raw string, argv []string) error {
 	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making mounts private: %w", err)
+	}
+	if spec.Hostname != "" {
+		if err := unix.Unshare(unix.CLONE_NEWUTS); err != nil {
+			return fmt.Errorf("unshare UTS namespace: %w", err)
+		}
+		if err := unix.Sethostname([]byte(spec.Hostname)); err != nil {
+			return fmt.Errorf("setting the hostname %q: %w", spec.Hostname, err)
+		}
 	}
 	// No network namespace: a hostNetwork Pod's processes stay in the node's.
 	if spec.Netns != "" {

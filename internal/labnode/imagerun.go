@@ -249,6 +249,9 @@ func (w *podWorker) imageHelperSpec(pod *corev1.Pod, c *corev1.Container, img *p
 	if spec.WorkingDir == "" {
 		spec.WorkingDir = img.Config.WorkingDir
 	}
+	if !pod.Spec.HostNetwork {
+		spec.Hostname = pod.Name
+	}
 	for _, d := range []string{spec.Root, spec.Upper, spec.Work} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return helperSpec{}, err
