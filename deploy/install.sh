@@ -303,7 +303,15 @@ if [ "$uninstall" = true ]; then
 	exit 0
 fi
 if [ "$dry_run" = true ]; then
-	cat -- "$manifests"
+	# No secret in a dry run: the private keys of the rendered Secrets (the webhook's serving key,
+	# which the chart generates) are left empty. The keys stay, so that the output still applies
+	# (kubectl apply --dry-run=server) as a Secret of its type.
+	awk '
+		function flush(   i) { for (i = 1; i <= n; i++) { if (secret && lines[i] ~ /^  [^ :]*\.?key: /) { sub(/: .*/, ": \"\"  # left out by install.sh --dry-run: generated at install, never printed", lines[i]) } print lines[i] } n = 0; secret = 0 }
+		/^---/ { flush(); print; next }
+		/^kind: Secret$/ { secret = 1 }
+		{ lines[++n] = $0 }
+		END { flush() }' "$manifests"
 	exit 0
 fi
 # Only now, with every check passed, is anything created.

@@ -4,6 +4,7 @@ package deploy
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -618,5 +619,44 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestInstallScriptDryRunPrintsNoSecret: --dry-run never prints a private key (the webhook's
+// serving key, which the chart generates), with the generated certificate or cert-manager's.
+//
+// covers: O4, N6
+func TestInstallScriptDryRunPrintsNoSecret(t *testing.T) {
+	for _, env := range []map[string]string{nil, {"CERT_MANAGER": "true"}} {
+		out, stderr, err := installScript(t, env, "--dry-run")
+		if err != nil {
+			t.Fatalf("install.sh --dry-run (%v): %v\n%s", env, err, stderr)
+		}
+		if strings.Contains(out, "PRIVATE KEY") {
+			t.Errorf("install.sh --dry-run (%v) prints a PEM private key", env)
+		}
+		secrets := 0
+		for _, o := range decode(t, []byte(out)) {
+			if o.GetKind() != "Secret" {
+				continue
+			}
+			secrets++
+			data, _, _ := unstructured.NestedStringMap(o.Object, "data")
+			for k, v := range data {
+				b, err := base64.StdEncoding.DecodeString(v)
+				if err != nil {
+					t.Errorf("Secret %s data %s is not base64: %v", o.GetName(), k, err)
+				}
+				if strings.Contains(string(b), "PRIVATE KEY") {
+					t.Errorf("install.sh --dry-run (%v) prints Secret %s's %s, a private key", env, o.GetName(), k)
+				}
+			}
+			if _, ok := data["tls.key"]; !ok && o.Object["type"] == "kubernetes.io/tls" {
+				t.Errorf("Secret %s lost its tls.key: the dry run's output must still apply as a TLS Secret", o.GetName())
+			}
+		}
+		if env == nil && secrets == 0 {
+			t.Error("the default dry run renders no Secret: the test checks nothing")
+		}
 	}
 }

@@ -139,7 +139,7 @@ func (c *Cluster) serveOVNNB(ctx context.Context) error {
 	}
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: kubeovnrun.Namespace, Name: OVNNBService, Labels: map[string]string{"app": "ovn-central"}},
-		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "ovn-nb", Protocol: corev1.ProtocolTCP, Port: OVNNBPort}}},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "ovn-nb", Protocol: corev1.ProtocolTCP, Port: OVNNBPort}}},
 	}
 	if err := c.Client.Create(ctx, svc); err != nil {
 		return fmt.Errorf("kube-ovn's Service %s/%s: %w", kubeovnrun.Namespace, OVNNBService, err)
