@@ -103,6 +103,10 @@ func TestKrewManifest(t *testing.T) {
 	if err := yaml.UnmarshalStrict(data, &m); err != nil {
 		t.Fatalf("the rendered manifest: %v", err)
 	}
+	// krew's own rules, as validate-krew-manifest checks them (the file named as the plugin).
+	if _, err := testutil.ValidateKrewManifest(filepath.Join(dir, "vpcgw.yaml"), data); err != nil {
+		t.Errorf("the rendered manifest: %v", err)
+	}
 	if m.APIVersion != "krew.googlecontainertools.github.com/v1alpha2" || m.Kind != "Plugin" || m.Metadata.Name != "vpcgw" || m.Spec.Version != "v0.0.0-krewtest" ||
 		m.Spec.ShortDescription == "" || m.Spec.Homepage == "" || !strings.Contains(m.Spec.Description, "kubectl vpcgw explain svc/<name>") {
 		t.Errorf("manifest %+v", m)

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
@@ -70,10 +71,14 @@ type rel struct {
 
 func (r *rel) path(name string) string { return filepath.Join(r.dir, name) }
 
+// krewManifest is the release's krew manifest, where krew's index keeps it: krew requires the file
+// to be named as the plugin.
+const krewManifest = "plugins/vpcgw.yaml"
+
 // expected is every file the release must hold.
 func (r *rel) expected() []string {
 	v := r.version
-	files := []string{"vpcgw-" + strings.TrimPrefix(v, "v") + ".tgz", "images.json", "vpcgw.krew.yaml", "vpcgw.yaml",
+	files := []string{"vpcgw-" + strings.TrimPrefix(v, "v") + ".tgz", "images.json", krewManifest, "vpcgw.yaml",
 		"install.sh", "LICENSE", "RELEASE-NOTES.md", "SHA256SUMS"}
 	for _, n := range imageNames {
 		files = append(files, n+"-"+v+".oci.tar", n+"-"+v+".spdx.json")
@@ -250,13 +255,17 @@ func TestReleaseFiles(t *testing.T) {
 	if !semver.MatchString(r.version) {
 		t.Errorf("images.json: the release's version (the vpcgw image's tag) %q is not a v-prefixed semantic version", r.version)
 	}
-	entries, err := os.ReadDir(r.dir)
+	var got []string
+	err := filepath.WalkDir(r.dir, func(path string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(r.dir, path)
+		got = append(got, filepath.ToSlash(rel))
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	var got []string
-	for _, e := range entries {
-		got = append(got, e.Name())
 	}
 	want := r.expected()
 	for _, w := range want {
@@ -531,11 +540,15 @@ type krewPlugin struct {
 func TestReleaseKrew(t *testing.T) {
 	r := load(t)
 	var m krewPlugin
-	if err := yaml.Unmarshal(readFile(t, r.path("vpcgw.krew.yaml")), &m); err != nil {
-		t.Fatalf("vpcgw.krew.yaml: %v", err)
+	if err := yaml.Unmarshal(readFile(t, r.path(krewManifest)), &m); err != nil {
+		t.Fatalf("%s: %v", krewManifest, err)
+	}
+	// krew's own rules, as validate-krew-manifest checks them (its name rule among them).
+	if _, err := testutil.ValidateKrewManifest(r.path(krewManifest), readFile(t, r.path(krewManifest))); err != nil {
+		t.Errorf("the release's krew manifest: %v", err)
 	}
 	if m.Metadata.Name != "vpcgw" || m.Spec.Version != r.version || !semver.MatchString(m.Spec.Version) {
-		t.Errorf("vpcgw.krew.yaml: plugin %q version %q; want vpcgw, the release's version %q (a v-prefixed semver)", m.Metadata.Name, m.Spec.Version, r.version)
+		t.Errorf(krewManifest+": plugin %q version %q; want vpcgw, the release's version %q (a v-prefixed semver)", m.Metadata.Name, m.Spec.Version, r.version)
 	}
 	var got []string
 	for _, p := range m.Spec.Platforms {
@@ -570,7 +583,7 @@ func TestReleaseKrew(t *testing.T) {
 		}
 	}
 	if !slices.Equal(got, krewPlatforms) {
-		t.Errorf("vpcgw.krew.yaml platforms %v, want %v", got, krewPlatforms)
+		t.Errorf(krewManifest+" platforms %v, want %v", got, krewPlatforms)
 	}
 }
 

@@ -118,6 +118,9 @@ func buildKrew(o krewOptions) ([]string, error) {
 		return written, err
 	}
 	path := filepath.Join(o.out, o.manifest)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return written, err
+	}
 	if err := os.WriteFile(path, manifest, 0o644); err != nil {
 		return written, err
 	}

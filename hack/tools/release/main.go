@@ -12,7 +12,7 @@
 //	vpcgw-agent-<version>.spdx.json
 //	images.json                        the images' tag and digests (install.sh IMAGES_JSON=)
 //	kubectl-vpcgw_<os>_<arch>.tar.gz   the kubectl plugin for krew (linux, darwin; amd64, arm64),
-//	vpcgw.krew.yaml                    with the LICENSE, and its krew manifest
+//	plugins/vpcgw.yaml                 with the LICENSE, and its krew manifest (krew's index layout)
 //	vpcgw.yaml                         the plain manifests (deploy/manifests/generate.sh on the
 //	                                   packaged chart: the release's image, pinned)
 //	install.sh                         deploy/install.sh, which installs the chart beside it
@@ -81,7 +81,10 @@ func run(args []string) error {
 	return runRelease(args)
 }
 
-const krewManifestName = "vpcgw.krew.yaml"
+// krewManifestName is where the release holds the krew manifest: krew's index layout
+// (plugins/<name>.yaml), since krew requires the file to be named as the plugin, and vpcgw.yaml is
+// the plain manifests.
+const krewManifestName = "plugins/vpcgw.yaml"
 
 // release is what one release is made of.
 type release struct {
@@ -395,21 +398,29 @@ func (r release) notes(stage string) error {
 }
 
 // checksums writes SHA256SUMS over every file, as sha256sum writes it.
+// Files in directories (plugins/vpcgw.yaml) are listed by their path in the release.
 func checksums(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
 	var b strings.Builder
-	for _, e := range entries {
-		if !e.Type().IsRegular() || e.Name() == "SHA256SUMS" {
-			return fmt.Errorf("%s: the release holds only files", e.Name())
+	err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
 		}
-		sum, err := fileSHA256(filepath.Join(dir, e.Name()))
+		rel, err := filepath.Rel(dir, path)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(&b, "%s  %s\n", sum, e.Name())
+		if !e.Type().IsRegular() || rel == "SHA256SUMS" {
+			return fmt.Errorf("%s: the release holds only files, and SHA256SUMS is written last", rel)
+		}
+		sum, err := fileSHA256(path)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s  %s\n", sum, filepath.ToSlash(rel))
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "SHA256SUMS"), []byte(b.String()), 0o644)
 }
