@@ -25,7 +25,7 @@ export PATH := $(OVN_DIR)/bin:$(OVN_DIR)/sbin:$(PATH)
 GOLANGCI_LINT_DIR ?= $(HOME)/.cache/vpcgw/golangci-lint-v2.15.0
 GOLANGCI_LINT := $(GOLANGCI_LINT_DIR)/golangci-lint
 
-.PHONY: bench figures fuzz all build deps assets helm kubeovn ovn ovn-rebuild golangci-lint images release release-tag generate lab lab-stay soak test unit fmt-check vet lint
+.PHONY: plugin bench figures fuzz all build deps assets helm kubeovn ovn ovn-rebuild golangci-lint images release release-tag generate lab lab-stay soak test unit fmt-check vet lint
 
 all: build
 
@@ -43,6 +43,11 @@ build:
 	$(GO) build -trimpath -ldflags='$(LDFLAGS)' -o bin/vpcgw ./cmd/vpcgw
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='$(LDFLAGS)' -o bin/vpcgw-agent ./cmd/vpcgw-agent
 	$(GO) build -trimpath -ldflags='$(LDFLAGS)' -o bin/vpcgw-lab ./cmd/vpcgw-lab
+
+# The kubectl plugin for this machine (bin/kubectl-vpcgw), built as the release builds it:
+# static, stripped, with the version it reports (`kubectl vpcgw version --client`).
+plugin:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='$(LDFLAGS) -buildid=' -o bin/kubectl-vpcgw ./cmd/kubectl-vpcgw
 
 # The container images, without a container engine (hack/tools/images, go-containerregistry from
 # the Go module proxy): OCI image layouts bin/images/vpcgw (controller and webhook, with the agent

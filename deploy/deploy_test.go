@@ -869,11 +869,14 @@ func TestChartRejects(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--set", "features.enableGwNftableServiceClusterIp=true"}, "--enable-gw-nftable-svc-cluster-ip and --enable-lb both claim Service ClusterIPs"},
+		// The schema refuses a conflict of explicit keys (so that helm lint --strict does too),
+		// naming the key to set; the templates refuse the rest with the whole reason.
+		{[]string{"--set", "features.enableGwNftableServiceClusterIp=true"}, "at '/enableLb': value must be one of false"},
 		{[]string{"--set", "func.ENABLE_GW_NFTABLE_SVC_CLUSTER_IP=true", "--set", "func.ENABLE_LB=true"}, "--enable-gw-nftable-svc-cluster-ip and --enable-lb"},
-		{[]string{"--set", "features.enableGwNftableLoadbalancerService=true", "--set", "enableLbSvc=true"}, "--enable-gw-nftable-lb-svc and --enable-lb-svc both claim"},
+		{[]string{"--set", "features.enableGwNftableLoadbalancerService=true", "--set", "enableLbSvc=true"}, "at '/features/enableGwNftableLoadbalancerService': value must be one of false"},
 		// The LoadBalancer gate is on by default: kube-ovn's LB pods beside it are refused, naming the switch.
-		{[]string{"--set", "enableLbSvc=true"}, "--enable-gw-nftable-lb-svc and --enable-lb-svc both claim LoadBalancer ingress: turn one off (the LoadBalancer gate is on unless features.enableGwNftableLoadbalancerService=false)"},
+		{[]string{"--set", "enableLbSvc=true"}, "at '/features/enableGwNftableLoadbalancerService': value must be one of false"},
+		{[]string{"--set-string", "func.ENABLE_LB_SVC=true"}, "--enable-gw-nftable-lb-svc and --enable-lb-svc both claim LoadBalancer ingress: turn one off (the LoadBalancer gate is on unless features.enableGwNftableLoadbalancerService=false)"},
 		{[]string{"--set", "func.ENABLE_LB_SVC=true"}, "--enable-gw-nftable-lb-svc and --enable-lb-svc both claim"},
 		{[]string{"--set", "enableLbSvc=true", "--set", "enableLb=false", "--set", "features.enableGwNftableLoadbalancerService=false"}, "--enable-lb-svc needs ClusterIPs to be served"},
 		// The schema refuses these first (TestChartSchemaRejects); the templates' own checks stay

@@ -166,9 +166,10 @@ func TestInstallScriptRejects(t *testing.T) {
 		want string
 	}{
 		{map[string]string{"ENABLE_GW_NFTABLE_LB_SVC": "yes"}, "ENABLE_GW_NFTABLE_LB_SVC"},
-		{map[string]string{"ENABLE_GW_NFTABLE_SVC_CLUSTER_IP": "true"}, "--enable-gw-nftable-svc-cluster-ip and --enable-lb"},
+		// The chart's schema refuses the conflicts, naming the key to set.
+		{map[string]string{"ENABLE_GW_NFTABLE_SVC_CLUSTER_IP": "true"}, "at '/enableLb': value must be one of false"},
 		// The LoadBalancer gate is on by default: beside kube-ovn's LB pods it must be turned off.
-		{map[string]string{"ENABLE_LB_SVC": "true"}, "--enable-gw-nftable-lb-svc and --enable-lb-svc both claim"},
+		{map[string]string{"ENABLE_LB_SVC": "true"}, "at '/features/enableGwNftableLoadbalancerService': value must be one of false"},
 		{map[string]string{"NAMESPACE": "kube-system; touch " + marker}, "NAMESPACE"},
 		{map[string]string{"IMAGE_REPOSITORY": "x\"\n  pwned: \"1"}, "IMAGE_REPOSITORY"},
 		{map[string]string{"OVN_NB_ADDR": "tcp:$(touch " + marker + "):6641"}, "OVN_NB_ADDR"},

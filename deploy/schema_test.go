@@ -133,6 +133,13 @@ func TestChartSchemaRejects(t *testing.T) {
 		{"bad enum: pullPolicy", []string{"--set", "image.pullPolicy=Sometimes"}, []string{"/image/pullPolicy", "'IfNotPresent'"}},
 		{"bad enum: a gate that is not true or false", []string{"--set-string", "features.enableGwNftableServiceClusterIp=yes"},
 			[]string{"/features/enableGwNftableServiceClusterIp", "'true'", "'false'"}},
+		{"the NB address without its scheme", []string{"--set", "ovn.nbAddr=10.0.0.1:6641"}, []string{"/ovn/nbAddr", "does not match pattern"}},
+		{"a quantity that is none", []string{"--set", "controller.resources.limits.memory=lots"}, []string{"/controller/resources/limits/memory", "does not match pattern"}},
+		{"a resource that is none", []string{"--set", "webhook.resources.limits.gpu=1"}, []string{"/webhook/resources/limits", "additional properties 'gpu' not allowed"}},
+		{"a gate conflict: the ClusterIP gate beside OVN's load balancers", []string{"--set", "features.enableGwNftableServiceClusterIp=true"},
+			[]string{"/enableLb", "false"}},
+		{"a gate conflict: the LoadBalancer gate beside kube-ovn's LB pods", []string{"--set", "enableLbSvc=true"},
+			[]string{"/features/enableGwNftableLoadbalancerService", "false"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := renderErr(t, tc.args...)
@@ -183,4 +190,39 @@ func installDryRun(t *testing.T, kubeconfig string, args ...string) (string, err
 		return "", fmt.Errorf("%w: %s", err, stderr.String())
 	}
 	return string(out), nil
+}
+
+// covers: O4, F2
+// TestChartLintRefusesGateConflicts: `helm lint --strict` fails on a gate conflict (lint shows a
+// template's fail only as information; the schema makes it an error), on an NB address without
+// its scheme and on a quantity that is none, and passes the same values made right.
+func TestChartLintRefusesGateConflicts(t *testing.T) {
+	helm := helmBin(t)
+	lint := func(args ...string) (string, error) {
+		out, err := exec.Command(helm, append([]string{"lint", "--strict", chartDir}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	for _, args := range [][]string{
+		{"--set", "features.enableGwNftableServiceClusterIp=true"},
+		{"--set", "func.ENABLE_GW_NFTABLE_SVC_CLUSTER_IP=true", "--set", "features.enableGwNftableServiceClusterIp=true", "--set", "func.ENABLE_LB=true"},
+		{"--set", "enableLbSvc=true"},
+		{"--set", "ovn.nbAddr=10.0.0.1:6641"},
+		{"--set", "controller.resources.requests.cpu=fast"},
+	} {
+		if out, err := lint(args...); err == nil {
+			t.Errorf("helm lint --strict %v passed:\n%s", args, out)
+		}
+	}
+	for _, args := range [][]string{
+		nil,
+		{"--set", "features.enableGwNftableServiceClusterIp=true", "--set", "enableLb=false"},
+		{"--set", "features.enableGwNftableServiceClusterIp=true", "--set", "func.ENABLE_LB=false"},
+		{"--set", "enableLbSvc=true", "--set", "features.enableGwNftableLoadbalancerService=false"},
+		{"--set", "enableLbSvc=true", "--set", "func.ENABLE_GW_NFTABLE_LB_SVC=false"},
+		{"--set", `ovn.nbAddr=ssl:10.0.0.1:6641\,ssl:10.0.0.2:6641`, "--set", "controller.resources.requests.cpu=250m"},
+	} {
+		if out, err := lint(args...); err != nil {
+			t.Errorf("helm lint --strict %v: %v\n%s", args, err, out)
+		}
+	}
 }

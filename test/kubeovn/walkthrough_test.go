@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -175,13 +176,26 @@ func assertWalkthroughAnswers(t *testing.T, c *cluster.Cluster, filled, outputs 
 	if !slices.Contains(names, hostname) {
 		t.Errorf("curl through EXTERNAL-IP %s answered %q, want the name of a backend of %v", filled["<EXTERNAL-IP>"], hostname, names)
 	}
+	ip := filled["<EXTERNAL-IP>"]
+	served := regexp.MustCompile(`(?m)^web\s+gw1\s+eip-web\s+` + regexp.QuoteMeta(ip) + `\s.*\sTrue\s`)
+	verdict := regexp.MustCompile(`^Service shop/web is served (by gateway gw1 )?through EIP ` + regexp.QuoteMeta(ip) + `\b`)
+	checked := 0
 	for cmd, out := range outputs {
-		if !strings.HasPrefix(cmd, "kubectl vpcgw ") {
-			continue
+		switch {
+		case strings.HasPrefix(cmd, "kubectl vpcgw status"):
+			checked++
+			if !served.MatchString(out) || strings.Contains(out, "Unknown") {
+				t.Errorf("%s printed, with the Service served:\n%s\nwant its row READY True, nothing Unknown", cmd, out)
+			}
+		case strings.HasPrefix(cmd, "kubectl vpcgw explain"):
+			checked++
+			if first, _, _ := strings.Cut(out, "\n"); !verdict.MatchString(first) || !strings.Contains(out, "Ready:      True") {
+				t.Errorf("%s printed, with the Service served:\n%s\nwant it to begin %s and say Ready True", cmd, out, verdict)
+			}
 		}
-		if strings.Contains(out, "Unknown") || !strings.Contains(out, "True") {
-			t.Errorf("%s printed, with the Service served:\n%s\nwant READY True and nothing Unknown", cmd, out)
-		}
+	}
+	if checked != 3 {
+		t.Errorf("the walkthrough ran %d kubectl vpcgw status or explain commands, want 3 (explain as admin, status and explain as the tenant)", checked)
 	}
 }
 
@@ -208,12 +222,12 @@ func guideRun(t *testing.T, s testutil.GuideStep, dir string, env []string, stdi
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	// The guide's tools are found on the test's PATH (toolsDir first), as a reader's shell finds them.
+	cmd := exec.CommandContext(ctx, lookPathIn(t, argv[0], env), argv[1:]...)
+	cmd.Args[0] = argv[0]
 	cmd.Dir, cmd.Env, cmd.Stdin = dir, env, stdin
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	// The guide's tools are found on the test's PATH (toolsDir first), as a reader's shell finds them.
-	cmd.Path = lookPathIn(t, argv[0], env)
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("user guide line %d: %s: %v\nstdout:\n%s\nstderr:\n%s", s.Line, strings.Join(argv, " "), err, tail(stdout.String(), 40), tail(stderr.String(), 40))
 	}
