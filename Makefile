@@ -80,8 +80,17 @@ images:
 # the images and the release of that version.
 RELEASE_DIR ?= bin/release
 export VPCGW_RELEASE := $(abspath $(RELEASE_DIR))
+# SIGNING_KEY, an ECDSA P-256 private key (PEM: openssl genpkey -algorithm EC -pkeyopt
+# ec_paramgen_curve:P-256), signs SHA256SUMS as cosign sign-blob does (SHA256SUMS.sig, and the
+# public key vpcgw-release.pub; hack/tools/release/sign.go). Unset: unsigned. `make test` signs its
+# release with a throwaway key (bin/test-signing.key), which test/release verifies.
+SIGNING_KEY ?=
 release: helm $(if $(TAG),release-tag images)
-	$(GO) -C hack/tools/release run . --repo "$(CURDIR)" --out "$(VPCGW_RELEASE)" --version "$(VERSION)" --source-date-epoch "$(or $(SOURCE_DATE_EPOCH),0)" --helm "$(VPCGW_HELM)" --go "$(GO)"
+	$(GO) -C hack/tools/release run . --repo "$(CURDIR)" --out "$(VPCGW_RELEASE)" --version "$(VERSION)" --source-date-epoch "$(or $(SOURCE_DATE_EPOCH),0)" --helm "$(VPCGW_HELM)" --go "$(GO)" $(if $(SIGNING_KEY),--signing-key "$(abspath $(SIGNING_KEY))")
+
+bin/test-signing.key:
+	mkdir -p bin
+	openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out $@
 
 release-tag:
 	$(GO) -C hack/tools/release run . tag --repo "$(CURDIR)" "$(TAG)"
@@ -147,7 +156,8 @@ bench: deps assets kubeovn ovn build
 # Every test: unit tests (race detector), integration tests against the real API server, real
 # nftables in network namespaces, and the end-to-end lab tests. VPCGW_REQUIRE_ALL=1 turns every
 # "this machine lacks X" skip into a failure, so nothing is silently skipped here.
-test: deps assets helm kubeovn ovn images release fmt-check vet lint
+test: SIGNING_KEY = $(CURDIR)/bin/test-signing.key
+test: deps assets helm kubeovn ovn images bin/test-signing.key release fmt-check vet lint
 	VPCGW_REQUIRE_ALL=1 $(GO) test -race -count=1 -timeout 30m ./...
 	$(MAKE) fuzz
 

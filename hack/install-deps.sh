@@ -9,9 +9,11 @@ set -euo pipefail
 # (what vpcgw's controller runs there to deliver the agent: uname, sha256sum, dd, ...).
 # ethtool: the lab's chassis (internal/ovsnode) turns tx checksum offload off on the Pods' veths,
 # as kube-ovn-cni does on a userspace datapath.
+# curl: the user guide's walkthrough (test/kubeovn) asks a Service through its EIP with it.
+# openssl: `make test` makes a throwaway key to sign its release, and test/release verifies with it.
 # Open vSwitch and OVN are not Debian's: hack/tools/ovn/build.sh builds kube-ovn's (and installs
 # the build's own packages: a compiler, autotools, libssl-dev, ...).
-packages=(nftables iproute2 conntrack iptables iputils-arping kmod busybox ethtool)
+packages=(nftables iproute2 conntrack iptables iputils-arping kmod busybox ethtool curl openssl)
 missing=()
 for p in "${packages[@]}"; do
 	[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || missing+=("$p")

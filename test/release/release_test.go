@@ -86,6 +86,9 @@ func (r *rel) expected() []string {
 	for _, p := range krewPlatforms {
 		files = append(files, "kubectl-vpcgw_"+strings.ReplaceAll(p, "/", "_")+".tar.gz")
 	}
+	if r.signed() {
+		files = append(files, signatureFile, publicKeyFile)
+	}
 	slices.Sort(files)
 	return files
 }
@@ -291,7 +294,7 @@ func TestReleaseFiles(t *testing.T) {
 		listed[name] = sum
 	}
 	for _, g := range got {
-		if g == "SHA256SUMS" {
+		if g == "SHA256SUMS" || g == signatureFile {
 			continue
 		}
 		sum, ok := listed[g]

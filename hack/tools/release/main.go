@@ -19,6 +19,7 @@
 //	LICENSE                            Apache-2.0
 //	RELEASE-NOTES.md                   CHANGELOG.md's section of the version, the commit count
 //	SHA256SUMS                         of every other file (sha256sum -c SHA256SUMS)
+//	SHA256SUMS.sig, vpcgw-release.pub  with --signing-key: SHA256SUMS signed (sign.go), its key
 //
 // The version is VERSION (default: git describe) made a semantic version (version.go): v0.3.0 on
 // the release tag. The same commit, VERSION and SOURCE_DATE_EPOCH (default: the commit's time)
@@ -91,6 +92,7 @@ type release struct {
 	repo, version, revision string
 	epoch                   time.Time
 	dirty                   bool // built from a tree with uncommitted changes
+	signer                  *signer
 }
 
 func (r release) chartVersion() string         { return strings.TrimPrefix(r.version, "v") }
@@ -159,6 +161,7 @@ func runRelease(args []string) error {
 	helm := fset.String("helm", "helm", "the helm command")
 	goCmd := fset.String("go", "go", "the go command")
 	baseURL := fset.String("base-url", "", "where the krew archives are published (default: the GitHub release of the version)")
+	signingKey := fset.String("signing-key", "", "an ECDSA P-256 private key (PEM) that signs SHA256SUMS into SHA256SUMS.sig as cosign sign-blob does, its public key in the release as vpcgw-release.pub (sign.go); empty: unsigned")
 	if err := fset.Parse(args); err != nil {
 		return err
 	}
@@ -167,6 +170,10 @@ func runRelease(args []string) error {
 	}
 	r, err := inputs(*repo, *version, *epoch)
 	if err != nil {
+		return err
+	}
+	// Read first: a bad key stops the release before anything is built.
+	if r.signer, err = loadSigner(*signingKey); err != nil {
 		return err
 	}
 	if *out == "" {
@@ -210,7 +217,19 @@ func runRelease(args []string) error {
 			return copyFile(filepath.Join(r.repo, "deploy", "install.sh"), filepath.Join(stage, "install.sh"), 0o755)
 		}},
 		{"notes", func() error { return r.notes(stage) }},
+		{"public key", func() error {
+			if r.signer == nil {
+				return nil
+			}
+			return r.signer.writePublicKey(stage)
+		}},
 		{"checksums", func() error { return checksums(stage) }},
+		{"signature", func() error {
+			if r.signer == nil {
+				return nil
+			}
+			return r.signer.sign(stage)
+		}},
 	}
 	for _, s := range steps {
 		t := time.Now()
@@ -408,6 +427,9 @@ func checksums(dir string) error {
 		rel, err := filepath.Rel(dir, path)
 		if err != nil {
 			return err
+		}
+		if rel == signatureFile {
+			return nil // signs SHA256SUMS, written after it
 		}
 		if !e.Type().IsRegular() || rel == "SHA256SUMS" {
 			return fmt.Errorf("%s: the release holds only files, and SHA256SUMS is written last", rel)

@@ -80,7 +80,13 @@ func releaseNotes(r release, prev string, commits []commit, images map[string]im
 		}
 	}
 	fmt.Fprintf(&b, "- kubectl plugin: `kubectl-vpcgw_<os>_<arch>.tar.gz` for %s, krew manifest `%s`\n", strings.Join(defaultPlatforms, ", "), krewManifestName)
-	b.WriteString("- Plain manifests `vpcgw.yaml`, install script `install.sh`, `LICENSE` (Apache-2.0), `SHA256SUMS`\n\n")
+	b.WriteString("- Plain manifests `vpcgw.yaml`, install script `install.sh`, `LICENSE` (Apache-2.0), `SHA256SUMS`\n")
+	if r.signer != nil {
+		fmt.Fprintf(&b, "- Signed: `%s` signs `SHA256SUMS` with the ECDSA P-256 key `%s`, whose SHA-256 fingerprint (of its DER) is `%s`: compare it with the fingerprint the project publishes, then\n", signatureFile, publicKeyFile, r.signer.fingerprint())
+		fmt.Fprintf(&b, "  `cosign verify-blob --key %s --signature %s SHA256SUMS` (or `base64 -d %s > sig.der && openssl dgst -sha256 -verify %s -signature sig.der SHA256SUMS`), then `sha256sum -c SHA256SUMS`\n\n", publicKeyFile, signatureFile, signatureFile, publicKeyFile)
+	} else {
+		b.WriteString("- Not signed (built without a signing key)\n\n")
+	}
 
 	heading := "What it brings"
 	if title == "Unreleased" {
