@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -137,6 +138,9 @@ func (c *Cluster) commands(demo DemoDesc, tcpPort, udpPort string) []Command {
 	probe := func(ns, proto, target string) []string {
 		return []string{"ip", "netns", "exec", ns, c.opts.Bins.Lab, "probe", "--proto", proto, "--target", target, "--count", "10"}
 	}
+	// Before vpcgw serves the demo (a lab without vpcgw of its own, until its install), the
+	// Service has no EXTERNAL-IP yet: the EIP's fixed address is where it will answer.
+	demo.ExternalIP = cmp.Or(demo.ExternalIP, EIPAddress)
 	cmds := []Command{
 		{"TCP requests from the external client through the EIP, counted per backend", probe(c.ExternalClient(), "tcp", demo.ExternalIP+":"+tcpPort)},
 		{"UDP requests from the external client through the EIP", probe(c.ExternalClient(), "udp", demo.ExternalIP+":"+udpPort)},
