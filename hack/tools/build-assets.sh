@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the envtest control plane (kube-apiserver v1.37.2 and etcd v3.7.0), kube-controller-manager
 # v1.37.2 (its EndpointSlice controllers serve the lab and the tests), kubectl v1.37.2 (the
-# install-script tests) and kube-proxy v1.37.2 (the bench runs it beside vpcgw), from the Go
+# install-script tests), kube-proxy v1.37.2 (the bench runs it beside vpcgw) and agnhost (the
+# backend of the user guide's walkthrough in the lab), from the Go
 # module proxy into a cache directory, and does nothing when the binaries there are already good.
 # Usage: hack/tools/build-assets.sh [OUTDIR]; prints the directory for KUBEBUILDER_ASSETS last.
 set -euo pipefail
@@ -25,6 +26,12 @@ have_etcd() { [ -x "$out/etcd" ] && "$out/etcd" --version >/dev/null 2>&1; }
 have_kcm() { have_version "$out/kube-controller-manager" --version; }
 have_kubectl() { have_version "$out/kubectl" version --client; }
 have_kubeproxy() { have_version "$out/kube-proxy" --version; }
+# agnhost, Kubernetes' e2e test image's binary (test/images/agnhost of the same module): the lab
+# node runs it as registry.k8s.io/e2e-test-images/agnhost:<its VERSION>, the backend the user
+# guide's walkthrough deploys. Static (CGO_ENABLED=0): the lab node runs an image's binary
+# chrooted in its root filesystem. The stamp names the module version it was built from.
+agnhost_stamp="agnhost $(cat "$(go -C "$here" list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images/agnhost/VERSION" 2>/dev/null) from k8s.io/kubernetes $K8S_VERSION"
+have_agnhost() { [ -x "$out/agnhost" ] && [ "$(cat "$out/agnhost.version" 2>/dev/null)" == "$agnhost_stamp" ]; }
 
 # One fixed set of flags: changing anything but -ldflags invalidates the whole build cache (~10 min).
 ldflags="-s -w"
@@ -58,5 +65,11 @@ if ! have_kubeproxy; then
 	go -C "$here" build -ldflags "$ldflags" -o "$out/kube-proxy.tmp" k8s.io/kubernetes/cmd/kube-proxy
 	mv "$out/kube-proxy.tmp" "$out/kube-proxy"
 fi
-have_apiserver && have_etcd && have_kcm && have_kubectl && have_kubeproxy
+if ! have_agnhost; then
+	echo "building agnhost into $out (static; a few minutes on a cold cache)" >&2
+	CGO_ENABLED=0 go -C "$here" build -ldflags "-s -w" -o "$out/agnhost.tmp" k8s.io/kubernetes/test/images/agnhost
+	mv "$out/agnhost.tmp" "$out/agnhost"
+	echo "$agnhost_stamp" >"$out/agnhost.version"
+fi
+have_apiserver && have_etcd && have_kcm && have_kubectl && have_kubeproxy && have_agnhost
 echo "$out"
