@@ -116,7 +116,7 @@ func writeBinaryLayer(binary, blobs, name string) (ociBlob, error) {
 	if err != nil {
 		return ociBlob{}, err
 	}
-	defer in.Close()
+	defer func() { _ = in.Close() }() // read only
 	fi, err := in.Stat()
 	if err != nil {
 		return ociBlob{}, err
@@ -125,7 +125,7 @@ func writeBinaryLayer(binary, blobs, name string) (ociBlob, error) {
 	if err != nil {
 		return ociBlob{}, err
 	}
-	defer os.Remove(tmp.Name())
+	defer func() { _ = os.Remove(tmp.Name()) }() // gone already once renamed
 	h := sha256.New()
 	tw := tar.NewWriter(io.MultiWriter(tmp, h))
 	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: fi.Size(), Typeflag: tar.TypeReg, ModTime: fi.ModTime()}); err != nil {

@@ -135,7 +135,7 @@ func (c *Cluster) OVNNBClusterIP(ctx context.Context) (string, error) {
 func (c *Cluster) serveOVNNB(ctx context.Context) error {
 	target, ok := strings.CutPrefix(c.OVN.NBAddr(), "tcp:")
 	if !ok {
-		return fmt.Errorf("the lab's OVN NB listens on %q, not tcp:", c.OVN.NBAddr())
+		return fmt.Errorf("the lab's OVN NB listens on %q, not on a tcp: address", c.OVN.NBAddr())
 	}
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: kubeovnrun.Namespace, Name: OVNNBService, Labels: map[string]string{"app": "ovn-central"}},

@@ -270,7 +270,7 @@ func toolsDir(t *testing.T, rel cluster.Release, tools map[string]string) string
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	gz, err := gzip.NewReader(f)
 	if err != nil {
 		t.Fatalf("%s: %v", archive, err)
