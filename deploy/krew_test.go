@@ -22,34 +22,8 @@ import (
 	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
-// krewPlugin is the part of krew's Plugin manifest (krew.googlecontainertools.github.com/v1alpha2)
-// that krew checks before it installs.
-type krewPlugin struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Metadata   struct {
-		Name string `json:"name"`
-	} `json:"metadata"`
-	Spec struct {
-		Version          string `json:"version"`
-		Homepage         string `json:"homepage"`
-		ShortDescription string `json:"shortDescription"`
-		Description      string `json:"description"`
-		Caveats          string `json:"caveats"`
-		Platforms        []struct {
-			Selector struct {
-				MatchLabels map[string]string `json:"matchLabels"`
-			} `json:"selector"`
-			URI    string `json:"uri"`
-			SHA256 string `json:"sha256"`
-			Bin    string `json:"bin"`
-			Files  []struct {
-				From string `json:"from"`
-				To   string `json:"to"`
-			} `json:"files"`
-		} `json:"platforms"`
-	} `json:"spec"`
-}
+// krewPlugin is krew's Plugin manifest (krew.googlecontainertools.github.com/v1alpha2).
+type krewPlugin = testutil.KrewPlugin
 
 // The template names the four platforms; build.sh makes an archive per platform asked for, with
 // the plugin (of the version asked for), its completion helper and the LICENSE, and a manifest

@@ -19,7 +19,10 @@ type KrewPlugin struct {
 	} `json:"metadata"`
 	Spec struct {
 		Version          string `json:"version"`
+		Homepage         string `json:"homepage"`
 		ShortDescription string `json:"shortDescription"`
+		Description      string `json:"description"`
+		Caveats          string `json:"caveats"`
 		Platforms        []struct {
 			URI      string `json:"uri"`
 			SHA256   string `json:"sha256"`

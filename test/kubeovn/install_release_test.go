@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -32,6 +33,44 @@ import (
 )
 
 const installNamespace = cluster.InstallNamespace
+
+// releaseLab starts a lab without vpcgw whose node runs vpcgw's Pods from the release (as an
+// operator's cluster pulls them), with the options edit changes, stopped at the test's end; and
+// the helm and kubectl of the tests.
+func releaseLab(t *testing.T, edit func(*cluster.Options)) (rel cluster.Release, c *cluster.Cluster, helm, kubectl string) {
+	t.Helper()
+	opts, skip, err := clustertest.Options()
+	if skip != "" {
+		testutil.Skip(t, skip)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel = loadRelease(t)
+	helm = testutil.ToolFromEnv(t, "VPCGW_HELM", "make helm")
+	kubectl = testutil.ToolFromEnv(t, "VPCGW_KUBECTL", "make assets")
+	opts.NoVpcgw = true
+	opts.Images = rel.Images()
+	if edit != nil {
+		edit(&opts)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	c, err = cluster.Start(ctx, opts)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(tail(c.Logs(), 80))
+			t.Log(installedPodLogs(c, kubectl))
+		}
+		if err := c.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return rel, c, helm, kubectl
+}
 
 func loadRelease(t *testing.T) cluster.Release {
 	t.Helper()
@@ -56,34 +95,9 @@ func loadRelease(t *testing.T) cluster.Release {
 // as the chart's service accounts with their projected tokens, reaching the API server through the
 // `kubernetes` Service; the API server reaches the webhook Pods at their addresses.
 func TestReleaseInstallServesAndUninstallLeavesNothing(t *testing.T) {
-	opts, skip, err := clustertest.Options()
-	if skip != "" {
-		testutil.Skip(t, skip)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	rel := loadRelease(t)
-	helm := testutil.ToolFromEnv(t, "VPCGW_HELM", "make helm")
-	kubectl := testutil.ToolFromEnv(t, "VPCGW_KUBECTL", "make assets")
-	opts.NoVpcgw = true
-	opts.Images = rel.Images()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	c, err := cluster.Start(ctx, opts)
-	cancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(tail(c.Logs(), 80))
-			t.Log(installedPodLogs(c, kubectl))
-		}
-		if err := c.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	nb, err := ovn.NewWriter(context.Background(), ovn.Config{Address: c.OVN.NBAddr()}, opts.Log.WithName("test-nb"))
+	var log logr.Logger
+	rel, c, helm, kubectl := releaseLab(t, func(o *cluster.Options) { log = o.Log })
+	nb, err := ovn.NewWriter(context.Background(), ovn.Config{Address: c.OVN.NBAddr()}, log.WithName("test-nb"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +114,7 @@ func TestReleaseInstallServesAndUninstallLeavesNothing(t *testing.T) {
 		}
 	}
 	assertDemoServed(t, c)
-	ctx, cancel = context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
 	run(t, nil, append([]string{helm, "uninstall", "vpcgw", "--namespace", installNamespace, "--wait", "--timeout", "8m"}, kc...)...)

@@ -25,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vpcgw/vpcgw/internal/cluster"
-	"github.com/vpcgw/vpcgw/internal/cluster/clustertest"
 	"github.com/vpcgw/vpcgw/internal/testutil"
 )
 
@@ -100,33 +99,7 @@ func placeholders(w string) []string {
 // the walkthrough's backend; curl runs from the external network's client.
 func TestUserGuideWalkthrough(t *testing.T) {
 	steps := walkthroughSteps(t)
-	opts, skip, err := clustertest.Options()
-	if skip != "" {
-		testutil.Skip(t, skip)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	rel := loadRelease(t)
-	helm := testutil.ToolFromEnv(t, "VPCGW_HELM", "make helm")
-	kubectl := testutil.ToolFromEnv(t, "VPCGW_KUBECTL", "make assets")
-	opts.NoVpcgw, opts.NoDemo, opts.Agnhost = true, true, true
-	opts.Images = rel.Images()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	c, err := cluster.Start(ctx, opts)
-	cancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(tail(c.Logs(), 80))
-			t.Log(installedPodLogs(c, kubectl))
-		}
-		if err := c.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	rel, c, helm, kubectl := releaseLab(t, func(o *cluster.Options) { o.NoDemo, o.Agnhost = true, true })
 	bin := toolsDir(t, rel, map[string]string{"kubectl": kubectl, "helm": helm})
 	home := t.TempDir()
 	env := append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),

@@ -512,27 +512,8 @@ func deploymentImages(t *testing.T, manifests []byte) []string {
 	return out
 }
 
-// krewPlugin is the part of krew's Plugin manifest checked here.
-type krewPlugin struct {
-	Metadata struct {
-		Name string `json:"name"`
-	} `json:"metadata"`
-	Spec struct {
-		Version   string `json:"version"`
-		Platforms []struct {
-			Selector struct {
-				MatchLabels map[string]string `json:"matchLabels"`
-			} `json:"selector"`
-			URI    string `json:"uri"`
-			SHA256 string `json:"sha256"`
-			Bin    string `json:"bin"`
-			Files  []struct {
-				From string `json:"from"`
-				To   string `json:"to"`
-			} `json:"files"`
-		} `json:"platforms"`
-	} `json:"spec"`
-}
+// krewPlugin is krew's Plugin manifest (krew.googlecontainertools.github.com/v1alpha2).
+type krewPlugin = testutil.KrewPlugin
 
 // TestReleaseKrew: the krew manifest's version is the release's, a v-prefixed semver (krew
 // rejects anything else); each of the four platforms points at its archive in the release's
