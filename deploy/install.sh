@@ -184,25 +184,10 @@ kube() { "$KUBECTL" "$@"; }
 # auto (the old default, which decided about kube-ovn's CRDs) now means vpcgw's own CRD too.
 install_crds=$INSTALL_CRDS
 [ "$install_crds" != auto ] || install_crds=true
-existing_ca=""
-if [ "$dry_run" = false ]; then
-	kube version >/dev/null || die "cannot reach the cluster with $KUBECTL"
-	# kube-ovn owns its CRDs: without them vpcgw cannot run, and installing them is kube-ovn's job.
-	missing=()
-	for crd in vpc-nat-gateways.kubeovn.io iptables-eips.kubeovn.io iptables-dnat-rules.kubeovn.io iptables-fip-rules.kubeovn.io subnets.kubeovn.io vpcs.kubeovn.io ips.kubeovn.io; do
-		kube get crd "$crd" -o name >/dev/null 2>&1 || missing+=("$crd")
-	done
-	[ "${#missing[@]}" -eq 0 ] ||
-		die "kube-ovn's CRDs ${missing[*]} are missing: install kube-ovn first (vpcgw never installs kube-ovn's CRDs)"
-	if [ "$CERT_MANAGER" = true ]; then
-		kube get crd certificates.cert-manager.io >/dev/null 2>&1 || die "CERT_MANAGER=true but cert-manager is not installed"
-	fi
-	# Idempotence: keep the webhook certificate of an earlier run instead of generating another.
-	if [ "$ENABLE_WEBHOOK" = true ] && [ "$CERT_MANAGER" = false ]; then
-		existing_ca=$(kube get secret --namespace "$NAMESPACE" vpcgw-webhook-cert --ignore-not-found -o 'jsonpath={.data.ca\.crt}')
-		[ -z "$existing_ca" ] || check "the CA of Secret $NAMESPACE/vpcgw-webhook-cert" "$existing_ca" '^[A-Za-z0-9+/=]+$' "base64"
-	fi
-fi
+# What the chart checks itself when it renders against the cluster (below: kube-ovn's CRDs,
+# cert-manager, kube-ovn's own Service controller) and keeps (the webhook's certificate of an
+# earlier run, which it looks up), this script leaves to it.
+[ "$dry_run" = true ] || kube version >/dev/null || die "cannot reach the cluster with $KUBECTL"
 
 work=$(mktemp -d)
 trap 'rm -rf -- "$work"' EXIT
@@ -239,11 +224,6 @@ values=$work/values.yaml
 	echo "  enabled: $ENABLE_WEBHOOK"
 	echo "  certManager:"
 	echo "    enabled: $CERT_MANAGER"
-	if [ -n "$existing_ca" ]; then
-		echo "  certs:"
-		echo "    existingSecret: true"
-		echo "    caBundle: \"$existing_ca\""
-	fi
 	echo "crds:"
 	echo "  install: $install_crds"
 } >"$values"
@@ -295,8 +275,7 @@ if [ "$uninstall" = true ]; then
 	# What install applied, vpcgw's CRD with it (the rendered manifests hold no kubeovn.io CRD:
 	# checked above).
 	kube delete --ignore-not-found --wait=true --filename "$manifests"
-	# The webhook's serving certificate: a second run of install keeps the first run's Secret and
-	# so leaves it out of the manifests, and cert-manager does not delete the Secret of a deleted
+	# The webhook's serving certificate: cert-manager does not delete the Secret of a deleted
 	# Certificate.
 	kube delete --namespace "$NAMESPACE" secret/vpcgw-webhook-cert --ignore-not-found
 	echo "install.sh: vpcgw uninstalled: nothing it wrote is left" >&2

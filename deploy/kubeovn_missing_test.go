@@ -1,6 +1,6 @@
 package deploy
 
-// covers: K1
+// covers: K1, O4
 //
 // Without kube-ovn there is nothing for vpcgw to work with, and installing kube-ovn's CRDs is
 // kube-ovn's job: the install script refuses before it creates anything and the chart's install
@@ -155,6 +155,20 @@ func TestRefusesWithoutKubeOVN(t *testing.T) {
 		t.Fatalf("chart against a cluster with kube-ovn: %v", err)
 	}
 	checkNoKubeOVNCRDs(t, manifest(decode(t, rendered)), true)
+
+	// cert-manager asked for where there is none: the chart refuses (install.sh leaves the check
+	// to it), saying what to do; a render without a cluster cannot look and does not refuse.
+	if _, err := renderErr(t, append(slices.Clone(online), "--set", "webhook.certManager.enabled=true")...); err == nil ||
+		!strings.Contains(err.Error(), "cert-manager is not installed") {
+		t.Errorf("cert-manager asked for on a cluster without it: %v, want the refusal", err)
+	}
+	out, stderr, err = installScript(t, map[string]string{"KUBECTL": kubectl, "KUBECONFIG": bare.kubeconfig, "ROLLOUT_TIMEOUT": "0", "CERT_MANAGER": "true"})
+	if err == nil || !strings.Contains(stderr, "cert-manager is not installed") || out != "" {
+		t.Errorf("install.sh CERT_MANAGER=true without cert-manager: err %v, stdout %q, stderr %q; want the chart's refusal", err, out, stderr)
+	}
+	if _, err := renderErr(t, "--set", "webhook.certManager.enabled=true"); err != nil {
+		t.Errorf("helm template without a cluster, cert-manager asked for: %v", err)
+	}
 
 	// The check the other tests rely on sees an overwrite like install.sh 0.1.0's.
 	if d := diffKubeOVNCRDs(before, before); len(d) != 0 {
