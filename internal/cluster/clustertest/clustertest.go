@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/vpcgw/vpcgw/internal/cluster"
@@ -41,6 +42,10 @@ func Main(m *testing.M, after func() error) int {
 	}
 	defer func() { _ = os.RemoveAll(dir) }() // a temporary directory of binaries; best effort
 	bins, buildErr = labbin.Build(context.Background(), dir)
+	// The in-process components (envtest's API server start) log through controller-runtime's
+	// global logger: set it, to the same place as the lab's, so that its first use prints no
+	// "log.SetLogger(...) was never called" stack into the tests' output.
+	ctrllog.SetLogger(Logger())
 	code := m.Run()
 	if after != nil {
 		if err := after(); err != nil {
