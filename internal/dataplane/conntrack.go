@@ -181,9 +181,9 @@ var ctDumpIPv4 = func() netlink.Message {
 const (
 	ctMsgGet netfilter.MessageType = 1 // IPCTNL_MSG_CT_GET
 
-	ctaTupleOrig  = 1  // CTA_TUPLE_ORIG
-	ctaTupleReply = 2  // CTA_TUPLE_REPLY
-	ctaZone       = 18 // CTA_ZONE
+	ctaTupleOrig  = 1 // CTA_TUPLE_ORIG
+	ctaTupleReply = 2 // CTA_TUPLE_REPLY
+	ctaZone       = 18
 
 	ctaTupleIP    = 1 // CTA_TUPLE_IP
 	ctaTupleProto = 2 // CTA_TUPLE_PROTO

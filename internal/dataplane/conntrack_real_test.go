@@ -113,7 +113,19 @@ func TestRealConntrackCleanDeletesOnlyStaleFlows(t *testing.T) {
 // TIME_WAIT), none of them stale: the cost of the list alone, which the agent pays on every
 // backend removal of a UDP Service (SPEC D6). B/op is what the list allocates.
 func BenchmarkRealConntrackClean(b *testing.B) {
-	tab := newCTTable(b, benchLab(b))
+	if err := netlab.Available(); err != nil {
+		b.Skipf("skipping real-kernel benchmark: %v", err)
+	}
+	l, err := netlab.New("ctb")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := l.Cleanup(); err != nil {
+			b.Errorf("lab cleanup: %v", err)
+		}
+	})
+	tab := newCTTable(b, l)
 	vip, backend := netip.MustParseAddrPort("172.31.0.10:80"), netip.MustParseAddrPort("10.0.1.2:8080")
 	const entries = 40000
 	for i := range entries {
